@@ -1,0 +1,156 @@
+"""RNNConfig: the static description of a stacked recurrent network.
+
+Everything else (the opaque buffer layout, both implementations, the Flax modules and the checkpoint handler) is a
+function of this object, so it is frozen and hashable and can be a static argument of ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+DIRECTIONS = ("unidirectional", "bidirectional")
+INPUT_MODES = ("linear_input", "skip_input", "auto_select")
+
+# Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh).
+GATE_NAMES: dict[str, tuple[str, ...]] = {
+    "lstm": ("i", "f", "g", "o"),  # input, forget, new memory (cell), output
+    "gru": ("r", "z", "n"),  # reset, update, new memory
+    "rnn_tanh": ("h",),
+    "rnn_relu": ("h",),
+}
+
+# ml_dtypes (a dependency of jax) gives NumPy its bfloat16.
+SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def canonical_dtype(dtype: Any, *, argument: str = "dtype") -> np.dtype:
+    """Returns ``dtype`` as a NumPy dtype if it is one of float16, bfloat16, float32, float64, else raises."""
+    try:
+        result = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{argument} is {dtype!r}, which is not a dtype; expected one of "
+                        f"{[d.name for d in SUPPORTED_DTYPES]}") from e
+    if result not in SUPPORTED_DTYPES:
+        raise TypeError(f"{argument} is {result.name}; expected one of {[d.name for d in SUPPORTED_DTYPES]}")
+    return result
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} is {value!r}; expected one of {list(choices)}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RNNConfig:
+    """A stacked RNN as cuDNN sees it.
+
+    Attributes:
+      mode: "lstm", "gru", "rnn_tanh" or "rnn_relu".
+      num_layers: number of stacked layers L >= 1.
+      num_units: hidden size H.
+      input_size: feature size I of the input x.
+      direction: "unidirectional" or "bidirectional" (D = 1 or 2).
+      input_mode: "linear_input", "skip_input" (only when input_size == num_units) or "auto_select", which is
+        resolved on construction to skip_input when input_size == num_units and to linear_input otherwise, as in
+        ``tf.contrib.cudnn_rnn``. The stored value is always the resolved one.
+      dropout: probability of zeroing an element of a layer's output before the next layer, in [0, 1); applied only
+        in training, never after the last layer.
+      dtype: float16, bfloat16, float32 or float64; the dtype of the parameters, inputs and outputs.
+    """
+
+    mode: str
+    num_layers: int
+    num_units: int
+    input_size: int
+    direction: str = "unidirectional"
+    input_mode: str = "linear_input"
+    dropout: float = 0.0
+    dtype: Any = np.float32
+
+    def __post_init__(self) -> None:
+        _check_choice("mode", self.mode, MODES)
+        _check_int("num_layers", self.num_layers, 1)
+        _check_int("num_units", self.num_units, 1)
+        _check_int("input_size", self.input_size, 1)
+        _check_choice("direction", self.direction, DIRECTIONS)
+        _check_choice("input_mode", self.input_mode, INPUT_MODES)
+        input_mode = self.input_mode
+        if input_mode == "auto_select":
+            input_mode = "skip_input" if self.input_size == self.num_units else "linear_input"
+        if input_mode == "skip_input" and self.input_size != self.num_units:
+            raise ValueError(f"input_mode 'skip_input' needs input_size == num_units, got input_size "
+                             f"{self.input_size} and num_units {self.num_units}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float, np.floating)):
+            raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        object.__setattr__(self, "num_layers", int(self.num_layers))
+        object.__setattr__(self, "num_units", int(self.num_units))
+        object.__setattr__(self, "input_size", int(self.input_size))
+        object.__setattr__(self, "input_mode", input_mode)
+        object.__setattr__(self, "dropout", float(self.dropout))
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+
+    # Derived quantities, named as in DESIGN.md.
+    @property
+    def num_gates(self) -> int:
+        """G: 4 for LSTM, 3 for GRU, 1 for the vanilla RNNs."""
+        return len(GATE_NAMES[self.mode])
+
+    @property
+    def gate_names(self) -> tuple[str, ...]:
+        return GATE_NAMES[self.mode]
+
+    @property
+    def num_directions(self) -> int:
+        """D: 1 or 2."""
+        return 2 if self.direction == "bidirectional" else 1
+
+    @property
+    def skip_input(self) -> bool:
+        return self.input_mode == "skip_input"
+
+    @property
+    def has_cell_state(self) -> bool:
+        return self.mode == "lstm"
+
+    @property
+    def output_size(self) -> int:
+        """Feature size of y: D * H."""
+        return self.num_directions * self.num_units
+
+    def layer_input_size(self, layer: int) -> int:
+        """in_l: I for layer 0, D * H after."""
+        return self.input_size if layer == 0 else self.output_size
+
+    def state_shape(self, batch_size: int) -> tuple[int, int, int]:
+        """Shape of h0, c0, h_n and c_n: (L * D, B, H)."""
+        return (self.num_layers * self.num_directions, batch_size, self.num_units)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict from which ``from_json`` rebuilds an equal config."""
+        fields = dataclasses.asdict(self)
+        fields["dtype"] = self.dtype.name
+        return fields
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> RNNConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(fields) - known
+        if unknown:
+            raise ValueError(f"RNNConfig fields {sorted(unknown)} are unknown; expected a subset of {sorted(known)}")
+        return cls(**fields)

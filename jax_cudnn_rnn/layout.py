@@ -1,0 +1,252 @@
+"""The opaque parameter buffer: the one module that knows where every matrix and bias lives in it.
+
+The buffer is a 1-D array of ``params_size(config)`` elements of ``config.dtype``, byte-identical to cuDNN's weight
+space (CUDNN_RNN_ALGO_STANDARD, CUDNN_RNN_DOUBLE_BIAS). The layout below is computed from the config alone:
+
+* all matrices of all pseudo-layers first, pseudo-layer = layer * D + direction, inside one pseudo-layer the G input
+  matrices W_0..W_{G-1} (each row-major [H, in_l]) then the G recurrent matrices R_0..R_{G-1} ([H, H]);
+* then all biases of all pseudo-layers in the same order: b_W0..b_W{G-1}, b_R0..b_R{G-1}, each [H];
+* with skip input, layer 0's input matrices have no storage (cuDNN reports a NULL address for them).
+
+This is what jax.experimental.rnn, MXNet and Knet.jl use. On a GPU, ``tests/test_cudnn_layout.py`` compares every
+offset and the total with ``cudnnGetRNNWeightParams`` / ``cudnnGetRNNWeightSpaceSize``; if cuDNN disagrees, this module
+is the only one to change (``_slot_offsets`` and ``params_size``): every other module goes through ``param_slots``.
+
+The canonical format (DESIGN.md) is two flat lists: weights (per layer, per direction: W_0..W_{G-1}, R_0..R_{G-1}) and
+biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree`` nests the same
+arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
+
+DIRECTION_NAMES = ("forward", "backward")
+# Names of the four groups of one pseudo-layer in the named tree, in canonical order.
+GROUP_NAMES = ("w_input", "w_recurrent", "b_input", "b_recurrent")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSlot:
+    """One matrix or bias of the network and where it lives in the opaque buffer.
+
+    ``offset`` is in elements of ``config.dtype``; ``shape`` is (H, in) for a matrix and (H,) for a bias.
+    """
+
+    layer: int
+    direction: int
+    is_bias: bool
+    recurrent: bool
+    gate: int
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def group(self) -> str:
+        """The named-tree group: w_input, w_recurrent, b_input or b_recurrent."""
+        return GROUP_NAMES[2 * self.is_bias + self.recurrent]
+
+    def name(self, config: RNNConfig) -> str:
+        """A readable path such as ``layer_1/backward/w_recurrent/f``, used in error messages and the named tree."""
+        return (f"layer_{self.layer}/{DIRECTION_NAMES[self.direction]}/{self.group}/"
+                f"{config.gate_names[self.gate]}")
+
+
+def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot]]:
+    """(matrix slots, bias slots) in canonical order, with offsets still unset (-1)."""
+    weights, biases = [], []
+    hidden = config.num_units
+    for layer in range(config.num_layers):
+        in_size = config.layer_input_size(layer)
+        for direction in range(config.num_directions):
+            for recurrent in (False, True):
+                for gate in range(config.num_gates):
+                    if config.skip_input and layer == 0 and not recurrent:
+                        continue  # cuDNN stores no input matrices for layer 0 with skip input
+                    shape = (hidden, hidden if recurrent else in_size)
+                    weights.append(ParamSlot(layer, direction, False, recurrent, gate, -1, shape))
+            for recurrent in (False, True):
+                for gate in range(config.num_gates):
+                    biases.append(ParamSlot(layer, direction, True, recurrent, gate, -1, (hidden,)))
+    return weights, biases
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...], int]:
+    weights, biases = _canonical_slots(config)
+    # cuDNN's weight space: every matrix (canonical order is pseudo-layer order), then every bias.
+    offset = 0
+    placed = []
+    for slot in weights + biases:
+        placed.append(dataclasses.replace(slot, offset=offset))
+        offset += slot.size
+    return tuple(placed[: len(weights)]), tuple(placed[len(weights):]), offset
+
+
+def params_size(config: RNNConfig) -> int:
+    """Number of elements of ``config.dtype`` in the opaque parameter buffer."""
+    return _layout(config)[2]
+
+
+def param_slots(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...]]:
+    """(weight slots, bias slots) in canonical order, each with its offset in the opaque buffer."""
+    weights, biases, _ = _layout(config)
+    return weights, biases
+
+
+def layer_slots(config: RNNConfig, layer: int, direction: int) -> dict[str, list[ParamSlot]]:
+    """The slots of one pseudo-layer grouped as w_input (empty with skip input on layer 0), w_recurrent, b_input,
+    b_recurrent, each list in gate order."""
+    groups: dict[str, list[ParamSlot]] = {name: [] for name in GROUP_NAMES}
+    for slot in (*_layout(config)[0], *_layout(config)[1]):
+        if slot.layer == layer and slot.direction == direction:
+            groups[slot.group].append(slot)
+    return groups
+
+
+def _check_buffer(params: Any, config: RNNConfig, argument: str = "params") -> jax.Array:
+    size = params_size(config)
+    shape = getattr(params, "shape", None)
+    if shape is None:
+        raise TypeError(f"{argument} must be an array, got {type(params).__name__}")
+    if tuple(shape) != (size,):
+        raise ValueError(f"{argument} has shape {tuple(shape)}; expected ({size},) = params_size(config) for {config}")
+    if np.dtype(params.dtype) != config.dtype:
+        raise TypeError(f"{argument} has dtype {np.dtype(params.dtype).name}; expected {config.dtype.name} "
+                        f"(config.dtype)")
+    return params
+
+
+def slice_slots(params: jax.Array, slots: Sequence[ParamSlot]) -> jax.Array:
+    """The gates of one group stacked along rows: [G*H, in] for matrices, [G*H] for biases.
+
+    One slice when the slots are adjacent in the buffer (the usual case), a concatenation otherwise.
+    """
+    first, last = slots[0], slots[-1]
+    rows = sum(s.shape[0] for s in slots)
+    if all(a.offset + a.size == b.offset for a, b in zip(slots, slots[1:])):
+        flat = jax.lax.slice(params, (first.offset,), (last.offset + last.size,))
+    else:
+        flat = jnp.concatenate([jax.lax.slice(params, (s.offset,), (s.offset + s.size,)) for s in slots])
+    return flat.reshape((rows,) + first.shape[1:])
+
+
+def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -> jax.Array:
+    """Builds an opaque buffer from (slot, array) pairs that together cover every slot; gaps (if cuDNN ever pads) are
+    zero. Arrays may be stacked groups (see ``slice_slots``): pass the first slot of the group."""
+    pieces = sorted(pieces, key=lambda p: p[0].offset)
+    parts, cursor = [], 0
+    for slot, array in pieces:
+        if slot.offset > cursor:
+            parts.append(jnp.zeros((slot.offset - cursor,), config.dtype))
+        flat = jnp.ravel(array).astype(config.dtype)
+        parts.append(flat)
+        cursor = slot.offset + flat.shape[0]
+    total = params_size(config)
+    if cursor != total:
+        if cursor > total:
+            raise ValueError(f"pieces cover {cursor} elements; params_size is {total}")
+        parts.append(jnp.zeros((total - cursor,), config.dtype))
+    return jnp.concatenate(parts)
+
+
+def params_to_canonical(params: jax.Array, config: RNNConfig) -> tuple[list[jax.Array], list[jax.Array]]:
+    """Splits an opaque buffer into canonical (weights, biases) lists (order in the module docstring)."""
+    params = _check_buffer(params, config)
+    weights, biases = param_slots(config)
+    take = lambda s: jax.lax.slice(params, (s.offset,), (s.offset + s.size,)).reshape(s.shape)  # noqa: E731
+    return [take(s) for s in weights], [take(s) for s in biases]
+
+
+def _check_tensor(name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, label: str) -> None:
+    shape = getattr(tensor, "shape", None)
+    if shape is None:
+        raise TypeError(f"{name} ({label}) must be an array, got {type(tensor).__name__}")
+    if tuple(shape) != slot.shape:
+        raise ValueError(f"{name} ({label}) has shape {tuple(shape)}; expected {slot.shape}")
+    dtype = np.dtype(tensor.dtype)
+    if dtype != config.dtype:
+        raise TypeError(f"{name} ({label}) has dtype {dtype.name}; expected {config.dtype.name} (config.dtype)")
+
+
+def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> jax.Array:
+    """Packs canonical (weights, biases) lists into an opaque buffer; the inverse of ``params_to_canonical``.
+
+    Raises ValueError/TypeError naming the first tensor whose count, shape or dtype is wrong.
+    """
+    weight_slots, bias_slots = param_slots(config)
+    for argument, given, slots in (("weights", weights, weight_slots), ("biases", biases, bias_slots)):
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise TypeError(f"{argument} must be a list of arrays, got {type(given).__name__}")
+        if len(given) != len(slots):
+            raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
+        for i, (tensor, slot) in enumerate(zip(given, slots)):
+            _check_tensor(f"{argument}[{i}]", tensor, slot, config, slot.name(config))
+    pieces = [(s, jnp.asarray(t)) for s, t in zip(weight_slots + bias_slots, list(weights) + list(biases))]
+    return assemble(pieces, config)
+
+
+def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
+    """The canonical named view: ``tree['layer_0']['forward']['w_input']['i']`` is W_i of layer 0, shape [H, I].
+
+    Skip input's absent matrices are absent (layer 0 has no ``w_input``).
+    """
+    weights, biases = params_to_canonical(params, config)
+    tree: dict[str, Any] = {}
+    for slot, array in zip(param_slots(config)[0] + param_slots(config)[1], weights + biases):
+        layer, direction, group, gate = slot.name(config).split("/")
+        tree.setdefault(layer, {}).setdefault(direction, {}).setdefault(group, {})[gate] = array
+    return tree
+
+
+def tree_to_params(tree: Any, config: RNNConfig) -> jax.Array:
+    """The inverse of ``params_to_tree``; errors name the path that is missing, extra or of the wrong shape/dtype."""
+    weight_slots, bias_slots = param_slots(config)
+    expected = {slot.name(config): slot for slot in weight_slots + bias_slots}
+    found: dict[str, Any] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                walk(child, f"{path}/{key}" if path else str(key))
+        else:
+            found[path] = node
+
+    if not isinstance(tree, dict):
+        raise TypeError(f"tree must be a nested dict, got {type(tree).__name__}")
+    walk(tree, "")
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    if missing or extra:
+        raise ValueError(f"tree does not match {config}: missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
+                         f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}")
+    for name, slot in expected.items():
+        _check_tensor(f"tree['{name}']", found[name], slot, config, "canonical tensor")
+    return assemble([(slot, jnp.asarray(found[name])) for name, slot in expected.items()], config)
+
+
+def init_params(key: jax.Array, config: RNNConfig, *, scale: float | None = None) -> jax.Array:
+    """A fresh opaque buffer with every weight and bias drawn from U(-k, k), k = 1/sqrt(num_units) by default
+    (PyTorch's initialisation of nn.LSTM/GRU/RNN); ``scale`` overrides k."""
+    dtype = canonical_dtype(config.dtype)
+    if dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
+                        "jax.config.update('jax_enable_x64', True)")
+    bound = 1.0 / math.sqrt(config.num_units) if scale is None else float(scale)
+    values = jax.random.uniform(key, (params_size(config),), jnp.float32 if dtype.itemsize < 4 else dtype,
+                                -bound, bound)
+    return values.astype(dtype)
