@@ -1,0 +1,48 @@
+"""jax-cudnn-rnn: cuDNN's fused LSTM/GRU/RNN kernels for JAX, with a pure-JAX path over the same parameter bytes.
+
+Quick tour::
+
+    import jax, jax.numpy as jnp
+    import jax_cudnn_rnn as jcr
+
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=128, input_size=64)
+    params = jcr.init_params(jax.random.key(0), cfg)          # 1-D opaque buffer, cuDNN's weight space
+    weights, biases = jcr.params_to_canonical(params, cfg)    # canonical lists (portable)
+    y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg)             # x [T, B, 64] time-major
+"""
+
+from jax_cudnn_rnn._extension import extension_error, extension_loaded
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.dropout import dropout_masks
+from jax_cudnn_rnn.layout import (
+    canonical_to_params,
+    init_params,
+    param_slots,
+    params_size,
+    params_to_canonical,
+    params_to_tree,
+    tree_to_params,
+)
+from jax_cudnn_rnn.models import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
+from jax_cudnn_rnn.ops import rnn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CudnnGRU",
+    "CudnnLSTM",
+    "CudnnRNNRelu",
+    "CudnnRNNTanh",
+    "RNNConfig",
+    "canonical_to_params",
+    "dropout_masks",
+    "extension_error",
+    "extension_loaded",
+    "init_params",
+    "param_slots",
+    "params_size",
+    "params_to_canonical",
+    "params_to_tree",
+    "rnn",
+    "tree_to_params",
+]

@@ -1,0 +1,148 @@
+"""``rnn``: the public op. Checks every argument, then runs cuDNN or the pure-JAX implementation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn import dropout, layout, xla
+from jax_cudnn_rnn.config import RNNConfig
+
+IMPLEMENTATIONS = ("cudnn", "xla", "reference")
+
+
+def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
+    shape = getattr(value, "shape", None)
+    if shape is None or not hasattr(value, "dtype"):
+        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
+    return tuple(shape)
+
+
+def _check_array(argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype) -> None:
+    shape = _shape_of(argument, value)
+    if shape != expected_shape:
+        raise ValueError(f"{argument} has shape {shape}; expected {expected_shape} = {meaning}")
+    if np.dtype(value.dtype) != dtype:
+        raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} (config.dtype)")
+
+
+def _is_concrete(value: Any) -> bool:
+    return not isinstance(value, jax.core.Tracer)
+
+
+def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None) -> None:
+    """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong."""
+    if not isinstance(config, RNNConfig):
+        raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
+    if config.dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
+                        "jax.config.update('jax_enable_x64', True)")
+    x_shape = _shape_of("x", x)
+    if len(x_shape) != 3:
+        raise ValueError(f"x has shape {x_shape}; expected rank 3 (max_time, batch, input_size) = "
+                         f"(T, B, {config.input_size})")
+    num_steps, batch, features = x_shape
+    if features != config.input_size:
+        raise ValueError(f"x has shape {x_shape}; expected (T, B, {config.input_size}): its last axis must be "
+                         f"config.input_size")
+    if num_steps == 0 or batch == 0:
+        raise ValueError(f"x has shape {x_shape}; max_time and batch must be at least 1")
+    if np.dtype(x.dtype) != config.dtype:
+        raise TypeError(f"x has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} (config.dtype)")
+    _check_array("params", params, (layout.params_size(config),), "(params_size(config),)", config.dtype)
+    state_shape = config.state_shape(batch)
+    state_meaning = "(num_layers*num_directions, batch, num_units)"
+    _check_array("h0", h0, state_shape, state_meaning, config.dtype)
+    if config.has_cell_state:
+        if c0 is None:
+            raise ValueError(f"c0 is None; mode 'lstm' needs an initial cell state of shape {state_shape} = "
+                             f"{state_meaning}")
+        _check_array("c0", c0, state_shape, state_meaning, config.dtype)
+    elif c0 is not None:
+        raise ValueError(f"c0 was given but mode {config.mode!r} has no cell state; pass c0=None")
+    if seq_lengths is None:
+        return
+    shape = _shape_of("seq_lengths", seq_lengths)
+    if shape != (batch,):
+        raise ValueError(f"seq_lengths has shape {shape}; expected ({batch},) = (batch,)")
+    if np.dtype(seq_lengths.dtype) != np.int32:
+        raise TypeError(f"seq_lengths has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
+    if _is_concrete(seq_lengths):
+        lengths = np.asarray(seq_lengths)
+        bad = np.flatnonzero((lengths < 1) | (lengths > num_steps))
+        if bad.size:
+            raise ValueError(f"seq_lengths[{bad[0]}] is {lengths[bad[0]]}; every length must be in [1, {num_steps}] "
+                             f"= [1, max_time]")
+
+
+def _on_cuda(*arrays: Any) -> bool:
+    """Whether the computation runs on a CUDA device: the arrays' devices when concrete, else JAX's default backend
+    (inside ``jax.jit`` there is nothing else to go by)."""
+    for array in arrays:
+        if array is not None and _is_concrete(array) and isinstance(array, jax.Array):
+            return any(device.platform == "gpu" for device in array.devices())
+    return jax.default_backend() == "gpu"
+
+
+def resolve_implementation(implementation: str | None, *arrays: Any) -> str:
+    """None picks "cudnn" for arrays on a CUDA device when the extension is loaded, else "xla"."""
+    from jax_cudnn_rnn import _extension
+
+    if implementation is None:
+        return "cudnn" if _extension.extension_loaded() and _on_cuda(*arrays) else "xla"
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(IMPLEMENTATIONS)}")
+    if implementation == "cudnn":
+        if not _extension.extension_loaded():
+            raise RuntimeError(f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
+                               f"{_extension.extension_error()}")
+        if not _on_cuda(*arrays):
+            raise RuntimeError("implementation='cudnn' needs the arrays on a CUDA device; these are on "
+                               f"{jax.default_backend()!r}. Use implementation='xla' or None to run there.")
+    return implementation
+
+
+def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None, is_training: bool = False,
+        dropout_key: Any = None, implementation: str | None = None):
+    """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
+
+    Args:
+      params: the opaque buffer, 1-D of ``params_size(config)`` elements of ``config.dtype``.
+      x: [T, B, input_size] input, ``config.dtype``.
+      h0: [num_layers * num_directions, B, num_units] initial hidden state (index layer * D + direction).
+      c0: initial cell state of the same shape for LSTM; must be None for the other modes.
+      config: the RNNConfig.
+      seq_lengths: optional int32 [B], each in [1, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
+        sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
+        semantics). Checked when concrete; under ``jax.jit`` the lengths are not checked, the xla implementations treat
+        a length above T as T and a length below 1 as an empty sequence (zero outputs, h_n = h0), the cuDNN
+        implementation raises at run time.
+      is_training: applies inter-layer dropout when ``config.dropout > 0``.
+      dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
+      implementation: None (cuDNN on a CUDA device when the extension is loaded, else "xla"), "cudnn", "xla" (fast
+        pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
+
+    Returns:
+      (y [T, B, num_directions * num_units], h_n, c_n) with h_n/c_n shaped like h0; c_n is None unless LSTM.
+    """
+    check_inputs(params, x, h0, c0, config, seq_lengths)
+    implementation = resolve_implementation(implementation, x, params)
+    apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
+    if apply_dropout and dropout_key is None:
+        raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
+                         "PRNG key (jax.random.key(seed))")
+    if implementation == "cudnn":
+        from jax_cudnn_rnn import cudnn
+
+        return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
+                               dropout_key=dropout_key if apply_dropout else None)
+    masks = None
+    if apply_dropout:
+        masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
+                                      xla.compute_dtype(config.dtype))
+    lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
+    run = xla.rnn_xla if implementation == "xla" else xla.rnn_reference
+    return run(params, x, h0, c0, config, seq_lengths=lengths, dropout_masks=masks)
