@@ -81,7 +81,7 @@ class _CudnnRNN:
         return layout.params_to_canonical(params, self._config)
 
     def _run(self, input_data, input_h, input_c, params, is_training, seq_lengths, dropout_key, implementation):
-        if dropout_key is None and is_training and self._config.dropout > 0:
+        if dropout_key is None and self._config.dropout > 0 and is_training is True:
             dropout_key = jax.random.key(self._seed)
         return ops.rnn(params, input_data, input_h, input_c, self._config, seq_lengths=seq_lengths,
                        is_training=is_training, dropout_key=dropout_key, implementation=implementation)

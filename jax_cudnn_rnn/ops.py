@@ -129,6 +129,9 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: A
       (y [T, B, num_directions * num_units], h_n, c_n) with h_n/c_n shaped like h0; c_n is None unless LSTM.
     """
     check_inputs(params, x, h0, c0, config, seq_lengths)
+    if not isinstance(is_training, (bool, np.bool_)):
+        raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
+                        f"{type(is_training).__name__}")
     implementation = resolve_implementation(implementation, x, params)
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:

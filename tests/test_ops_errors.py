@@ -1,0 +1,206 @@
+"""Every bad argument of rnn() and the seed-style classes gives a ValueError/TypeError naming it, what was expected
+and what came."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+
+T, B, I, H = 5, 3, 4, 6
+
+
+def _setup(mode="lstm", **kwargs):
+    cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=H, input_size=I, **kwargs)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jnp.ones((T, B, I), jnp.float32)
+    h0 = jnp.zeros(cfg.state_shape(B), jnp.float32)
+    c0 = h0 if mode == "lstm" else None
+    return cfg, params, x, h0, c0
+
+
+def _raises(exc, pattern, fn):
+    with pytest.raises(exc, match=pattern):
+        fn()
+
+
+def test_x_rank():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("x has shape (5, 4); expected rank 3"), lambda: jcr.rnn(p, x[:, 0], h0, c0, cfg))
+
+
+def test_x_feature_size():
+    cfg, p, x, h0, c0 = _setup()
+    bad = jnp.ones((T, B, I + 1))
+    _raises(ValueError, re.escape("x has shape (5, 3, 5); expected (T, B, 4)"), lambda: jcr.rnn(p, bad, h0, c0, cfg))
+
+
+@pytest.mark.parametrize("shape", [(0, B, I), (T, 0, I)])
+def test_x_empty(shape):
+    cfg, p, _, _, _ = _setup()
+    x = jnp.ones(shape)
+    h0 = jnp.zeros(cfg.state_shape(shape[1]))
+    _raises(ValueError, "max_time and batch must be at least 1", lambda: jcr.rnn(p, x, h0, h0, cfg))
+
+
+def test_x_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "x has dtype float16; expected float32", lambda: jcr.rnn(p, x.astype(jnp.float16), h0, c0, cfg))
+
+
+def test_x_not_array():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "x must be an array, got list", lambda: jcr.rnn(p, [[1.0]], h0, c0, cfg))
+
+
+def test_params_length():
+    cfg, p, x, h0, c0 = _setup()
+    size = jcr.params_size(cfg)
+    _raises(ValueError, re.escape(f"params has shape ({size - 1},); expected ({size},)"),
+            lambda: jcr.rnn(p[:-1], x, h0, c0, cfg))
+
+
+def test_params_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "params has dtype bfloat16; expected float32",
+            lambda: jcr.rnn(p.astype(jnp.bfloat16), x, h0, c0, cfg))
+
+
+def test_h0_shape_names_meaning():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("h0 has shape (1, 3, 6); expected (2, 3, 6) = (num_layers*num_directions, batch, "
+                                  "num_units)"), lambda: jcr.rnn(p, x, h0[:1], c0, cfg))
+
+
+def test_h0_batch_mismatch():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("h0 has shape (2, 2, 6); expected (2, 3, 6)"),
+            lambda: jcr.rnn(p, x, h0[:, :2], c0, cfg))
+
+
+def test_h0_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "h0 has dtype float16; expected float32", lambda: jcr.rnn(p, x, h0.astype(jnp.float16), c0, cfg))
+
+
+def test_c0_missing_for_lstm():
+    cfg, p, x, h0, _ = _setup()
+    _raises(ValueError, "c0 is None; mode 'lstm' needs an initial cell state", lambda: jcr.rnn(p, x, h0, None, cfg))
+
+
+def test_c0_given_for_gru():
+    cfg, p, x, h0, _ = _setup("gru")
+    _raises(ValueError, "c0 was given but mode 'gru' has no cell state", lambda: jcr.rnn(p, x, h0, h0, cfg))
+
+
+def test_c0_shape():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("c0 has shape (2, 3, 5); expected (2, 3, 6)"),
+            lambda: jcr.rnn(p, x, h0, c0[..., :5], cfg))
+
+
+def test_seq_lengths_shape():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("seq_lengths has shape (2,); expected (3,) = (batch,)"),
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1, 2], jnp.int32)))
+
+
+def test_seq_lengths_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "seq_lengths has dtype float32; expected int32",
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])))
+
+
+@pytest.mark.parametrize("lengths, index, value", [([1, 0, 2], 1, 0), ([1, 2, 6], 2, 6), ([-1, 2, 3], 0, -1)])
+def test_seq_lengths_range(lengths, index, value):
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape(f"seq_lengths[{index}] is {value}; every length must be in [1, 5]"),
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array(lengths, jnp.int32)))
+
+
+def test_seq_lengths_under_jit_never_reads_out_of_bounds():
+    """Under jit lengths cannot be checked; the documented behaviour: > T acts as T, < 1 as an empty sequence."""
+    cfg, p, x, h0, c0 = _setup()
+    run = jax.jit(lambda lengths: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation="xla"))
+    y, h_n, c_n = run(jnp.array([9, 0, -4], jnp.int32))
+    y_full, h_full, c_full = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
+    np.testing.assert_allclose(y[:, 0], y_full[:, 0], atol=1e-6)
+    np.testing.assert_allclose(h_n[:, 0], h_full[:, 0], atol=1e-6)
+    assert np.all(np.asarray(y[:, 1:]) == 0)
+    np.testing.assert_array_equal(h_n[:, 1:], h0[:, 1:])
+    np.testing.assert_array_equal(c_n[:, 1:], c0[:, 1:])
+
+
+def test_dropout_key_required():
+    cfg, p, x, h0, c0 = _setup(dropout=0.5)
+    _raises(ValueError, "dropout_key is None; is_training=True with config.dropout=0.5",
+            lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=True))
+
+
+def test_unknown_implementation():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, "implementation is 'cuda'; expected None or one of", lambda: jcr.rnn(p, x, h0, c0, cfg,
+                                                                                          implementation="cuda"))
+
+
+def test_cudnn_where_it_cannot_run_is_a_clear_error():
+    cfg, p, x, h0, c0 = _setup()
+    if jax.default_backend() == "gpu" and jcr.extension_loaded():
+        pytest.skip("cuDNN can run here")
+    _raises(RuntimeError, "implementation='cudnn' needs", lambda: jcr.rnn(p, x, h0, c0, cfg, implementation="cudnn"))
+
+
+def test_config_must_be_rnnconfig():
+    _, p, x, h0, c0 = _setup()
+    _raises(TypeError, "config must be an RNNConfig, got dict", lambda: jcr.rnn(p, x, h0, c0, {"mode": "lstm"}))
+
+
+def test_float64_without_x64():
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 is on")
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=H, input_size=I, dtype="float64")
+    _raises(TypeError, "config.dtype is float64 but jax_enable_x64 is off",
+            lambda: jcr.init_params(jax.random.key(0), cfg))
+
+
+def test_non_finite_inputs_pass_through():
+    cfg, p, x, h0, c0 = _setup()
+    x = x.at[2, 1, 0].set(jnp.nan).at[0, 0, 0].set(jnp.inf)
+    y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
+    assert np.isnan(np.asarray(y[2:, 1])).all()  # NaN enters batch 1 at t=2 and stays
+    assert np.isfinite(np.asarray(y[:, 2])).all()  # batch 2 never saw a non-finite value
+
+
+# Seed-style classes.
+
+
+def test_seed_class_lstm_needs_input_c():
+    lstm = jcr.CudnnLSTM(1, H, I)
+    p = lstm.init_params(jax.random.key(0))
+    x = jnp.ones((T, B, I))
+    h = jnp.zeros((1, B, H))
+    _raises(ValueError, "c0 is None", lambda: lstm(x, h, None, p))
+
+
+def test_seed_class_gru_signature_has_no_input_c():
+    gru = jcr.CudnnGRU(1, H, I)
+    p = gru.init_params(jax.random.key(0))
+    # A stray input_c lands in the params slot and is rejected by name.
+    _raises(ValueError, re.escape("params has shape (1, 3, 6); expected"),
+            lambda: gru(jnp.ones((T, B, I)), jnp.zeros((1, B, H)), jnp.zeros((1, B, H)), p))
+
+
+def test_is_training_must_be_bool():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "is_training must be a Python bool", lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=p))
+
+
+def test_seed_class_bad_seed():
+    _raises(TypeError, "seed must be an int, got str", lambda: jcr.CudnnRNNTanh(1, H, I, seed="0"))
+
+
+def test_seed_class_bad_direction():
+    _raises(ValueError, "direction is 'both'; expected one of", lambda: jcr.CudnnRNNRelu(1, H, I, direction="both"))
