@@ -15,6 +15,9 @@ import numpy as np
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 DIRECTIONS = ("unidirectional", "bidirectional")
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
+# Which biases exist: both (cuDNN's CUDNN_RNN_DOUBLE_BIAS, the canonical format's default), only the input ones
+# (SINGLE_INP_BIAS), only the recurrent ones (SINGLE_REC_BIAS), or none (NO_BIAS).
+BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 
 # Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh).
 GATE_NAMES: dict[str, tuple[str, ...]] = {
@@ -70,6 +73,13 @@ class RNNConfig:
       dropout: probability of zeroing an element of a layer's output before the next layer, in [0, 1); applied only
         in training, never after the last layer.
       dtype: float16, bfloat16, float32 or float64; the dtype of the parameters, inputs and outputs.
+      proj_size: LSTM only: 0 (off) or P with 0 < P < num_units. The hidden state is then projected,
+        h = W_proj (o * tanh(c)) with W_proj [P, num_units]: h, h0, h_n and y are P wide (y is D*P), the recurrent
+        matrices are [num_units, P] and later layers take D*P inputs; the cell state stays num_units wide.
+      cell_clip: LSTM only: None (off) or a positive bound; the new cell state is clipped to [-cell_clip, cell_clip]
+        before h is computed from it (cuDNN's cudnnRNNSetClip_v9 with CUDNN_RNN_CLIP_MINMAX).
+      bias_mode: "double" (separate input and recurrent biases, the default), "single_input", "single_recurrent" or
+        "none"; absent biases have no storage and are absent from the canonical lists.
     """
 
     mode: str
@@ -80,6 +90,9 @@ class RNNConfig:
     input_mode: str = "linear_input"
     dropout: float = 0.0
     dtype: Any = np.float32
+    proj_size: int = 0
+    cell_clip: float | None = None
+    bias_mode: str = "double"
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
@@ -98,6 +111,24 @@ class RNNConfig:
             raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        _check_int("proj_size", self.proj_size, 0)
+        if self.proj_size and self.mode != "lstm":
+            raise ValueError(f"proj_size is {self.proj_size}; projection exists only for mode 'lstm', got mode "
+                             f"{self.mode!r} (use proj_size=0)")
+        if self.proj_size >= self.num_units:
+            raise ValueError(f"proj_size must be 0 (off) or in [1, num_units) = [1, {self.num_units}), got "
+                             f"{self.proj_size}")
+        if self.cell_clip is not None:
+            if isinstance(self.cell_clip, bool) or not isinstance(self.cell_clip, (int, float, np.floating)):
+                raise TypeError(f"cell_clip must be None or a float, got {type(self.cell_clip).__name__}")
+            if self.mode != "lstm":
+                raise ValueError(f"cell_clip is {self.cell_clip}; clipping exists only for mode 'lstm', got mode "
+                                 f"{self.mode!r} (use cell_clip=None)")
+            if not (np.isfinite(self.cell_clip) and self.cell_clip > 0):
+                raise ValueError(f"cell_clip must be None or a finite value > 0, got {self.cell_clip}")
+            object.__setattr__(self, "cell_clip", float(self.cell_clip))
+        _check_choice("bias_mode", self.bias_mode, BIAS_MODES)
+        object.__setattr__(self, "proj_size", int(self.proj_size))
         object.__setattr__(self, "num_layers", int(self.num_layers))
         object.__setattr__(self, "num_units", int(self.num_units))
         object.__setattr__(self, "input_size", int(self.input_size))
@@ -129,16 +160,33 @@ class RNNConfig:
         return self.mode == "lstm"
 
     @property
+    def hidden_size(self) -> int:
+        """Width of h: proj_size when projecting, else num_units."""
+        return self.proj_size or self.num_units
+
+    @property
+    def has_input_bias(self) -> bool:
+        return self.bias_mode in ("double", "single_input")
+
+    @property
+    def has_recurrent_bias(self) -> bool:
+        return self.bias_mode in ("double", "single_recurrent")
+
+    @property
     def output_size(self) -> int:
-        """Feature size of y: D * H."""
-        return self.num_directions * self.num_units
+        """Feature size of y: D * hidden_size (D * H without projection)."""
+        return self.num_directions * self.hidden_size
 
     def layer_input_size(self, layer: int) -> int:
-        """in_l: I for layer 0, D * H after."""
+        """in_l: I for layer 0, D * hidden_size after."""
         return self.input_size if layer == 0 else self.output_size
 
     def state_shape(self, batch_size: int) -> tuple[int, int, int]:
-        """Shape of h0, c0, h_n and c_n: (L * D, B, H)."""
+        """Shape of h0 and h_n: (L * D, B, hidden_size); (L * D, B, H) without projection."""
+        return (self.num_layers * self.num_directions, batch_size, self.hidden_size)
+
+    def cell_shape(self, batch_size: int) -> tuple[int, int, int]:
+        """Shape of c0 and c_n (LSTM): (L * D, B, num_units)."""
         return (self.num_layers * self.num_directions, batch_size, self.num_units)
 
     def to_json(self) -> dict[str, Any]:

@@ -6,7 +6,11 @@ space (CUDNN_RNN_ALGO_STANDARD, CUDNN_RNN_DOUBLE_BIAS). The layout below is comp
 * all matrices of all pseudo-layers first, pseudo-layer = layer * D + direction, inside one pseudo-layer the G input
   matrices W_0..W_{G-1} (each row-major [H, in_l]) then the G recurrent matrices R_0..R_{G-1} ([H, H]);
 * then all biases of all pseudo-layers in the same order: b_W0..b_W{G-1}, b_R0..b_R{G-1}, each [H];
-* with skip input, layer 0's input matrices have no storage (cuDNN reports a NULL address for them).
+* with skip input, layer 0's input matrices have no storage (cuDNN reports a NULL address for them);
+* a projected LSTM (proj_size P) has its projection matrix [P, H] (linLayerID 8) after the recurrent matrices of each
+  pseudo-layer, recurrent matrices [H, P], and no projection bias; absent biases (bias_mode) have no storage.
+  Where projection and single/no-bias modes put their bytes is the least certain part of this layout: the GPU layout
+  test covers them.
 
 This is what jax.experimental.rnn, MXNet and Knet.jl use. On a GPU, ``tests/test_cudnn_layout.py`` compares every
 offset and the total with ``cudnnGetRNNWeightParams`` / ``cudnnGetRNNWeightSpaceSize``; if cuDNN disagrees, this module
@@ -14,7 +18,8 @@ is the only one to change (``_slot_offsets`` and ``params_size``): every other m
 
 The canonical format (DESIGN.md) is two flat lists: weights (per layer, per direction: W_0..W_{G-1}, R_0..R_{G-1}) and
 biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree`` nests the same
-arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``.
+arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``, and a projected
+LSTM's projection as ``layer_{l}/{direction}/w_projection``.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ import numpy as np
 from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
 
 DIRECTION_NAMES = ("forward", "backward")
-# Names of the four groups of one pseudo-layer in the named tree, in canonical order.
-GROUP_NAMES = ("w_input", "w_recurrent", "b_input", "b_recurrent")
+# Names of the groups of one pseudo-layer in the named tree, in canonical order.
+GROUP_NAMES = ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +50,8 @@ class ParamSlot:
 
     layer: int
     direction: int
-    is_bias: bool
-    recurrent: bool
-    gate: int
+    group: str  # one of GROUP_NAMES
+    gate: int  # index into config.gate_names; 0 for the projection
     offset: int
     shape: tuple[int, ...]
 
@@ -56,32 +60,33 @@ class ParamSlot:
         return math.prod(self.shape)
 
     @property
-    def group(self) -> str:
-        """The named-tree group: w_input, w_recurrent, b_input or b_recurrent."""
-        return GROUP_NAMES[2 * self.is_bias + self.recurrent]
+    def is_bias(self) -> bool:
+        return self.group.startswith("b_")
 
     def name(self, config: RNNConfig) -> str:
         """A readable path such as ``layer_1/backward/w_recurrent/f``, used in error messages and the named tree."""
-        return (f"layer_{self.layer}/{DIRECTION_NAMES[self.direction]}/{self.group}/"
-                f"{config.gate_names[self.gate]}")
+        path = f"layer_{self.layer}/{DIRECTION_NAMES[self.direction]}/{self.group}"
+        return path if self.group == "w_projection" else f"{path}/{config.gate_names[self.gate]}"
 
 
 def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot]]:
     """(matrix slots, bias slots) in canonical order, with offsets still unset (-1)."""
     weights, biases = [], []
-    hidden = config.num_units
+    units, hidden = config.num_units, config.hidden_size
+    gates = range(config.num_gates)
     for layer in range(config.num_layers):
         in_size = config.layer_input_size(layer)
         for direction in range(config.num_directions):
-            for recurrent in (False, True):
-                for gate in range(config.num_gates):
-                    if config.skip_input and layer == 0 and not recurrent:
-                        continue  # cuDNN stores no input matrices for layer 0 with skip input
-                    shape = (hidden, hidden if recurrent else in_size)
-                    weights.append(ParamSlot(layer, direction, False, recurrent, gate, -1, shape))
-            for recurrent in (False, True):
-                for gate in range(config.num_gates):
-                    biases.append(ParamSlot(layer, direction, True, recurrent, gate, -1, (hidden,)))
+            slot = lambda group, gate, shape: ParamSlot(layer, direction, group, gate, -1, shape)  # noqa: E731
+            if not (config.skip_input and layer == 0):  # cuDNN stores no layer-0 input matrices with skip input
+                weights += [slot("w_input", gate, (units, in_size)) for gate in gates]
+            weights += [slot("w_recurrent", gate, (units, hidden)) for gate in gates]
+            if config.proj_size:
+                weights.append(slot("w_projection", 0, (config.proj_size, units)))
+            if config.has_input_bias:
+                biases += [slot("b_input", gate, (units,)) for gate in gates]
+            if config.has_recurrent_bias:
+                biases += [slot("b_recurrent", gate, (units,)) for gate in gates]
     return weights, biases
 
 
@@ -109,8 +114,8 @@ def param_slots(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSl
 
 
 def layer_slots(config: RNNConfig, layer: int, direction: int) -> dict[str, list[ParamSlot]]:
-    """The slots of one pseudo-layer grouped as w_input (empty with skip input on layer 0), w_recurrent, b_input,
-    b_recurrent, each list in gate order."""
+    """The slots of one pseudo-layer grouped as w_input (empty with skip input on layer 0), w_recurrent, w_projection,
+    b_input, b_recurrent (each empty when absent), each list in gate order."""
     groups: dict[str, list[ParamSlot]] = {name: [] for name in GROUP_NAMES}
     for slot in (*_layout(config)[0], *_layout(config)[1]):
         if slot.layer == layer and slot.direction == direction:
@@ -208,8 +213,11 @@ def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
     weights, biases = params_to_canonical(params, config)
     tree: dict[str, Any] = {}
     for slot, array in zip(param_slots(config)[0] + param_slots(config)[1], weights + biases):
-        layer, direction, group, gate = slot.name(config).split("/")
-        tree.setdefault(layer, {}).setdefault(direction, {}).setdefault(group, {})[gate] = array
+        *parents, leaf = slot.name(config).split("/")
+        node = tree
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = array
     return tree
 
 
@@ -240,13 +248,14 @@ def tree_to_params(tree: Any, config: RNNConfig) -> jax.Array:
 
 
 def init_params(key: jax.Array, config: RNNConfig, *, scale: float | None = None) -> jax.Array:
-    """A fresh opaque buffer with every weight and bias drawn from U(-k, k), k = 1/sqrt(num_units) by default
-    (PyTorch's initialisation of nn.LSTM/GRU/RNN); ``scale`` overrides k."""
+    """A fresh opaque buffer with every weight and bias drawn from U(-k, k), k = 1/sqrt(hidden_size) by default
+    (PyTorch's initialisation of nn.LSTM/GRU/RNN, which uses the projected size when projecting); ``scale``
+    overrides k."""
     dtype = canonical_dtype(config.dtype)
     if dtype == np.float64 and not jax.config.jax_enable_x64:
         raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
                         "jax.config.update('jax_enable_x64', True)")
-    bound = 1.0 / math.sqrt(config.num_units) if scale is None else float(scale)
+    bound = 1.0 / math.sqrt(config.hidden_size) if scale is None else float(scale)
     values = jax.random.uniform(key, (params_size(config),), jnp.float32 if dtype.itemsize < 4 else dtype,
                                 -bound, bound)
     return values.astype(dtype)

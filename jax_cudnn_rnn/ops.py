@@ -53,14 +53,15 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     if np.dtype(x.dtype) != config.dtype:
         raise TypeError(f"x has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} (config.dtype)")
     _check_array("params", params, (layout.params_size(config),), "(params_size(config),)", config.dtype)
-    state_shape = config.state_shape(batch)
-    state_meaning = "(num_layers*num_directions, batch, num_units)"
-    _check_array("h0", h0, state_shape, state_meaning, config.dtype)
+    state_meaning = ("(num_layers*num_directions, batch, proj_size)" if config.proj_size else
+                     "(num_layers*num_directions, batch, num_units)")
+    _check_array("h0", h0, config.state_shape(batch), state_meaning, config.dtype)
     if config.has_cell_state:
+        cell_shape, cell_meaning = config.cell_shape(batch), "(num_layers*num_directions, batch, num_units)"
         if c0 is None:
-            raise ValueError(f"c0 is None; mode 'lstm' needs an initial cell state of shape {state_shape} = "
-                             f"{state_meaning}")
-        _check_array("c0", c0, state_shape, state_meaning, config.dtype)
+            raise ValueError(f"c0 is None; mode 'lstm' needs an initial cell state of shape {cell_shape} = "
+                             f"{cell_meaning}")
+        _check_array("c0", c0, cell_shape, cell_meaning, config.dtype)
     elif c0 is not None:
         raise ValueError(f"c0 was given but mode {config.mode!r} has no cell state; pass c0=None")
     if seq_lengths is None:
@@ -112,8 +113,9 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: A
     Args:
       params: the opaque buffer, 1-D of ``params_size(config)`` elements of ``config.dtype``.
       x: [T, B, input_size] input, ``config.dtype``.
-      h0: [num_layers * num_directions, B, num_units] initial hidden state (index layer * D + direction).
-      c0: initial cell state of the same shape for LSTM; must be None for the other modes.
+      h0: [num_layers * num_directions, B, hidden_size] initial hidden state (index layer * D + direction);
+        hidden_size is num_units, or proj_size for a projected LSTM.
+      c0: LSTM initial cell state [num_layers * num_directions, B, num_units]; must be None for the other modes.
       config: the RNNConfig.
       seq_lengths: optional int32 [B], each in [1, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
@@ -126,7 +128,8 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: A
         pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
 
     Returns:
-      (y [T, B, num_directions * num_units], h_n, c_n) with h_n/c_n shaped like h0; c_n is None unless LSTM.
+      (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
+      unless LSTM.
     """
     check_inputs(params, x, h0, c0, config, seq_lengths)
     if not isinstance(is_training, (bool, np.bool_)):

@@ -54,43 +54,57 @@ def _lstm_activations(pre: Array) -> Array:
     return jnp.tanh(pre * scale) * scale + shift
 
 
-def _cell(mode: str, xp: Array, hp: Array, h: Array, c: Array | None):
-    """One step: returns (h_new, c_new, saved) where ``saved`` is what ``_cell_backward`` needs besides h and c."""
+def _clip(c: Array, cell_clip: float | None) -> Array:
+    return c if cell_clip is None else jnp.clip(c, -cell_clip, cell_clip)
+
+
+def _cell(mode: str, xp: Array, hp: Array, h: Array, c: Array | None, cell_clip: float | None):
+    """One step: returns (h_new, c_new, saved) where ``saved`` is what ``_cell_backward`` needs besides h and c.
+
+    For LSTM h_new is o * tanh(c_new) before any projection (the projection is applied by the caller).
+    """
     if mode == "lstm":
         acts = _lstm_activations(xp + hp)
         i, f, g, o = jnp.split(acts, 4, axis=-1)
-        c_new = f * c + i * g
+        c_new = _clip(f * c + i * g, cell_clip)
         return o * jnp.tanh(c_new), c_new, acts
     if mode == "gru":
-        hidden = h.shape[-1]
-        hn = hp[..., 2 * hidden:]
-        r, z = jnp.split(_sigmoid(xp[..., :2 * hidden] + hp[..., :2 * hidden]), 2, axis=-1)
-        n = jnp.tanh(xp[..., 2 * hidden:] + r * hn)
+        units = hp.shape[-1] // 3
+        hn = hp[..., 2 * units:]
+        r, z = jnp.split(_sigmoid(xp[..., :2 * units] + hp[..., :2 * units]), 2, axis=-1)
+        n = jnp.tanh(xp[..., 2 * units:] + r * hn)
         return (1 - z) * n + z * h, None, jnp.concatenate([r, z, n, hn], axis=-1)
     h_new = jnp.tanh(xp + hp) if mode == "rnn_tanh" else jax.nn.relu(xp + hp)
     return h_new, None, h_new
 
 
-def _cell_backward(mode: str, saved: Array, h: Array, c: Array | None, dh_new: Array, dc_new: Array | None):
-    """Gradients of one step: returns (d_xp, d_hp, dh_direct, dc) where d_xp/d_hp are w.r.t. the input/recurrent
-    pre-activations (equal except for GRU's new gate), dh_direct is the part of dh that bypasses R (GRU only, else
-    None) and dc the gradient w.r.t. the previous cell state (LSTM only)."""
+def _cell_backward(mode: str, saved: Array, h: Array, c: Array | None, dh_new: Array, dc_new: Array | None,
+                   cell_clip: float | None):
+    """Gradients of one step given dh_new (w.r.t. the unprojected h_new) and dc_new.
+
+    Returns (d_xp, d_hp, dh_direct, dc, h_new): d_xp/d_hp are w.r.t. the input/recurrent pre-activations (equal except
+    for GRU's new gate), dh_direct the part of dh that bypasses R (GRU only, else None), dc the gradient w.r.t. the
+    previous cell state (LSTM only) and h_new the recomputed unprojected output (LSTM only; for the projection GEMM).
+    """
     if mode == "lstm":
         i, f, g, o = jnp.split(saved, 4, axis=-1)
-        tanh_c = jnp.tanh(f * c + i * g)
+        c_raw = f * c + i * g
+        tanh_c = jnp.tanh(_clip(c_raw, cell_clip))
         dc_total = dc_new + dh_new * o * (1 - tanh_c * tanh_c)
+        if cell_clip is not None:
+            dc_total = jnp.where(jnp.abs(c_raw) < cell_clip, dc_total, 0)
         d_pre = jnp.concatenate([dc_total * g * i * (1 - i), dc_total * c * f * (1 - f), dc_total * i * (1 - g * g),
                                  dh_new * tanh_c * o * (1 - o)], axis=-1)
-        return d_pre, d_pre, None, dc_total * f
+        return d_pre, d_pre, None, dc_total * f, o * tanh_c
     if mode == "gru":
         r, z, n, hn = jnp.split(saved, 4, axis=-1)
         d_n = dh_new * (1 - z) * (1 - n * n)
         d_r = d_n * hn * r * (1 - r)
         d_z = dh_new * (h - n) * z * (1 - z)
         return (jnp.concatenate([d_r, d_z, d_n], axis=-1), jnp.concatenate([d_r, d_z, d_n * r], axis=-1),
-                dh_new * z, None)
+                dh_new * z, None, None)
     d_pre = dh_new * (1 - saved * saved) if mode == "rnn_tanh" else jnp.where(saved > 0, dh_new, 0)
-    return d_pre, d_pre, None, None
+    return d_pre, d_pre, None, None, None
 
 
 def _masked(mask_t: Array | None, new: Array | None, old: Array | None) -> Array | None:
@@ -99,32 +113,41 @@ def _masked(mask_t: Array | None, new: Array | None, old: Array | None) -> Array
     return jnp.where(mask_t, new, old)
 
 
+def _add(a: Array, b: Array | None) -> Array:
+    return a if b is None else a + b
+
+
+def _project(h_full: Array, w_proj: Array | None) -> Array:
+    """h = W_proj h_full for a projected LSTM ([B, H] -> [B, P]); identity otherwise."""
+    return h_full if w_proj is None else h_full @ w_proj.T
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Fast recurrence with a hand-written backward pass.
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _recurrence(mode: str, reverse: bool, xp: Array, w_rec: Array, b_rec: Array, h0: Array, c0: Array | None,
-                mask: Array | None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _recurrence(mode: str, reverse: bool, cell_clip: float | None, xp: Array, w_rec: Array, b_rec: Array | None,
+                w_proj: Array | None, h0: Array, c0: Array | None, mask: Array | None):
     """Runs the recurrence over precomputed input projections.
 
-    xp [T, B, G*H], w_rec [G*H, H], b_rec [G*H], h0/c0 [B, H], mask [T, B, 1] bool or None.
-    Returns (ys [T, B, H], h_n [B, H], c_n [B, H] or None).
+    xp [T, B, G*H], w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None,
+    mask [T, B, 1] bool or None (P = H without projection).
+    Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
-    outputs, _ = _scan_cells(mode, reverse, xp, w_rec, b_rec, h0, c0, mask, save=False)
+    outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
     return outputs
 
 
 def _row_blocks(w_rec: Array) -> list[Array]:
-    """w_rec [G*H, H] split into row blocks (the gates; two halves for the one-gate RNNs).
+    """w_rec [G*H, P] split into row blocks (the gates; two halves for the one-gate RNNs).
 
     Several independent small GEMMs instead of one: XLA's CPU runtime runs independent ops concurrently, and the
     per-step GEMM is too small for its intra-op threading, so this is what puts a second core to work in the scan.
     """
     rows = w_rec.shape[0]
-    hidden = w_rec.shape[1]
-    count = rows // hidden if rows > hidden else (2 if rows % 2 == 0 else 1)
+    count = next(g for g in (4, 3, 2, 1) if rows % g == 0)
     return jnp.split(w_rec, count, axis=0)
 
 
@@ -135,19 +158,20 @@ def _recurrent_matmul(h: Array, blocks: list[Array]) -> Array:
 
 
 def _recurrent_matmul_transposed(d_hp: Array, blocks: list[Array]) -> Array:
-    """d_hp @ w_rec as [B, H], one GEMM per row block, summed."""
+    """d_hp @ w_rec as [B, P], one GEMM per row block, summed."""
     chunks = jnp.split(d_hp, len(blocks), axis=-1)
     return sum(chunk @ block for chunk, block in zip(chunks, blocks))
 
 
-def _scan_cells(mode, reverse, xp, w_rec, b_rec, h0, c0, mask, save):
+def _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
     blocks = _row_blocks(w_rec)
 
     def step(carry, inputs):
         h, c = carry
         xp_t, mask_t = inputs
-        h_new, c_new, saved = _cell(mode, xp_t, _recurrent_matmul(h, blocks) + b_rec, h, c)
+        h_full, c_new, saved = _cell(mode, xp_t, _add(_recurrent_matmul(h, blocks), b_rec), h, c, cell_clip)
+        h_new = _project(h_full, w_proj)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (_masked(mask_t, h_new, h), _masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
 
@@ -155,13 +179,18 @@ def _scan_cells(mode, reverse, xp, w_rec, b_rec, h0, c0, mask, save):
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(mode, reverse, xp, w_rec, b_rec, h0, c0, mask):
-    outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, xp, w_rec, b_rec, h0, c0, mask, save=True)
-    return outputs, (w_rec, saved, h_prev, c_prev, mask)
+def _recurrence_fwd(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask):
+    outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask,
+                                                   save=True)
+    return outputs, (w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
 
 
-def _recurrence_bwd(mode, reverse, residuals, cotangents):
-    w_rec, saved, h_prev, c_prev, mask = residuals
+def _flat(a: Array) -> Array:
+    return a.reshape(-1, a.shape[-1])
+
+
+def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
+    w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
     d_ys, dh_n, dc_n = cotangents
     blocks = _row_blocks(w_rec)
 
@@ -173,23 +202,23 @@ def _recurrence_bwd(mode, reverse, residuals, cotangents):
             dh_new, dh_pass = jnp.where(mask_t, dh_new, 0), jnp.where(mask_t, 0, dh)
             if dc is not None:
                 dc, dc_pass = jnp.where(mask_t, dc, 0), jnp.where(mask_t, 0, dc)
-        d_xp, d_hp, dh_direct, dc_prev = _cell_backward(mode, saved_t, h, c, dh_new, dc)
-        dh_prev = _recurrent_matmul_transposed(d_hp, blocks)
-        if dh_direct is not None:
-            dh_prev = dh_prev + dh_direct
+        dh_full = dh_new if w_proj is None else dh_new @ w_proj
+        d_xp, d_hp, dh_direct, dc_prev, h_full = _cell_backward(mode, saved_t, h, c, dh_full, dc, cell_clip)
+        dh_prev = _add(_recurrent_matmul_transposed(d_hp, blocks), dh_direct)
         if mask_t is not None:
             dh_prev = dh_prev + dh_pass
             if dc_prev is not None:
                 dc_prev = dc_prev + dc_pass
-        return (dh_prev, dc_prev), (d_xp, None if mode != "gru" else d_hp)
+        stacked = (d_xp, d_hp if mode == "gru" else None, None if w_proj is None else (dh_new, h_full))
+        return (dh_prev, dc_prev), stacked
 
-    (dh0, dc0), (d_xp, d_hp) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask),
-                                         reverse=not reverse)
-    d_hp = d_xp if d_hp is None else d_hp
-    num_steps, batch, gates_hidden = d_hp.shape
-    flat_d_hp = d_hp.reshape(num_steps * batch, gates_hidden)
-    d_w_rec = flat_d_hp.T @ h_prev.reshape(num_steps * batch, -1)
-    return d_xp, d_w_rec, flat_d_hp.sum(axis=0), dh0, dc0, None
+    (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask),
+                                                     reverse=not reverse)
+    flat_d_hp = _flat(d_xp if d_hp is None else d_hp)
+    d_w_rec = flat_d_hp.T @ _flat(h_prev)
+    d_b_rec = flat_d_hp.sum(axis=0) if has_b_rec else None
+    d_w_proj = None if proj_terms is None else _flat(proj_terms[0]).T @ _flat(proj_terms[1])
+    return d_xp, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
@@ -201,34 +230,35 @@ _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 def _layer_weights(params: Array, config: RNNConfig, layer: int, direction: int, dtype: Any):
-    """(w_in [G*H, in] or None under skip input, w_rec [G*H, H], b_in [G*H], b_rec [G*H]) in ``dtype``."""
+    """(w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H], b_rec [G*H]) in ``dtype``; None where absent
+    (w_in under skip input on layer 0, w_proj without projection, biases per bias_mode)."""
     groups = layout.layer_slots(config, layer, direction)
-    take = lambda name: layout.slice_slots(params, groups[name]).astype(dtype)  # noqa: E731
-    w_in = take("w_input") if groups["w_input"] else None
-    return w_in, take("w_recurrent"), take("b_input"), take("b_recurrent")
+    take = lambda name: layout.slice_slots(params, groups[name]).astype(dtype) if groups[name] else None  # noqa: E731
+    return tuple(take(name) for name in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"))
 
 
-def _input_projection(x: Array, w_in: Array | None, b_in: Array, num_gates: int) -> Array:
+def _input_projection(x: Array, w_in: Array | None, b_in: Array | None, num_gates: int) -> Array:
     """W x + b_W for every time step at once: [T, B, in] -> [T, B, G*H]. Skip input feeds x itself to every gate."""
     if w_in is None:
-        return jnp.tile(x, (1, 1, num_gates)) + b_in
-    return jnp.einsum("tbi,gi->tbg", x, w_in) + b_in
+        return _add(jnp.tile(x, (1, 1, num_gates)), b_in)
+    return _add(jnp.einsum("tbi,gi->tbg", x, w_in), b_in)
 
 
 def _fast_direction(config, x, weights, h0, c0, mask, reverse):
-    w_in, w_rec, b_in, b_rec = weights
+    w_in, w_rec, w_proj, b_in, b_rec = weights
     xp = _input_projection(x, w_in, b_in, config.num_gates)
-    return _recurrence(config.mode, reverse, xp, w_rec, b_rec, h0, c0, mask)
+    return _recurrence(config.mode, reverse, config.cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask)
 
 
 def _reference_direction(config, x, weights, h0, c0, mask, reverse):
-    w_in, w_rec, b_in, b_rec = weights
+    w_in, w_rec, w_proj, b_in, b_rec = weights
 
     def step(carry, inputs):
         h, c = carry
         x_t, mask_t = inputs
-        xp = (jnp.tile(x_t, (1, config.num_gates)) if w_in is None else x_t @ w_in.T) + b_in
-        h_new, c_new, _ = _cell(config.mode, xp, h @ w_rec.T + b_rec, h, c)
+        xp = _add(jnp.tile(x_t, (1, config.num_gates)) if w_in is None else x_t @ w_in.T, b_in)
+        h_full, c_new, _ = _cell(config.mode, xp, _add(h @ w_rec.T, b_rec), h, c, config.cell_clip)
+        h_new = _project(h_full, w_proj)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (_masked(mask_t, h_new, h), _masked(mask_t, c_new, c)), y
 
