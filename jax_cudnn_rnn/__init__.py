@@ -25,6 +25,7 @@ from jax_cudnn_rnn.layout import (
 )
 from jax_cudnn_rnn.models import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 from jax_cudnn_rnn.ops import rnn
+from jax_cudnn_rnn.params import RNNParams
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "CudnnRNNRelu",
     "CudnnRNNTanh",
     "RNNConfig",
+    "RNNParams",
     "canonical_to_params",
     "dropout_masks",
     "extension_error",

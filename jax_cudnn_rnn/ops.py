@@ -10,6 +10,7 @@ import numpy as np
 
 from jax_cudnn_rnn import dropout, layout, xla
 from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.params import RNNParams
 
 IMPLEMENTATIONS = ("cudnn", "xla", "reference")
 
@@ -106,17 +107,18 @@ def resolve_implementation(implementation: str | None, *arrays: Any) -> str:
     return implementation
 
 
-def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None, is_training: bool = False,
-        dropout_key: Any = None, implementation: str | None = None):
+def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
+        is_training: bool = False, dropout_key: Any = None, implementation: str | None = None):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
-      params: the opaque buffer, 1-D of ``params_size(config)`` elements of ``config.dtype``.
+      params: the opaque buffer, 1-D of ``params_size(config)`` elements of ``config.dtype``, or an ``RNNParams``
+        (then ``config`` may be omitted; if given it must equal ``params.config``).
       x: [T, B, input_size] input, ``config.dtype``.
       h0: [num_layers * num_directions, B, hidden_size] initial hidden state (index layer * D + direction);
         hidden_size is num_units, or proj_size for a projected LSTM.
       c0: LSTM initial cell state [num_layers * num_directions, B, num_units]; must be None for the other modes.
-      config: the RNNConfig.
+      config: the RNNConfig (optional with RNNParams).
       seq_lengths: optional int32 [B], each in [1, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
         semantics). Checked when concrete; under ``jax.jit`` the lengths are not checked, the xla implementations treat
@@ -131,6 +133,12 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: A
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
       unless LSTM.
     """
+    if isinstance(params, RNNParams):
+        if config is not None and config != params.config:
+            raise ValueError(f"config {config} differs from params.config {params.config}; pass one of them")
+        params, config = params.buffer, params.config
+    elif config is None:
+        raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
     check_inputs(params, x, h0, c0, config, seq_lengths)
     if not isinstance(is_training, (bool, np.bool_)):
         raise TypeError(f"is_training must be a Python bool (it selects the computation), got "

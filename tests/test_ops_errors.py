@@ -204,3 +204,13 @@ def test_seed_class_bad_seed():
 
 def test_seed_class_bad_direction():
     _raises(ValueError, "direction is 'both'; expected one of", lambda: jcr.CudnnRNNRelu(1, H, I, direction="both"))
+
+
+def test_rnn_accepts_rnn_params_and_checks_config():
+    cfg, p, x, h0, c0 = _setup()
+    packed = jcr.RNNParams(p, cfg)
+    np.testing.assert_array_equal(jcr.rnn(packed, x, h0, c0)[0], jcr.rnn(p, x, h0, c0, cfg)[0])
+    other = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I, direction="unidirectional",
+                          dropout=0.1)
+    _raises(ValueError, "differs from params.config", lambda: jcr.rnn(packed, x, h0, c0, other))
+    _raises(TypeError, "config is None; pass an RNNConfig", lambda: jcr.rnn(p, x, h0, c0))

@@ -1,0 +1,304 @@
+"""Orbax checkpoints in canonical form: ``CanonicalCheckpointHandler`` with ``CanonicalSave`` / ``CanonicalRestore``.
+
+The JAX counterpart of ``tf.contrib.cudnn_rnn.RNNParamsSaveable``. Saving walks any pytree (params, a whole optax
+state), replaces every ``RNNParams`` by its canonical named tree (``layer_{l}/{forward|backward}/{w_input|
+w_recurrent|b_input|b_recurrent}/{gate}``, plain dicts of arrays) and writes everything with Orbax's standard pytree
+machinery. The configs (``RNNConfig.to_json``, keyed by tree path) and a format version go to the checkpoint's
+``custom_metadata`` under ``"jax_cudnn_rnn"``. Hence:
+
+* someone without this library reads the item with ``ocp.StandardCheckpointer().restore(path)`` and gets the
+  canonical weights and biases as arrays (the opaque cuDNN layout never reaches the disk);
+* restoring into a target (concrete or abstract, e.g. ``jax.eval_shape(make_state)``) rebuilds each buffer for the
+  target's config, so a checkpoint written on GPU restores on CPU and the other way round; a config or shape that
+  disagrees raises ``ValueError`` naming the tree path, the tensor and both shapes. Fields that do not change the
+  weights (dtype, dropout, cell_clip) may differ: the target's win, values are cast to its dtype.
+
+Usage::
+
+    ckptr = ocp.Checkpointer(CanonicalCheckpointHandler())
+    ckptr.save(path, args=CanonicalSave(state))
+    state = ckptr.restore(path, args=CanonicalRestore(abstract_state))
+
+    mngr = ocp.CheckpointManager(directory)
+    mngr.save(step, args=ocp.args.Composite(state=CanonicalSave(state)))
+    state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
+
+Atomicity is Orbax's: the item is written to a temporary directory and renamed when complete, so a save that fails
+midway leaves no step behind and earlier steps intact. Exception: ``Checkpointer.save(path, force=True)`` deletes an
+existing ``path`` *before* writing; use a CheckpointManager (a new directory per step) or a fresh path instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.params import RNNParams, is_rnn_params
+
+FORMAT_VERSION = 1
+METADATA_KEY = "jax_cudnn_rnn"
+# Fields of RNNConfig that decide which canonical tensors exist and their shapes; the others may differ on restore.
+LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
+                 "bias_mode")
+
+
+class CheckpointError(ValueError):
+    """The checkpoint is missing, damaged, or not one this handler wrote."""
+
+
+def path_str(keypath: tuple[Any, ...]) -> str:
+    """A tree path as ``a/b/0/mu``: dict keys, attribute names and sequence indices joined by '/'. The key of each
+    RNNParams in the metadata; it is also how a restored dict-of-dicts tree is addressed."""
+    parts = []
+    for key in keypath:
+        if isinstance(key, jax.tree_util.DictKey):
+            parts.append(str(key.key))
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            parts.append(key.name)
+        elif isinstance(key, jax.tree_util.SequenceKey):
+            parts.append(str(key.idx))
+        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
+            parts.append(str(key.key))
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _is_array_like(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def to_canonical_tree(tree: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """(tree with each RNNParams replaced by its canonical named tree, {path: config json}). Exposed for tests and
+    for writing the same format with other tools."""
+    configs: dict[str, dict[str, Any]] = {}
+
+    def convert(keypath, leaf):
+        if not isinstance(leaf, RNNParams):
+            return leaf
+        if not _is_array_like(leaf.buffer):  # e.g. optax.MaskedNode inside a masked state: nothing to store
+            return leaf.buffer
+        configs[path_str(keypath)] = leaf.config.to_json()
+        return leaf.to_tree()
+
+    converted = jax.tree_util.tree_map_with_path(convert, tree, is_leaf=is_rnn_params)
+    return converted, configs
+
+
+def _canonical_shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
+    weights, biases = layout.param_slots(config)
+    return {slot.name(config): slot.shape for slot in weights + biases}
+
+
+def _flatten_named(node: Any, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    if isinstance(node, Mapping):
+        for key, child in node.items():
+            flat.update(_flatten_named(child, f"{prefix}/{key}" if prefix else str(key)))
+    else:
+        flat[prefix] = node
+    return flat
+
+
+def _subtree(tree: Any, path: str) -> Any:
+    node = tree
+    for part in path.split("/") if path else []:
+        if isinstance(node, Mapping):
+            if part not in node:
+                return None
+            node = node[part]
+        elif isinstance(node, (list, tuple)):
+            index = int(part) if part.isdigit() else -1
+            if not 0 <= index < len(node):
+                return None
+            node = node[index]
+        else:
+            return None
+    return node
+
+
+def _compare(path: str, saved: RNNConfig, target: RNNConfig) -> None:
+    differing = [f for f in LAYOUT_FIELDS if getattr(saved, f) != getattr(target, f)]
+    if not differing:
+        return
+    saved_shapes, target_shapes = _canonical_shapes(saved), _canonical_shapes(target)
+    detail = ""
+    for name in list(target_shapes) + [n for n in saved_shapes if n not in target_shapes]:
+        a, b = saved_shapes.get(name), target_shapes.get(name)
+        if a != b:
+            detail = (f"; first differing tensor {name}: checkpoint shape {a if a else 'absent'}, target shape "
+                      f"{b if b else 'absent'}")
+            break
+    fields = ", ".join(f"{f}: checkpoint {getattr(saved, f)!r} vs target {getattr(target, f)!r}" for f in differing)
+    raise ValueError(f"RNNParams at {path!r}: the checkpoint's config differs from the target's ({fields}){detail}")
+
+
+class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
+    """Orbax handler for pytrees containing ``RNNParams``; see the module docstring. Constructor arguments are
+    ``ocp.StandardCheckpointHandler``'s."""
+
+    async def async_save(self, directory, item=None, save_args=None, args=None):
+        if args is not None:
+            item, custom = args.item, args.custom_metadata
+        else:
+            custom = None
+        if item is None:
+            raise ValueError("CanonicalSave needs an item: the pytree to save")
+        converted, configs = to_canonical_tree(item)
+        metadata = dict(custom or {})
+        metadata[METADATA_KEY] = {"format_version": FORMAT_VERSION, "rnn_params": configs}
+        return await super().async_save(directory, args=ocp.args.StandardSave(converted, custom_metadata=metadata))
+
+    # -------------------------------------------------------------------------------------------------- reading
+    def saved_configs(self, directory) -> dict[str, RNNConfig]:
+        """{tree path: RNNConfig} of every RNNParams in the checkpoint at ``directory``."""
+        return {path: config for path, (config, _) in self._read_metadata(directory).items()}
+
+    def _read_metadata(self, directory) -> dict[str, tuple[RNNConfig, dict[str, Any]]]:
+        """{path: (saved config, {tensor name: saved shape/dtype metadata})}, checked for consistency."""
+        try:
+            metadata = super().metadata(directory)
+        except Exception as e:  # noqa: BLE001 - Orbax raises many types for a missing/damaged _METADATA
+            raise CheckpointError(f"cannot read the checkpoint metadata in {directory} (damaged or incomplete?): "
+                                  f"{type(e).__name__}: {e}") \
+                from e
+        custom = metadata.custom_metadata or {}
+        ours = custom.get(METADATA_KEY)
+        if ours is None:
+            return {}
+        version = ours.get("format_version") if isinstance(ours, Mapping) else None
+        if version != FORMAT_VERSION:
+            raise CheckpointError(f"checkpoint in {directory} has jax_cudnn_rnn format_version {version!r}; this "
+                                  f"library reads version {FORMAT_VERSION}")
+        tree = metadata.tree
+        result = {}
+        for path, fields in ours.get("rnn_params", {}).items():
+            try:
+                config = RNNConfig.from_json(fields)
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"checkpoint in {directory}: the config stored for {path!r} is invalid: {e}") \
+                    from e
+            saved = _subtree(tree, path)
+            if not isinstance(saved, Mapping):
+                raise CheckpointError(f"checkpoint in {directory}: metadata lists RNNParams at {path!r} but the "
+                                      "saved tree has no canonical tensors there")
+            tensors = _flatten_named(saved)
+            expected = _canonical_shapes(config)
+            missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+            if missing or extra:
+                raise CheckpointError(f"checkpoint in {directory} is inconsistent at {path!r}: its stored config "
+                                      f"expects tensors it lacks {missing[:4]} or has unexpected {extra[:4]}")
+            for name, shape in expected.items():
+                got = tuple(getattr(tensors[name], "shape", ()) or ())
+                if got != shape:
+                    raise CheckpointError(f"checkpoint in {directory} is inconsistent at {path!r}: tensor {name} "
+                                          f"has shape {got} but its stored config {config} implies {shape}")
+            result[path] = (config, tensors)
+        return result
+
+    def restore(self, directory, item=None, args=None):
+        target = args.item if args is not None else item
+        strict = args.strict if args is not None else True
+        saved = self._read_metadata(directory)
+        if target is None:
+            raw = self._restore_standard(directory, None, True)
+            if args is not None and not args.rebuild:
+                return raw
+            return _rebuild_untargeted(raw, saved)
+
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=is_rnn_params)
+        converted_leaves = []
+        for keypath, leaf in leaves:
+            if not isinstance(leaf, RNNParams):
+                converted_leaves.append(leaf)
+                continue
+            path = path_str(keypath)
+            if path not in saved:
+                raise ValueError(f"target has RNNParams at {path!r} but the checkpoint has none there; it has "
+                                 f"RNNParams at {sorted(saved)}")
+            config, tensors = saved[path]
+            _compare(path, config, leaf.config)
+            dtype = leaf.config.dtype
+            sharding = _single_device_sharding(leaf.buffer)
+            converted_leaves.append(_unflatten_named({
+                name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+                for name, shape in _canonical_shapes(leaf.config).items()}))
+        abstract = jax.tree_util.tree_unflatten(treedef, converted_leaves)
+        restored = self._restore_standard(directory, abstract, strict)
+        restored_leaves = treedef.flatten_up_to(restored)
+        rebuilt = [RNNParams.from_tree(sub, leaf.config) if isinstance(leaf, RNNParams) else sub
+                   for (_, leaf), sub in zip(leaves, restored_leaves)]
+        return jax.tree_util.tree_unflatten(treedef, rebuilt)
+
+    def _restore_standard(self, directory, abstract, strict):
+        try:
+            return super().restore(directory, args=ocp.args.StandardRestore(abstract, strict=strict))
+        except ValueError as e:
+            if "shape" in str(e).lower() or "structure" in str(e).lower() or "mismatch" in str(e).lower():
+                raise ValueError(f"checkpoint in {directory} does not match the target: {e}") from e
+            raise CheckpointError(f"cannot read the checkpoint in {directory}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - tensorstore/OCDBT errors for truncated or missing files
+            raise CheckpointError(f"cannot read the checkpoint in {directory} (damaged or incomplete?): "
+                                  f"{type(e).__name__}: {e}") from e
+
+
+def _unflatten_named(flat: Mapping[str, Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, value in flat.items():
+        *parents, leaf = name.split("/")
+        node = tree
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return tree
+
+
+def _single_device_sharding(buffer: Any):
+    sharding = getattr(buffer, "sharding", None)
+    if sharding is not None and len(sharding.device_set) == 1:
+        return jax.sharding.SingleDeviceSharding(next(iter(sharding.device_set)))
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def _rebuild_untargeted(raw: Any, saved: Mapping[str, tuple[RNNConfig, Any]]) -> Any:
+    """Puts RNNParams back at the recorded paths of a tree restored without a target (dicts and lists)."""
+    def walk(node: Any, path: str) -> Any:
+        if path in saved and isinstance(node, Mapping):
+            return RNNParams.from_tree(dict(node), saved[path][0])
+        if isinstance(node, Mapping):
+            return {k: walk(v, f"{path}/{k}" if path else str(k)) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(walk(v, f"{path}/{i}" if path else str(i)) for i, v in enumerate(node))
+        return node
+
+    return walk(raw, "")
+
+
+@ocp.args.register_with_handler(CanonicalCheckpointHandler, for_save=True)
+@dataclasses.dataclass
+class CanonicalSave(ocp.args.CheckpointArgs):
+    """Save ``item`` (any pytree; RNNParams inside are written canonically). ``custom_metadata``: optional
+    JSON-serialisable dict stored alongside (the key "jax_cudnn_rnn" is reserved)."""
+
+    item: Any
+    custom_metadata: dict[str, Any] | None = None
+
+
+@ocp.args.register_with_handler(CanonicalCheckpointHandler, for_restore=True)
+@dataclasses.dataclass
+class CanonicalRestore(ocp.args.CheckpointArgs):
+    """Restore into ``item``: a pytree like the saved one whose leaves are arrays or ``jax.ShapeDtypeStruct`` and
+    whose RNNParams (buffer concrete or abstract) give the configs to rebuild. Without ``item``: the saved tree as
+    nested dicts/lists, with RNNParams rebuilt from the stored configs unless ``rebuild=False`` (then the canonical
+    dicts as written). ``strict=False`` lets Orbax pad/truncate non-RNN arrays whose shapes differ."""
+
+    item: Any = None
+    strict: bool = True
+    rebuild: bool = True

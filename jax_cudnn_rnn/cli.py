@@ -1,0 +1,65 @@
+"""``jax-cudnn-rnn`` command line: one subcommand per registered function.
+
+Adding a subcommand (e.g. ``bench``) is one ``register`` call from its module's ``_register_*`` hook below:
+``register(name, help, add_arguments, run)`` where ``add_arguments(parser)`` adds its flags and ``run(args) -> int``
+does the work. Heavy imports happen inside the hooks so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+_COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[..., int]]] = {}
+
+
+def register(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+             run: Callable[[argparse.Namespace], int], description: str = "") -> None:
+    """Registers subcommand ``name``."""
+    _COMMANDS[name] = (help, description or help, add_arguments, run)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from jax_cudnn_rnn import demo
+
+    demo.add_arguments(parser)
+
+
+def _demo_run(args: argparse.Namespace) -> int:
+    from jax_cudnn_rnn import demo
+
+    return demo.run(args)
+
+
+register("demo", "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
+         _demo_arguments, _demo_run,
+         description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
+                     "with this library's LSTM (cuDNN on a GPU, pure JAX on CPU), saves Orbax checkpoints in the "
+                     "canonical format, reads the last one back with a plain ocp.StandardCheckpointer into a plain "
+                     "Flax model (nn.LSTMCell), checks that both give the same logits, and prints generated text. "
+                     "Defaults finish in a few minutes on a laptop CPU.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jax-cudnn-rnn",
+                                     description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, description, add_arguments, run) in _COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=description)
+        add_arguments(sub)
+        sub.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Flax linen modules over ``ops.rnn``: ``RNN`` (every mode), ``LSTM`` and ``GRU``.
+
+The parameters are one ``RNNParams`` named ``rnn_params`` (the opaque buffer, ``param_dtype``, cuDNN's layout), so an
+optax state mirrors it and ``checkpoint.CanonicalCheckpointHandler`` writes it in canonical form. Batch-major by
+default like ``flax.linen.RNN``; the input size is taken from the input at init.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import ops
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.params import RNNParams
+
+
+def make_config(mode: str, num_units: int, num_layers: int, input_size: int, direction: str, input_mode: str,
+                dropout: float, dtype: Any) -> RNNConfig:
+    return RNNConfig(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
+                     direction=direction, input_mode=input_mode, dropout=dropout, dtype=dtype)
+
+
+def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
+              initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
+              return_carry: bool = False):
+    """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (the buffer is cast).
+
+    ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
+    Returns y ([B, T, D*H] or time-major), or ``(carry, y)`` with ``return_carry`` (carry shaped like
+    ``initial_carry``), as ``flax.linen.RNN`` does.
+    """
+    config = params.config
+    compute_dtype = jnp.dtype(compute_dtype)
+    if config.dtype != compute_dtype:
+        run_config = RNNConfig(**{**config.to_json(), "dtype": compute_dtype.name})
+        buffer = params.buffer.astype(compute_dtype)
+    else:
+        run_config, buffer = config, params.buffer
+    x = jnp.asarray(x, compute_dtype)
+    if x.ndim != 3:
+        raise ValueError(f"x has shape {x.shape}; expected rank 3 ({'time, batch' if time_major else 'batch, time'}, "
+                         f"features)")
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    batch = xs.shape[1]
+    if initial_carry is None:
+        h0 = jnp.zeros(run_config.state_shape(batch), compute_dtype)
+        c0 = jnp.zeros(run_config.cell_shape(batch), compute_dtype) if config.has_cell_state else None
+    elif config.has_cell_state:
+        h0, c0 = initial_carry
+        h0, c0 = jnp.asarray(h0, compute_dtype), jnp.asarray(c0, compute_dtype)
+    else:
+        h0, c0 = jnp.asarray(initial_carry, compute_dtype), None
+    if seq_lengths is not None:
+        seq_lengths = jnp.asarray(seq_lengths, jnp.int32)
+    y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
+                          is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation)
+    if not time_major:
+        y = jnp.swapaxes(y, 0, 1)
+    if not return_carry:
+        return y
+    return ((h_n, c_n) if config.has_cell_state else h_n), y
+
+
+_LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
+                  "bias_mode", "dtype")
+
+
+def _with_config(params: Any, config: RNNConfig, input_size: int) -> RNNParams:
+    """The stored params under this module's config; the buffer must have the same layout and dtype (dropout and
+    other run-time fields are the module's)."""
+    if not isinstance(params, RNNParams) or any(getattr(params.config, f) != getattr(config, f)
+                                                for f in _LAYOUT_FIELDS):
+        got = params.config if isinstance(params, RNNParams) else type(params).__name__
+        raise ValueError(f"rnn_params is {got}; this module with input size {input_size} expects {config}")
+    return RNNParams.tree_unflatten(config, [params.buffer])
+
+
+class RNN(nn.Module):
+    """A stacked LSTM/GRU/RNN layer with cuDNN's fused kernels (on GPU) or the pure-JAX implementation.
+
+    Attributes:
+      mode: "lstm", "gru", "rnn_tanh" or "rnn_relu".
+      num_units: hidden size H.
+      num_layers: stacked layers.
+      direction: "unidirectional" or "bidirectional" (outputs concatenated, forward first: D*H features).
+      input_mode: "linear_input", "skip_input" or "auto_select" (see RNNConfig).
+      dropout: inter-layer dropout rate, applied when not deterministic (rng stream 'dropout').
+      dtype: computation dtype (default: param_dtype); the buffer is cast to it.
+      param_dtype: dtype of the opaque buffer.
+      time_major: False (default): x is [B, T, I]; True: [T, B, I].
+      implementation: None (cuDNN on GPU, else "xla"), "cudnn", "xla" or "reference".
+      deterministic: default for ``__call__``'s argument; True when both are None.
+
+    ``__call__(x, seq_lengths=None, initial_carry=None, *, deterministic=None, return_carry=False)``: see
+    ``apply_rnn``. Parameters: ``{'rnn_params': RNNParams}``.
+    """
+
+    mode: str = "lstm"
+    num_units: int = 128
+    num_layers: int = 1
+    direction: str = "unidirectional"
+    input_mode: str = "linear_input"
+    dropout: float = 0.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    time_major: bool = False
+    implementation: str | None = None
+    deterministic: bool | None = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
+                 deterministic: bool | None = None, return_carry: bool = False):
+        config = make_config(self.mode, self.num_units, self.num_layers, x.shape[-1], self.direction,
+                             self.input_mode, self.dropout, self.param_dtype)
+        params = self.param("rnn_params", lambda key: RNNParams.init(key, config))
+        params = _with_config(params, config, x.shape[-1])
+        if deterministic is None:
+            deterministic = True if self.deterministic is None else self.deterministic
+        dropout_key = None
+        if not deterministic and config.dropout > 0 and config.num_layers > 1:
+            dropout_key = self.make_rng("dropout")
+        return apply_rnn(params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
+                         seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
+                         implementation=self.implementation, return_carry=return_carry)
+
+
+class LSTM(RNN):
+    """``RNN`` with mode "lstm"."""
+
+    mode: str = "lstm"
+
+
+class GRU(RNN):
+    """``RNN`` with mode "gru"."""
+
+    mode: str = "gru"

@@ -1,0 +1,328 @@
+"""Converters between the canonical format and other frameworks' parameters. NumPy in, NumPy out.
+
+* PyTorch: the ``state_dict`` of ``torch.nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``weight_ih_l{l}[_reverse]``,
+  ``weight_hh_l…``, ``bias_ih_l…``, ``bias_hh_l…``, ``weight_hr_l…`` with ``proj_size``). PyTorch's rows are the gates
+  in the canonical order, so this is concatenation and slicing. ``torch_module_kwargs(config)`` gives the
+  constructor arguments of the matching module. torch itself is never imported: torch tensors are read with
+  ``.detach().cpu().numpy()``; pass the result to ``torch.from_numpy`` / ``load_state_dict``.
+* Plain Flax linen cells (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.SimpleCell``) stacked per layer as in
+  ``flax_cells.FlaxCellStack``: kernels are the canonical matrices transposed ([in, H]); Flax cells keep one bias per
+  gate (GRUCell: plus the separate ``hn`` bias), so the canonical input and recurrent biases are summed going to Flax,
+  and coming back the sum goes to the input bias and the recurrent one is zero (GRU's new-memory gate keeps both
+  exactly). Outputs are identical either way; only the split of a summed bias is not recoverable. Skip input becomes
+  an identity input kernel (and must be one coming back).
+
+Every converter checks names, counts and shapes and says what is missing, unexpected or misshapen.
+``canonical`` below means the ``(weights, biases)`` lists of ``layout.params_to_canonical``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+
+Canonical = tuple[list[np.ndarray], list[np.ndarray]]
+
+
+def _to_numpy(value: Any, name: str) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        value = value.detach().cpu()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            import ml_dtypes
+
+            return value.float().numpy().astype(ml_dtypes.bfloat16)
+        return value.numpy()
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    return np.asarray(value)
+
+
+def _canonical_by_name(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, np.ndarray]:
+    """{slot name: array} after checking counts and shapes; names as in ``ParamSlot.name``."""
+    weight_slots, bias_slots = layout.param_slots(config)
+    named: dict[str, np.ndarray] = {}
+    for argument, given, slots in (("weights", weights, weight_slots), ("biases", biases, bias_slots)):
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise TypeError(f"{argument} must be a list of arrays, got {type(given).__name__}")
+        if len(given) != len(slots):
+            raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
+        for i, (tensor, slot) in enumerate(zip(given, slots)):
+            array = _to_numpy(tensor, f"{argument}[{i}]")
+            if array.shape != slot.shape:
+                raise ValueError(f"{argument}[{i}] ({slot.name(config)}) has shape {array.shape}; expected "
+                                 f"{slot.shape}")
+            named[slot.name(config)] = array
+    return named
+
+
+def _from_named(named: Mapping[str, np.ndarray], config: RNNConfig, dtype: Any) -> Canonical:
+    weight_slots, bias_slots = layout.param_slots(config)
+    weights = [np.asarray(named[s.name(config)], dtype) for s in weight_slots]
+    biases = [np.asarray(named[s.name(config)], dtype) for s in bias_slots]
+    return weights, biases
+
+
+def _gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[str]:
+    return [s.name(config) for s in layout.layer_slots(config, layer, direction)[group]]
+
+
+# --------------------------------------------------------------------------------------------------------- PyTorch
+
+def _torch_check(config: RNNConfig) -> None:
+    if config.skip_input:
+        raise ValueError("input_mode 'skip_input' has no PyTorch equivalent (torch.nn.LSTM/GRU/RNN always have "
+                         "weight_ih_l0); use input_mode='linear_input'")
+    if config.bias_mode not in ("double", "none"):
+        raise ValueError(f"bias_mode {config.bias_mode!r} has no PyTorch equivalent; torch has both biases "
+                         "(bias=True, bias_mode='double') or none (bias=False, bias_mode='none')")
+    if config.cell_clip is not None:
+        raise ValueError(f"cell_clip={config.cell_clip} has no PyTorch equivalent (torch.nn.LSTM does not clip the "
+                         "cell state); use cell_clip=None")
+
+
+def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
+    """Constructor arguments of the PyTorch module matching ``config`` (class: ``torch_module_name(config)``);
+    time-major (``batch_first=False``) like ``rnn``."""
+    _torch_check(config)
+    kwargs: dict[str, Any] = dict(input_size=config.input_size, hidden_size=config.num_units,
+                                  num_layers=config.num_layers, bias=config.bias_mode == "double",
+                                  batch_first=False, dropout=config.dropout,
+                                  bidirectional=config.num_directions == 2)
+    if config.mode == "lstm":
+        kwargs["proj_size"] = config.proj_size
+    elif config.mode in ("rnn_tanh", "rnn_relu"):
+        kwargs["nonlinearity"] = config.mode[4:]
+    return kwargs
+
+
+def torch_module_name(config: RNNConfig) -> str:
+    """"LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
+    return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[config.mode]
+
+
+def _torch_names(config: RNNConfig, layer: int, direction: int) -> dict[str, str]:
+    suffix = f"l{layer}{'_reverse' if direction else ''}"
+    names = {"w_input": f"weight_ih_{suffix}", "w_recurrent": f"weight_hh_{suffix}"}
+    if config.has_input_bias:
+        names["b_input"] = f"bias_ih_{suffix}"
+    if config.has_recurrent_bias:
+        names["b_recurrent"] = f"bias_hh_{suffix}"
+    if config.proj_size:
+        names["w_projection"] = f"weight_hr_{suffix}"
+    return names
+
+
+def canonical_to_torch(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, np.ndarray]:
+    """The ``state_dict`` (as NumPy arrays, in PyTorch's key order) of the module ``torch_module_kwargs(config)``
+    builds: ``weight_ih_l{l}`` is the row-concatenation of the G input matrices [G*H, in_l], and so on."""
+    _torch_check(config)
+    named = _canonical_by_name(weights, biases, config)
+    state: dict[str, np.ndarray] = {}
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            for group, key in _torch_names(config, layer, direction).items():
+                state[key] = np.concatenate([named[n] for n in _gates(config, layer, direction, group)], axis=0)
+    return state
+
+
+def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None) -> Canonical:
+    """The inverse of ``canonical_to_torch``: accepts torch tensors or arrays; ``dtype`` defaults to config.dtype.
+
+    Raises ValueError naming missing keys, unexpected keys or the key whose shape is wrong.
+    """
+    _torch_check(config)
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping of name -> tensor, got {type(state_dict).__name__}")
+    expected = {}
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            for group, key in _torch_names(config, layer, direction).items():
+                expected[key] = (layer, direction, group)
+    missing = [k for k in expected if k not in state_dict]
+    extra = sorted(k for k in state_dict if k not in expected)
+    if missing or extra:
+        raise ValueError(f"state_dict does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
+                         f"missing {missing}, unexpected {extra}")
+    named: dict[str, np.ndarray] = {}
+    for key, (layer, direction, group) in expected.items():
+        array = _to_numpy(state_dict[key], f"state_dict[{key!r}]")
+        slots = layout.layer_slots(config, layer, direction)[group]
+        want = (sum(s.shape[0] for s in slots),) + slots[0].shape[1:]
+        if array.shape != want:
+            raise ValueError(f"state_dict[{key!r}] has shape {array.shape}; expected {want}")
+        start = 0
+        for slot in slots:
+            named[slot.name(config)] = array[start:start + slot.shape[0]]
+            start += slot.shape[0]
+    return _from_named(named, config, config.dtype if dtype is None else dtype)
+
+
+# ------------------------------------------------------------------------------------------------------ Flax cells
+
+# Flax's own names per gate: (input dense, recurrent dense); which of them carries the (summed) bias.
+_FLAX_CELL_NAMES = {
+    "lstm": ({"i": "ii", "f": "if", "g": "ig", "o": "io"}, {"i": "hi", "f": "hf", "g": "hg", "o": "ho"}),
+    "gru": ({"r": "ir", "z": "iz", "n": "in"}, {"r": "hr", "z": "hz", "n": "hn"}),
+    "rnn_tanh": ({"h": "i"}, {"h": "h"}),
+    "rnn_relu": ({"h": "i"}, {"h": "h"}),
+}
+
+
+def _flax_check(config: RNNConfig) -> None:
+    if config.proj_size:
+        raise ValueError(f"proj_size={config.proj_size} has no plain-Flax cell equivalent (nn.LSTMCell has no "
+                         "projection); use proj_size=0")
+    if config.cell_clip is not None:
+        raise ValueError(f"cell_clip={config.cell_clip} has no plain-Flax cell equivalent (nn.LSTMCell does not "
+                         "clip); use cell_clip=None")
+
+
+def _flax_layer_path(config: RNNConfig, layer: int, direction: int) -> tuple[str, ...]:
+    if config.num_directions == 1:
+        return (f"layer_{layer}", "cell")
+    return (f"layer_{layer}", ("forward_rnn", "backward_rnn")[direction], "cell")
+
+
+def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, Any]:
+    """The ``params`` of ``flax_cells.FlaxCellStack(mode, num_units, num_layers, bidirectional)`` (apply with
+    ``{'params': result}``). Kernels are [in, H] = canonical matrices transposed; biases summed as the module
+    docstring says; skip input gives identity input kernels."""
+    _flax_check(config)
+    named = _canonical_by_name(weights, biases, config)
+    dtype = config.dtype
+    input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
+    params: dict[str, Any] = {}
+    zeros = np.zeros((config.num_units,), dtype)
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            prefix = f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
+            cell: dict[str, Any] = {}
+            for gate in config.gate_names:
+                if config.skip_input and layer == 0:
+                    w_input = np.eye(config.num_units, dtype=dtype)
+                else:
+                    w_input = named[f"{prefix}/w_input/{gate}"]
+                b_input = named.get(f"{prefix}/b_input/{gate}", zeros)
+                b_recurrent = named.get(f"{prefix}/b_recurrent/{gate}", zeros)
+                input_dense = {"kernel": np.ascontiguousarray(w_input.T)}
+                recurrent_dense = {"kernel": np.ascontiguousarray(named[f"{prefix}/w_recurrent/{gate}"].T)}
+                if config.mode == "gru" and gate == "n":  # n = tanh(W x + b_W + r * (R h + b_R)): both kept
+                    input_dense["bias"] = np.asarray(b_input)
+                    recurrent_dense["bias"] = np.asarray(b_recurrent)
+                elif config.mode == "lstm":
+                    recurrent_dense["bias"] = np.asarray(b_input + b_recurrent)
+                else:
+                    input_dense["bias"] = np.asarray(b_input + b_recurrent)
+                cell[input_names[gate]] = input_dense
+                cell[recurrent_names[gate]] = recurrent_dense
+            node = params
+            for key in _flax_layer_path(config, layer, direction)[:-1]:
+                node = node.setdefault(key, {})
+            node[_flax_layer_path(config, layer, direction)[-1]] = cell
+    return params
+
+
+def _flatten_dict(tree: Any, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    if isinstance(tree, Mapping):
+        for key, child in tree.items():
+            flat.update(_flatten_dict(child, f"{prefix}/{key}" if prefix else str(key)))
+    else:
+        flat[prefix] = tree
+    return flat
+
+
+def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None,
+                      atol: float = 0.0) -> Canonical:
+    """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too). Summed biases go to the input bias
+    (``bias_mode='single_recurrent'``: to the recurrent one); a bias with nowhere to go (e.g. bias_mode 'none') and
+    skip input's input kernels (which must be the identity) are checked to within ``atol``.
+
+    Raises ValueError naming the missing, unexpected or misshapen path.
+    """
+    _flax_check(config)
+    if isinstance(params, Mapping) and set(params) == {"params"}:
+        params = params["params"]
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a nested dict, got {type(params).__name__}")
+    found = {k: _to_numpy(v, k) for k, v in _flatten_dict(params).items()}
+    input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
+    units = config.num_units
+    expected: dict[str, tuple[int, ...]] = {}
+    for layer in range(config.num_layers):
+        in_size = config.layer_input_size(layer)
+        for direction in range(config.num_directions):
+            base = "/".join(_flax_layer_path(config, layer, direction))
+            for gate in config.gate_names:
+                expected[f"{base}/{input_names[gate]}/kernel"] = (in_size, units)
+                expected[f"{base}/{recurrent_names[gate]}/kernel"] = (units, units)
+                if config.mode == "gru" and gate == "n":
+                    expected[f"{base}/{input_names[gate]}/bias"] = (units,)
+                    expected[f"{base}/{recurrent_names[gate]}/bias"] = (units,)
+                elif config.mode == "lstm":
+                    expected[f"{base}/{recurrent_names[gate]}/bias"] = (units,)
+                else:
+                    expected[f"{base}/{input_names[gate]}/bias"] = (units,)
+    missing = [k for k in expected if k not in found]
+    extra = sorted(k for k in found if k not in expected)
+    if missing or extra:
+        raise ValueError(f"Flax params do not match FlaxCellStack({config.mode!r}, num_units={units}, num_layers="
+                         f"{config.num_layers}, bidirectional={config.num_directions == 2}) for input_size "
+                         f"{config.input_size}: missing {missing[:6]}{'...' if len(missing) > 6 else ''}, "
+                         f"unexpected {extra[:6]}{'...' if len(extra) > 6 else ''}")
+    for key, shape in expected.items():
+        if found[key].shape != shape:
+            raise ValueError(f"Flax param {key} has shape {found[key].shape}; expected {shape}")
+
+    def require_zero(key: str, value: np.ndarray, why: str) -> None:
+        worst = float(np.max(np.abs(value.astype(np.float64)))) if value.size else 0.0
+        if worst > atol:
+            raise ValueError(f"Flax param {key} is not representable: {why} (max |value| {worst} > atol {atol})")
+
+    named: dict[str, np.ndarray] = {}
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            base = "/".join(_flax_layer_path(config, layer, direction))
+            prefix = f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
+            for gate in config.gate_names:
+                w_input = found[f"{base}/{input_names[gate]}/kernel"].T
+                if config.skip_input and layer == 0:
+                    require_zero(f"{base}/{input_names[gate]}/kernel", w_input - np.eye(units, dtype=w_input.dtype),
+                                 "skip input needs an identity input kernel")
+                else:
+                    named[f"{prefix}/w_input/{gate}"] = w_input
+                named[f"{prefix}/w_recurrent/{gate}"] = found[f"{base}/{recurrent_names[gate]}/kernel"].T
+                if config.mode == "gru" and gate == "n":
+                    pairs = {"b_input": (f"{base}/{input_names[gate]}/bias", found[f"{base}/{input_names[gate]}/bias"]),
+                             "b_recurrent": (f"{base}/{recurrent_names[gate]}/bias",
+                                             found[f"{base}/{recurrent_names[gate]}/bias"])}
+                    for group, (key, value) in pairs.items():
+                        if (group == "b_input" and config.has_input_bias) or \
+                                (group == "b_recurrent" and config.has_recurrent_bias):
+                            named[f"{prefix}/{group}/{gate}"] = value
+                        else:
+                            require_zero(key, value, f"bias_mode {config.bias_mode!r} has no {group}")
+                    continue
+                key = f"{base}/{(recurrent_names if config.mode == 'lstm' else input_names)[gate]}/bias"
+                summed = found[key]
+                if config.has_input_bias:
+                    named[f"{prefix}/b_input/{gate}"] = summed
+                    if config.has_recurrent_bias:
+                        named[f"{prefix}/b_recurrent/{gate}"] = np.zeros_like(summed)
+                elif config.has_recurrent_bias:
+                    named[f"{prefix}/b_recurrent/{gate}"] = summed
+                else:
+                    require_zero(key, summed, "bias_mode 'none' has no biases")
+    return _from_named(named, config, config.dtype if dtype is None else dtype)
+
+
+def flax_stack_kwargs(config: RNNConfig) -> dict[str, Any]:
+    """Constructor arguments of ``flax_cells.FlaxCellStack`` matching ``config`` (batch-major by default)."""
+    _flax_check(config)
+    return dict(mode=config.mode, num_units=config.num_units, num_layers=config.num_layers,
+                bidirectional=config.num_directions == 2, param_dtype=config.dtype)

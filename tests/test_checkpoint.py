@@ -1,0 +1,205 @@
+"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure."""
+
+import json
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from jax_cudnn_rnn import checkpoint as ckpt
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.params import RNNParams
+
+ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
+DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)
+
+
+def _state():
+    """An encoder/decoder (the seeds' flow: two named RNNs in one checkpoint) plus a dense layer, with an Adam state
+    that has taken one step so mu/nu are non-trivial."""
+    params = {"encoder": RNNParams.init(jax.random.key(0), ENCODER),
+              "decoder": RNNParams.init(jax.random.key(1), DECODER),
+              "dense": jnp.arange(10, dtype=jnp.float32).reshape(5, 2)}
+    opt = optax.adam(1e-2)
+    opt_state = opt.init(params)
+    grads = jax.tree_util.tree_map(lambda x: jnp.cos(x), params)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return {"params": optax.apply_updates(params, updates), "opt_state": opt_state, "step": jnp.int32(7)}
+
+
+def _assert_trees_equal(a, b):
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _checkpointer():
+    return ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
+
+
+def test_round_trip_with_adam_state_concrete_and_abstract_targets(tmp_path):
+    state = _state()
+    path = tmp_path / "ckpt"
+    _checkpointer().save(path, args=ckpt.CanonicalSave(state))
+    restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(state))
+    _assert_trees_equal(restored, state)
+    restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(jax.eval_shape(lambda: state)))
+    _assert_trees_equal(restored, state)
+    assert isinstance(restored["opt_state"][0].nu["decoder"], RNNParams)
+    # without a target: dicts/lists, RNNParams rebuilt at the recorded paths (namedtuples come back as lists)
+    untargeted = _checkpointer().restore(path)
+    np.testing.assert_array_equal(untargeted["opt_state"][0]["mu"]["encoder"].buffer,
+                                  state["opt_state"][0].mu["encoder"].buffer)
+    assert ckpt.CanonicalCheckpointHandler().saved_configs(path) == {
+        f"{prefix}/{name}": cfg for prefix in ("params", "opt_state/0/mu", "opt_state/0/nu")
+        for name, cfg in (("encoder", ENCODER), ("decoder", DECODER))}
+
+
+def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
+    state = _state()
+    path = tmp_path / "ckpt"
+    _checkpointer().save(path, args=ckpt.CanonicalSave(state))
+    plain = ocp.StandardCheckpointer().restore(path)  # no target, no jax_cudnn_rnn types involved
+    for name, config in (("encoder", ENCODER), ("decoder", DECODER)):
+        for saved_tree, buffer in ((plain["params"][name], state["params"][name].buffer),
+                                   (plain["opt_state"][0]["nu"][name], state["opt_state"][0].nu[name].buffer)):
+            assert isinstance(saved_tree, dict)
+            weights, biases = layout.params_to_canonical(buffer, config)
+            slots = layout.param_slots(config)
+            for slot, expected in zip(slots[0] + slots[1], weights + biases):
+                node = saved_tree
+                for key in slot.name(config).split("/"):
+                    node = node[key]
+                np.testing.assert_array_equal(np.asarray(node), np.asarray(expected), err_msg=slot.name(config))
+    np.testing.assert_array_equal(plain["params"]["dense"], state["params"]["dense"])
+    # the configs are plain JSON in the item's metadata
+    meta = json.loads((path / "_METADATA").read_text())
+    ours = meta["custom_metadata"]["jax_cudnn_rnn"]
+    assert ours["format_version"] == ckpt.FORMAT_VERSION
+    assert RNNConfig.from_json(ours["rnn_params"]["params/decoder"]) == DECODER
+
+
+def test_encoder_and_decoder_kept_apart_in_a_checkpoint_manager(tmp_path):
+    state = _state()
+    manager = ocp.CheckpointManager(tmp_path / "run", options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state),
+                                            extra=ocp.args.JsonSave({"vocab": 9})))
+    manager.wait_until_finished()
+    # restore into freshly initialised models: each name gets its own weights back
+    target = {"encoder": RNNParams.init(jax.random.key(9), ENCODER), "decoder": RNNParams.init(jax.random.key(9),
+                                                                                               DECODER),
+              "dense": jnp.zeros((5, 2))}
+    restored = manager.restore(1, args=ocp.args.Composite(
+        state=ckpt.CanonicalRestore({"params": target, "opt_state": jax.eval_shape(lambda: state["opt_state"]),
+                                     "step": jnp.int32(0)}),
+        extra=ocp.args.JsonRestore()))
+    assert restored["extra"] == {"vocab": 9}
+    for name in ("encoder", "decoder"):
+        np.testing.assert_array_equal(restored["state"]["params"][name].buffer, state["params"][name].buffer)
+    assert int(restored["state"]["step"]) == 7
+    # swapping the names is a config mismatch, reported with the path and the tensor's two shapes
+    swapped = {"params": {"encoder": target["decoder"], "decoder": target["encoder"], "dense": jnp.zeros((5, 2))},
+               "opt_state": state["opt_state"], "step": jnp.int32(0)}
+    with pytest.raises(ValueError, match=r"RNNParams at 'params/decoder'.*mode: checkpoint 'gru' vs target 'lstm'.*"
+                                         r"first differing tensor layer_0/forward/w_input/i: checkpoint shape absent, "
+                                         r"target shape \(4, 3\)"):
+        manager.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(swapped)))
+
+
+def test_shape_mismatch_names_path_tensor_and_both_shapes(tmp_path):
+    state = _state()
+    path = tmp_path / "ckpt"
+    _checkpointer().save(path, args=ckpt.CanonicalSave(state))
+    wider = RNNConfig("gru", num_layers=1, num_units=6, input_size=8)
+    target = jax.eval_shape(lambda: state)
+    target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), wider))
+    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*"
+                                         r"layer_0/forward/w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    target = jax.eval_shape(lambda: state)
+    target["params"]["extra_rnn"] = target["params"]["decoder"]
+    with pytest.raises(ValueError, match=r"target has RNNParams at 'params/extra_rnn' but the checkpoint has none"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    # fields that do not change the weights may differ: the target's dtype wins (values cast)
+    target = jax.eval_shape(lambda: state)
+    half = RNNConfig("gru", num_layers=1, num_units=5, input_size=8, dtype=jnp.bfloat16, dropout=0.3)
+    target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), half))
+    restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    assert restored["params"]["decoder"].config == half
+    np.testing.assert_array_equal(np.asarray(restored["params"]["decoder"].buffer),
+                                  np.asarray(state["params"]["decoder"].buffer.astype(jnp.bfloat16)))
+
+
+def test_damaged_checkpoints_raise_clear_errors(tmp_path):
+    state = _state()
+    path = tmp_path / "ckpt"
+    _checkpointer().save(path, args=ckpt.CanonicalSave(state))
+    target = jax.eval_shape(lambda: state)
+
+    # a config edited in the metadata no longer matches the stored tensors
+    meta_file = path / "_METADATA"
+    original = meta_file.read_text()
+    meta = json.loads(original)
+    meta["custom_metadata"]["jax_cudnn_rnn"]["rnn_params"]["params/decoder"]["num_units"] = 7
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ckpt.CheckpointError, match=r"inconsistent at 'params/decoder': tensor "
+                                                   r"layer_0/forward/w_input/r has shape \(5, 8\) but its stored "
+                                                   r"config .* implies \(7, 8\)"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    meta["custom_metadata"]["jax_cudnn_rnn"]["format_version"] = 99
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ckpt.CheckpointError, match="format_version 99; this library reads version 1"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    meta_file.write_text(original[: len(original) // 2])  # truncated JSON
+    with pytest.raises(ckpt.CheckpointError, match="cannot read the checkpoint metadata"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    meta_file.write_text(original)
+    _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))  # intact again
+
+    # truncated array data files
+    data_files = [p for p in path.rglob("*") if p.is_file() and "/d/" in str(p)]
+    assert data_files
+    for data in data_files:
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(ckpt.CheckpointError, match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
+        _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    state = _state()
+    manager = ocp.CheckpointManager(tmp_path / "run")
+    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state)))
+    manager.wait_until_finished()
+
+    # 1) fails after the arrays are written, before Orbax commits (renames) the step
+    def fail(self, directory):
+        raise OSError("simulated disk failure while finalizing")
+
+    monkeypatch.setattr(ckpt.CanonicalCheckpointHandler, "finalize", fail)
+    changed = jax.tree_util.tree_map(lambda x: x + 1, state)
+    with pytest.raises(OSError, match="simulated disk failure"):
+        manager.save(2, args=ocp.args.Composite(state=ckpt.CanonicalSave(changed)))
+        manager.wait_until_finished()
+    monkeypatch.undo()
+    # 2) an unserialisable leaf
+    with pytest.raises(ValueError, match="Unsupported type"):
+        manager.save(3, args=ocp.args.Composite(state=ckpt.CanonicalSave({**state, "note": "text"})))
+        manager.wait_until_finished()
+
+    reopened = ocp.CheckpointManager(tmp_path / "run")
+    assert reopened.all_steps() == [1]
+    restored = reopened.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(state)))["state"]
+    _assert_trees_equal(restored, state)
+
+    # The plain Checkpointer on a fresh path is atomic too: nothing is left at the final path.
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt.CanonicalCheckpointHandler, "finalize", fail)
+        with pytest.raises(OSError):
+            _checkpointer().save(tmp_path / "single", args=ckpt.CanonicalSave(state))
+    assert not (tmp_path / "single").exists()

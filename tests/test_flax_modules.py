@@ -1,0 +1,123 @@
+"""Linen and NNX modules: values and gradients equal ops.rnn on the same buffer; a jitted optax step trains."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jax_cudnn_rnn import flax as jcr_flax
+from jax_cudnn_rnn import nnx as jcr_nnx
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.ops import rnn
+from jax_cudnn_rnn.params import RNNParams
+
+B, T, I, H = 2, 5, 3, 4
+
+
+def _reference(buffer, config, x, lengths=None):
+    """ops.rnn with the naive reference implementation, batch-major in and out."""
+    xs = jnp.swapaxes(x, 0, 1)
+    h0 = jnp.zeros(config.state_shape(B))
+    c0 = jnp.zeros(config.cell_shape(B)) if config.has_cell_state else None
+    y, h_n, c_n = rnn(buffer, xs, h0, c0, config, seq_lengths=lengths, implementation="reference")
+    return jnp.swapaxes(y, 0, 1), h_n, c_n
+
+
+@pytest.mark.parametrize("mode,direction", [("lstm", "bidirectional"), ("gru", "unidirectional")])
+def test_linen_values_and_gradients_match_rnn(mode, direction):
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    lengths = jnp.array([T, 3], jnp.int32)
+    module = jcr_flax.RNN(mode=mode, num_units=H, num_layers=2, direction=direction)
+    variables = module.init(jax.random.key(1), x)
+    params = variables["params"]["rnn_params"]
+    config = RNNConfig(mode, 2, H, I, direction=direction)
+    assert isinstance(params, RNNParams) and params.config == config
+
+    carry, y = module.apply(variables, x, lengths, return_carry=True)
+    y_ref, h_ref, c_ref = _reference(params.buffer, config, x, lengths)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    np.testing.assert_allclose(carry[0] if mode == "lstm" else carry, h_ref, atol=1e-5)
+
+    def loss_module(v):
+        return jnp.sum(jnp.sin(module.apply(v, x, lengths)))
+
+    def loss_reference(buffer):
+        return jnp.sum(jnp.sin(_reference(buffer, config, x, lengths)[0]))
+
+    grads = jax.grad(loss_module)(variables)["params"]["rnn_params"]
+    assert isinstance(grads, RNNParams)
+    np.testing.assert_allclose(grads.buffer, jax.grad(loss_reference)(params.buffer), atol=1e-5)
+
+
+def test_linen_dropout_uses_the_dropout_stream_and_bf16_compute():
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    module = jcr_flax.LSTM(num_units=H, num_layers=2, dropout=0.5)
+    variables = module.init(jax.random.key(1), x)
+    buffer = variables["params"]["rnn_params"].buffer
+    config = RNNConfig("lstm", 2, H, I, dropout=0.5)
+    y = module.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(7)})
+    y_det = module.apply(variables, x)
+    np.testing.assert_allclose(y_det, _reference(buffer, config, x)[0], atol=1e-5)
+    assert not np.allclose(y, y_det)
+    with pytest.raises(Exception, match="dropout"):
+        module.apply(variables, x, deterministic=False)  # no 'dropout' rng given
+    # computation in bfloat16 over a float32 buffer
+    half = jcr_flax.LSTM(num_units=H, num_layers=2, dtype=jnp.bfloat16)
+    y_half = half.apply(variables, x)
+    assert y_half.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y_half, np.float32), y_det, atol=3e-2)
+
+
+def test_linen_jitted_adam_step_reduces_loss():
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    target = jnp.tanh(jnp.cumsum(x, axis=1))[..., :1]
+    module = jcr_flax.GRU(num_units=H, num_layers=1)
+    params = module.init(jax.random.key(1), x)["params"]
+    opt = optax.adam(3e-2)
+    opt_state = opt.init(params)
+
+    def loss_fn(p):
+        return jnp.mean((module.apply({"params": p}, x)[..., :1] - target) ** 2)
+
+    @jax.jit
+    def step(p, s):
+        loss, grads = jax.value_and_grad(loss_fn)(p)
+        updates, s = opt.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, loss
+
+    losses = []
+    for _ in range(15):
+        params, opt_state, loss = step(params, opt_state)
+        losses.append(float(loss))
+    assert isinstance(params["rnn_params"], RNNParams)
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_nnx_values_gradients_and_training_step():
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    model = jcr_nnx.LSTM(I, H, num_layers=2, direction="bidirectional", rngs=nnx.Rngs(0))
+    config = RNNConfig("lstm", 2, H, I, direction="bidirectional")
+    buffer = model.params.buffer
+    np.testing.assert_allclose(model(x), _reference(buffer, config, x)[0], atol=1e-5)
+
+    def loss_fn(m):
+        return jnp.sum(jnp.sin(m(x)))
+
+    grads = nnx.grad(loss_fn)(model)
+    grad_buffer = jax.tree_util.tree_leaves(grads)[0]
+    expected = jax.grad(lambda b: jnp.sum(jnp.sin(_reference(b, config, x)[0])))(buffer)
+    np.testing.assert_allclose(grad_buffer, expected, atol=1e-5)
+
+    optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(m, opt):
+        loss, g = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(m)
+        opt.update(m, g)
+        return loss
+
+    losses = [float(step(model, optimizer)) for _ in range(10)]
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert isinstance(model.params, RNNParams) and model.params.config == config
