@@ -1,0 +1,88 @@
+// RAII wrappers for cuDNN descriptors and the one function that turns an RNN's attributes into descriptors, shared by
+// the FFI handlers and the pybind11 module so both describe a network identically.
+#ifndef JAX_CUDNN_RNN_DESCRIPTORS_H_
+#define JAX_CUDNN_RNN_DESCRIPTORS_H_
+
+#include <cudnn.h>
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_cudnn_rnn {
+
+template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
+struct DescriptorDeleter {
+  void operator()(Descriptor descriptor) const { Destroy(descriptor); }
+};
+
+template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
+using UniqueDescriptor = std::unique_ptr<std::remove_pointer_t<Descriptor>, DescriptorDeleter<Descriptor, Destroy>>;
+
+using RnnDescriptor = UniqueDescriptor<cudnnRNNDescriptor_t, cudnnDestroyRNNDescriptor>;
+using RnnDataDescriptor = UniqueDescriptor<cudnnRNNDataDescriptor_t, cudnnDestroyRNNDataDescriptor>;
+using TensorDescriptor = UniqueDescriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
+using DropoutDescriptor = UniqueDescriptor<cudnnDropoutDescriptor_t, cudnnDestroyDropoutDescriptor>;
+
+::xla::ffi::Error CreateDescriptor(RnnDescriptor* out);
+::xla::ffi::Error CreateDescriptor(RnnDataDescriptor* out);
+::xla::ffi::Error CreateDescriptor(TensorDescriptor* out);
+::xla::ffi::Error CreateDescriptor(DropoutDescriptor* out);
+
+// The network, as the Python RNNConfig describes it (same names and spellings); decoded once per call by the FFI.
+struct RnnAttrs {
+  std::string_view mode;        // "lstm" | "gru" | "rnn_tanh" | "rnn_relu"
+  int64_t num_layers;
+  int64_t num_units;            // H
+  int64_t input_size;           // I
+  int64_t proj_size;            // 0: no projection
+  std::string_view direction;   // "unidirectional" | "bidirectional"
+  std::string_view input_mode;  // "linear_input" | "skip_input"
+  std::string_view bias_mode;   // "double" | "single_input" | "single_recurrent" | "none"
+  double cell_clip;             // 0: no clipping (RNNConfig.cell_clip=None); else clip c to [-cell_clip, cell_clip]
+  bool allow_tf32;              // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
+
+  int64_t num_directions() const { return direction == "bidirectional" ? 2 : 1; }
+  int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }  // width of h
+  int64_t output_size() const { return num_directions() * hidden_size(); }     // width of y
+  bool has_cell_state() const { return mode == "lstm"; }
+};
+
+// The forward handler's attributes: the network plus whether to run in training mode (reserve space output).
+struct ForwardAttrs : RnnAttrs {
+  bool training;
+};
+
+// cuDNN's data type for an XLA element type; an error naming `argument` for anything else (bf16 needs cuDNN 9.13).
+::xla::ffi::Error CudnnDataType(::xla::ffi::DataType dtype, const char* argument, cudnnDataType_t* out);
+
+// The RNN descriptor and the dropout descriptor it points to (no dropout: inter-layer dropout is applied by the
+// Python side layer by layer, so that it matches the CPU implementation bit for bit).
+struct RnnNetwork {
+  DropoutDescriptor dropout;  // declared first: destroyed after `rnn`, which refers to it
+  RnnDescriptor rnn;
+  size_t weight_space_bytes = 0;  // cudnnGetRNNWeightSpaceSize
+};
+
+::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type,
+                                 RnnNetwork* out);
+
+// Descriptors of x [T, B, I], y [T, B, D*hidden], h [L*D, B, hidden] and c [L*D, B, H] for one call; `seq_lengths`
+// (host, B entries, each in [1, T]) is baked into the x and y descriptors.
+struct RnnTensors {
+  RnnDataDescriptor x;
+  RnnDataDescriptor y;
+  TensorDescriptor h;
+  TensorDescriptor c;
+};
+
+::xla::ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int64_t max_seq_length,
+                                 int64_t batch_size, const std::vector<int32_t>& seq_lengths, RnnTensors* out);
+
+}  // namespace jax_cudnn_rnn
+
+#endif  // JAX_CUDNN_RNN_DESCRIPTORS_H_

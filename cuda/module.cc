@@ -1,0 +1,209 @@
+// The Python module `jax_cudnn_rnn._cudnn_rnn`: the FFI handlers as capsules for jax.ffi.register_ffi_target, and
+// the questions only cuDNN can answer (its weight layout, its work and reserve sizes), which need a live handle and
+// therefore a GPU.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "descriptors.h"
+#include "ffi_helpers.h"
+#include "handle_pool.h"
+#include "rnn_kernels.h"
+
+namespace jax_cudnn_rnn {
+namespace {
+
+namespace ffi = ::xla::ffi;
+namespace py = ::pybind11;
+
+void ThrowIfError(const ffi::Error& error) {
+  if (error.failure()) throw std::runtime_error(error.message());
+}
+
+#define JCR_CUDA_THROW_IF_ERROR(expr)                                                                     \
+  do {                                                                                                    \
+    cudaError_t jcr_status_ = (expr);                                                                     \
+    if (jcr_status_ != cudaSuccess) {                                                                     \
+      throw std::runtime_error(::jax_cudnn_rnn::CudaStatusMessage(jcr_status_, #expr, __FILE__, __LINE__)); \
+    }                                                                                                     \
+  } while (0)
+
+#define JCR_CUDNN_THROW_IF_ERROR(expr)                                                                     \
+  do {                                                                                                     \
+    cudnnStatus_t jcr_status_ = (expr);                                                                    \
+    if (jcr_status_ != CUDNN_STATUS_SUCCESS) {                                                             \
+      throw std::runtime_error(::jax_cudnn_rnn::CudnnStatusMessage(jcr_status_, #expr, __FILE__, __LINE__)); \
+    }                                                                                                      \
+  } while (0)
+
+// The Python-side spelling of the network; the strings live in this struct while the attributes point into them.
+struct Network {
+  std::string mode, direction, input_mode, bias_mode, dtype;
+  RnnAttrs attrs;
+};
+
+Network MakeNetwork(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
+                    std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
+                    std::string dtype, bool allow_tf32) {
+  Network network{std::move(mode), std::move(direction), std::move(input_mode), std::move(bias_mode),
+                  std::move(dtype), RnnAttrs{}};
+  network.attrs = RnnAttrs{network.mode, num_layers, num_units, input_size, proj_size, network.direction,
+                           network.input_mode, network.bias_mode, cell_clip, allow_tf32};
+  return network;
+}
+
+cudnnDataType_t DataTypeFromName(const std::string& dtype) {
+  ffi::DataType element_type;
+  if (dtype == "float16") element_type = ffi::DataType::F16;
+  else if (dtype == "bfloat16") element_type = ffi::DataType::BF16;
+  else if (dtype == "float32") element_type = ffi::DataType::F32;
+  else if (dtype == "float64") element_type = ffi::DataType::F64;
+  else throw std::invalid_argument("dtype is '" + dtype + "'; expected float16, bfloat16, float32 or float64");
+  cudnnDataType_t data_type;
+  ThrowIfError(CudnnDataType(element_type, "dtype", &data_type));
+  return data_type;
+}
+
+// Every function below asks cuDNN on the current CUDA device; say so plainly where there is none.
+BorrowedHandle BorrowHandleOrThrow(const char* function) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    throw std::runtime_error(std::string(function) + " needs a CUDA GPU (cuDNN answers only with a live handle), "
+                             "but none is usable: " +
+                             (status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found"));
+  }
+  BorrowedHandle handle;
+  ThrowIfError(HandlePool::Instance().Borrow(nullptr, &handle));
+  return handle;
+}
+
+int LinLayerCount(const RnnAttrs& attrs) {
+  const int gates = attrs.mode == "lstm" ? 4 : attrs.mode == "gru" ? 3 : 1;
+  return 2 * gates;
+}
+
+py::tuple Dims(cudnnTensorDescriptor_t descriptor) {
+  cudnnDataType_t data_type;
+  int rank = 0, dims[8], strides[8];
+  JCR_CUDNN_THROW_IF_ERROR(cudnnGetTensorNdDescriptor(descriptor, 8, &data_type, &rank, dims, strides));
+  py::tuple shape(rank);
+  for (int i = 0; i < rank; ++i) shape[i] = dims[i];
+  return shape;
+}
+
+// cuDNN's own account of the weight space: its size in bytes and, per pseudo-layer (layer * D + direction) and
+// linLayerID (0..G-1 input, G..2G-1 recurrent, 8 the LSTM projection), the byte offset and descriptor shape of the
+// matrix and of the bias, None where cuDNN stores nothing.
+py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
+                      std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
+                      std::string dtype) {
+  Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
+                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype), false);
+  const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
+  BorrowedHandle handle = BorrowHandleOrThrow("weight_params");
+  RnnNetwork rnn;
+  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, &rnn));
+  // cuDNN reports addresses inside a real weight space.
+  void* weight_space = nullptr;
+  JCR_CUDA_THROW_IF_ERROR(cudaMalloc(&weight_space, rnn.weight_space_bytes));
+  std::unique_ptr<void, cudaError_t (*)(void*)> weight_space_owner(weight_space, cudaFree);
+  TensorDescriptor matrix, bias;
+  ThrowIfError(CreateDescriptor(&matrix));
+  ThrowIfError(CreateDescriptor(&bias));
+
+  std::vector<int> lin_layer_ids;
+  for (int id = 0; id < LinLayerCount(network.attrs); ++id) lin_layer_ids.push_back(id);
+  if (network.attrs.proj_size > 0) lin_layer_ids.push_back(8);
+  py::list params;
+  const int64_t pseudo_layers = network.attrs.num_layers * network.attrs.num_directions();
+  for (int32_t pseudo_layer = 0; pseudo_layer < pseudo_layers; ++pseudo_layer) {
+    for (int id : lin_layer_ids) {
+      void* matrix_address = nullptr;
+      void* bias_address = nullptr;
+      JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNWeightParams(handle.get(), rnn.rnn.get(), pseudo_layer,
+                                                       rnn.weight_space_bytes, weight_space, id, matrix.get(),
+                                                       &matrix_address, bias.get(), &bias_address));
+      auto offset = [&](void* address) -> py::object {
+        if (address == nullptr) return py::none();
+        return py::int_(static_cast<char*>(address) - static_cast<char*>(weight_space));
+      };
+      py::dict entry;
+      entry["pseudo_layer"] = pseudo_layer;
+      entry["lin_layer_id"] = id;
+      entry["matrix_offset"] = offset(matrix_address);
+      entry["matrix_shape"] = matrix_address ? py::object(Dims(matrix.get())) : py::none();
+      entry["bias_offset"] = offset(bias_address);
+      entry["bias_shape"] = bias_address ? py::object(Dims(bias.get())) : py::none();
+      params.append(entry);
+    }
+  }
+  py::dict result;
+  result["weight_space_size"] = rnn.weight_space_bytes;
+  result["params"] = params;
+  return result;
+}
+
+// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch]; the reserve size is
+// 0 for inference.
+std::pair<size_t, size_t> TempSpaceSizes(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size,
+                                         int64_t proj_size, std::string direction, std::string input_mode,
+                                         std::string bias_mode, double cell_clip, std::string dtype, bool allow_tf32,
+                                         int64_t max_time, int64_t batch, bool training) {
+  Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
+                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype),
+                                allow_tf32);
+  const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
+  BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes");
+  RnnNetwork rnn;
+  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, &rnn));
+  if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
+  RnnTensors tensors;
+  ThrowIfError(MakeRnnTensors(network.attrs, data_type, max_time, batch,
+                              std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)),
+                              &tensors));
+  size_t workspace_bytes = 0, reserve_bytes = 0;
+  JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNTempSpaceSizes(handle.get(), rnn.rnn.get(),
+                                                     training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+                                                     tensors.x.get(), &workspace_bytes, &reserve_bytes));
+  return {workspace_bytes, reserve_bytes};
+}
+
+template <typename Fn>
+py::capsule Capsule(Fn* fn) {
+  return py::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+}  // namespace jax_cudnn_rnn
+
+PYBIND11_MODULE(_cudnn_rnn, m) {
+  namespace py = ::pybind11;
+  using namespace ::jax_cudnn_rnn;
+  m.doc() = "cuDNN RNN kernels as XLA FFI handlers (see jax_cudnn_rnn/_extension.py)";
+  m.def("registrations", []() {
+    py::dict targets;
+    targets["jax_cudnn_rnn_forward"] = Capsule(RnnForward);
+    targets["jax_cudnn_rnn_backward_data"] = Capsule(RnnBackwardData);
+    targets["jax_cudnn_rnn_backward_weights"] = Capsule(RnnBackwardWeights);
+    return targets;
+  });
+  m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
+        "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
+  m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
+  m.def("weight_params", &WeightParams, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
+        py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
+        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"));
+  m.def("temp_space_sizes", &TempSpaceSizes, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
+        py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
+        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("allow_tf32"), py::arg("max_time"),
+        py::arg("batch"), py::arg("training"));
+}
+

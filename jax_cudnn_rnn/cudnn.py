@@ -1,0 +1,209 @@
+"""implementation="cudnn": cuDNN's fused RNN kernels through the FFI targets of ``jax_cudnn_rnn._cudnn_rnn``.
+
+``rnn_cudnn`` is a ``jax.custom_vjp``: called without differentiation it runs cuDNN's inference forward (no reserve
+space); under ``jax.grad``/``jax.vjp`` it runs the training forward, which returns cuDNN's reserve space, and the
+backward pass runs backward data (dx, dh0, dc0) then backward weights (dparams). Both backward passes update the
+reserve space in place, so each returns it aliased to its input, which also orders backward weights after backward
+data.
+
+Sizes. The reserve space is an output of the training forward, so its size must be known when tracing. cuDNN only
+tells it through ``cudnnGetRNNTempSpaceSizes`` on a live handle, so at trace time this module asks the extension's
+``temp_space_sizes`` (on the current CUDA device, for full-length sequences [T, B]) and caches the answer per
+(config, T, B, allow_tf32). Tracing a differentiated call therefore needs a GPU, like jax.experimental.rnn. At run
+time each handler asks again for the actual lengths and fails clearly if the buffer is too small. The workspace is
+never an output: each handler takes it from XLA's scratch allocator.
+
+Dropout. cuDNN's own dropout is never used (its masks cannot match the CPU implementation). With ``dropout_key``, the
+network runs layer by layer, each layer a single-layer cuDNN call over its own slice of the opaque buffer, and layer
+l's output is multiplied by ``dropout.dropout_masks(key, ...)[l]`` before entering layer l + 1, as the xla
+implementation does; gradients flow back to the full buffer through the slicing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn import _extension, dropout, layout
+from jax_cudnn_rnn.config import RNNConfig
+
+
+def _attributes(config: RNNConfig, allow_tf32: bool) -> dict[str, Any]:
+    """The handlers' attributes (cuda/descriptors.h RnnAttrs), with the types the C++ side decodes."""
+    return dict(
+        mode=config.mode,
+        num_layers=np.int64(config.num_layers),
+        num_units=np.int64(config.num_units),
+        input_size=np.int64(config.input_size),
+        proj_size=np.int64(config.proj_size),
+        direction=config.direction,
+        input_mode=config.input_mode,
+        bias_mode=config.bias_mode,
+        cell_clip=np.float64(config.cell_clip or 0.0),  # 0 means no clipping (cell_clip=None)
+        allow_tf32=np.bool_(allow_tf32),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def reserve_space_size(config: RNNConfig, max_time: int, batch: int, allow_tf32: bool) -> int:
+    """Bytes of cuDNN reserve space for a training forward over [max_time, batch] (asked of cuDNN; needs a GPU)."""
+    attrs = _attributes(config, allow_tf32)
+    _, reserve = _extension.module().temp_space_sizes(
+        mode=attrs["mode"], num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+        proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
+        bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
+        allow_tf32=allow_tf32, max_time=max_time, batch=batch, training=True)
+    return int(reserve)
+
+
+def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, training: bool):
+    """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None)."""
+    num_steps, batch, _ = x.shape
+    lstm = config.has_cell_state
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    args = [x, h0, params]
+    if lstm:
+        args.append(c0)
+        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+    if seq_lengths is not None:
+        args.append(seq_lengths)
+    if training:
+        size = reserve_space_size(config, num_steps, batch, allow_tf32)
+        out_types.append(jax.ShapeDtypeStruct((size,), jnp.uint8))
+    results = jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types, vmap_method="sequential")(
+        *args, training=np.bool_(training), **_attributes(config, allow_tf32))
+    y, h_n, *rest = results
+    c_n = rest.pop(0) if lstm else None
+    reserve_space = rest.pop(0) if training else None
+    return y, h_n, c_n, reserve_space
+
+
+def _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space, x_shape, config, allow_tf32):
+    """(dx, dh0, dc0 or None, updated reserve_space)."""
+    lstm = config.has_cell_state
+    args = [y, dy, h0, dh_n, params, reserve_space]
+    if lstm:
+        args += [c0, dc_n]
+    if seq_lengths is not None:
+        args.append(seq_lengths)
+    out_types = [jax.ShapeDtypeStruct(x_shape, y.dtype), jax.ShapeDtypeStruct(h0.shape, y.dtype),
+                 jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
+    if lstm:
+        out_types.append(jax.ShapeDtypeStruct(c0.shape, y.dtype))
+    dx, dh0, reserve_space, *rest = jax.ffi.ffi_call(
+        _extension.BACKWARD_DATA_TARGET, out_types, vmap_method="sequential", input_output_aliases={5: 2})(
+        *args, **_attributes(config, allow_tf32))
+    return dx, dh0, (rest[0] if lstm else None), reserve_space
+
+
+def _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32):
+    """dparams, shaped like params."""
+    args = [x, h0, y, reserve_space]
+    if seq_lengths is not None:
+        args.append(seq_lengths)
+    out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype),
+                 jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
+    dparams, _ = jax.ffi.ffi_call(
+        _extension.BACKWARD_WEIGHTS_TARGET, out_types, vmap_method="sequential", input_output_aliases={3: 1})(
+        *args, **_attributes(config, allow_tf32))
+    return dparams
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _rnn(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool):
+    y, h_n, c_n, _ = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, training=False)
+    return y, h_n, c_n
+
+
+def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool):
+    y, h_n, c_n, reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, training=True)
+    return (y, h_n, c_n), (params, x, h0, c0, seq_lengths, y, reserve_space)
+
+
+def _rnn_bwd(config: RNNConfig, allow_tf32: bool, residuals, cotangents):
+    params, x, h0, c0, seq_lengths, y, reserve_space = residuals
+    dy, dh_n, dc_n = cotangents
+    dx, dh0, dc0, reserve_space = _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space,
+                                                 x.shape, config, allow_tf32)
+    dparams = _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32)
+    return dparams, dx, dh0, dc0, None
+
+
+_rnn.defvjp(_rnn_fwd, _rnn_bwd)
+
+
+def layer_config(config: RNNConfig, layer: int) -> RNNConfig:
+    """Layer ``layer`` of ``config`` as a single-layer network (skip input only ever applies to layer 0)."""
+    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
+                               input_mode=config.input_mode if layer == 0 else "linear_input")
+
+
+def layer_params(params: jax.Array, config: RNNConfig, layer: int) -> jax.Array:
+    """The opaque buffer of ``layer_config(config, layer)`` holding layer ``layer``'s weights and biases."""
+    single = layer_config(config, layer)
+    pieces = []
+    for direction in range(config.num_directions):
+        full_groups = layout.layer_slots(config, layer, direction)
+        single_groups = layout.layer_slots(single, 0, direction)
+        for group in layout.GROUP_NAMES:
+            for full, part in zip(full_groups[group], single_groups[group], strict=True):
+                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
+    return layout.assemble(pieces, single)
+
+
+def _compute_dtype(dtype: np.dtype) -> Any:
+    return jnp.float64 if dtype == np.float64 else jnp.float32
+
+
+def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool):
+    num_steps, batch, _ = x.shape
+    compute_dtype = _compute_dtype(config.dtype)
+    masks = dropout.dropout_masks(dropout_key, config, (num_steps, batch, config.output_size), compute_dtype)
+    directions = config.num_directions
+    layer_input, h_n, c_n = x, [], []
+    for layer in range(config.num_layers):
+        states = slice(layer * directions, (layer + 1) * directions)
+        y, h_last, c_last = _rnn(layer_params(params, config, layer), layer_input, h0[states],
+                                 None if c0 is None else c0[states], seq_lengths, layer_config(config, layer),
+                                 allow_tf32)
+        h_n.append(h_last)
+        c_n.append(c_last)
+        if layer < config.num_layers - 1:
+            y = (y.astype(compute_dtype) * masks[layer]).astype(config.dtype)
+        layer_input = y
+    return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
+
+
+def check_available() -> None:
+    """Raises RuntimeError saying why cuDNN cannot run here and how to get it."""
+    if not _extension.extension_loaded():
+        raise RuntimeError(f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
+                           f"{_extension.extension_error()}")
+    if not any(device.platform == "gpu" for device in jax.devices()):
+        raise RuntimeError(f"implementation='cudnn' needs a CUDA GPU, but JAX's default backend is "
+                           f"{jax.default_backend()!r} with no GPU device; install jax[cuda13] on a machine with an "
+                           f"NVIDIA GPU, or use implementation='xla'")
+
+
+def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_training: bool = False, dropout_key=None,
+              allow_tf32: bool = False):
+    """cuDNN's stacked LSTM/GRU/RNN. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
+
+    params 1-D ``params_size(config)`` of config.dtype; x [T, B, input_size]; h0 [L*D, B, hidden_size]; c0
+    [L*D, B, num_units] (LSTM) or None; seq_lengths int32 [B] in [1, T] or None (checked again on the device: an
+    out-of-range length fails the call, naming seq_lengths); dropout_key: a PRNG key when inter-layer dropout applies
+    (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use TF32 tensor cores.
+
+    Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
+    """
+    check_available()
+    allow_tf32 = bool(allow_tf32)
+    if dropout_key is not None and is_training and config.dropout > 0 and config.num_layers > 1:
+        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32)
+    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32)

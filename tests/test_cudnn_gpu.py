@@ -1,0 +1,167 @@
+"""implementation="cudnn" against the pure-JAX implementation on a CUDA GPU: forward, gradients, sequence lengths,
+dropout, projection, clipping, bias modes, every mode x direction x input mode x dtype.
+
+Skipped unless the cuDNN extension is loaded and JAX sees a CUDA device (see scripts/gpu_check.sh).
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import _extension, cudnn
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _extension.extension_loaded(), reason=f"{_extension.extension_error()}"),
+    pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="no CUDA device"),
+]
+
+T, B = 7, 4
+DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# (rtol, atol) of cuDNN against the xla implementation; f32 is strict FMA math (allow_tf32=False).
+TOLERANCES = {"float32": (2e-5, 2e-5), "float64": (1e-11, 1e-11), "float16": (1e-2, 1e-2), "bfloat16": (4e-2, 4e-2)}
+
+
+def _x64(dtype_name):
+    return jax.enable_x64(True) if dtype_name == "float64" else contextlib.nullcontext()
+
+
+def _skip_unsupported(dtype_name):
+    if dtype_name == "bfloat16" and _extension.module().cudnn_version() < 91300:
+        pytest.skip("bfloat16 RNNs need cuDNN >= 9.13")
+
+
+def _problem(cfg, key=0, lengths=None):
+    k = jax.random.split(jax.random.key(key), 4)
+    params = jcr.init_params(k[0], cfg)
+    x = jax.random.normal(k[1], (T, B, cfg.input_size), jnp.float32).astype(cfg.dtype)
+    h0 = (0.5 * jax.random.normal(k[2], cfg.state_shape(B), jnp.float32)).astype(cfg.dtype)
+    c0 = (0.5 * jax.random.normal(k[3], cfg.cell_shape(B), jnp.float32)).astype(cfg.dtype) if cfg.has_cell_state \
+        else None
+    seq_lengths = None if lengths is None else jnp.asarray(lengths, jnp.int32)
+    return params, x, h0, c0, seq_lengths
+
+
+def _close(got, want, dtype_name, what):
+    rtol, atol = TOLERANCES[dtype_name]
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol,
+                               err_msg=what)
+
+
+def _forward_and_grads(impl, cfg, params, x, h0, c0, seq_lengths, **kwargs):
+    outputs = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation=impl, **kwargs)
+
+    def loss(params, x, h0, c0):
+        y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation=impl, **kwargs)
+        total = jnp.sum(jnp.sin(y.astype(jnp.float32))) + jnp.sum(h_n.astype(jnp.float32) ** 2)
+        return total + (0 if c_n is None else jnp.sum(c_n.astype(jnp.float32) * 0.3))
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3) if c0 is not None else (0, 1, 2)))(params, x, h0, c0)
+    return outputs, grads
+
+
+def _compare(cfg, dtype_name, lengths=None, **kwargs):
+    params, x, h0, c0, seq_lengths = _problem(cfg, lengths=lengths)
+    (y, h_n, c_n), grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, seq_lengths, **kwargs)
+    (y_ref, h_ref, c_ref), grads_ref = _forward_and_grads("xla", cfg, params, x, h0, c0, seq_lengths, **kwargs)
+    _close(y, y_ref, dtype_name, "y")
+    _close(h_n, h_ref, dtype_name, "h_n")
+    if cfg.has_cell_state:
+        _close(c_n, c_ref, dtype_name, "c_n")
+    else:
+        assert c_n is None
+    for name, got, want in zip(("dparams", "dx", "dh0", "dc0"), grads, grads_ref):
+        _close(got, want, dtype_name, name)
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("input_mode", ["linear_input", "skip_input"])
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_matches_xla(mode, direction, input_mode, dtype_name):
+    _skip_unsupported(dtype_name)
+    with _x64(dtype_name):
+        size = 6
+        cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=size, input_size=size if input_mode == "skip_input"
+                            else 5, direction=direction, input_mode=input_mode, dtype=DTYPES[dtype_name])
+        _compare(cfg, dtype_name)
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_seq_lengths_match_xla(mode, direction):
+    cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=6, input_size=5, direction=direction)
+    _compare(cfg, "float32", lengths=[T, 3, 1, 5])
+
+
+def test_outputs_past_length_are_zero():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=6, input_size=5, direction="bidirectional")
+    params, x, h0, c0, seq_lengths = _problem(cfg, lengths=[T, 3, 1, 5])
+    y, _, _ = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation="cudnn")
+    for b, length in enumerate([T, 3, 1, 5]):
+        assert np.all(np.asarray(y[length:, b]) == 0)
+
+
+@pytest.mark.parametrize("bad", [0, T + 1, -3])
+def test_bad_seq_lengths_under_jit_name_the_argument(bad):
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=6, input_size=5)
+    params, x, h0, c0, _ = _problem(cfg)
+    run = jax.jit(lambda lengths: cudnn.rnn_cudnn(params, x, h0, c0, cfg, seq_lengths=lengths))
+    with pytest.raises(Exception, match=r"seq_lengths\[1\] is"):
+        jax.block_until_ready(run(jnp.array([T, bad, 2, 3], jnp.int32)))
+
+
+@pytest.mark.parametrize("cfg", [
+    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, proj_size=3),
+    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional", proj_size=4),
+    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, cell_clip=0.2),
+    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, bias_mode="single_input"),
+    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, bias_mode="single_recurrent"),
+    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=6, input_size=5, bias_mode="none"),
+], ids=["proj", "proj-bi", "clip", "gru-single-input-bias", "lstm-single-rec-bias", "relu-no-bias"])
+def test_options_match_xla(cfg):
+    _compare(cfg, "float32", lengths=[T, 2, 5, 1])
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_dropout_matches_xla_for_the_same_key(direction):
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=3, num_units=6, input_size=5, direction=direction, dropout=0.4)
+    _compare(cfg, "float32", lengths=[T, 3, 1, 5], is_training=True, dropout_key=jax.random.key(7))
+
+
+def test_inference_and_training_forward_agree():
+    cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction="bidirectional")
+    params, x, h0, c0, _ = _problem(cfg)
+    plain = cudnn.rnn_cudnn(params, x, h0, c0, cfg)
+    primal, _ = jax.vjp(lambda p: cudnn.rnn_cudnn(p, x, h0, c0, cfg), params)
+    for a, b in zip(plain[:2], primal[:2]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_allow_tf32_runs_close():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
+    params, x, h0, c0, _ = _problem(cfg)
+    strict = cudnn.rnn_cudnn(params, x, h0, c0, cfg)
+    fast = cudnn.rnn_cudnn(params, x, h0, c0, cfg, allow_tf32=True)
+    np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
+
+
+def test_default_implementation_on_gpu_is_cudnn():
+    cfg = jcr.RNNConfig(mode="rnn_tanh", num_layers=1, num_units=6, input_size=5)
+    params, x, h0, c0, _ = _problem(cfg)
+    text = jax.jit(lambda p: jcr.rnn(p, x, h0, c0, cfg)).lower(params).as_text()
+    assert "jax_cudnn_rnn_forward" in text
+
+
+def test_reserve_space_size_is_positive_and_cached():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=32, input_size=16)
+    size = cudnn.reserve_space_size(cfg, T, B, False)
+    assert size > 0
+    hits = cudnn.reserve_space_size.cache_info().hits
+    assert cudnn.reserve_space_size(cfg, T, B, False) == size
+    assert cudnn.reserve_space_size.cache_info().hits == hits + 1

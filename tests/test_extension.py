@@ -1,0 +1,220 @@
+"""The native cuDNN module as far as a machine without a GPU can check it: it imports, registers every FFI target for
+CUDA, answers honestly when asked something only a GPU can answer, and the op lowers for CUDA with the expected
+custom calls.
+
+Without the extension these tests skip; with JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 (set in CI, which builds it) they fail
+instead, so a silently skipped build cannot pass.
+"""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import _extension, cudnn
+
+EXPECTED_TARGETS = {"jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"}
+HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
+
+
+@pytest.fixture
+def native():
+    """The loaded native module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_EXTENSION=1) without it."""
+    if not _extension.extension_loaded():
+        reason = f"cuDNN extension not loaded: {_extension.extension_error()}"
+        if os.environ.get("JAX_CUDNN_RNN_REQUIRE_EXTENSION") == "1":
+            pytest.fail(f"JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 but {reason}")
+        pytest.skip(reason)
+    return _extension.module()
+
+
+def test_loaded_means_no_error(native):
+    assert _extension.extension_loaded()
+    assert _extension.extension_error() is None
+    assert jcr.extension_loaded() and jcr.extension_error() is None
+
+
+def test_every_target_registered(native):
+    assert set(native.registrations()) == EXPECTED_TARGETS
+    assert set(_extension.registered_targets()) == EXPECTED_TARGETS
+    for capsule in native.registrations().values():
+        assert type(capsule).__name__ == "PyCapsule"
+
+
+def test_cudnn_version_is_9(native):
+    assert 90000 <= native.CUDNN_BUILD_VERSION < 100000
+    # The runtime library (the preloaded wheel's) must be the major version the module was built against.
+    assert native.cudnn_version() // 10000 == native.CUDNN_BUILD_VERSION // 10000
+
+
+def test_loads_through_its_rpath_alone(native):
+    """Importing the .so by path in a fresh interpreter, without the ctypes preload, finds libcudnn.so.9 through
+    the module's RUNPATH ($ORIGIN/../nvidia/cudnn/lib) when the package is installed into site-packages."""
+    path = native.__file__
+    if not os.path.isdir(os.path.join(os.path.dirname(path), "..", "nvidia", "cudnn", "lib")):
+        pytest.skip(f"{path} is not installed next to nvidia/cudnn/lib (in-tree build)")
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('_cudnn_rnn', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(sorted(m.registrations()))")
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    result = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "jax_cudnn_rnn_forward" in result.stdout
+
+
+def test_links_no_shared_cuda_runtime(native):
+    """cudart is linked statically: importing must not need libcudart.so (absent on machines with only jax[cpu])."""
+    readelf = subprocess.run(["readelf", "-d", native.__file__], capture_output=True, text=True, check=False)
+    if readelf.returncode != 0:
+        pytest.skip("readelf unavailable")
+    needed = re.findall(r"\(NEEDED\).*\[(.*)\]", readelf.stdout)
+    assert "libcudnn.so.9" in needed
+    assert not [lib for lib in needed if lib.startswith("libcudart")], needed
+
+
+_CONFIG_FIELDS = dict(mode="lstm", num_layers=1, num_units=8, input_size=4, proj_size=0, direction="unidirectional",
+                      input_mode="linear_input", bias_mode="double", cell_clip=0.0, dtype="float32")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
+def test_weight_params_needs_gpu(native):
+    with pytest.raises(RuntimeError, match="weight_params needs a CUDA GPU"):
+        native.weight_params(**_CONFIG_FIELDS)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
+def test_temp_space_sizes_needs_gpu(native):
+    with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
+        native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, max_time=5, batch=2, training=True)
+
+
+def test_bad_dtype_named(native):
+    with pytest.raises(ValueError, match="dtype is 'int8'"):
+        native.weight_params(**{**_CONFIG_FIELDS, "dtype": "int8"})
+
+
+def _inputs(cfg, T=6, B=3, seq_lengths=True):
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jnp.ones((T, B, cfg.input_size), cfg.dtype)
+    h0 = jnp.zeros(cfg.state_shape(B), cfg.dtype)
+    c0 = jnp.zeros(cfg.cell_shape(B), cfg.dtype) if cfg.has_cell_state else None
+    lengths = jnp.array([T, 2, 1][:B], jnp.int32) if seq_lengths else None
+    return params, x, h0, c0, lengths
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
+def test_rnn_cudnn_without_gpu_is_a_clear_error(native):
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
+    params, x, h0, c0, _ = _inputs(cfg)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        cudnn.rnn_cudnn(params, x, h0, c0, cfg)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU|needs the arrays on a CUDA device"):
+        jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn")
+
+
+def test_rnn_cudnn_without_extension_says_how_to_build(monkeypatch):
+    monkeypatch.setattr(_extension, "_module", None)
+    monkeypatch.setattr(_extension, "_error", "the cuDNN extension is not part of this installation; "
+                        + _extension.BUILD_HINT)
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
+    params, x, h0, c0, _ = _inputs(cfg)
+    with pytest.raises(RuntimeError, match=re.escape("pip install --no-build-isolation -e .")):
+        cudnn.rnn_cudnn(params, x, h0, c0, cfg)
+
+
+def _custom_calls(fn, *args):
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    return [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+
+
+def test_inference_lowering_for_cuda():
+    """An undifferentiated call is one inference forward: no reserve space output, every attribute present."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional",
+                        proj_size=3, cell_clip=2.5)
+    params, x, h0, c0, lengths = _inputs(cfg)
+    calls = _custom_calls(lambda *a: cudnn._rnn(*a, cfg, False), params, x, h0, c0, lengths)
+    assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
+    call = calls[0]
+    for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
+                      "proj_size = 3 : i64", 'direction = "bidirectional"', 'input_mode = "linear_input"',
+                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false",
+                      "training = false"]:
+        assert attribute in call, attribute
+    assert "%0:3 = " in call  # y, h_n, c_n: no reserve space
+    assert "tensor<6x3x6xf32>" in call  # y is [T, B, D * proj_size]
+
+
+def test_gradient_lowering_for_cuda(monkeypatch):
+    """A differentiated call is a training forward, backward data and backward weights, the reserve space aliased
+    through both backward passes. The reserve size (asked of cuDNN on a GPU) is replaced here by a fixed one."""
+    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 4096)
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
+    params, x, h0, _, lengths = _inputs(cfg)
+
+    def loss(params, x, h0):
+        y, h_n, _ = cudnn._rnn(params, x, h0, None, lengths, cfg, False)
+        return jnp.sum(y) + jnp.sum(h_n)
+
+    calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)
+    assert [re.search(r"@(\w+)\(", c).group(1) for c in calls] == [
+        "jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"]
+    assert "training = true" in calls[0] and "tensor<4096xui8>" in calls[0]
+    assert "output_operand_aliases" in calls[1] and "operand_index = 5" in calls[1]
+    assert "output_operand_aliases" in calls[2] and "operand_index = 3" in calls[2]
+
+
+def test_dropout_runs_layer_by_layer_for_cuda(monkeypatch):
+    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 1024)
+    cfg = jcr.RNNConfig(mode="rnn_tanh", num_layers=3, num_units=8, input_size=8, input_mode="skip_input",
+                        direction="bidirectional", dropout=0.5)
+    params, x, h0, c0, _ = _inputs(cfg)
+
+    def loss(params):
+        y, h_n, _ = cudnn._rnn_with_dropout(params, x, h0, c0, None, cfg, jax.random.key(1), False)
+        return jnp.sum(y) + jnp.sum(h_n)
+
+    calls = _custom_calls(jax.grad(loss), params)
+    forwards = [c for c in calls if "@jax_cudnn_rnn_forward(" in c]
+    assert len(forwards) == 3 and all("num_layers = 1 : i64" in c for c in forwards)
+    assert 'input_mode = "skip_input"' in forwards[0] and 'input_mode = "linear_input"' in forwards[1]
+    assert len(calls) == 9
+
+
+@pytest.mark.parametrize("cfg", [
+    jcr.RNNConfig(mode="lstm", num_layers=3, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
+    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input",
+                  bias_mode="single_recurrent"),
+    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=3, input_size=7, direction="bidirectional",
+                  bias_mode="none"),
+], ids=["lstm-bi-proj", "gru-skip-single", "relu-bi-nobias"])
+def test_layer_params_hold_the_layers_canonical_tensors(cfg):
+    """The dropout path's per-layer buffers carry exactly that layer's canonical weights and biases."""
+    params = jcr.init_params(jax.random.key(3), cfg)
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    weight_slots, bias_slots = jcr.param_slots(cfg)
+    for layer in range(cfg.num_layers):
+        single = cudnn.layer_config(cfg, layer)
+        part = cudnn.layer_params(params, cfg, layer)
+        assert part.shape == (jcr.params_size(single),)
+        got_w, got_b = jcr.params_to_canonical(part, single)
+        want_w = [w for w, s in zip(weights, weight_slots) if s.layer == layer]
+        want_b = [b for b, s in zip(biases, bias_slots) if s.layer == layer]
+        assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
+        for got, want in zip(got_w + got_b, want_w + want_b):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_installed_without_extension_reports_why():
+    """Whatever this installation is, the two status functions agree and the error says something useful."""
+    if _extension.extension_loaded():
+        assert _extension.extension_error() is None
+        assert glob.glob(os.path.join(os.path.dirname(_extension.module().__file__), "_cudnn_rnn*"))
+    else:
+        assert _extension.registered_targets() == ()
+        assert "cuDNN extension" in _extension.extension_error()
