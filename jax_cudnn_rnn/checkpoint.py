@@ -97,16 +97,6 @@ def _canonical_shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
     return {slot.name(config): slot.shape for slot in weights + biases}
 
 
-def _flatten_named(node: Any, prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    if isinstance(node, Mapping):
-        for key, child in node.items():
-            flat.update(_flatten_named(child, f"{prefix}/{key}" if prefix else str(key)))
-    else:
-        flat[prefix] = node
-    return flat
-
-
 def _subtree(tree: Any, path: str) -> Any:
     node = tree
     for part in path.split("/") if path else []:
@@ -189,7 +179,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             if not isinstance(saved, Mapping):
                 raise CheckpointError(f"checkpoint in {directory}: metadata lists RNNParams at {path!r} but the "
                                       "saved tree has no canonical tensors there")
-            tensors = _flatten_named(saved)
+            tensors = layout.flatten_tree(saved)
             expected = _canonical_shapes(config)
             missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
             if missing or extra:
@@ -227,7 +217,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             _compare(path, config, leaf.config)
             dtype = leaf.config.dtype
             sharding = _single_device_sharding(leaf.buffer)
-            converted_leaves.append(_unflatten_named({
+            converted_leaves.append(layout.unflatten_tree({
                 name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
                 for name, shape in _canonical_shapes(leaf.config).items()}))
         abstract = jax.tree_util.tree_unflatten(treedef, converted_leaves)
@@ -247,17 +237,6 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         except Exception as e:  # noqa: BLE001 - tensorstore/OCDBT errors for truncated or missing files
             raise CheckpointError(f"cannot read the checkpoint in {directory} (damaged or incomplete?): "
                                   f"{type(e).__name__}: {e}") from e
-
-
-def _unflatten_named(flat: Mapping[str, Any]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for name, value in flat.items():
-        *parents, leaf = name.split("/")
-        node = tree
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return tree
 
 
 def _single_device_sharding(buffer: Any):

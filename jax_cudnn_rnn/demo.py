@@ -35,45 +35,24 @@ def load_text() -> str:
 
 
 class CharLM(nn.Module):
-    """Embed -> this library's LSTM -> Dense over the vocabulary. x: int [B, T] -> logits [B, T, vocab]."""
+    """Embed -> LSTM -> Dense over the vocabulary. tokens: int [B, T] -> logits [B, T, vocab].
+
+    ``plain=False`` uses this library's LSTM module; ``plain=True`` builds the same network from plain Flax cells only
+    (no jax_cudnn_rnn op), which is what a user without this library would run.
+    """
 
     vocab_size: int
     embed_size: int
     num_units: int
     num_layers: int
+    plain: bool = False
 
     @nn.compact
     def __call__(self, tokens):
         x = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
-        y = LSTM(num_units=self.num_units, num_layers=self.num_layers, name="lstm")(x)
-        return nn.Dense(self.vocab_size, name="head")(y)
-
-
-class PlainCharLM(nn.Module):
-    """The same network from plain Flax parts only (no jax_cudnn_rnn op)."""
-
-    vocab_size: int
-    embed_size: int
-    num_units: int
-    num_layers: int
-
-    @nn.compact
-    def __call__(self, tokens):
-        x = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
-        y = FlaxCellStack("lstm", self.num_units, num_layers=self.num_layers, name="lstm")(x)
-        return nn.Dense(self.vocab_size, name="head")(y)
-
-
-def _canonical_lists(named: dict[str, Any], config) -> tuple[list, list]:
-    weights, biases = layout.param_slots(config)
-
-    def get(slot):
-        node = named
-        for key in slot.name(config).split("/"):
-            node = node[key]
-        return np.asarray(node)
-
-    return [get(s) for s in weights], [get(s) for s in biases]
+        rnn = (FlaxCellStack("lstm", self.num_units, num_layers=self.num_layers, name="lstm") if self.plain else
+               LSTM(num_units=self.num_units, num_layers=self.num_layers, name="lstm"))
+        return nn.Dense(self.vocab_size, name="head")(rnn(x))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
     config = state["params"]["lstm"]["rnn_params"].config
     lstm_canonical = raw["params"]["lstm"]["rnn_params"]
     plain_params = {"embed": raw["params"]["embed"], "head": raw["params"]["head"],
-                    "lstm": interop.canonical_to_flax(*_canonical_lists(lstm_canonical, config), config)}
-    plain = PlainCharLM(vocab, args.embed_size, args.num_units, args.num_layers)
+                    "lstm": interop.canonical_to_flax(*layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config)}
+    plain = CharLM(vocab, args.embed_size, args.num_units, args.num_layers, plain=True)
 
     probe = jnp.asarray(data[None, : min(len(data), 4 * args.seq_len)])
     ours = model.apply({"params": state["params"]}, probe)

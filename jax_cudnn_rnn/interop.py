@@ -44,20 +44,8 @@ def _to_numpy(value: Any, name: str) -> np.ndarray:
 
 def _canonical_by_name(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, np.ndarray]:
     """{slot name: array} after checking counts and shapes; names as in ``ParamSlot.name``."""
-    weight_slots, bias_slots = layout.param_slots(config)
-    named: dict[str, np.ndarray] = {}
-    for argument, given, slots in (("weights", weights, weight_slots), ("biases", biases, bias_slots)):
-        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
-            raise TypeError(f"{argument} must be a list of arrays, got {type(given).__name__}")
-        if len(given) != len(slots):
-            raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
-        for i, (tensor, slot) in enumerate(zip(given, slots)):
-            array = _to_numpy(tensor, f"{argument}[{i}]")
-            if array.shape != slot.shape:
-                raise ValueError(f"{argument}[{i}] ({slot.name(config)}) has shape {array.shape}; expected "
-                                 f"{slot.shape}")
-            named[slot.name(config)] = array
-    return named
+    pairs = layout.check_canonical(weights, biases, config, check_dtype=False)
+    return {slot.name(config): _to_numpy(tensor, slot.name(config)) for slot, tensor in pairs}
 
 
 def _from_named(named: Mapping[str, np.ndarray], config: RNNConfig, dtype: Any) -> Canonical:
@@ -227,16 +215,6 @@ def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNN
     return params
 
 
-def _flatten_dict(tree: Any, prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    if isinstance(tree, Mapping):
-        for key, child in tree.items():
-            flat.update(_flatten_dict(child, f"{prefix}/{key}" if prefix else str(key)))
-    else:
-        flat[prefix] = tree
-    return flat
-
-
 def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None,
                       atol: float = 0.0) -> Canonical:
     """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too). Summed biases go to the input bias
@@ -250,7 +228,7 @@ def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: An
         params = params["params"]
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a nested dict, got {type(params).__name__}")
-    found = {k: _to_numpy(v, k) for k, v in _flatten_dict(params).items()}
+    found = {k: _to_numpy(v, k) for k, v in layout.flatten_tree(params).items()}
     input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
     units = config.num_units
     expected: dict[str, tuple[int, ...]] = {}

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -177,21 +177,23 @@ def params_to_canonical(params: jax.Array, config: RNNConfig) -> tuple[list[jax.
     return [take(s) for s in weights], [take(s) for s in biases]
 
 
-def _check_tensor(name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, label: str) -> None:
+def _check_tensor(name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, label: str,
+                  check_dtype: bool = True) -> None:
     shape = getattr(tensor, "shape", None)
-    if shape is None:
+    if shape is None or not hasattr(tensor, "dtype"):
         raise TypeError(f"{name} ({label}) must be an array, got {type(tensor).__name__}")
     if tuple(shape) != slot.shape:
         raise ValueError(f"{name} ({label}) has shape {tuple(shape)}; expected {slot.shape}")
     dtype = np.dtype(tensor.dtype)
-    if dtype != config.dtype:
+    if check_dtype and dtype != config.dtype:
         raise TypeError(f"{name} ({label}) has dtype {dtype.name}; expected {config.dtype.name} (config.dtype)")
 
 
-def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> jax.Array:
-    """Packs canonical (weights, biases) lists into an opaque buffer; the inverse of ``params_to_canonical``.
+def check_canonical(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig, *,
+                    check_dtype: bool = True) -> list[tuple[ParamSlot, Any]]:
+    """Checks canonical (weights, biases) lists against ``config`` and pairs every tensor with its slot.
 
-    Raises ValueError/TypeError naming the first tensor whose count, shape or dtype is wrong.
+    Raises ValueError/TypeError naming the first tensor whose count, shape or (with ``check_dtype``) dtype is wrong.
     """
     weight_slots, bias_slots = param_slots(config)
     for argument, given, slots in (("weights", weights, weight_slots), ("biases", biases, bias_slots)):
@@ -200,9 +202,38 @@ def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: R
         if len(given) != len(slots):
             raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
         for i, (tensor, slot) in enumerate(zip(given, slots)):
-            _check_tensor(f"{argument}[{i}]", tensor, slot, config, slot.name(config))
-    pieces = [(s, jnp.asarray(t)) for s, t in zip(weight_slots + bias_slots, list(weights) + list(biases))]
-    return assemble(pieces, config)
+            _check_tensor(f"{argument}[{i}]", tensor, slot, config, slot.name(config), check_dtype)
+    return list(zip(weight_slots + bias_slots, list(weights) + list(biases)))
+
+
+def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> jax.Array:
+    """Packs canonical (weights, biases) lists into an opaque buffer; the inverse of ``params_to_canonical``.
+
+    Raises ValueError/TypeError naming the first tensor whose count, shape or dtype is wrong.
+    """
+    return assemble([(slot, jnp.asarray(t)) for slot, t in check_canonical(weights, biases, config)], config)
+
+
+def flatten_tree(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {"a/b/c": leaf}: the path spelling of ``ParamSlot.name``."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, child in tree.items():
+        flat.update(flatten_tree(child, f"{prefix}/{key}" if prefix else str(key)))
+    return flat
+
+
+def unflatten_tree(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of ``flatten_tree``."""
+    tree: dict[str, Any] = {}
+    for path, value in flat.items():
+        *parents, leaf = path.split("/")
+        node = tree
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return tree
 
 
 def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
@@ -211,40 +242,34 @@ def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
     Skip input's absent matrices are absent (layer 0 has no ``w_input``).
     """
     weights, biases = params_to_canonical(params, config)
-    tree: dict[str, Any] = {}
-    for slot, array in zip(param_slots(config)[0] + param_slots(config)[1], weights + biases):
-        *parents, leaf = slot.name(config).split("/")
-        node = tree
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = array
-    return tree
+    slots = param_slots(config)[0] + param_slots(config)[1]
+    return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases)})
 
 
-def tree_to_params(tree: Any, config: RNNConfig) -> jax.Array:
-    """The inverse of ``params_to_tree``; errors name the path that is missing, extra or of the wrong shape/dtype."""
+def tree_to_canonical(tree: Any, config: RNNConfig, *, check_dtype: bool = True) -> tuple[list[Any], list[Any]]:
+    """The canonical (weights, biases) lists held by a named tree (``params_to_tree``'s form), as given (no copy).
+
+    Errors name the path that is missing, extra or of the wrong shape (or dtype, with ``check_dtype``).
+    """
     weight_slots, bias_slots = param_slots(config)
     expected = {slot.name(config): slot for slot in weight_slots + bias_slots}
-    found: dict[str, Any] = {}
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
-            for key, child in node.items():
-                walk(child, f"{path}/{key}" if path else str(key))
-        else:
-            found[path] = node
-
-    if not isinstance(tree, dict):
+    if not isinstance(tree, Mapping):
         raise TypeError(f"tree must be a nested dict, got {type(tree).__name__}")
-    walk(tree, "")
+    found = flatten_tree(tree)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     if missing or extra:
         raise ValueError(f"tree does not match {config}: missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
                          f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}")
     for name, slot in expected.items():
-        _check_tensor(f"tree['{name}']", found[name], slot, config, "canonical tensor")
-    return assemble([(slot, jnp.asarray(found[name])) for name, slot in expected.items()], config)
+        _check_tensor(f"tree['{name}']", found[name], slot, config, "canonical tensor", check_dtype)
+    return ([found[slot.name(config)] for slot in weight_slots], [found[slot.name(config)] for slot in bias_slots])
+
+
+def tree_to_params(tree: Any, config: RNNConfig) -> jax.Array:
+    """The inverse of ``params_to_tree``; errors name the path that is missing, extra or of the wrong shape/dtype."""
+    weights, biases = tree_to_canonical(tree, config)
+    return canonical_to_params(weights, biases, config)
 
 
 def init_params(key: jax.Array, config: RNNConfig, *, scale: float | None = None) -> jax.Array:
