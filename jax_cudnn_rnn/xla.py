@@ -140,37 +140,17 @@ def _recurrence(mode: str, reverse: bool, cell_clip: float | None, xp: Array, w_
     return outputs
 
 
-def _row_blocks(w_rec: Array) -> list[Array]:
-    """w_rec [G*H, P] split into row blocks (the gates; two halves for the one-gate RNNs).
-
-    Several independent small GEMMs instead of one: XLA's CPU runtime runs independent ops concurrently, and the
-    per-step GEMM is too small for its intra-op threading, so this is what puts a second core to work in the scan.
-    """
-    rows = w_rec.shape[0]
-    count = next(g for g in (4, 3, 2, 1) if rows % g == 0)
-    return jnp.split(w_rec, count, axis=0)
-
-
-def _recurrent_matmul(h: Array, blocks: list[Array]) -> Array:
-    """h @ w_rec.T as [B, G*H], one GEMM per row block."""
-    dims = (((1,), (1,)), ((), ()))
-    return jnp.concatenate([lax.dot_general(h, block, dims) for block in blocks], axis=-1)
-
-
-def _recurrent_matmul_transposed(d_hp: Array, blocks: list[Array]) -> Array:
-    """d_hp @ w_rec as [B, P], one GEMM per row block, summed."""
-    chunks = jnp.split(d_hp, len(blocks), axis=-1)
-    return sum(chunk @ block for chunk, block in zip(chunks, blocks))
+def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
+    """h @ w_rec.T as [B, G*H], contracting w_rec's second axis directly (no transposed copy)."""
+    return lax.dot_general(h, w_rec, (((1,), (1,)), ((), ())))
 
 
 def _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
-    blocks = _row_blocks(w_rec)
-
     def step(carry, inputs):
         h, c = carry
         xp_t, mask_t = inputs
-        h_full, c_new, saved = _cell(mode, xp_t, _add(_recurrent_matmul(h, blocks), b_rec), h, c, cell_clip)
+        h_full, c_new, saved = _cell(mode, xp_t, _add(_recurrent_matmul(h, w_rec), b_rec), h, c, cell_clip)
         h_new = _project(h_full, w_proj)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (_masked(mask_t, h_new, h), _masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
@@ -192,7 +172,6 @@ def _flat(a: Array) -> Array:
 def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
     w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
     d_ys, dh_n, dc_n = cotangents
-    blocks = _row_blocks(w_rec)
 
     def step(carry, inputs):
         dh, dc = carry  # gradient w.r.t. the state after this step
@@ -204,7 +183,7 @@ def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
                 dc, dc_pass = jnp.where(mask_t, dc, 0), jnp.where(mask_t, 0, dc)
         dh_full = dh_new if w_proj is None else dh_new @ w_proj
         d_xp, d_hp, dh_direct, dc_prev, h_full = _cell_backward(mode, saved_t, h, c, dh_full, dc, cell_clip)
-        dh_prev = _add(_recurrent_matmul_transposed(d_hp, blocks), dh_direct)
+        dh_prev = _add(d_hp @ w_rec, dh_direct)
         if mask_t is not None:
             dh_prev = dh_prev + dh_pass
             if dc_prev is not None:
