@@ -165,10 +165,6 @@ def _recurrence_fwd(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, 
     return outputs, (w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
 
 
-def _flat(a: Array) -> Array:
-    return a.reshape(-1, a.shape[-1])
-
-
 def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
     w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
     d_ys, dh_n, dc_n = cotangents
@@ -193,10 +189,12 @@ def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
 
     (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask),
                                                      reverse=not reverse)
-    flat_d_hp = _flat(d_xp if d_hp is None else d_hp)
-    d_w_rec = flat_d_hp.T @ _flat(h_prev)
-    d_b_rec = flat_d_hp.sum(axis=0) if has_b_rec else None
-    d_w_proj = None if proj_terms is None else _flat(proj_terms[0]).T @ _flat(proj_terms[1])
+    # Weight gradients as one GEMM each, contracting time and batch together. Written as einsums over (t, b) rather
+    # than reshapes to [T*B, ...], so that a batch-sharded computation reduces partial sums instead of gathering.
+    d_hp = d_xp if d_hp is None else d_hp
+    d_w_rec = jnp.einsum("tbg,tbh->gh", d_hp, h_prev)
+    d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
+    d_w_proj = None if proj_terms is None else jnp.einsum("tbp,tbh->ph", *proj_terms)
     return d_xp, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None
 
 
