@@ -44,6 +44,9 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
     if x.ndim != 3:
         raise ValueError(f"x has shape {x.shape}; expected rank 3 ({'time, batch' if time_major else 'batch, time'}, "
                          f"features)")
+    if x.shape[-1] != config.input_size:
+        raise ValueError(f"x has shape {x.shape}; expected its last axis to be {config.input_size}, the input size "
+                         f"the module's parameters were made for")
     xs = x if time_major else jnp.swapaxes(x, 0, 1)
     batch = xs.shape[1]
     if initial_carry is None:
@@ -116,7 +119,10 @@ class RNN(nn.Module):
                  deterministic: bool | None = None, return_carry: bool = False):
         config = make_config(self.mode, self.num_units, self.num_layers, x.shape[-1], self.direction,
                              self.input_mode, self.dropout, self.param_dtype)
-        params = self.param("rnn_params", lambda key: RNNParams.init(key, config))
+        if self.has_variable("params", "rnn_params"):  # compare before Flax's own, less specific, shape check
+            params = self.get_variable("params", "rnn_params")
+        else:
+            params = self.param("rnn_params", lambda key: RNNParams.init(key, config))
         params = _with_config(params, config, x.shape[-1])
         if deterministic is None:
             deterministic = True if self.deterministic is None else self.deterministic
