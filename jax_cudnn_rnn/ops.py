@@ -80,6 +80,29 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
                              f"= [1, max_time]")
 
 
+_PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
+               "default": "tensorfloat32", "high": "tensorfloat32"}
+
+
+def resolve_precision(precision: Any) -> str:
+    """"float32" (strict float32 matmuls) or "tensorfloat32" (TF32 tensor cores allowed for float32 on GPUs).
+
+    Accepts what ``jax.default_matmul_precision`` accepts for these two meanings: "float32"/"highest"/
+    ``lax.Precision.HIGHEST``, and "tensorfloat32"/"high"/"default"/``lax.Precision.HIGH``/``DEFAULT``. None follows
+    the ``jax_default_matmul_precision`` config, and strict float32 where that is unset: errors compound over the
+    time steps of a recurrence, so TF32 is an opt-in here (unlike a plain ``jnp.dot`` on a GPU).
+    """
+    requested = jax.config.jax_default_matmul_precision if precision is None else precision
+    if requested is None:
+        return "float32"
+    name = requested.name.lower() if isinstance(requested, jax.lax.Precision) else requested
+    if name not in _PRECISIONS:
+        source = "jax_default_matmul_precision" if precision is None else "precision"
+        raise ValueError(f"{source} is {requested!r}; expected None or one of {sorted(_PRECISIONS)} or "
+                         f"jax.lax.Precision.HIGHEST/HIGH/DEFAULT")
+    return _PRECISIONS[name]
+
+
 def _on_cuda(*arrays: Any) -> bool:
     """Whether the computation runs on a CUDA device: the arrays' devices when concrete, else JAX's default backend
     (inside ``jax.jit`` there is nothing else to go by)."""
@@ -108,7 +131,8 @@ def resolve_implementation(implementation: str | None, *arrays: Any) -> str:
 
 
 def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
-        is_training: bool = False, dropout_key: Any = None, implementation: str | None = None):
+        is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
+        precision: Any = None):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
@@ -128,6 +152,10 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
       implementation: None (cuDNN on a CUDA device when the extension is loaded, else "xla"), "cudnn", "xla" (fast
         pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
+      precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):
+        None (the ``jax_default_matmul_precision`` config, else strict float32), "float32"/"highest", or
+        "tensorfloat32"/"high"/"default" to let float32 GEMMs use TF32 tensor cores on Ampere and newer GPUs
+        (about 10 mantissa bits: faster, less exact). No effect on other dtypes or on CPU. See ``resolve_precision``.
 
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
@@ -144,6 +172,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
                         f"{type(is_training).__name__}")
     implementation = resolve_implementation(implementation, x, params)
+    precision = resolve_precision(precision)
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
@@ -152,11 +181,12 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         from jax_cudnn_rnn import cudnn
 
         return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
-                               dropout_key=dropout_key if apply_dropout else None)
+                               dropout_key=dropout_key if apply_dropout else None,
+                               allow_tf32=precision == "tensorfloat32")
     masks = None
     if apply_dropout:
         masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
                                       xla.compute_dtype(config.dtype))
     lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
     run = xla.rnn_xla if implementation == "xla" else xla.rnn_reference
-    return run(params, x, h0, c0, config, seq_lengths=lengths, dropout_masks=masks)
+    return run(params, x, h0, c0, config, seq_lengths=lengths, dropout_masks=masks, precision=precision)

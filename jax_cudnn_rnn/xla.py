@@ -127,16 +127,18 @@ def _project(h_full: Array, w_proj: Array | None) -> Array:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _recurrence(mode: str, reverse: bool, cell_clip: float | None, xp: Array, w_rec: Array, b_rec: Array | None,
-                w_proj: Array | None, h0: Array, c0: Array | None, mask: Array | None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: str, xp: Array, w_rec: Array,
+                b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None, mask: Array | None):
     """Runs the recurrence over precomputed input projections.
 
     xp [T, B, G*H], w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None,
-    mask [T, B, 1] bool or None (P = H without projection).
+    mask [T, B, 1] bool or None (P = H without projection). ``precision`` is a jax.default_matmul_precision value
+    for every matmul, the backward pass's included.
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
-    outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
+    with jax.default_matmul_precision(precision):
+        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
     return outputs
 
 
@@ -159,13 +161,19 @@ def _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask):
-    outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask,
-                                                   save=True)
+def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, w_rec, b_rec, w_proj, h0, c0, mask):
+    with jax.default_matmul_precision(precision):
+        outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0,
+                                                       mask, save=True)
     return outputs, (w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
 
 
-def _recurrence_bwd(mode, reverse, cell_clip, residuals, cotangents):
+def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
+    with jax.default_matmul_precision(precision):
+        return _backward(mode, reverse, cell_clip, residuals, cotangents)
+
+
+def _backward(mode, reverse, cell_clip, residuals, cotangents):
     w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
     d_ys, dh_n, dc_n = cotangents
 
@@ -221,13 +229,14 @@ def _input_projection(x: Array, w_in: Array | None, b_in: Array | None, num_gate
     return _add(jnp.einsum("tbi,gi->tbg", x, w_in), b_in)
 
 
-def _fast_direction(config, x, weights, h0, c0, mask, reverse):
+def _fast_direction(config, x, weights, h0, c0, mask, reverse, precision):
     w_in, w_rec, w_proj, b_in, b_rec = weights
     xp = _input_projection(x, w_in, b_in, config.num_gates)
-    return _recurrence(config.mode, reverse, config.cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask)
+    return _recurrence(config.mode, reverse, config.cell_clip, precision, xp, w_rec, b_rec, w_proj, h0, c0, mask)
 
 
-def _reference_direction(config, x, weights, h0, c0, mask, reverse):
+def _reference_direction(config, x, weights, h0, c0, mask, reverse, precision):
+    del precision  # set around the whole run by _run; autodiff keeps each matmul's precision
     w_in, w_rec, w_proj, b_in, b_rec = weights
 
     def step(carry, inputs):
@@ -243,7 +252,12 @@ def _reference_direction(config, x, weights, h0, c0, mask, reverse):
     return ys, h_n, c_n
 
 
-def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision):
+    with jax.default_matmul_precision(precision):
+        return _layers(direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)
+
+
+def _layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision):
     dtype = compute_dtype(config.dtype)
     num_steps = x.shape[0]
     mask = None
@@ -257,7 +271,8 @@ def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropou
             index = layer * config.num_directions + direction
             weights = _layer_weights(params, config, layer, direction, dtype)
             ys, h_last, c_last = direction_fn(config, layer_input, weights, h0[index].astype(dtype),
-                                              None if c0 is None else c0[index].astype(dtype), mask, direction == 1)
+                                              None if c0 is None else c0[index].astype(dtype), mask, direction == 1,
+                                              precision)
             outputs.append(ys)
             h_n.append(h_last)
             c_n.append(c_last)
@@ -269,11 +284,12 @@ def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropou
             None if c0 is None else jnp.stack(c_n).astype(out_dtype))
 
 
-def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None):
-    """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``."""
-    return _run(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks)
+def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32"):
+    """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``;
+    ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul)."""
+    return _run(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)
 
 
-def rnn_reference(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None):
+def rnn_reference(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32"):
     """The naive per-step version, differentiable in every mode (jvp included)."""
-    return _run(_reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks)
+    return _run(_reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)

@@ -214,3 +214,16 @@ def test_rnn_accepts_rnn_params_and_checks_config():
                           dropout=0.1)
     _raises(ValueError, "differs from params.config", lambda: jcr.rnn(packed, x, h0, c0, other))
     _raises(TypeError, "config is None; pass an RNNConfig", lambda: jcr.rnn(p, x, h0, c0))
+
+
+def test_precision_unknown():
+    cfg, params, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("precision is 'bfloat16'; expected None or one of ['default', 'float32'"),
+            lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla", precision="bfloat16"))
+
+
+def test_precision_from_the_jax_config_is_checked_too():
+    cfg, params, x, h0, c0 = _setup()
+    with jax.default_matmul_precision("bfloat16"):
+        _raises(ValueError, "jax_default_matmul_precision is 'bfloat16'",
+                lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla"))
