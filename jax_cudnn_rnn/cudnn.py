@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _extension, dropout, layout
+from jax_cudnn_rnn import _extension, batching, dropout, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 
@@ -62,23 +62,33 @@ def reserve_space_size(config: RNNConfig, max_time: int, batch: int, allow_tf32:
 
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, training: bool):
-    """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None)."""
-    num_steps, batch, _ = x.shape
+    """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None). The inference forward folds ``jax.vmap``
+    into its batch (``batching.fold_vmap``); the training forward runs once per mapped element."""
     lstm = config.has_cell_state
-    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
-    args = [x, h0, params]
+    args, in_axes = [x, h0, params], [1, 1, None]  # batch axes; params are shared by the batch
     if lstm:
         args.append(c0)
-        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+        in_axes.append(1)
     if seq_lengths is not None:
         args.append(seq_lengths)
+        in_axes.append(0)
+
+    def kernel(x, h0, params, *rest):
+        num_steps, batch, _ = x.shape
+        out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+                     jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+        if lstm:
+            out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
+        if training:
+            size = reserve_space_size(config, num_steps, batch, allow_tf32)
+            out_types.append(jax.ShapeDtypeStruct((size,), jnp.uint8))
+        return jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types, vmap_method="sequential")(
+            x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32))
+
     if training:
-        size = reserve_space_size(config, num_steps, batch, allow_tf32)
-        out_types.append(jax.ShapeDtypeStruct((size,), jnp.uint8))
-    results = jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types, vmap_method="sequential")(
-        *args, training=np.bool_(training), **_attributes(config, allow_tf32))
-    y, h_n, *rest = results
+        y, h_n, *rest = kernel(*args)
+    else:
+        y, h_n, *rest = batching.fold_vmap(kernel, in_axes, [1, 1] + [1] * lstm)(*args)
     c_n = rest.pop(0) if lstm else None
     reserve_space = rest.pop(0) if training else None
     return y, h_n, c_n, reserve_space

@@ -149,6 +149,8 @@ def test_allow_tf32_runs_close():
     strict = cudnn.rnn_cudnn(params, x, h0, c0, cfg)
     fast = cudnn.rnn_cudnn(params, x, h0, c0, cfg, allow_tf32=True)
     np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
+    public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32")
+    np.testing.assert_array_equal(np.asarray(public[0]), np.asarray(fast[0]))
 
 
 def test_default_implementation_on_gpu_is_cudnn():
@@ -165,3 +167,24 @@ def test_reserve_space_size_is_positive_and_cached():
     hits = cudnn.reserve_space_size.cache_info().hits
     assert cudnn.reserve_space_size(cfg, T, B, False) == size
     assert cudnn.reserve_space_size.cache_info().hits == hits + 1
+
+
+def test_vmap_folds_into_one_call_and_matches_a_loop():
+    cfg = jcr.RNNConfig("lstm", 2, 8, 5, direction="bidirectional")
+    params, _, _, _, _ = _problem(cfg)
+    k = jax.random.split(jax.random.key(3), 2)
+    xs = jax.random.normal(k[0], (3, T, B, cfg.input_size))
+    h0s = jax.random.normal(k[1], (3, *cfg.state_shape(B)))
+    lengths = jnp.asarray([T, 1, 3, T - 1], jnp.int32)
+    run = lambda p, x, h, impl: jcr.rnn(p, x, h, h, cfg, seq_lengths=lengths, implementation=impl)  # noqa: E731
+    got = jax.jit(jax.vmap(run, in_axes=(None, 0, 0, None)), static_argnums=3)(params, xs, h0s, "cudnn")
+    for n in range(3):
+        for a, b in zip(got, run(params, xs[n], h0s[n], "xla"), strict=True):
+            _close(a[n], b, "float32", f"vmap element {n}")
+    loss = lambda p, x, h, impl: jnp.sum(run(p, x, h, impl)[0] ** 2)  # noqa: E731
+    per_element = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0, None))(params, xs, h0s, "cudnn")
+    summed = jax.grad(lambda p: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0, None))(p, xs, h0s, "cudnn")))(params)
+    want = [jax.grad(loss)(params, xs[n], h0s[n], "xla") for n in range(3)]
+    for n in range(3):
+        _close(per_element[n], want[n], "float32", f"vmap(grad) element {n}")
+    _close(summed, sum(want), "float32", "grad(vmap)")
