@@ -41,6 +41,28 @@ register("demo", "train a character-level LSTM, checkpoint it canonically, rerun
                      "Defaults finish in a few minutes on a laptop CPU.")
 
 
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from jax_cudnn_rnn import bench
+
+    bench.add_arguments(parser)
+
+
+def _bench_run(args: argparse.Namespace) -> int:
+    from jax_cudnn_rnn import bench
+
+    return bench.run(args)
+
+
+register("bench", "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
+         _bench_arguments, _bench_run,
+         description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "
+                     "parameters and x) of this library's cuDNN and pure-JAX implementations, Flax's nn.RNN, "
+                     "jax.experimental.rnn.lstm and PyTorch's nn.LSTM/nn.GRU on named configurations (A-F on a GPU, "
+                     "cpu-lstm and cpu-gru otherwise); reports the median milliseconds and the ratios to PyTorch and "
+                     "Flax as a table, and optionally as JSON, Markdown and a PNG plot. Contenders that cannot run "
+                     "here are skipped with the reason. --quick is a CI-sized smoke run.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jax-cudnn-rnn",
                                      description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos.")

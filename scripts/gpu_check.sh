@@ -5,7 +5,8 @@
 #
 # Builds the extension into the current Python (no network: --no-build-isolation --no-deps, so the machine must
 # already have jax with its CUDA plugin, nvidia-cudnn-cu13, scikit-build-core, pybind11, cmake and a CUDA toolkit),
-# prints the versions that matter, runs every test marked `gpu`, then any GPU benchmark in benchmarks/.
+# prints the versions that matter, runs every test marked `gpu`, the benchmark suite (`jax-cudnn-rnn bench`), the leak
+# check, and compute-sanitizer's memcheck and racecheck over a subset of the GPU tests.
 # Exit status: non-zero when the build or the GPU tests fail.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,11 +68,21 @@ JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 "$PYTHON" -m pytest -v tests/test_extension.py
 extension_status=${PIPESTATUS[0]}
 
 section "benchmarks"
-shopt -s nullglob
-for bench in benchmarks/gpu_*.py; do
-  echo "--- $bench"
-  "$PYTHON" "$bench" 2>&1 | tee "$LOG_DIR/$(basename "$bench" .py).log"
-done
+# Every contender in one process per run: this op (cudnn, xla), Flax, jax.experimental.rnn, PyTorch's cuDNN RNN.
+jax-cudnn-rnn bench --json "$LOG_DIR/bench.json" --plot "$LOG_DIR/bench.png" --markdown "$LOG_DIR/bench.md" \
+  2>&1 | tee "$LOG_DIR/bench.log"
+"$PYTHON" benchmarks/leak_check.py --calls 3000 --implementation cudnn 2>&1 | tee "$LOG_DIR/leak_check.log"
+
+section "compute-sanitizer"
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$PYTHON" -m pytest -q -x tests/test_cudnn_gpu.py \
+      -k "matches_xla and float32 and linear_input" 2>&1 | tee "$LOG_DIR/sanitizer-$tool.log"
+    echo "compute-sanitizer $tool status: ${PIPESTATUS[0]}"
+  done
+else
+  echo "compute-sanitizer: not on PATH"
+fi
 
 echo
 echo "pytest -m gpu status: $test_status; test_extension status: $extension_status; logs in $LOG_DIR"

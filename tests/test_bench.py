@@ -1,0 +1,87 @@
+"""``jax-cudnn-rnn bench --quick`` through the CLI entry point: JSON records, ratios, PNG and Markdown outputs."""
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from jax_cudnn_rnn import bench, cli
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+CPU_CONFIGS = {"cpu-lstm", "cpu-gru"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    paths = {"json": out / "bench.json", "plot": out / "bench.png", "markdown": out / "bench.md"}
+    code = cli.main(["bench", "--quick", "--json", str(paths["json"]), "--plot", str(paths["plot"]),
+                     "--markdown", str(paths["markdown"])])
+    return code, paths
+
+
+def test_quick_exits_zero(quick_run):
+    code, _ = quick_run
+    assert code == 0
+
+
+def test_json_records(quick_run):
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    assert data["machine"]["jax_backend"] and data["machine"]["cpu_count"] >= 1
+    assert data["machine"]["versions"]["jax"]
+    assert data["settings"]["quick"] and data["settings"]["repeats"] == bench.QUICK_REPEATS
+    assert data["settings"]["precision"] == "float32"
+    assert all(c["time"] <= 10 and c["hidden"] <= 32 for c in data["settings"]["configs"])
+    expected = {"jcr-xla", "flax"} | ({"torch"} if HAS_TORCH else set())
+    measured = {(r["config"], r["contender"], r["measurement"]) for r in data["records"]}
+    for config in CPU_CONFIGS:
+        for contender in expected:
+            for measurement in bench.MEASUREMENTS:
+                assert (config, contender, measurement) in measured
+    for record in data["records"]:
+        assert math.isfinite(record["ms"]) and record["ms"] > 0, record
+        assert record["dtype"] == "float32"
+    if HAS_TORCH:
+        for record in data["records"]:
+            assert record["ratio_to_torch"] is not None and record["ratio_to_torch"] > 0
+            if record["contender"] == "torch":
+                assert record["ratio_to_torch"] == 1.0
+    assert not data["errors"]
+
+
+def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    if data["machine"]["jax_backend"] != "gpu":
+        skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
+        assert "not 'gpu'" in skipped["jcr-cudnn"] or "not loaded" in skipped["jcr-cudnn"]
+    assert all(s["reason"] for s in data["skipped"])
+
+
+def test_plot_and_markdown(quick_run):
+    _, paths = quick_run
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = paths["markdown"].read_text().splitlines()
+    header = lines.index("| " + " | ".join(bench.TABLE_COLUMNS) + " |")
+    assert set(lines[header + 1].replace("|", "").split()) == {"---"}
+    assert any(line.startswith("| cpu-lstm | float32 | jcr-xla |") for line in lines)
+
+
+def test_unknown_config_is_an_error_naming_the_known_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "--configs", "cpu-lstm,nope"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err
+    assert all(name in err for name in ("cpu-lstm", "cpu-gru", "A", "F"))
+
+
+def test_ratios():
+    records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms}
+               for name, ms in (("torch", 2.0), ("flax", 4.0), ("jcr-xla", 1.0))]
+    records.append({"config": "c", "dtype": "bfloat16", "contender": "jcr-xla", "measurement": "fwd", "ms": 1.0})
+    bench.add_ratios(records)
+    assert [r["ratio_to_torch"] for r in records] == [1.0, 2.0, 0.5, None]
+    assert [r["ratio_to_flax"] for r in records] == [0.5, 1.0, 0.25, None]
