@@ -39,7 +39,7 @@ class RNN(nnx.Module):
     @property
     def params(self) -> RNNParams:
         """The buffer with its config."""
-        return RNNParams.tree_unflatten(self.config, [self.rnn_params.value])
+        return RNNParams.tree_unflatten(self.config, [self.rnn_params[...]])
 
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
                  deterministic: bool | None = None, return_carry: bool = False):

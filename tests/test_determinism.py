@@ -1,4 +1,5 @@
-"""The same inputs and dropout key give bit-identical results run to run (CPU)."""
+"""The same inputs and dropout key give bit-identical results run to run: the xla path on CPU, the cuDNN path on a
+GPU (marked ``gpu``; skipped without one)."""
 
 import subprocess
 import sys
@@ -6,8 +7,10 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import _extension
 
 SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np, sys
@@ -19,19 +22,32 @@ h0 = jax.random.normal(jax.random.key(2), cfg.state_shape(4))
 lengths = jnp.array([9, 3, 1, 7], jnp.int32)
 def loss(params, x):
     y, h, c = jcr.rnn(params, x, h0, h0, cfg, seq_lengths=lengths, is_training=True,
-                      dropout_key=jax.random.key(3), implementation="xla")
+                      dropout_key=jax.random.key(3), implementation=sys.argv[1])
     return jnp.sum(y ** 2) + jnp.sum(h * c)
 value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
 sys.stdout.buffer.write(np.asarray(value).tobytes() + b"".join(np.asarray(g).tobytes() for g in grads))
 """
 
 
-def test_bit_identical_across_processes():
-    runs = [subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, timeout=300) for _ in range(2)]
+def _bit_identical_across_processes(implementation):
+    runs = [subprocess.run([sys.executable, "-c", SCRIPT, implementation], capture_output=True, timeout=300)
+            for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr.decode()
     assert len(runs[0].stdout) > 1000
     assert runs[0].stdout == runs[1].stdout
+
+
+def test_bit_identical_across_processes():
+    _bit_identical_across_processes("xla")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _extension.extension_loaded() or jax.default_backend() != "gpu",
+                    reason="needs the cuDNN extension and a CUDA device")
+def test_cudnn_bit_identical_across_processes():
+    """cuDNN's RNN forward, backward data and backward weights with the standard algorithm, and our dropout masks."""
+    _bit_identical_across_processes("cudnn")
 
 
 def test_dropout_same_key_same_result_other_key_differs():

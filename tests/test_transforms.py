@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -69,6 +70,24 @@ SHARDING_SCRIPT = textwrap.dedent("""
     for a, b in zip(grad(*args), grad(params, x, h0, lengths)):
         np.testing.assert_allclose(a, b, atol=1e-5)
     print("values equal")
+
+    # The route docs/lowering.md gives for the cudnn implementation: shard_map, local shapes inside.
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=(P(), P(None, "batch"), P(None, "batch"), P("batch")),
+                   out_specs=(P(None, "batch"), P(None, "batch")), check_vma=False)
+    def mapped(p, x, h, n):
+        y, h_n, _ = jcr.rnn(p, x, h, None, cfg, seq_lengths=n, implementation="xla")
+        return y, h_n
+
+    def mapped_loss(p, x, h, n):
+        y, h_n = mapped(p, x, h, n)
+        return jnp.sum(y ** 2) + jnp.sum(h_n)
+
+    mapped_grad = jax.jit(jax.grad(mapped_loss, argnums=(0, 1)))
+    np.testing.assert_allclose(mapped(*args)[0], forward(params, x, h0, lengths)[0], atol=1e-6)
+    for a, b in zip(mapped_grad(*args), grad(params, x, h0, lengths)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    print("shard_map equal")
 """)
 
 
@@ -79,3 +98,31 @@ def test_batch_sharding_runs_per_shard_without_gathering_activations():
     assert "forward all-gather 0 all-to-all 0" in lines, lines
     assert "grad all-gather 0 all-to-all 0" in lines, lines
     assert "values equal" in lines
+    assert "shard_map equal" in lines
+
+
+def _dot_precisions(precision):
+    params = jcr.init_params(jax.random.key(0), CFG)
+    x, h0 = jnp.ones((4, 2, 3)), jnp.zeros(CFG.state_shape(2))
+    loss = lambda p: jnp.sum(jcr.rnn(p, x, h0, h0, CFG, implementation="xla", precision=precision)[0])  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.value_and_grad(loss))(params)
+    found = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.add(eqn.params["precision"])
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return found
+
+
+def test_precision_reaches_every_matmul_of_forward_and_backward():
+    """The custom backward pass is traced after rnn() returns, so it must carry the precision itself."""
+    high, highest = jax.lax.Precision.HIGH, jax.lax.Precision.HIGHEST
+    assert _dot_precisions(None) == {(highest, highest)}
+    assert _dot_precisions("tensorfloat32") == {(high, high)}
+    with jax.default_matmul_precision("tensorfloat32"):
+        assert _dot_precisions(None) == {(high, high)}
