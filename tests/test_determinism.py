@@ -1,6 +1,7 @@
 """The same inputs and dropout key give bit-identical results run to run: the xla path on CPU, the cuDNN path on a
 GPU (marked ``gpu``; skipped without one)."""
 
+import os
 import subprocess
 import sys
 
@@ -29,9 +30,9 @@ sys.stdout.buffer.write(np.asarray(value).tobytes() + b"".join(np.asarray(g).tob
 """
 
 
-def _bit_identical_across_processes(implementation):
-    runs = [subprocess.run([sys.executable, "-c", SCRIPT, implementation], capture_output=True, timeout=300)
-            for _ in range(2)]
+def _bit_identical_across_processes(implementation, **env):
+    runs = [subprocess.run([sys.executable, "-c", SCRIPT, implementation], capture_output=True, timeout=300,
+                           env={**os.environ, **env}) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr.decode()
     assert len(runs[0].stdout) > 1000
@@ -46,8 +47,9 @@ def test_bit_identical_across_processes():
 @pytest.mark.skipif(not _extension.extension_loaded() or jax.default_backend() != "gpu",
                     reason="needs the cuDNN extension and a CUDA device")
 def test_cudnn_bit_identical_across_processes():
-    """cuDNN's RNN forward, backward data and backward weights with the standard algorithm, and our dropout masks."""
-    _bit_identical_across_processes("cudnn")
+    """cuDNN's RNN forward, backward data and backward weights with the standard algorithm, and our dropout masks,
+    with cuBLAS's workspace pinned as PyTorch's reproducibility notes prescribe for cuDNN RNNs."""
+    _bit_identical_across_processes("cudnn", CUBLAS_WORKSPACE_CONFIG=":4096:2")
 
 
 def test_dropout_same_key_same_result_other_key_differs():
