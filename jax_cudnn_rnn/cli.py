@@ -1,60 +1,32 @@
-"""``jax-cudnn-rnn`` command line: one subcommand per registered function.
+"""``jax-cudnn-rnn`` command line: one subcommand per registered module.
 
-Adding a subcommand (e.g. ``bench``) is one ``register`` call from its module's ``_register_*`` hook below:
-``register(name, help, add_arguments, run)`` where ``add_arguments(parser)`` adds its flags and ``run(args) -> int``
-does the work. Heavy imports happen inside the hooks so that ``--help`` stays fast.
+Adding a subcommand is one ``register(name, help, module)`` call below; the module provides ``add_arguments(parser)``
+(its flags) and ``run(args) -> int`` (the work). Building the parser imports every registered module.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable
 
-_COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[..., int]]] = {}
-
-
-def register(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None],
-             run: Callable[[argparse.Namespace], int], description: str = "") -> None:
-    """Registers subcommand ``name``."""
-    _COMMANDS[name] = (help, description or help, add_arguments, run)
+_COMMANDS: dict[str, tuple[str, str, str]] = {}
 
 
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from jax_cudnn_rnn import demo
-
-    demo.add_arguments(parser)
-
-
-def _demo_run(args: argparse.Namespace) -> int:
-    from jax_cudnn_rnn import demo
-
-    return demo.run(args)
+def register(name: str, help: str, module: str, description: str = "") -> None:
+    """Registers subcommand ``name``, implemented by ``module``'s ``add_arguments(parser)`` and ``run(args) -> int``."""
+    _COMMANDS[name] = (help, description or help, module)
 
 
 register("demo", "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
-         _demo_arguments, _demo_run,
+         "jax_cudnn_rnn.demo",
          description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
                      "with this library's LSTM (cuDNN on a GPU, pure JAX on CPU), saves Orbax checkpoints in the "
                      "canonical format, reads the last one back with a plain ocp.StandardCheckpointer into a plain "
                      "Flax model (nn.LSTMCell), checks that both give the same logits, and prints generated text. "
                      "Defaults finish in a few minutes on a laptop CPU.")
-
-
-def _bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from jax_cudnn_rnn import bench
-
-    bench.add_arguments(parser)
-
-
-def _bench_run(args: argparse.Namespace) -> int:
-    from jax_cudnn_rnn import bench
-
-    return bench.run(args)
-
-
 register("bench", "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
-         _bench_arguments, _bench_run,
+         "jax_cudnn_rnn.bench",
          description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "
                      "parameters and x) of this library's cuDNN and pure-JAX implementations, Flax's nn.RNN, "
                      "jax.experimental.rnn.lstm and PyTorch's nn.LSTM/nn.GRU on named configurations (A-F on a GPU, "
@@ -67,10 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jax-cudnn-rnn",
                                      description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, description, add_arguments, run) in _COMMANDS.items():
+    for name, (help_text, description, module) in _COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=description)
-        add_arguments(sub)
-        sub.set_defaults(_run=run)
+        implementation = importlib.import_module(module)
+        implementation.add_arguments(sub)
+        sub.set_defaults(_run=implementation.run)
     return parser
 
 
