@@ -15,6 +15,7 @@ element (``vmap_method="sequential"``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
 import jax
 import jax.numpy as jnp
 
