@@ -19,14 +19,16 @@ from jax_cudnn_rnn.params import RNNParams
 
 
 def make_config(mode: str, num_units: int, num_layers: int, input_size: int, direction: str, input_mode: str,
-                dropout: float, dtype: Any) -> RNNConfig:
+                dropout: float, dtype: Any, proj_size: int = 0, cell_clip: float | None = None,
+                bias_mode: str = "double") -> RNNConfig:
     return RNNConfig(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
-                     direction=direction, input_mode=input_mode, dropout=dropout, dtype=dtype)
+                     direction=direction, input_mode=input_mode, dropout=dropout, dtype=dtype, proj_size=proj_size,
+                     cell_clip=cell_clip, bias_mode=bias_mode)
 
 
 def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
               initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
-              return_carry: bool = False):
+              precision: Any = None, return_carry: bool = False):
     """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (the buffer is cast).
 
     ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
@@ -60,7 +62,8 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
     if seq_lengths is not None:
         seq_lengths = jnp.asarray(seq_lengths, jnp.int32)
     y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
-                          is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation)
+                          is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
+                          precision=precision)
     if not time_major:
         y = jnp.swapaxes(y, 0, 1)
     if not return_carry:
@@ -92,6 +95,8 @@ class RNN(nn.Module):
       direction: "unidirectional" or "bidirectional" (outputs concatenated, forward first: D*H features).
       input_mode: "linear_input", "skip_input" or "auto_select" (see RNNConfig).
       dropout: inter-layer dropout rate, applied when not deterministic (rng stream 'dropout').
+      proj_size, cell_clip, bias_mode: the projected/clipped LSTM and bias options of ``RNNConfig``.
+      precision: float32 matmul precision (``rnn``'s argument): None, "float32" or "tensorfloat32".
       dtype: computation dtype (default: param_dtype); the buffer is cast to it.
       param_dtype: dtype of the opaque buffer.
       time_major: False (default): x is [B, T, I]; True: [T, B, I].
@@ -108,6 +113,10 @@ class RNN(nn.Module):
     direction: str = "unidirectional"
     input_mode: str = "linear_input"
     dropout: float = 0.0
+    proj_size: int = 0
+    cell_clip: float | None = None
+    bias_mode: str = "double"
+    precision: Any = None
     dtype: Any = None
     param_dtype: Any = jnp.float32
     time_major: bool = False
@@ -118,7 +127,8 @@ class RNN(nn.Module):
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
                  deterministic: bool | None = None, return_carry: bool = False):
         config = make_config(self.mode, self.num_units, self.num_layers, x.shape[-1], self.direction,
-                             self.input_mode, self.dropout, self.param_dtype)
+                             self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
+                             self.bias_mode)
         if self.has_variable("params", "rnn_params"):  # compare before Flax's own, less specific, shape check
             params = self.get_variable("params", "rnn_params")
         else:
@@ -131,7 +141,7 @@ class RNN(nn.Module):
             dropout_key = self.make_rng("dropout")
         return apply_rnn(params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
-                         implementation=self.implementation, return_carry=return_carry)
+                         implementation=self.implementation, precision=self.precision, return_carry=return_carry)
 
 
 class LSTM(RNN):

@@ -121,3 +121,30 @@ def test_nnx_values_gradients_and_training_step():
     losses = [float(step(model, optimizer)) for _ in range(10)]
     assert losses[-1] < 0.7 * losses[0], losses
     assert isinstance(model.params, RNNParams) and model.params.config == config
+
+
+OPTIONS = dict(proj_size=2, cell_clip=0.3, bias_mode="single_input")
+
+
+def test_linen_projected_clipped_lstm_matches_rnn():
+    x = 3.0 * jax.random.normal(jax.random.key(0), (B, T, I))  # large enough to hit the clip
+    module = jcr_flax.LSTM(num_units=H, num_layers=2, direction="bidirectional", precision="float32", **OPTIONS)
+    variables = module.init(jax.random.key(1), x)
+    params = variables["params"]["rnn_params"]
+    config = RNNConfig("lstm", 2, H, I, direction="bidirectional", **OPTIONS)
+    assert params.config == config
+    carry, y = module.apply(variables, x, return_carry=True)
+    assert y.shape == (B, T, 2 * OPTIONS["proj_size"])
+    y_ref, h_ref, c_ref = _reference(params.buffer, config, x)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    np.testing.assert_allclose(carry[1], c_ref, atol=1e-5)
+    assert np.max(np.abs(carry[1])) <= OPTIONS["cell_clip"] + 1e-6
+
+
+def test_nnx_projected_clipped_lstm_matches_rnn():
+    x = 3.0 * jax.random.normal(jax.random.key(0), (B, T, I))
+    model = jcr_nnx.LSTM(I, H, num_layers=2, precision="tensorfloat32", rngs=nnx.Rngs(0), **OPTIONS)
+    assert model.params.config == RNNConfig("lstm", 2, H, I, **OPTIONS)
+    y = model(x)
+    y_ref, _, _ = _reference(model.params.buffer, model.params.config, x)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
