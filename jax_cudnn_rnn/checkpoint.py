@@ -39,14 +39,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams, is_rnn_params
 
 FORMAT_VERSION = 1
 METADATA_KEY = "jax_cudnn_rnn"
-# Fields of RNNConfig that decide which canonical tensors exist and their shapes; the others may differ on restore.
-LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
-                 "bias_mode")
 
 
 class CheckpointError(ValueError):

@@ -57,6 +57,12 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+# Fields of RNNConfig that decide which canonical tensors exist and their shapes (and so the buffer's layout); the
+# others (dtype, dropout, cell_clip) change how the weights are stored or used, not which weights there are.
+LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
+                 "bias_mode")
+
+
 @dataclasses.dataclass(frozen=True)
 class RNNConfig:
     """A stacked RNN as cuDNN sees it.

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_cudnn_rnn import ops
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 
 
@@ -71,15 +71,11 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
     return ((h_n, c_n) if config.has_cell_state else h_n), y
 
 
-_LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
-                  "bias_mode", "dtype")
-
-
 def _with_config(params: Any, config: RNNConfig, input_size: int) -> RNNParams:
     """The stored params under this module's config; the buffer must have the same layout and dtype (dropout and
     other run-time fields are the module's)."""
     if not isinstance(params, RNNParams) or any(getattr(params.config, f) != getattr(config, f)
-                                                for f in _LAYOUT_FIELDS):
+                                                for f in (*LAYOUT_FIELDS, "dtype")):
         got = params.config if isinstance(params, RNNParams) else type(params).__name__
         raise ValueError(f"rnn_params is {got}; this module with input size {input_size} expects {config}")
     return RNNParams.tree_unflatten(config, [params.buffer])
