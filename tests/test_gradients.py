@@ -22,28 +22,13 @@ import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import numpy_rnn  # noqa: E402
-
-MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
-T, B = 5, 3
-LENGTHS = (2, 5, 1)
-
-
-def make_config(mode, num_layers, direction, input_mode="linear_input", dtype=np.float32, **kw):
-    I = 4 if input_mode == "skip_input" else 3
-    return jcr.RNNConfig(mode=mode, num_layers=num_layers, num_units=4, input_size=I, direction=direction,
-                         input_mode=input_mode, dtype=dtype, **kw)
-
+from support import LENGTHS, MODES, B, T, draw_inputs, make_config  # noqa: E402
 
 def make_inputs(cfg, seed=0, steps=T, batch=B):
     """(params, x, h0, c0, loss weights for y, h_n, c_n) as NumPy arrays of cfg.dtype."""
     rng = np.random.default_rng(seed)
+    params, x, h0, c0 = draw_inputs(cfg, rng, steps, batch)
     dt = cfg.dtype
-    weights = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[0]]
-    biases = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[1]]
-    params = np.asarray(jcr.canonical_to_params(weights, biases, cfg))
-    x = rng.normal(size=(steps, batch, cfg.input_size)).astype(dt)
-    h0 = (0.5 * rng.normal(size=cfg.state_shape(batch))).astype(dt)
-    c0 = (0.5 * rng.normal(size=cfg.cell_shape(batch))).astype(dt) if cfg.mode == "lstm" else None
     wy = rng.normal(size=(steps, batch, cfg.output_size)).astype(dt)
     wh = rng.normal(size=cfg.state_shape(batch)).astype(dt)
     wc = rng.normal(size=cfg.cell_shape(batch)).astype(dt) if cfg.mode == "lstm" else None
@@ -193,6 +178,12 @@ def test_dropout_gradients_match_reference():
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _float64_problem(mode, seed):
+    """A small 2-layer bidirectional float64 network and its inputs, for finite differences (call under x64)."""
+    cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional", dtype=np.float64)
+    return cfg, make_inputs(cfg, seed=seed, steps=4, batch=2)
+
+
 def _fd_directional(f, args, direction, step=1e-6):
     plus = [None if a is None else a + step * d for a, d in zip(args, direction)]
     minus = [None if a is None else a - step * d for a, d in zip(args, direction)]
@@ -202,9 +193,7 @@ def _fd_directional(f, args, direction, step=1e-6):
 @pytest.mark.parametrize("mode", MODES)
 def test_gradients_match_finite_differences_of_numpy_oracle(mode):
     with jax.enable_x64(True):
-        cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional",
-                            dtype=np.float64)
-        p, x, h0, c0, lw = make_inputs(cfg, seed=11, steps=4, batch=2)
+        cfg, (p, x, h0, c0, lw) = _float64_problem(mode, seed=11)
         lengths = np.array([3, 4], np.int32)
         args = (p, x, h0, c0)
         argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
@@ -230,9 +219,7 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_jvp_of_reference_matches_finite_differences(mode):
     with jax.enable_x64(True):
-        cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=3, input_size=2, direction="bidirectional",
-                            dtype=np.float64)
-        p, x, h0, c0, lw = make_inputs(cfg, seed=12, steps=4, batch=2)
+        cfg, (p, x, h0, c0, lw) = _float64_problem(mode, seed=12)
         lengths = np.array([4, 2], np.int32)
         args = tuple(None if a is None else jnp.asarray(a) for a in (p, x, h0, c0))
         rng = np.random.default_rng(1)

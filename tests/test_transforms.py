@@ -1,15 +1,18 @@
 """rnn() composes with vmap and batch sharding (xla implementation; the cuDNN versions need a GPU)."""
 
+import os
 import subprocess
 import sys
 import textwrap
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import jaxpr_eqns  # noqa: E402
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional")
 
@@ -106,17 +109,7 @@ def _dot_precisions(precision):
     x, h0 = jnp.ones((4, 2, 3)), jnp.zeros(CFG.state_shape(2))
     loss = lambda p: jnp.sum(jcr.rnn(p, x, h0, h0, CFG, implementation="xla", precision=precision)[0])  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.value_and_grad(loss))(params)
-    found = set()
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "dot_general":
-                found.add(eqn.params["precision"])
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
-    return found
+    return {eqn.params["precision"] for eqn in jaxpr_eqns(jaxpr.jaxpr) if eqn.primitive.name == "dot_general"}
 
 
 def test_precision_reaches_every_matmul_of_forward_and_backward():

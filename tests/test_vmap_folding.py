@@ -1,13 +1,18 @@
 """jax.vmap of rnn() folds the mapped axes into the batch: ``batching.fold_vmap`` checked on CPU with a pure-JAX
 kernel (values) and on the cuDNN path's jaxpr (one kernel call); the cuDNN values are in test_cudnn_gpu.py."""
 
+import os
+import sys
+
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import batching, cudnn, xla
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import jaxpr_eqns  # noqa: E402
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional")
 T, B = 6, 2
@@ -68,13 +73,8 @@ def test_batched_shared_argument_runs_once_per_element():
 
 def _ffi_calls(jaxpr):
     """(target name, shape of the first operand) of every ffi_call in ``jaxpr``, sub-jaxprs included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "ffi_call":
-            found.append((eqn.params["target_name"], eqn.invars[0].aval.shape))
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            found += _ffi_calls(sub)
-    return found
+    return [(eqn.params["target_name"], eqn.invars[0].aval.shape) for eqn in jaxpr_eqns(jaxpr)
+            if eqn.primitive.name == "ffi_call"]
 
 
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():

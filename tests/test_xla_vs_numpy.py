@@ -28,31 +28,14 @@ import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import numpy_rnn  # noqa: E402
+from support import LENGTHS, MODES, B, T, draw_inputs, make_config  # noqa: E402
 
-MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 DIRECTIONS = ("unidirectional", "bidirectional")
-T, B = 5, 3
-LENGTHS = (2, 5, 1)  # unsorted, includes 1 and T
-
-
-def make_config(mode, num_layers, direction, input_mode, dtype=np.float32, **kw):
-    H = 4
-    I = 4 if input_mode == "skip_input" else 3
-    return jcr.RNNConfig(mode=mode, num_layers=num_layers, num_units=H, input_size=I, direction=direction,
-                         input_mode=input_mode, dtype=dtype, **kw)
 
 
 def make_inputs(cfg, seed=0, batch=B, steps=T):
-    """Inputs drawn in float64 NumPy and rounded to cfg.dtype (so the oracle sees exactly the same values)."""
-    rng = np.random.default_rng(seed)
-    dt = cfg.dtype
-    weights = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[0]]
-    biases = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[1]]
-    params = np.asarray(jcr.canonical_to_params(weights, biases, cfg))
-    x = rng.normal(size=(steps, batch, cfg.input_size)).astype(dt)
-    h0 = (0.5 * rng.normal(size=cfg.state_shape(batch))).astype(dt)
-    c0 = (0.5 * rng.normal(size=cfg.cell_shape(batch))).astype(dt) if cfg.mode == "lstm" else None
-    return params, x, h0, c0
+    """(params, x, h0, c0) drawn with ``seed`` (``support.draw_inputs``)."""
+    return draw_inputs(cfg, np.random.default_rng(seed), steps, batch)
 
 
 def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None):
