@@ -27,21 +27,14 @@ void ThrowIfError(const ffi::Error& error) {
   if (error.failure()) throw std::runtime_error(error.message());
 }
 
-#define JCR_CUDA_THROW_IF_ERROR(expr)                                                                     \
-  do {                                                                                                    \
-    cudaError_t jcr_status_ = (expr);                                                                     \
-    if (jcr_status_ != cudaSuccess) {                                                                     \
-      throw std::runtime_error(::jax_cudnn_rnn::CudaStatusMessage(jcr_status_, #expr, __FILE__, __LINE__)); \
-    }                                                                                                     \
-  } while (0)
-
-#define JCR_CUDNN_THROW_IF_ERROR(expr)                                                                     \
-  do {                                                                                                     \
-    cudnnStatus_t jcr_status_ = (expr);                                                                    \
-    if (jcr_status_ != CUDNN_STATUS_SUCCESS) {                                                             \
-      throw std::runtime_error(::jax_cudnn_rnn::CudnnStatusMessage(jcr_status_, #expr, __FILE__, __LINE__)); \
-    }                                                                                                      \
-  } while (0)
+// The FFI helpers' status checks, turned into exceptions for pybind11 (same message: call site and status string).
+#define JCR_THROW_IF(return_if_error, expr) \
+  ThrowIfError([&]() -> ffi::Error {        \
+    return_if_error(expr);                  \
+    return ffi::Error::Success();           \
+  }())
+#define JCR_CUDA_THROW_IF_ERROR(expr) JCR_THROW_IF(JCR_CUDA_RETURN_IF_ERROR, expr)
+#define JCR_CUDNN_THROW_IF_ERROR(expr) JCR_THROW_IF(JCR_CUDNN_RETURN_IF_ERROR, expr)
 
 // The Python-side spelling of the network; the strings live in this struct while the attributes point into them.
 struct Network {
