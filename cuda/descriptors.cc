@@ -107,6 +107,19 @@ ffi::Error InputMode(std::string_view input_mode, cudnnRNNInputMode_t* out) {
   return ffi::Error::Success();
 }
 
+ffi::Error Algorithm(std::string_view algo, bool padded, cudnnRNNAlgo_t* out) {
+  if (algo == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
+  else if (algo == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
+  else if (algo == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
+  else return Invalid("algo is '" + std::string(algo) + "'; expected standard, persist_static or "
+                      "persist_static_small_h");
+  if (padded && *out != CUDNN_RNN_ALGO_STANDARD) {
+    return Invalid("algo is '" + std::string(algo) + "', but the call has seq_lengths, which only the standard "
+                   "algorithm supports");
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error CheckInt32(const char* name, int64_t value, int64_t minimum) {
   if (value < minimum || value > std::numeric_limits<int32_t>::max()) {
     return Invalid(std::string(name) + " is " + std::to_string(value) + "; expected an int32 >= " +
@@ -117,12 +130,15 @@ ffi::Error CheckInt32(const char* name, int64_t value, int64_t minimum) {
 
 }  // namespace
 
-ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, RnnNetwork* out) {
+ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, bool padded,
+                          RnnNetwork* out) {
   cudnnRNNMode_t cell_mode;
   cudnnRNNBiasMode_t bias_mode;
   cudnnDirectionMode_t direction;
   cudnnRNNInputMode_t input_mode;
+  cudnnRNNAlgo_t algo;
   JCR_RETURN_IF_ERROR(CellMode(attrs.mode, &cell_mode));
+  JCR_RETURN_IF_ERROR(Algorithm(attrs.algo, padded, &algo));
   JCR_RETURN_IF_ERROR(BiasMode(attrs.bias_mode, &bias_mode));
   JCR_RETURN_IF_ERROR(DirectionMode(attrs.direction, &direction));
   JCR_RETURN_IF_ERROR(InputMode(attrs.input_mode, &input_mode));
@@ -150,13 +166,14 @@ ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnData
   // No states are needed at probability 0 (PyTorch's "no dropout" descriptor does the same).
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetDropoutDescriptor(out->dropout.get(), handle, 0.0f, nullptr, 0, 0));
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->rnn));
-  // ALGO_STANDARD always: it is the layout the opaque buffer is defined by, and the persistent algorithms support
-  // neither variable sequence lengths nor projection.
+  // The weight space is the same for every algorithm (PyTorch flattens its weights with the standard algorithm and runs
+  // them with the persistent ones; the GPU tests run every algorithm on buffers laid out for the standard one).
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
-      out->rnn.get(), CUDNN_RNN_ALGO_STANDARD, cell_mode, bias_mode, direction, input_mode, data_type,
+      out->rnn.get(), algo, cell_mode, bias_mode, direction, input_mode, data_type,
       math_precision, math_type, static_cast<int32_t>(attrs.input_size), static_cast<int32_t>(attrs.num_units),
       static_cast<int32_t>(attrs.proj_size > 0 ? attrs.proj_size : attrs.num_units),
-      static_cast<int32_t>(attrs.num_layers), out->dropout.get(), CUDNN_RNN_PADDED_IO_ENABLED));
+      static_cast<int32_t>(attrs.num_layers), out->dropout.get(),
+      padded ? CUDNN_RNN_PADDED_IO_ENABLED : CUDNN_RNN_PADDED_IO_DISABLED));
   if (attrs.cell_clip > 0) {
     JCR_CUDNN_RETURN_IF_ERROR(
         cudnnRNNSetClip_v9(out->rnn.get(), CUDNN_RNN_CLIP_MINMAX, -attrs.cell_clip, attrs.cell_clip));
@@ -166,7 +183,8 @@ ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnData
 }
 
 ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int64_t max_seq_length,
-                          int64_t batch_size, const std::vector<int32_t>& seq_lengths, RnnTensors* out) {
+                          int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
+                          RnnTensors* out) {
   JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_seq_length, 1));
   JCR_RETURN_IF_ERROR(CheckInt32("batch", batch_size, 1));
   if (seq_lengths.size() != static_cast<size_t>(batch_size)) {
@@ -175,17 +193,19 @@ ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int6
   }
   // Padding positions of y are filled with this value, read as the data type: all-zero bytes are 0 in every one.
   double zero_fill = 0.0;
+  void* fill = padded ? &zero_fill : nullptr;
+  const cudnnRNNDataLayout_t layout =
+      padded ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED;
   const int T = static_cast<int>(max_seq_length), B = static_cast<int>(batch_size);
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->x));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->x.get(), data_type,
-                                                      CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B,
-                                                      static_cast<int>(attrs.input_size), seq_lengths.data(),
-                                                      &zero_fill));
+                                                      layout, T, B,
+                                                      static_cast<int>(attrs.input_size), seq_lengths.data(), fill));
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->y));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->y.get(), data_type,
-                                                      CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B,
+                                                      layout, T, B,
                                                       static_cast<int>(attrs.output_size()), seq_lengths.data(),
-                                                      &zero_fill));
+                                                      fill));
   const int num_states = static_cast<int>(attrs.num_layers * attrs.num_directions());
   const int hidden = static_cast<int>(attrs.hidden_size()), units = static_cast<int>(attrs.num_units);
   const int h_dims[3] = {num_states, B, hidden}, h_strides[3] = {B * hidden, hidden, 1};

@@ -45,6 +45,7 @@ struct RnnAttrs {
   std::string_view bias_mode;   // "double" | "single_input" | "single_recurrent" | "none"
   double cell_clip;             // 0: no clipping (RNNConfig.cell_clip=None); else clip c to [-cell_clip, cell_clip]
   bool allow_tf32;              // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
+  std::string_view algo;        // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/algorithm.py)
 
   int64_t num_directions() const { return direction == "bidirectional" ? 2 : 1; }
   int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }  // width of h
@@ -68,11 +69,16 @@ struct RnnNetwork {
   size_t weight_space_bytes = 0;  // cudnnGetRNNWeightSpaceSize
 };
 
-::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type,
+// `padded`: the call has seq_lengths, so x and y use the SEQ_MAJOR_UNPACKED layout, which needs cuDNN's padded I/O.
+// Without seq_lengths every sequence is full length, and [T, B, *] is also the SEQ_MAJOR_PACKED layout with padded
+// I/O off: PyTorch's setting for dense input, and the one the persistent algorithms run with (they support no
+// per-sequence lengths, so a padded network must use algo "standard"). Forward and backward of one call must agree on
+// both (both derive them from the same attributes and seq_lengths).
+::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, bool padded,
                                  RnnNetwork* out);
 
 // Descriptors of x [T, B, I], y [T, B, D*hidden], h [L*D, B, hidden] and c [L*D, B, H] for one call; `seq_lengths`
-// (host, B entries, each in [1, T]) is baked into the x and y descriptors.
+// (host, B entries, each in [1, T]; all T unless `padded`) is baked into the x and y descriptors.
 struct RnnTensors {
   RnnDataDescriptor x;
   RnnDataDescriptor y;
@@ -81,7 +87,8 @@ struct RnnTensors {
 };
 
 ::xla::ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int64_t max_seq_length,
-                                 int64_t batch_size, const std::vector<int32_t>& seq_lengths, RnnTensors* out);
+                                 int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
+                                 RnnTensors* out);
 
 }  // namespace jax_cudnn_rnn
 

@@ -38,17 +38,17 @@ void ThrowIfError(const ffi::Error& error) {
 
 // The Python-side spelling of the network; the strings live in this struct while the attributes point into them.
 struct Network {
-  std::string mode, direction, input_mode, bias_mode, dtype;
+  std::string mode, direction, input_mode, bias_mode, dtype, algo;
   RnnAttrs attrs;
 };
 
 Network MakeNetwork(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
                     std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
-                    std::string dtype, bool allow_tf32) {
-  Network network{std::move(mode), std::move(direction), std::move(input_mode), std::move(bias_mode),
-                  std::move(dtype), RnnAttrs{}};
+                    std::string dtype, bool allow_tf32, std::string algo) {
+  Network network{std::move(mode),      std::move(direction), std::move(input_mode), std::move(bias_mode),
+                  std::move(dtype), std::move(algo),      RnnAttrs{}};
   network.attrs = RnnAttrs{network.mode, num_layers, num_units, input_size, proj_size, network.direction,
-                           network.input_mode, network.bias_mode, cell_clip, allow_tf32};
+                           network.input_mode, network.bias_mode, cell_clip, allow_tf32, network.algo};
   return network;
 }
 
@@ -99,11 +99,12 @@ py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, i
                       std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
                       std::string dtype) {
   Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
-                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype), false);
+                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype), false,
+                                "standard");
   const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
   BorrowedHandle handle = BorrowHandleOrThrow("weight_params");
   RnnNetwork rnn;
-  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, &rnn));
+  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, /*padded=*/true, &rnn));
   // cuDNN reports addresses inside a real weight space.
   void* weight_space = nullptr;
   JCR_CUDA_THROW_IF_ERROR(cudaMalloc(&weight_space, rnn.weight_space_bytes));
@@ -144,24 +145,26 @@ py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, i
   return result;
 }
 
-// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch]; the reserve size is
-// 0 for inference.
+// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch] with algorithm `algo`,
+// `padded` as the call will run (it has seq_lengths); the reserve size is 0 for inference. Raises where cuDNN does not
+// support `algo` for this network (CUDNN_STATUS_NOT_SUPPORTED).
 std::pair<size_t, size_t> TempSpaceSizes(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size,
                                          int64_t proj_size, std::string direction, std::string input_mode,
                                          std::string bias_mode, double cell_clip, std::string dtype, bool allow_tf32,
-                                         int64_t max_time, int64_t batch, bool training) {
+                                         std::string algo, int64_t max_time, int64_t batch, bool padded,
+                                         bool training) {
   Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
                                 std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype),
-                                allow_tf32);
+                                allow_tf32, std::move(algo));
   const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
+  if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
   BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes");
   RnnNetwork rnn;
-  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, &rnn));
-  if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
+  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, padded, &rnn));
   RnnTensors tensors;
   ThrowIfError(MakeRnnTensors(network.attrs, data_type, max_time, batch,
                               std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)),
-                              &tensors));
+                              padded, &tensors));
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNTempSpaceSizes(handle.get(), rnn.rnn.get(),
                                                      training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
@@ -196,7 +199,7 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
         py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"));
   m.def("temp_space_sizes", &TempSpaceSizes, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
         py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
-        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("allow_tf32"), py::arg("max_time"),
-        py::arg("batch"), py::arg("training"));
+        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("allow_tf32"), py::arg("algo"),
+        py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"));
 }
 

@@ -28,7 +28,7 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
     ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
     ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"));
+    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"));
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::jax_cudnn_rnn::ForwardAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
@@ -36,7 +36,8 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
     ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
     ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<bool>("training"));
+    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"),
+    ::xla::ffi::StructMember<bool>("training"));
 
 namespace jax_cudnn_rnn {
 
@@ -45,6 +46,22 @@ namespace ffi = ::xla::ffi;
 namespace {
 
 constexpr size_t kAlignment = 256;  // cuDNN's documented alignment for work and reserve space
+// XLA's FFI scratch allocator refuses alignments above 16 bytes ("Unsupported alignment"); larger ones are made by
+// asking for kAlignment more bytes and rounding the pointer up.
+constexpr size_t kScratchAlignment = 16;
+
+// `bytes` of XLA-owned device memory aligned to kAlignment, freed when the call returns.
+ffi::Error AllocateScratch(ffi::ScratchAllocator& scratch, size_t bytes, const std::string& what, void** out) {
+  *out = nullptr;
+  if (bytes == 0) return ffi::Error::Success();
+  std::optional<void*> memory = scratch.Allocate(bytes + kAlignment, kScratchAlignment);
+  if (!memory.has_value()) {
+    return ffi::Error::Internal("could not allocate " + std::to_string(bytes) + " bytes of device memory for " + what);
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(*memory);
+  *out = reinterpret_cast<void*>((address + kAlignment - 1) / kAlignment * kAlignment);
+  return ffi::Error::Success();
+}
 
 std::string ShapeString(ffi::Span<const int64_t> dims) {
   std::string text = "(";
@@ -140,11 +157,11 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   }
   // cuDNN reads devSeqLengths asynchronously; a copy of the all-T lengths goes to scratch memory (a pageable
   // host-to-device cudaMemcpyAsync has consumed the host array when it returns).
-  std::optional<void*> device = scratch.Allocate(B * sizeof(int32_t), kAlignment);
-  if (!device.has_value()) return ffi::Error::Internal("could not allocate device memory for seq_lengths");
-  JCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*device, call->host_seq_lengths.data(), B * sizeof(int32_t),
+  void* device = nullptr;
+  JCR_RETURN_IF_ERROR(AllocateScratch(scratch, B * sizeof(int32_t), "seq_lengths", &device));
+  JCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, call->host_seq_lengths.data(), B * sizeof(int32_t),
                                            cudaMemcpyHostToDevice, stream));
-  call->device_seq_lengths = static_cast<const int32_t*>(*device);
+  call->device_seq_lengths = static_cast<const int32_t*>(device);
   return ffi::Error::Success();
 }
 
@@ -163,7 +180,8 @@ ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, cons
   call->batch_size = data_dims[1];
   JCR_RETURN_IF_ERROR(ReadSeqLengths(stream, scratch, seq_lengths, call));
   JCR_RETURN_IF_ERROR(HandlePool::Instance().Borrow(stream, &call->handle));
-  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), attrs, call->data_type, &call->network));
+  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), attrs, call->data_type, seq_lengths.has_value(),
+                                     &call->network));
   if (weights.element_type() != element_type || weights.dimensions().size() != 1 ||
       weights.size_bytes() != call->network.weight_space_bytes) {
     return ffi::Error::InvalidArgument(
@@ -173,23 +191,13 @@ ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, cons
         " (if params has params_size(config) elements, layout.params_size disagrees with cuDNN)");
   }
   return MakeRnnTensors(attrs, call->data_type, call->max_seq_length, call->batch_size, call->host_seq_lengths,
-                        &call->tensors);
+                        seq_lengths.has_value(), &call->tensors);
 }
 
 std::vector<int64_t> StateDims(const RnnAttrs& attrs, int64_t batch, int64_t width) {
   return {attrs.num_layers * attrs.num_directions(), batch, width};
 }
 
-ffi::Error AllocateWorkspace(ffi::ScratchAllocator& scratch, size_t bytes, void** out) {
-  *out = nullptr;
-  if (bytes == 0) return ffi::Error::Success();
-  std::optional<void*> workspace = scratch.Allocate(bytes, kAlignment);
-  if (!workspace.has_value()) {
-    return ffi::Error::Internal("could not allocate " + std::to_string(bytes) + " bytes of cuDNN workspace");
-  }
-  *out = *workspace;
-  return ffi::Error::Success();
-}
 
 // Sizes for the call's actual lengths; the reserve space was sized at trace time for full-length sequences.
 ffi::Error TempSpace(const RnnCall& call, cudnnForwardMode_t mode, size_t* workspace_bytes, size_t* reserve_bytes) {
@@ -258,7 +266,7 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
     reserve_bytes = (*reserve_space)->size_bytes();
   }
   void* workspace = nullptr;
-  JCR_RETURN_IF_ERROR(AllocateWorkspace(scratch, workspace_bytes, &workspace));
+  JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       call.handle.get(), call.network.rnn.get(), mode, call.device_seq_lengths, call.tensors.x.get(),
       x.untyped_data(), call.tensors.y.get(), y->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
@@ -310,7 +318,7 @@ ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratc
   JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
-  JCR_RETURN_IF_ERROR(AllocateWorkspace(scratch, workspace_bytes, &workspace));
+  JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
       call.handle.get(), call.network.rnn.get(), call.device_seq_lengths, call.tensors.y.get(), y.untyped_data(),
       dy.untyped_data(), call.tensors.x.get(), dx->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
@@ -344,7 +352,7 @@ ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scr
   JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
-  JCR_RETURN_IF_ERROR(AllocateWorkspace(scratch, workspace_bytes, &workspace));
+  JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   // CUDNN_WGRAD_MODE_ADD accumulates into dweights (the only mode cuDNN 9 offers), so start from zero.
   JCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dweights->untyped_data(), 0, dweights->size_bytes(), stream));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(

@@ -29,11 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _extension, batching, dropout, layout
+from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 
-def _attributes(config: RNNConfig, allow_tf32: bool) -> dict[str, Any]:
+def _attributes(config: RNNConfig, allow_tf32: bool, algo: str) -> dict[str, Any]:
     """The handlers' attributes (cuda/descriptors.h RnnAttrs), with the types the C++ side decodes."""
     return dict(
         mode=config.mode,
@@ -46,22 +46,56 @@ def _attributes(config: RNNConfig, allow_tf32: bool) -> dict[str, Any]:
         bias_mode=config.bias_mode,
         cell_clip=np.float64(config.cell_clip or 0.0),  # 0 means no clipping (cell_clip=None)
         allow_tf32=np.bool_(allow_tf32),
+        algo=algo,
     )
 
 
 @functools.lru_cache(maxsize=None)
-def reserve_space_size(config: RNNConfig, max_time: int, batch: int, allow_tf32: bool) -> int:
-    """Bytes of cuDNN reserve space for a training forward over [max_time, batch] (asked of cuDNN; needs a GPU)."""
-    attrs = _attributes(config, allow_tf32)
+def reserve_space_size(problem: algorithm.Problem, algo: str) -> int:
+    """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under ``algo``,
+    asked of cuDNN: needs a GPU."""
+    config = problem.config
     _, reserve = _extension.module().temp_space_sizes(
-        mode=attrs["mode"], num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
         proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
-        bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
-        allow_tf32=allow_tf32, max_time=max_time, batch=batch, training=True)
+        bias_mode=config.bias_mode, cell_clip=float(config.cell_clip or 0.0), dtype=config.dtype.name,
+        allow_tf32=problem.allow_tf32, algo=algo, max_time=problem.max_time, batch=problem.batch,
+        padded=problem.padded, training=True)
     return int(reserve)
 
 
-def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, training: bool):
+def _problem(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, training: bool) -> algorithm.Problem:
+    return algorithm.Problem(config, int(x_shape[0]), int(x_shape[1]), seq_lengths is not None, training, allow_tf32)
+
+
+def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
+    """Seconds for one call of ``problem`` under ``algo`` on zero-mean random data (autotune's measurement): the
+    inference forward, or forward and both backward passes when ``problem.training``. Runs eagerly even when called
+    while a ``jax.jit`` is tracing (autotune chooses at trace time)."""
+    config = problem.config
+    with jax.ensure_compile_time_eval():
+        keys = jax.random.split(jax.random.key(0), 4)
+        params = layout.init_params(keys[0], config)
+        x = jax.random.normal(keys[1], (problem.max_time, problem.batch, config.input_size)).astype(config.dtype)
+        h0 = jnp.zeros(config.state_shape(problem.batch), config.dtype)
+        c0 = jnp.zeros(config.cell_shape(problem.batch), config.dtype) if config.has_cell_state else None
+        lengths = jnp.full((problem.batch,), problem.max_time, jnp.int32) if problem.padded else None
+
+        def run(params, x):
+            return _rnn(params, x, h0, c0, lengths, config, problem.allow_tf32, algo)[0]
+
+        if problem.training:
+            step = jax.jit(jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32)), argnums=(0, 1)))
+        else:
+            step = jax.jit(run)
+        return algorithm.median_seconds(lambda: step(params, x))
+
+
+def _choose(policy: str, problem: algorithm.Problem) -> str:
+    return algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem))
+
+
+def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str, training: bool):
     """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None). The inference forward folds ``jax.vmap``
     into its batch (``batching.fold_vmap``); the training forward runs once per mapped element."""
     lstm = config.has_cell_state
@@ -75,15 +109,17 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
 
     def kernel(x, h0, params, *rest):
         num_steps, batch, _ = x.shape
+        problem = _problem(config, x.shape, seq_lengths, allow_tf32, training)
+        algo = _choose(policy, problem)
         out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
                      jax.ShapeDtypeStruct(h0.shape, x.dtype)]
         if lstm:
             out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
         if training:
-            size = reserve_space_size(config, num_steps, batch, allow_tf32)
+            size = reserve_space_size(problem, algo)
             out_types.append(jax.ShapeDtypeStruct((size,), jnp.uint8))
         return jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types, vmap_method="sequential")(
-            x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32))
+            x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32, algo))
 
     if training:
         y, h_n, *rest = kernel(*args)
@@ -94,7 +130,7 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
     return y, h_n, c_n, reserve_space
 
 
-def _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space, x_shape, config, allow_tf32):
+def _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space, x_shape, config, allow_tf32, algo):
     """(dx, dh0, dc0 or None, updated reserve_space)."""
     lstm = config.has_cell_state
     args = [y, dy, h0, dh_n, params, reserve_space]
@@ -108,11 +144,11 @@ def _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space
         out_types.append(jax.ShapeDtypeStruct(c0.shape, y.dtype))
     dx, dh0, reserve_space, *rest = jax.ffi.ffi_call(
         _extension.BACKWARD_DATA_TARGET, out_types, vmap_method="sequential", input_output_aliases={5: 2})(
-        *args, **_attributes(config, allow_tf32))
+        *args, **_attributes(config, allow_tf32, algo))
     return dx, dh0, (rest[0] if lstm else None), reserve_space
 
 
-def _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32):
+def _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32, algo):
     """dparams, shaped like params."""
     args = [x, h0, y, reserve_space]
     if seq_lengths is not None:
@@ -121,27 +157,29 @@ def _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allo
                  jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
     dparams, _ = jax.ffi.ffi_call(
         _extension.BACKWARD_WEIGHTS_TARGET, out_types, vmap_method="sequential", input_output_aliases={3: 1})(
-        *args, **_attributes(config, allow_tf32))
+        *args, **_attributes(config, allow_tf32, algo))
     return dparams
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _rnn(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool):
-    y, h_n, c_n, _ = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, training=False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _rnn(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str):
+    y, h_n, c_n, _ = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, training=False)
     return y, h_n, c_n
 
 
-def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool):
-    y, h_n, c_n, reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, training=True)
+def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str):
+    y, h_n, c_n, reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, training=True)
     return (y, h_n, c_n), (params, x, h0, c0, seq_lengths, y, reserve_space)
 
 
-def _rnn_bwd(config: RNNConfig, allow_tf32: bool, residuals, cotangents):
+def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, residuals, cotangents):
     params, x, h0, c0, seq_lengths, y, reserve_space = residuals
     dy, dh_n, dc_n = cotangents
+    # The training forward's choice (deterministic, or cached by autotune): cuDNN forbids mixing algorithms.
+    algo = _choose(policy, _problem(config, x.shape, seq_lengths, allow_tf32, training=True))
     dx, dh0, dc0, reserve_space = _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space,
-                                                 x.shape, config, allow_tf32)
-    dparams = _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32)
+                                                 x.shape, config, allow_tf32, algo)
+    dparams = _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32, algo)
     return dparams, dx, dh0, dc0, None
 
 
@@ -171,7 +209,8 @@ def _compute_dtype(dtype: np.dtype) -> Any:
     return jnp.float64 if dtype == np.float64 else jnp.float32
 
 
-def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool):
+def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool,
+                      policy: str):
     num_steps, batch, _ = x.shape
     compute_dtype = _compute_dtype(config.dtype)
     masks = dropout.dropout_masks(dropout_key, config, (num_steps, batch, config.output_size), compute_dtype)
@@ -181,7 +220,7 @@ def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout
         states = slice(layer * directions, (layer + 1) * directions)
         y, h_last, c_last = _rnn(layer_params(params, config, layer), layer_input, h0[states],
                                  None if c0 is None else c0[states], seq_lengths, layer_config(config, layer),
-                                 allow_tf32)
+                                 allow_tf32, policy)
         h_n.append(h_last)
         c_n.append(c_last)
         if layer < config.num_layers - 1:
@@ -202,18 +241,20 @@ def check_available() -> None:
 
 
 def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_training: bool = False, dropout_key=None,
-              allow_tf32: bool = False):
+              allow_tf32: bool = False, algorithm_policy: str | None = None):
     """cuDNN's stacked LSTM/GRU/RNN. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
 
     params 1-D ``params_size(config)`` of config.dtype; x [T, B, input_size]; h0 [L*D, B, hidden_size]; c0
     [L*D, B, num_units] (LSTM) or None; seq_lengths int32 [B] in [1, T] or None (checked again on the device: an
     out-of-range length fails the call, naming seq_lengths); dropout_key: a PRNG key when inter-layer dropout applies
-    (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use TF32 tensor cores.
+    (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use TF32 tensor cores;
+    algorithm_policy: ``rnn``'s ``algorithm`` (see jax_cudnn_rnn/algorithm.py).
 
     Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
     """
     check_available()
     allow_tf32 = bool(allow_tf32)
+    policy = algorithm.check_policy(algorithm_policy)
     if dropout_key is not None and is_training and config.dropout > 0 and config.num_layers > 1:
-        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32)
-    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32)
+        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32, policy)
+    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32, policy)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import dropout, layout, xla
+from jax_cudnn_rnn.algorithm import check_policy
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 
@@ -132,7 +133,7 @@ def resolve_implementation(implementation: str | None, *arrays: Any) -> str:
 
 def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
         is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
-        precision: Any = None):
+        precision: Any = None, algorithm: str | None = None):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
@@ -156,6 +157,12 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         None (the ``jax_default_matmul_precision`` config, else strict float32), "float32"/"highest", or
         "tensorfloat32"/"high"/"default" to let float32 GEMMs use TF32 tensor cores on Ampere and newer GPUs
         (about 10 mantissa bits: faster, less exact). No effect on other dtypes or on CPU. See ``resolve_precision``.
+      algorithm: cuDNN's RNN algorithm, implementation="cudnn" only (the others accept and ignore it, so that code
+        runs unchanged on CPU): None or "heuristic" (PyTorch's choice: a persistent kernel for small hidden sizes,
+        and for float16 where it wins, the standard algorithm otherwise), "autotune" (time every algorithm cuDNN can
+        run for this shape once per process, at trace time, and keep the fastest), or one of "standard",
+        "persist_static", "persist_static_small_h" (a ValueError says why when cuDNN cannot run it here). Results
+        agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/algorithm.py.
 
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
@@ -173,6 +180,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
                         f"{type(is_training).__name__}")
     implementation = resolve_implementation(implementation, x, params)
     precision = resolve_precision(precision)
+    algorithm = check_policy(algorithm)
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
@@ -182,7 +190,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
 
         return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
                                dropout_key=dropout_key if apply_dropout else None,
-                               allow_tf32=precision == "tensorfloat32")
+                               allow_tf32=precision == "tensorfloat32", algorithm_policy=algorithm)
     masks = None
     if apply_dropout:
         masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),

@@ -91,7 +91,8 @@ def test_weight_params_needs_gpu(native):
 @pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
 def test_temp_space_sizes_needs_gpu(native):
     with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
-        native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, max_time=5, batch=2, training=True)
+        native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algo="standard", max_time=5, batch=2,
+                                padded=False, training=True)
 
 
 def test_bad_dtype_named(native):
@@ -138,12 +139,12 @@ def test_inference_lowering_for_cuda():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional",
                         proj_size=3, cell_clip=2.5)
     params, x, h0, c0, lengths = _inputs(cfg)
-    calls = _custom_calls(lambda *a: cudnn._rnn(*a, cfg, False), params, x, h0, c0, lengths)
+    calls = _custom_calls(lambda *a: cudnn._rnn(*a, cfg, False, "standard"), params, x, h0, c0, lengths)
     assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
     call = calls[0]
     for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
                       "proj_size = 3 : i64", 'direction = "bidirectional"', 'input_mode = "linear_input"',
-                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false",
+                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false", 'algo = "standard"',
                       "training = false"]:
         assert attribute in call, attribute
     assert "%0:3 = " in call  # y, h_n, c_n: no reserve space
@@ -158,7 +159,7 @@ def test_gradient_lowering_for_cuda(monkeypatch):
     params, x, h0, _, lengths = _inputs(cfg)
 
     def loss(params, x, h0):
-        y, h_n, _ = cudnn._rnn(params, x, h0, None, lengths, cfg, False)
+        y, h_n, _ = cudnn._rnn(params, x, h0, None, lengths, cfg, False, "standard")
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)
@@ -176,7 +177,7 @@ def test_dropout_runs_layer_by_layer_for_cuda(monkeypatch):
     params, x, h0, c0, _ = _inputs(cfg)
 
     def loss(params):
-        y, h_n, _ = cudnn._rnn_with_dropout(params, x, h0, c0, None, cfg, jax.random.key(1), False)
+        y, h_n, _ = cudnn._rnn_with_dropout(params, x, h0, c0, None, cfg, jax.random.key(1), False, "standard")
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss), params)

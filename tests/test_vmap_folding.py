@@ -80,7 +80,7 @@ def _ffi_calls(jaxpr):
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, lengths = _inputs((3, 4))
-    forward = lambda x, h, n: cudnn._rnn(params, x, h, h, n, CFG, False)  # noqa: E731
+    forward = lambda x, h, n: cudnn._rnn(params, x, h, h, n, CFG, False, "heuristic")  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(forward)))(x, h0, lengths).jaxpr
     assert _ffi_calls(jaxpr) == [("jax_cudnn_rnn_forward", (T, 3 * 4 * B, 3))]
 
@@ -90,7 +90,7 @@ def test_cudnn_vmap_of_grad_runs_per_element_training_calls(monkeypatch):
     monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 64)  # asked of cuDNN on a GPU otherwise
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, _ = _inputs((3,))
-    loss = lambda p, x, h: jnp.sum(cudnn._rnn(p, x, h, h, None, CFG, False)[0])  # noqa: E731
+    loss = lambda p, x, h: jnp.sum(cudnn._rnn(p, x, h, h, None, CFG, False, "heuristic")[0])  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(params, x, h0).jaxpr
     calls = _ffi_calls(jaxpr)
     assert sorted(name for name, _ in calls) == ["jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights",

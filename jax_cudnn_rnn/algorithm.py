@@ -1,0 +1,191 @@
+"""Which cuDNN RNN algorithm runs a call: PyTorch's heuristic by default, an explicit choice, or measured (autotune).
+
+cuDNN's standard algorithm launches a GEMM and a pointwise kernel per time step. The persistent algorithms keep the
+recurrent weights on chip and run all steps in one kernel, which wins by far when the per-step work is small: on an
+H100 (docs/BENCHMARKS.md, config F, LSTM H128 B32 T1000) PyTorch's forward takes 2.6 ms in one
+``RNN_blockPersist_fp_LSTM`` kernel where the standard algorithm takes 16-21 ms in 2,000 launches.
+
+Limits (cuDNN's documentation and ../shared/CUDNN_NOTES.md): no persistent algorithm supports per-sequence lengths,
+projection or float64; PERSIST_STATIC_SMALL_H needs a small hidden size (smaller still for the backward pass); cuDNN
+says not to mix algorithms between the forward and the backward of one training step, so a differentiated call
+chooses with the backward limits and both passes use that choice. Cell clipping stays on the standard algorithm: the
+clipping semantics were verified only there.
+
+The weight space is the same for every algorithm, so a choice never changes ``params``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+
+from jax_cudnn_rnn.config import RNNConfig
+
+STANDARD = "standard"
+PERSIST_STATIC = "persist_static"
+PERSIST_STATIC_SMALL_H = "persist_static_small_h"
+ALGORITHMS = (STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H)
+HEURISTIC, AUTOTUNE = "heuristic", "autotune"
+POLICIES = (HEURISTIC, AUTOTUNE, *ALGORITHMS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What the choice depends on: one cuDNN call's network, shape and mode."""
+
+    config: RNNConfig
+    max_time: int
+    batch: int
+    padded: bool  # the call has seq_lengths
+    training: bool  # the forward of a differentiated call: the choice must serve the backward passes too
+    allow_tf32: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    """The GPU facts PyTorch's heuristic reads: compute capability and streaming multiprocessor count."""
+
+    major: int = 0
+    minor: int = 0
+    sm_count: int = 0
+
+
+@functools.cache
+def device_info() -> DeviceInfo:
+    """The first CUDA device's facts; all zero where JAX sees none (then only the standard algorithm is chosen)."""
+    try:
+        device = jax.devices("gpu")[0]
+    except RuntimeError:
+        return DeviceInfo()
+    major, _, minor = str(getattr(device, "compute_capability", "0.0")).partition(".")
+    return DeviceInfo(int(major or 0), int(minor or 0), int(getattr(device, "core_count", 0) or 0))
+
+
+def _small_h_limit(config: RNNConfig, training: bool) -> int:
+    """The largest hidden size PERSIST_STATIC_SMALL_H runs (PyTorch's use_rnn_persist_small_h, cuDNN's limits)."""
+    gated = config.mode in ("lstm", "gru")
+    if training:
+        return 128 if gated else 256
+    return 192 if gated else 384
+
+
+def unsupported_reason(algorithm: str, problem: Problem) -> str | None:
+    """Why cuDNN cannot run ``problem`` with ``algorithm`` (None if it can, as far as its documented limits go)."""
+    config = problem.config
+    if algorithm == STANDARD:
+        return None
+    if problem.padded:
+        return "the call has seq_lengths, which only the standard algorithm supports"
+    if config.proj_size:
+        return "projection (proj_size > 0) runs only with the standard algorithm"
+    if config.cell_clip is not None:
+        return "cell_clip runs only with the standard algorithm here"
+    if config.dtype.name == "float64":
+        return "the persistent algorithms have no float64"
+    if algorithm == PERSIST_STATIC_SMALL_H:
+        limit = _small_h_limit(config, problem.training)
+        if config.num_units > limit:
+            return (f"{PERSIST_STATIC_SMALL_H} runs {config.mode} with num_units <= {limit} "
+                    f"({'forward and backward' if problem.training else 'inference'}), got {config.num_units}")
+    return None
+
+
+def candidates(problem: Problem) -> tuple[str, ...]:
+    """The algorithms that may run ``problem``, standard first."""
+    return tuple(a for a in ALGORITHMS if unsupported_reason(a, problem) is None)
+
+
+def _persist_static_wins(problem: Problem, device: DeviceInfo) -> bool:
+    """PyTorch's use_persist_common_heuristics and use_persist_device_heuristics (aten/src/ATen/native/cudnn/RNN.cpp),
+    which it applies to float16 only."""
+    config, batch = problem.config, problem.batch
+    if not (config.num_layers == 1 and config.num_directions == 1 and config.num_units <= 1024
+            and config.num_units % 128 == 0 and config.input_size % 128 == 0):
+        return False
+    if device.major == 7:
+        if device.minor == 5:
+            return False
+        return (((batch % 16 == 0 and batch not in (80, 112)) or batch == 8)
+                and ((problem.max_time >= 40 and batch <= 128) or (problem.max_time >= 20 and batch <= 96)
+                     or (problem.max_time >= 10 and batch <= 32)))
+    if device.major >= 8 and device.sm_count >= 98 and device.minor != 6:
+        if config.mode == "gru":
+            return False
+        if config.mode == "lstm":
+            return batch % 8 == 0 and batch <= 128
+        return batch % 8 == 0 and batch <= 128 and (batch < 96 or config.num_units < 896)
+    return False
+
+
+def heuristic(problem: Problem, device: DeviceInfo) -> str:
+    """PyTorch's choice (get_algo): SMALL_H where the hidden size allows it, PERSIST_STATIC for float16 where its
+    heuristics say it wins, else the standard algorithm."""
+    if device.major < 6:
+        return STANDARD
+    if unsupported_reason(PERSIST_STATIC_SMALL_H, problem) is None:
+        return PERSIST_STATIC_SMALL_H
+    if (problem.config.dtype.name == "float16" and unsupported_reason(PERSIST_STATIC, problem) is None
+            and _persist_static_wins(problem, device)):
+        return PERSIST_STATIC
+    return STANDARD
+
+
+_TUNED: dict[Problem, str] = {}
+
+
+def autotune(problem: Problem, seconds: Callable[[str], float]) -> str:
+    """The fastest of ``candidates(problem)`` by ``seconds(algorithm)`` (one timed run each), measured once per
+    problem in this process and cached; an algorithm whose run raises (cuDNN's NOT_SUPPORTED) is skipped."""
+    if problem not in _TUNED:
+        timings = {}
+        for algorithm in candidates(problem):
+            try:
+                timings[algorithm] = seconds(algorithm)
+            except Exception:  # noqa: BLE001 - an algorithm cuDNN refuses for this shape is simply not a candidate
+                if algorithm == STANDARD:
+                    raise
+        _TUNED[problem] = min(timings, key=timings.__getitem__)
+    return _TUNED[problem]
+
+
+def tuned() -> dict[Problem, str]:
+    """A copy of the autotune cache (problem -> algorithm)."""
+    return dict(_TUNED)
+
+
+def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
+    """Median wall time of ``jax.block_until_ready(run())`` after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        jax.block_until_ready(run())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def check_policy(algorithm: str | None) -> str:
+    """The policy for ``rnn(..., algorithm=...)``: None means "heuristic"; anything else must be one of POLICIES."""
+    if algorithm is None:
+        return HEURISTIC
+    if not isinstance(algorithm, str) or algorithm not in POLICIES:
+        raise ValueError(f"algorithm is {algorithm!r}; expected None or one of {', '.join(POLICIES)}")
+    return algorithm
+
+
+def choose(policy: str, problem: Problem, seconds: Callable[[str], float]) -> str:
+    """The algorithm for one call under ``policy``; an explicit algorithm cuDNN cannot run raises ValueError."""
+    if policy == HEURISTIC:
+        return heuristic(problem, device_info())
+    if policy == AUTOTUNE:
+        return autotune(problem, seconds)
+    reason = unsupported_reason(policy, problem)
+    if reason is not None:
+        raise ValueError(f"algorithm={policy!r} cannot run this call: {reason}")
+    return policy

@@ -1,0 +1,158 @@
+"""The cuDNN algorithm choice (jax_cudnn_rnn/algorithm.py) without a GPU: PyTorch's heuristic on given device facts,
+the documented limits, autotune's selection and cache, argument checking, and the attribute the handlers receive."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import algorithm, cudnn
+from jax_cudnn_rnn.algorithm import PERSIST_STATIC, PERSIST_STATIC_SMALL_H, STANDARD, DeviceInfo, Problem
+
+H100 = DeviceInfo(9, 0, 132)
+A40 = DeviceInfo(8, 6, 84)
+V100 = DeviceInfo(7, 0, 80)
+
+
+def _problem(mode="lstm", units=128, input_size=64, batch=32, time=1000, dtype="float32", padded=False,
+             training=False, **options):
+    cfg = jcr.RNNConfig(mode=mode, num_layers=options.pop("num_layers", 1), num_units=units, input_size=input_size,
+                        dtype=dtype, **options)
+    return Problem(cfg, time, batch, padded, training, allow_tf32=False)
+
+
+@pytest.mark.parametrize("mode, units, training, want", [
+    ("lstm", 128, True, PERSIST_STATIC_SMALL_H),   # config F: backward limit 128 for LSTM/GRU
+    ("lstm", 160, False, PERSIST_STATIC_SMALL_H),  # inference limit 192
+    ("lstm", 160, True, STANDARD),                 # too big for the backward pass: both passes stay standard
+    ("gru", 192, False, PERSIST_STATIC_SMALL_H),
+    ("gru", 193, False, STANDARD),
+    ("rnn_tanh", 256, True, PERSIST_STATIC_SMALL_H),
+    ("rnn_relu", 384, False, PERSIST_STATIC_SMALL_H),
+    ("rnn_relu", 385, False, STANDARD),
+    ("lstm", 512, False, STANDARD),                # config A in float32
+])
+def test_heuristic_small_h_limits(mode, units, training, want):
+    assert algorithm.heuristic(_problem(mode, units, training=training), H100) == want
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(padded=True), "seq_lengths"),
+    (dict(proj_size=32), "projection"),
+    (dict(cell_clip=1.0), "cell_clip"),
+    (dict(dtype="float64"), "float64"),
+])
+def test_persistent_algorithms_refuse_what_cudnn_does_not_support(options, reason):
+    problem = _problem(units=64, **options)
+    assert algorithm.heuristic(problem, H100) == STANDARD
+    assert algorithm.candidates(problem) == (STANDARD,)
+    for algo in (PERSIST_STATIC, PERSIST_STATIC_SMALL_H):
+        assert reason in algorithm.unsupported_reason(algo, problem)
+        with pytest.raises(ValueError, match=f"algorithm='{algo}' cannot run this call: .*{reason}"):
+            algorithm.choose(algo, problem, seconds=None)
+
+
+@pytest.mark.parametrize("device, batch, want", [
+    (H100, 64, PERSIST_STATIC),    # config A in float16: PyTorch's sm_80+ rule (LSTM: batch % 8 == 0, <= 128)
+    (H100, 60, STANDARD),
+    (H100, 256, STANDARD),
+    (A40, 64, STANDARD),           # sm_86 and fewer than 98 SMs are excluded
+    (V100, 64, PERSIST_STATIC),    # sm_70: batch % 16 == 0 and T >= 40
+    (V100, 80, STANDARD),
+])
+def test_heuristic_persist_static_for_float16(device, batch, want):
+    problem = _problem(units=512, input_size=512, batch=batch, time=100, dtype="float16")
+    assert algorithm.heuristic(problem, device) == want
+    # bfloat16 and float32 never get PERSIST_STATIC from the heuristic (PyTorch applies it to float16 only)
+    for dtype in ("bfloat16", "float32"):
+        assert algorithm.heuristic(_problem(units=512, input_size=512, batch=batch, time=100, dtype=dtype),
+                                   device) == STANDARD
+
+
+def test_no_gpu_means_standard():
+    assert algorithm.heuristic(_problem(), DeviceInfo()) == STANDARD
+
+
+def test_autotune_keeps_the_fastest_measures_once_and_skips_refusals(monkeypatch):
+    monkeypatch.setattr(algorithm, "_TUNED", {})
+    problem = _problem(units=64, training=True)
+    assert algorithm.candidates(problem) == (STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H)
+    measured = []
+
+    def seconds(algo):
+        measured.append(algo)
+        if algo == PERSIST_STATIC:
+            raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")
+        return {STANDARD: 3.0, PERSIST_STATIC_SMALL_H: 1.0}[algo]
+
+    assert algorithm.choose("autotune", problem, seconds) == PERSIST_STATIC_SMALL_H
+    assert algorithm.choose("autotune", problem, seconds) == PERSIST_STATIC_SMALL_H
+    assert measured == [STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H]  # once per problem
+    assert algorithm.tuned() == {problem: PERSIST_STATIC_SMALL_H}
+
+
+def test_autotune_reports_a_failing_standard_run(monkeypatch):
+    monkeypatch.setattr(algorithm, "_TUNED", {})
+
+    def seconds(algo):
+        raise RuntimeError(f"{algo} failed")
+
+    with pytest.raises(RuntimeError, match="standard failed"):
+        algorithm.choose("autotune", _problem(units=64), seconds)
+
+
+@pytest.mark.parametrize("bad", ["fast", "STANDARD", 3])
+def test_rnn_rejects_an_unknown_algorithm(bad):
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=4, input_size=3)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x, h0 = jnp.zeros((5, 2, 3)), jnp.zeros((1, 2, 4))
+    with pytest.raises(ValueError, match="algorithm is .*; expected None or one of heuristic, autotune, standard"):
+        jcr.rnn(params, x, h0, None, cfg, algorithm=bad)
+
+
+def test_xla_accepts_and_ignores_the_algorithm():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=4, input_size=3)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (5, 2, 3))
+    h0, c0 = jnp.zeros((1, 2, 4)), jnp.zeros((1, 2, 4))
+    want = jcr.rnn(params, x, h0, c0, cfg, implementation="xla")
+    for policy in algorithm.POLICIES:
+        got = jcr.rnn(params, x, h0, c0, cfg, implementation="xla", algorithm=policy)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_explicit_algorithm_reaches_the_handler_attributes():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
+    text = jax.jit(lambda p: cudnn._rnn(p, x, h0, h0, None, cfg, False, PERSIST_STATIC_SMALL_H)).trace(
+        params).lower(lowering_platforms=("cuda",)).as_text()
+    assert 'algo = "persist_static_small_h"' in text
+    lengths = jnp.full((2,), 5, jnp.int32)
+    with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
+        jax.jit(lambda p: cudnn._rnn(p, x, h0, h0, lengths, cfg, False, PERSIST_STATIC_SMALL_H)).trace(params)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_autotune_measures_eagerly_while_jit_traces(monkeypatch, training):
+    """Autotune times real runs at trace time: inside jax.jit tracing they must still execute (here the cuDNN kernel
+    is stood in for by the xla implementation, which takes the same arguments)."""
+    from jax_cudnn_rnn import xla
+
+    def stand_in(params, x, h0, c0, seq_lengths, config, allow_tf32, algo):
+        assert algo == STANDARD
+        return xla.rnn_xla(params, x, h0, c0, config, seq_lengths=seq_lengths)
+
+    monkeypatch.setattr(cudnn, "_rnn", stand_in)
+    problem = _problem(units=8, input_size=4, batch=3, time=5, training=training)
+    measured = []
+
+    @jax.jit
+    def traced(v):
+        measured.append(cudnn._time_algorithm(problem, STANDARD))
+        return v + 1
+
+    traced(jnp.zeros(()))
+    assert len(measured) == 1 and isinstance(measured[0], float) and measured[0] > 0
