@@ -82,8 +82,11 @@ class RNNConfig:
       proj_size: LSTM only: 0 (off) or P with 0 < P < num_units. The hidden state is then projected,
         h = W_proj (o * tanh(c)) with W_proj [P, num_units]: h, h0, h_n and y are P wide (y is D*P), the recurrent
         matrices are [num_units, P] and later layers take D*P inputs; the cell state stays num_units wide.
-      cell_clip: LSTM only: None (off) or a positive bound; the new cell state is clipped to [-cell_clip, cell_clip]
-        before h is computed from it (cuDNN's cudnnRNNSetClip_v9 with CUDNN_RNN_CLIP_MINMAX).
+      cell_clip: LSTM only: None (off) or a positive bound. cuDNN's semantics (cudnnRNNSetClip_v9 with
+        CUDNN_RNN_CLIP_MINMAX, observed on an H100): the cell state is clipped to [-cell_clip, cell_clip] where it is
+        read, c_t = f * clip(c_{t-1}) + i * g and h_t = o * tanh(clip(c_t)), and the state itself is kept unclipped,
+        so c_n may lie outside the bound and c0 is clipped on its first use. y and h_n equal those of clipping the
+        stored state (TensorFlow's LSTMCell) whenever c0 lies within the bound.
       bias_mode: "double" (separate input and recurrent biases, the default), "single_input", "single_recurrent" or
         "none"; absent biases have no storage and are absent from the canonical lists.
     """

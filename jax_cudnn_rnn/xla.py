@@ -55,7 +55,14 @@ def _lstm_activations(pre: Array) -> Array:
 
 
 def _clip(c: Array, cell_clip: float | None) -> Array:
+    """The cell state as the LSTM reads it. cuDNN (CUDNN_RNN_CLIP_MINMAX) clips c where it is read, by the output tanh
+    and by the next step, and carries the unclipped value: c_n is unclipped and c0 is clipped on its first use."""
     return c if cell_clip is None else jnp.clip(c, -cell_clip, cell_clip)
+
+
+def _clip_grad(dc: Array, c: Array, cell_clip: float | None) -> Array:
+    """dc through ``_clip``: zero where the clip bites."""
+    return dc if cell_clip is None else jnp.where(jnp.abs(c) < cell_clip, dc, 0)
 
 
 def gate_inputs(mode: str, xp: Array) -> tuple[Array, ...]:
@@ -79,8 +86,8 @@ def _cell(mode: str, xps: tuple[Array, ...], hp: Array, h: Array, c: Array | Non
     """
     if mode == "lstm":
         i, f, g, o = jnp.split(_lstm_activations(xps[0] + hp), 4, axis=-1)
-        c_new = _clip(f * c + i * g, cell_clip)
-        return o * jnp.tanh(c_new), c_new, (i, f, g, o)
+        c_new = f * _clip(c, cell_clip) + i * g
+        return o * jnp.tanh(_clip(c_new, cell_clip)), c_new, (i, f, g, o)
     if mode == "gru":
         x_r, x_z, x_n = xps
         units = hp.shape[-1] // 3
@@ -104,14 +111,13 @@ def _cell_backward(mode: str, saved: tuple[Array, ...], h: Array, c: Array | Non
     """
     if mode == "lstm":
         i, f, g, o = saved
-        c_raw = f * c + i * g
-        tanh_c = jnp.tanh(_clip(c_raw, cell_clip))
-        dc_total = dc_new + dh_new * o * (1 - tanh_c * tanh_c)
-        if cell_clip is not None:
-            dc_total = jnp.where(jnp.abs(c_raw) < cell_clip, dc_total, 0)
-        d_pre = jnp.concatenate([dc_total * g * i * (1 - i), dc_total * c * f * (1 - f), dc_total * i * (1 - g * g),
-                                 dh_new * tanh_c * o * (1 - o)], axis=-1)
-        return d_pre, d_pre, None, dc_total * f, o * tanh_c
+        c_in = _clip(c, cell_clip)
+        c_new = f * c_in + i * g
+        tanh_c = jnp.tanh(_clip(c_new, cell_clip))
+        dc_total = dc_new + _clip_grad(dh_new * o * (1 - tanh_c * tanh_c), c_new, cell_clip)
+        d_pre = jnp.concatenate([dc_total * g * i * (1 - i), dc_total * c_in * f * (1 - f),
+                                 dc_total * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)], axis=-1)
+        return d_pre, d_pre, None, _clip_grad(dc_total * f, c, cell_clip), o * tanh_c
     if mode == "gru":
         r, z, n, hn = saved
         d_n = dh_new * (1 - z) * (1 - n * n)

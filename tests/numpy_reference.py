@@ -35,10 +35,11 @@ def _step(mode, w_in, b_in, w_rec, b_rec, w_proj, x_t, h, c, skip, cell_clip):
         f = _sigmoid(xin[1] + hrec[1])
         g = np.tanh(xin[2] + hrec[2])
         o = _sigmoid(xin[3] + hrec[3])
-        c_new = f * c + i * g
-        if cell_clip is not None:
-            c_new = np.clip(c_new, -cell_clip, cell_clip)
-        h_new = o * np.tanh(c_new)
+        # cuDNN's CUDNN_RNN_CLIP_MINMAX clips the cell state where it is read (by this step and by tanh), and keeps
+        # the unclipped value as the state.
+        clip = (lambda v: v) if cell_clip is None else (lambda v: np.clip(v, -cell_clip, cell_clip))
+        c_new = f * clip(c) + i * g
+        h_new = o * np.tanh(clip(c_new))
         if w_proj is not None:
             h_new = h_new @ w_proj.T
         return h_new, c_new

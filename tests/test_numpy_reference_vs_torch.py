@@ -186,9 +186,11 @@ def test_lstm_cell_clip_against_hand_computed_step():
     x, h0, c0 = np.array([[[2.0]]]), np.array([[[0.5]]]), np.array([[[3.0]]])
     pre = [a[k] * 2.0 + r[k] * 0.5 for k in range(4)]
     c_unclipped = sig(pre[1]) * 3.0 + sig(pre[0]) * np.tanh(pre[2])
-    assert c_unclipped > 1.0  # so clip 1.0 bites
+    # cuDNN's semantics: c0 = 3 is read clipped to 1, the new state is kept unclipped and read clipped by tanh.
+    c_clipped_read = sig(pre[1]) * 1.0 + sig(pre[0]) * np.tanh(pre[2])
+    assert c_clipped_read > 1.0  # so clip 1.0 bites twice
     y, h, c = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False, cell_clip=1.0)
-    np.testing.assert_allclose(c[0, 0, 0], 1.0)
+    np.testing.assert_allclose(c[0, 0, 0], c_clipped_read, rtol=1e-14)
     np.testing.assert_allclose(h[0, 0, 0], sig(pre[3]) * np.tanh(1.0), rtol=1e-14)
     y2, h2, c2 = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False)
     np.testing.assert_allclose(c2[0, 0, 0], c_unclipped, rtol=1e-14)
