@@ -28,7 +28,7 @@ def make_config(mode: str, num_units: int, num_layers: int, input_size: int, dir
 
 def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
               initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
-              precision: Any = None, return_carry: bool = False):
+              precision: Any = None, algorithm: str | None = None, return_carry: bool = False):
     """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (the buffer is cast).
 
     ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
@@ -63,7 +63,7 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         seq_lengths = jnp.asarray(seq_lengths, jnp.int32)
     y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
                           is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
-                          precision=precision)
+                          precision=precision, algorithm=algorithm)
     if not time_major:
         y = jnp.swapaxes(y, 0, 1)
     if not return_carry:
@@ -93,6 +93,8 @@ class RNN(nn.Module):
       dropout: inter-layer dropout rate, applied when not deterministic (rng stream 'dropout').
       proj_size, cell_clip, bias_mode: the projected/clipped LSTM and bias options of ``RNNConfig``.
       precision: float32 matmul precision (``rnn``'s argument): None, "float32" or "tensorfloat32".
+      algorithm: cuDNN's RNN algorithm (``rnn``'s argument): None (PyTorch's heuristic), "autotune", "standard",
+        "persist_static" or "persist_static_small_h"; ignored by the xla implementation.
       dtype: computation dtype (default: param_dtype); the buffer is cast to it.
       param_dtype: dtype of the opaque buffer.
       time_major: False (default): x is [B, T, I]; True: [T, B, I].
@@ -113,6 +115,7 @@ class RNN(nn.Module):
     cell_clip: float | None = None
     bias_mode: str = "double"
     precision: Any = None
+    algorithm: str | None = None
     dtype: Any = None
     param_dtype: Any = jnp.float32
     time_major: bool = False
@@ -137,7 +140,8 @@ class RNN(nn.Module):
             dropout_key = self.make_rng("dropout")
         return apply_rnn(params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
-                         implementation=self.implementation, precision=self.precision, return_carry=return_carry)
+                         implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
+                         return_carry=return_carry)
 
 
 class LSTM(RNN):

@@ -25,11 +25,13 @@ class RNN(nnx.Module):
     def __init__(self, in_features: int, num_units: int, *, mode: str = "lstm", num_layers: int = 1,
                  direction: str = "unidirectional", input_mode: str = "linear_input", dropout: float = 0.0,
                  proj_size: int = 0, cell_clip: float | None = None, bias_mode: str = "double",
-                 precision: Any = None, dtype: Any = None, param_dtype: Any = jnp.float32, time_major: bool = False,
-                 implementation: str | None = None, deterministic: bool = True, rngs: nnx.Rngs):
+                 precision: Any = None, algorithm: str | None = None, dtype: Any = None,
+                 param_dtype: Any = jnp.float32, time_major: bool = False, implementation: str | None = None,
+                 deterministic: bool = True, rngs: nnx.Rngs):
         self.config = make_config(mode, num_units, num_layers, in_features, direction, input_mode, dropout,
                                   param_dtype, proj_size, cell_clip, bias_mode)
         self.precision = precision
+        self.algorithm = algorithm
         self.rnn_params = nnx.Param(RNNParams.init(rngs.params(), self.config).buffer)
         self.dtype = dtype
         self.param_dtype = param_dtype
@@ -52,7 +54,8 @@ class RNN(nnx.Module):
             dropout_key = self.rngs.dropout()
         return apply_rnn(self.params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
-                         implementation=self.implementation, precision=self.precision, return_carry=return_carry)
+                         implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
+                         return_carry=return_carry)
 
 
 class LSTM(RNN):

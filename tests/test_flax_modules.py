@@ -148,3 +148,16 @@ def test_nnx_projected_clipped_lstm_matches_rnn():
     y = model(x)
     y_ref, _, _ = _reference(model.params.buffer, model.params.config, x)
     np.testing.assert_allclose(y, y_ref, atol=1e-5)
+
+
+def test_modules_pass_the_algorithm_to_rnn():
+    """``algorithm`` reaches ``rnn``: a bad one is rejected by name, a good one runs (ignored by the xla path)."""
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    good = jcr_flax.LSTM(num_units=H, algorithm="autotune", implementation="xla")
+    variables = good.init(jax.random.key(1), x)
+    np.testing.assert_allclose(good.apply(variables, x),
+                               jcr_flax.LSTM(num_units=H, implementation="xla").apply(variables, x))
+    with pytest.raises(ValueError, match="algorithm is 'fastest'"):
+        jcr_flax.LSTM(num_units=H, algorithm="fastest").apply(variables, x)
+    with pytest.raises(ValueError, match="algorithm is 'fastest'"):
+        jcr_nnx.LSTM(I, H, algorithm="fastest", rngs=nnx.Rngs(0))(x)
