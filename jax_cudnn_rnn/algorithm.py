@@ -159,13 +159,14 @@ def tuned() -> dict[Problem, str]:
 
 
 def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
-    """Median wall time of ``jax.block_until_ready(run())`` after ``warmup`` untimed runs."""
+    """Median wall time of ``run()`` in seconds after ``warmup`` untimed runs; ``run`` must block on its result
+    (autotune's measurement, and the benchmark's)."""
     for _ in range(warmup):
-        jax.block_until_ready(run())
+        run()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(run())
+        run()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -21,8 +21,6 @@ import json
 import math
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.algorithm import median_seconds
 
 FWD, TRAIN = "fwd", "fwd+bwd"
 MEASUREMENTS = (FWD, TRAIN)
@@ -101,18 +100,6 @@ CONFIGS = {c.name: c for c in GPU_CONFIGS + CPU_CONFIGS}
 
 
 # ----------------------------------------------------------------------------------------------------------- timing
-
-
-def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn()`` in milliseconds after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 @dataclasses.dataclass
@@ -336,7 +323,7 @@ class Results:
 def _measure(runner: Runner, measurement: str, repeats: int, warmup: int) -> tuple[float, int | None]:
     fn = runner.forward if measurement == FWD else runner.train
     runner.reset_peak()
-    ms = median_ms(fn, repeats, warmup)
+    ms = 1e3 * median_seconds(fn, repeats, warmup)  # each runner's calls block on their results
     return ms, runner.peak_bytes()
 
 

@@ -55,10 +55,11 @@ def reserve_space_size(problem: algorithm.Problem, algo: str) -> int:
     """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under ``algo``,
     asked of cuDNN: needs a GPU."""
     config = problem.config
+    attrs = _attributes(config, problem.allow_tf32, algo)
     _, reserve = _extension.module().temp_space_sizes(
-        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+        mode=attrs["mode"], num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
         proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
-        bias_mode=config.bias_mode, cell_clip=float(config.cell_clip or 0.0), dtype=config.dtype.name,
+        bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
         allow_tf32=problem.allow_tf32, algo=algo, max_time=problem.max_time, batch=problem.batch,
         padded=problem.padded, training=True)
     return int(reserve)
@@ -88,7 +89,7 @@ def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
             step = jax.jit(jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32)), argnums=(0, 1)))
         else:
             step = jax.jit(run)
-        return algorithm.median_seconds(lambda: step(params, x))
+        return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)))
 
 
 def _choose(policy: str, problem: algorithm.Problem) -> str:

@@ -8,8 +8,9 @@
 #
 # Builds the extension into the current Python (no network: --no-build-isolation --no-deps, so the machine must
 # already have jax with its CUDA plugin, nvidia-cudnn-cu13, scikit-build-core, pybind11, cmake and a CUDA toolkit),
-# prints the versions that matter, runs every test marked `gpu`, the benchmark suite (`jax-cudnn-rnn bench`), the leak
-# check, and compute-sanitizer's memcheck and racecheck over a subset of the GPU tests.
+# prints the versions that matter, runs every test marked `gpu` (the leak and determinism checks among them), the
+# benchmark suite (`jax-cudnn-rnn bench`), and compute-sanitizer's memcheck and racecheck over a subset of the GPU
+# tests.
 #
 # Knobs (environment), so that one device session can spend its few long calls where they are needed:
 #   GPU_CHECK_STAGES  stages to run, in this order (default "build tests bench sanitizer")
@@ -110,6 +111,8 @@ if has_stage sanitizer && command -v compute-sanitizer >/dev/null; then
       | tee -a "$LOG_DIR/sanitizer.log"
     echo "compute-sanitizer $tool status: ${PIPESTATUS[0]}"
   done
+elif has_stage sanitizer; then
+  echo "compute-sanitizer: not on PATH" | tee -a "$LOG_DIR/sanitizer.log"
 fi
 
 echo
