@@ -8,8 +8,8 @@ themselves batched (an ensemble), there is nothing to fold: the call runs once p
 
 Only calls whose every output is per example can fold. cuDNN's backward weights sums over the batch, and under
 ``jax.vmap(jax.grad(...))`` JAX needs one weight gradient per mapped element, each from the reserve space of its own
-training forward; so the training forward and both backward calls are not wrapped here and run once per mapped
-element (``vmap_method="sequential"``).
+training forward; so the training forward and the backward call run once per mapped element (``sequential_vmap``,
+what ``ffi_call``'s ``vmap_method="sequential"`` does, for calls that ``custom_partitioning`` wraps).
 """
 
 from __future__ import annotations
@@ -57,19 +57,42 @@ def fold_vmap(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | No
     @call.def_vmap
     def rule(size: int, in_batched: Sequence[bool], *args: jax.Array) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
         if any(batched and axis is None for batched, axis in zip(in_batched, in_axes, strict=True)):
-            mapped = [i for i, batched in enumerate(in_batched) if batched]
-
-            def one(mapped_args: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-                full = list(args)
-                for i, value in zip(mapped, mapped_args, strict=True):
-                    full[i] = value
-                return call(*full)
-
-            outs = jax.lax.map(one, [args[i] for i in mapped])
-            return tuple(outs), (True,) * len(out_axes)
+            return _per_element(call, in_batched, args)
         folded = [arg if axis is None else _fold(arg, batched, axis, size)
                   for arg, batched, axis in zip(args, in_batched, in_axes, strict=True)]
         outs = call(*folded)
         return tuple(_unfold(out, axis, size) for out, axis in zip(outs, out_axes, strict=True)), (True,) * len(out_axes)
+
+    return call
+
+
+def _per_element(call: Callable[..., tuple[jax.Array, ...]], in_batched: Sequence[bool],
+                 args: Sequence[jax.Array]) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
+    """``call`` once per mapped element (``jax.lax.map``), unmapped arguments shared: a custom_vmap rule's result."""
+    mapped = [i for i, batched in enumerate(in_batched) if batched]
+
+    def one(mapped_args: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+        full = list(args)
+        for i, value in zip(mapped, mapped_args, strict=True):
+            full[i] = value
+        return call(*full)
+
+    outs = tuple(jax.lax.map(one, [args[i] for i in mapped]))
+    return outs, (True,) * len(outs)
+
+
+def sequential_vmap(fn: Callable[..., Sequence[jax.Array]]) -> Callable[..., tuple[jax.Array, ...]]:
+    """Wraps ``fn(*arrays) -> tuple of arrays`` so that ``jax.vmap`` runs it once per mapped element, as
+    ``ffi_call(..., vmap_method="sequential")`` does: for kernel calls inside ``custom_partitioning``
+    (jax_cudnn_rnn/partitioning.py), which has no batching rule of its own."""
+
+    @jax.custom_batching.custom_vmap
+    def call(*args: jax.Array) -> tuple[jax.Array, ...]:
+        return tuple(fn(*args))
+
+    @call.def_vmap
+    def rule(size: int, in_batched: Sequence[bool], *args: jax.Array) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
+        del size
+        return _per_element(call, in_batched, args)
 
     return call

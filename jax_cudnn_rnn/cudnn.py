@@ -9,9 +9,15 @@ data.
 Sizes. The reserve space is an output of the training forward, so its size must be known when tracing. cuDNN only
 tells it through ``cudnnGetRNNTempSpaceSizes`` on a live handle, so at trace time this module asks the extension's
 ``temp_space_sizes`` (on the current CUDA device, for full-length sequences [T, B]) and caches the answer per
-(config, T, B, allow_tf32). Tracing a differentiated call therefore needs a GPU, like jax.experimental.rnn. At run
-time each handler asks again for the actual lengths and fails clearly if the buffer is too small. The workspace is
-never an output: each handler takes it from XLA's scratch allocator.
+(config, T, B, allow_tf32, algorithm). Tracing a differentiated call therefore needs a GPU, like
+jax.experimental.rnn. At run time each handler asks again for the actual lengths and fails clearly if the buffer is
+too small. The workspace is never an output: each handler takes it from XLA's scratch allocator.
+
+Sharding. Every call is ``partitioning.batch_partitioned``: under ``jax.jit`` with the batch split over a mesh,
+each device runs cuDNN on its own rows, the weights replicated and their gradient summed across the shards. The
+reserve space travels as a [B, row_bytes] array whose rows split with the batch (``_reserve_row_bytes``), and the
+backward call splits the batch exactly as the reserve space it receives is split, so each device hands cuDNN the
+buffer its own forward wrote.
 
 Dropout. cuDNN's own dropout is never used (its masks cannot match the CPU implementation). With ``dropout_key``, the
 network runs layer by layer, each layer a single-layer cuDNN call over its own slice of the opaque buffer, and layer
@@ -29,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout
+from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout, partitioning
 from jax_cudnn_rnn.config import RNNConfig
 
 
@@ -96,9 +102,42 @@ def _choose(policy: str, problem: algorithm.Problem) -> str:
     return algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem))
 
 
+def _reserve_row_bytes(problem: algorithm.Problem, algo: str) -> int:
+    """Bytes per batch row of the reserve-space array [B, row_bytes] of ``problem``'s training forward.
+
+    cuDNN's reserve space is one opaque buffer per call, sized by cuDNN per (T, batch) and not proportional to the
+    batch. It travels as a [B, row_bytes] array so that when the batch is split over n devices
+    (jax_cudnn_rnn/partitioning.py) each device's rows hold its own call's buffer: row_bytes is the largest
+    per-row share over every local batch B / n that this process's devices allow, so every shard's buffer fits, and on
+    one device B * row_bytes exceeds cuDNN's size by less than B bytes.
+    """
+    batch = problem.batch
+    smallest = -(-batch // jax.device_count())
+    return max(-(-reserve_space_size(dataclasses.replace(problem, batch=local), algo) // local)
+               for local in range(smallest, batch + 1) if batch % local == 0)
+
+
+def _forward_call(x, h0, params, *rest, config: RNNConfig, allow_tf32: bool, algo: str, training: bool,
+                  row_bytes: int):
+    """One cuDNN forward on (local) arrays: (y, h_n, [c_n: lstm], [reserve_space [B, row_bytes]: training])."""
+    num_steps, batch, _ = x.shape
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    if config.has_cell_state:
+        out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
+    if training:
+        out_types.append(jax.ShapeDtypeStruct((batch * row_bytes,), jnp.uint8))
+    outs = jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types)(
+        x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32, algo))
+    if training:
+        outs = (*outs[:-1], outs[-1].reshape(batch, row_bytes))
+    return tuple(outs)
+
+
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str, training: bool):
-    """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None). The inference forward folds ``jax.vmap``
-    into its batch (``batching.fold_vmap``); the training forward runs once per mapped element."""
+    """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None), run per batch shard under sharding
+    (``partitioning.batch_partitioned``). The inference forward folds ``jax.vmap`` into its batch
+    (``batching.fold_vmap``); the training forward runs once per mapped element."""
     lstm = config.has_cell_state
     args, in_axes = [x, h0, params], [1, 1, None]  # batch axes; params are shared by the batch
     if lstm:
@@ -107,59 +146,47 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
     if seq_lengths is not None:
         args.append(seq_lengths)
         in_axes.append(0)
+    out_axes = [1, 1] + [1] * lstm + [0] * training  # the reserve space's rows are the batch
 
-    def kernel(x, h0, params, *rest):
-        num_steps, batch, _ = x.shape
-        problem = _problem(config, x.shape, seq_lengths, allow_tf32, training)
+    def kernel(*args):
+        problem = _problem(config, args[0].shape, seq_lengths, allow_tf32, training)
         algo = _choose(policy, problem)
-        out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-                     jax.ShapeDtypeStruct(h0.shape, x.dtype)]
-        if lstm:
-            out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
-        if training:
-            size = reserve_space_size(problem, algo)
-            out_types.append(jax.ShapeDtypeStruct((size,), jnp.uint8))
-        return jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types, vmap_method="sequential")(
-            x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32, algo))
+        call = functools.partial(_forward_call, config=config, allow_tf32=allow_tf32, algo=algo, training=training,
+                                 row_bytes=_reserve_row_bytes(problem, algo) if training else 0)
+        # The training forward splits the batch as its reserve space is split, which the backward call follows.
+        follow = ("out", len(out_axes) - 1) if training else None
+        return partitioning.batch_partitioned(call, in_axes, out_axes, follow)(*args)
 
     if training:
-        y, h_n, *rest = kernel(*args)
+        y, h_n, *rest = batching.sequential_vmap(kernel)(*args)
     else:
-        y, h_n, *rest = batching.fold_vmap(kernel, in_axes, [1, 1] + [1] * lstm)(*args)
+        y, h_n, *rest = batching.fold_vmap(kernel, in_axes, out_axes)(*args)
     c_n = rest.pop(0) if lstm else None
     reserve_space = rest.pop(0) if training else None
     return y, h_n, c_n, reserve_space
 
 
-def _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space, x_shape, config, allow_tf32, algo):
-    """(dx, dh0, dc0 or None, updated reserve_space)."""
+def _backward_call(params, x, h0, y, dy, dh_n, reserve_space, *rest, config: RNNConfig, allow_tf32: bool, algo: str):
+    """cuDNN's backward data then backward weights on (local) arrays; ``rest`` is [c0, dc_n] for an LSTM, then
+    seq_lengths if given. Returns (dparams, dx, dh0, [dc0: lstm]). Both passes update the reserve space in place, so
+    each returns it aliased to its input, which also orders backward weights after backward data."""
     lstm = config.has_cell_state
-    args = [y, dy, h0, dh_n, params, reserve_space]
-    if lstm:
-        args += [c0, dc_n]
-    if seq_lengths is not None:
-        args.append(seq_lengths)
-    out_types = [jax.ShapeDtypeStruct(x_shape, y.dtype), jax.ShapeDtypeStruct(h0.shape, y.dtype),
+    c0, dc_n = rest[:2] if lstm else (None, None)
+    seq_lengths = rest[-1:] if len(rest) > 2 * lstm else []
+    attributes = _attributes(config, allow_tf32, algo)
+    reserve_space = reserve_space.reshape(-1)
+    out_types = [jax.ShapeDtypeStruct(x.shape, y.dtype), jax.ShapeDtypeStruct(h0.shape, y.dtype),
                  jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
     if lstm:
         out_types.append(jax.ShapeDtypeStruct(c0.shape, y.dtype))
-    dx, dh0, reserve_space, *rest = jax.ffi.ffi_call(
-        _extension.BACKWARD_DATA_TARGET, out_types, vmap_method="sequential", input_output_aliases={5: 2})(
-        *args, **_attributes(config, allow_tf32, algo))
-    return dx, dh0, (rest[0] if lstm else None), reserve_space
-
-
-def _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32, algo):
-    """dparams, shaped like params."""
-    args = [x, h0, y, reserve_space]
-    if seq_lengths is not None:
-        args.append(seq_lengths)
-    out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype),
-                 jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
+    dx, dh0, reserve_space, *dc0 = jax.ffi.ffi_call(
+        _extension.BACKWARD_DATA_TARGET, out_types, input_output_aliases={5: 2})(
+        y, dy, h0, dh_n, params, reserve_space, *([c0, dc_n] if lstm else []), *seq_lengths, **attributes)
     dparams, _ = jax.ffi.ffi_call(
-        _extension.BACKWARD_WEIGHTS_TARGET, out_types, vmap_method="sequential", input_output_aliases={3: 1})(
-        *args, **_attributes(config, allow_tf32, algo))
-    return dparams
+        _extension.BACKWARD_WEIGHTS_TARGET,
+        [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(reserve_space.shape, jnp.uint8)],
+        input_output_aliases={3: 1})(x, h0, y, reserve_space, *seq_lengths, **attributes)
+    return (dparams, dx, dh0, *dc0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -176,12 +203,21 @@ def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
 def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, residuals, cotangents):
     params, x, h0, c0, seq_lengths, y, reserve_space = residuals
     dy, dh_n, dc_n = cotangents
+    lstm = config.has_cell_state
     # The training forward's choice (deterministic, or cached by autotune): cuDNN forbids mixing algorithms.
     algo = _choose(policy, _problem(config, x.shape, seq_lengths, allow_tf32, training=True))
-    dx, dh0, dc0, reserve_space = _backward_data(params, h0, c0, seq_lengths, y, dy, dh_n, dc_n, reserve_space,
-                                                 x.shape, config, allow_tf32, algo)
-    dparams = _backward_weights(params, x, h0, seq_lengths, y, reserve_space, config, allow_tf32, algo)
-    return dparams, dx, dh0, dc0, None
+    args, in_axes = [params, x, h0, y, dy, dh_n, reserve_space], [None, 1, 1, 1, 1, 1, 0]
+    if lstm:
+        args += [c0, dc_n]
+        in_axes += [1, 1]
+    if seq_lengths is not None:
+        args.append(seq_lengths)
+        in_axes.append(0)
+    call = functools.partial(_backward_call, config=config, allow_tf32=allow_tf32, algo=algo)
+    # dparams sums over the batch: per shard a partial sum, added up across the shards.
+    backward = partitioning.batch_partitioned(call, in_axes, [None, 1, 1] + [1] * lstm, follow=("in", 6))
+    dparams, dx, dh0, *dc0 = batching.sequential_vmap(backward)(*args)
+    return dparams, dx, dh0, (dc0[0] if lstm else None), None
 
 
 _rnn.defvjp(_rnn_fwd, _rnn_bwd)

@@ -263,3 +263,33 @@ def test_vmap_folds_into_one_call_and_matches_a_loop():
     for n in range(3):
         _close(per_element[n], want[n], "float32", f"vmap(grad) element {n}")
     _close(summed, sum(want), "float32", "grad(vmap)")
+
+
+def test_batch_sharded_over_local_gpus_matches_unsharded():
+    """Under jit with the batch split over every local GPU (one GPU: custom_partitioning runs the call whole), the
+    cuDNN path gives the unsharded values and gradients and keeps the batch sharding."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices = jax.devices("gpu")
+    batch = 4 * len(devices)
+    cfg = jcr.RNNConfig("lstm", 2, 16, 8, direction="bidirectional")
+    k = jax.random.split(jax.random.key(5), 4)
+    params = jcr.init_params(k[0], cfg)
+    x = jax.random.normal(k[1], (T, batch, cfg.input_size))
+    h0 = jax.random.normal(k[2], cfg.state_shape(batch))
+    c0 = jax.random.normal(k[3], cfg.cell_shape(batch))
+
+    def loss(p, x, h, c):
+        y, h_n, c_n = jcr.rnn(p, x, h, c, cfg, implementation="cudnn")
+        return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+
+    mesh = Mesh(np.array(devices), ("batch",))
+    on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+    sharded = (on(params, P()), on(x, P(None, "batch")), on(h0, P(None, "batch")), on(c0, P(None, "batch")))
+    forward = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg, implementation="cudnn"))
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    y = forward(*sharded)[0]
+    assert y.sharding.spec == P(None, "batch")
+    _close(y, forward(params, x, h0, c0)[0], "float32", "sharded y")
+    for got, want, name in zip(grad(*sharded), grad(params, x, h0, c0), ("dparams", "dx", "dh0", "dc0")):
+        _close(got, want, "float32", f"sharded {name}")

@@ -1,0 +1,144 @@
+"""``batch_partitioned``: run a batch-major kernel call once per batch shard under ``jax.jit`` sharding.
+
+To XLA's partitioner a cuDNN call is an opaque custom call: left alone, it gathers every operand onto every device
+and runs the whole batch everywhere. ``batch_partitioned`` wraps the call in ``custom_partitioning`` with the one rule
+an RNN kernel obeys: every per-example array splits along its batch axis, the weights are shared, and an output that
+sums over the batch (cuDNN's weight gradient) is the ``psum`` of the shards' partial sums. When the batch is split
+over mesh axes that divide it evenly, each device runs the kernel on its own rows, with no all-gather of activations;
+otherwise (unsplit, or uneven) the call runs on the whole batch, replicated.
+
+One array can be named to decide the split (``follow``), so that two calls that hand an opaque per-shard buffer to
+each other (cuDNN's training forward and its backward, through the reserve space) split the batch the same way: the
+forward follows the sharding that XLA gave its reserve-space output, the backward the sharding of that same array as
+its operand. Whatever is decided, the followed array keeps its sharding, so XLA never reslices an opaque buffer
+between the two.
+
+On a single device (and inside ``jax.shard_map``, where shapes are already local) ``custom_partitioning`` inlines
+the kernel call: nothing changes there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+BATCH_FACTOR = "b"
+
+
+def _batch_mesh_axes(array: Any, axis: int) -> tuple[str, ...]:
+    """The mesh axes that ``array``'s sharding splits dimension ``axis`` over (empty when not split)."""
+    sharding = getattr(array, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or axis >= len(spec) or spec[axis] is None:
+        return ()
+    entry = spec[axis]
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def _split_size(mesh, axes: tuple[str, ...]) -> int:
+    size = 1
+    for name in axes:
+        size *= mesh.shape[name]
+    return size
+
+
+def _spec(ndim: int, axis: int | None, axes: tuple[str, ...]) -> PartitionSpec:
+    """Replicated everywhere but ``axis``, which is split over ``axes`` (when there are any)."""
+    entries = [None] * ndim
+    if axis is not None and axes:
+        entries[axis] = axes if len(axes) > 1 else axes[0]
+    return PartitionSpec(*entries)
+
+
+def _rule(in_ndims: Sequence[int], in_axes: Sequence[int | None], out_ndims: Sequence[int],
+          out_axes: Sequence[int | None]) -> tuple[str, tuple[str, ...]]:
+    """Shardy's einsum-like rule: the batch dimensions share one factor, every other dimension has its own factor,
+    which must stay replicated."""
+    others: list[str] = []
+
+    def dims(ndim: int, axis: int | None) -> str:
+        names = []
+        for d in range(ndim):
+            if d == axis:
+                names.append(BATCH_FACTOR)
+            else:
+                others.append(f"d{len(others)}")
+                names.append(others[-1])
+        return " ".join(names)
+
+    operands = ", ".join(dims(n, a) for n, a in zip(in_ndims, in_axes, strict=True))
+    results = ", ".join(dims(n, a) for n, a in zip(out_ndims, out_axes, strict=True))
+    return f"{operands} -> {results}", tuple(others)
+
+
+def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | None],
+                      out_axes: Sequence[int | None], follow: tuple[str, int] | None = None
+                      ) -> Callable[..., tuple[jax.Array, ...]]:
+    """Wraps ``fn(*arrays) -> tuple of arrays`` so that XLA runs it per batch shard.
+
+    Args:
+      fn: the kernel call; traced again with each shard's (local) shapes.
+      in_axes: for each argument, the index of its batch axis, or None for an array the whole batch shares (it is
+        replicated on every device).
+      out_axes: for each output, the index of its batch axis, or None for an output that sums over the batch: each
+        shard's partial sum is added up across the batch's mesh axes (``lax.psum``) and the result is replicated.
+      follow: ``("in", i)`` or ``("out", i)``: the argument or output whose batch sharding decides the split; by
+        default the first argument with a batch axis.
+
+    Returns the wrapped function (same arguments and outputs as ``fn``, as a tuple).
+    """
+    in_axes, out_axes = tuple(in_axes), tuple(out_axes)
+    if follow is None:
+        follow = ("in", next(i for i, axis in enumerate(in_axes) if axis is not None))
+    side, index = follow
+    follow_axis = (in_axes if side == "in" else out_axes)[index]
+
+    def split_axes(mesh, arg_shapes, result_shapes) -> tuple[str, ...]:
+        """The mesh axes the batch is split over for this call: the followed array's, if they divide the batch."""
+        followed = (arg_shapes if side == "in" else result_shapes)[index]
+        axes = _batch_mesh_axes(followed, follow_axis)
+        if not axes or followed.shape[follow_axis] % _split_size(mesh, axes):
+            return ()
+        return axes
+
+    def shardings(mesh, axes, ndims, batch_axes):
+        return tuple(NamedSharding(mesh, _spec(n, a, axes)) for n, a in zip(ndims, batch_axes, strict=True))
+
+    def call(*args):
+        out_shapes = jax.eval_shape(lambda *a: tuple(fn(*a)), *args)
+        in_ndims = tuple(a.ndim for a in args)
+        out_ndims = tuple(o.ndim for o in out_shapes)
+        if len(in_ndims) != len(in_axes) or len(out_ndims) != len(out_axes):
+            raise ValueError(f"batch_partitioned: {len(in_ndims)} arguments and {len(out_ndims)} outputs, but "
+                             f"in_axes has {len(in_axes)} and out_axes {len(out_axes)} entries")
+
+        def partition(mesh, arg_shapes, result_shapes):
+            axes = split_axes(mesh, arg_shapes, result_shapes)
+
+            def lower(*local_args):
+                outs = tuple(fn(*local_args))
+                return tuple(jax.lax.psum(out, axes) if axis is None and axes else out
+                             for out, axis in zip(outs, out_axes, strict=True))
+
+            return (mesh, lower, shardings(mesh, axes, out_ndims, out_axes),
+                    shardings(mesh, axes, in_ndims, in_axes))
+
+        def infer(mesh, arg_shapes, result_shapes):  # GSPMD only (jax_use_shardy_partitioner=False)
+            # Results carry no sharding yet: split as the first batched argument is split.
+            first = next(i for i, axis in enumerate(in_axes) if axis is not None)
+            axes = _batch_mesh_axes(arg_shapes[first], in_axes[first])
+            if axes and arg_shapes[first].shape[in_axes[first]] % _split_size(mesh, axes):
+                axes = ()
+            return shardings(mesh, axes, out_ndims, out_axes)
+
+        rule, replicated = _rule(in_ndims, in_axes, out_ndims, out_axes)
+        wrapped = custom_partitioning(lambda *a: tuple(fn(*a)))
+        wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule,
+                              need_replication_factors=replicated)
+        return tuple(wrapped(*args))
+
+    return call

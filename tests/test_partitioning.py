@@ -1,0 +1,151 @@
+"""Batch sharding of the cuDNN path (jax_cudnn_rnn/partitioning.py, cudnn.py) on 8 CPU devices.
+
+cuDNN's FFI calls need a GPU, so the script below replaces the two kernel calls of cudnn.py (``_forward_call``,
+``_backward_call``) by the xla implementation with the same signatures and outputs, the reserve space included: the
+forward writes its local batch size into every byte of its [b, row_bytes] reserve rows and the backward adds
+(byte - its own local batch size) to dx, so a backward that received another shard's buffer, or a gathered one,
+changes the numbers. Everything else is cudnn.py's own code: the custom_vjp, the algorithm choice, the reserve-space
+layout, the vmap wrappers and the partitioning rules. Values are compared with the unsharded xla implementation, and
+the compiled HLO is inspected for collectives.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jax_cudnn_rnn import algorithm, cudnn
+import jax_cudnn_rnn as jcr
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jax_cudnn_rnn as jcr
+    from jax_cudnn_rnn import cudnn, xla
+
+    if sys.argv[1] == "gspmd":
+        jax.config.update("jax_use_shardy_partitioner", False)
+    LOCAL_BATCHES = []
+
+    def forward_call(x, h0, params, *rest, config, allow_tf32, algo, training, row_bytes):
+        lstm, batch = config.has_cell_state, x.shape[1]
+        LOCAL_BATCHES.append(batch)  # traced with the global shapes too; the smallest is the per-device call
+        c0 = rest[0] if lstm else None
+        lengths = rest[-1] if len(rest) > lstm else None
+        y, h_n, c_n = xla.rnn_xla(params, x, h0, c0, config, lengths)
+        outs = (y, h_n) + ((c_n,) if lstm else ())
+        if training:
+            outs += (jnp.full((batch, row_bytes), batch, jnp.uint8),)
+        return outs
+
+    def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, config, allow_tf32, algo):
+        lstm, batch = config.has_cell_state, x.shape[1]
+        c0, dc_n = rest[:2] if lstm else (None, None)
+        lengths = rest[-1] if len(rest) > 2 * lstm else None
+        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, lengths), params, x, h0, c0)
+        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
+        dx = dx + (jnp.max(reserve) - jnp.min(reserve)).astype(dx.dtype) + (reserve[0, 0] - batch).astype(dx.dtype)
+        return (dparams, dx, dh0) + ((dc0,) if lstm else ())
+
+    cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
+    cudnn.reserve_space_size = lambda problem, algo: 1000 * problem.batch + 37  # not proportional to the batch
+
+    B = 16
+    cfg = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (5, B, 4))
+    h0 = jax.random.normal(jax.random.key(2), cfg.state_shape(B))
+    c0 = jax.random.normal(jax.random.key(3), cfg.cell_shape(B))
+    lengths = jnp.arange(B, dtype=jnp.int32) % 5 + 1
+
+    def loss(run, p, x, h, c, n):
+        y, h_n, c_n = run(p, x, h, c, n)
+        return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+
+    ours = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard")
+    ref = lambda p, x, h, c, n: xla.rnn_xla(p, x, h, c, cfg, n)
+    want_y = ref(params, x, h0, c0, lengths)[0]
+    want_grad = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x, h0, c0, lengths)
+
+    devices = np.array(jax.devices())
+    cases = {"1d": (Mesh(devices, ("batch",)), "batch"),
+             "2d-data": (Mesh(devices.reshape(4, 2), ("data", "model")), "data"),
+             "2d-both": (Mesh(devices.reshape(4, 2), ("data", "model")), ("data", "model"))}
+    for name, (mesh, axes) in cases.items():
+        on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+        args = (on(params, P()), on(x, P(None, axes)), on(h0, P(None, axes)), on(c0, P(None, axes)),
+                on(lengths, P(axes)))
+        forward = jax.jit(ours)
+        grad = jax.jit(jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3)))
+        for label, fn in (("forward", forward), ("grad", grad)):
+            LOCAL_BATCHES.clear()
+            hlo = fn.lower(*args).compile().as_text()
+            print(name, label, "local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("),
+                  "all-to-all", hlo.count("all-to-all("), "all-reduce", hlo.count("all-reduce("))
+        y = forward(*args)[0]
+        assert y.sharding.spec == P(None, axes), y.sharding
+        np.testing.assert_allclose(y, want_y, atol=1e-6)
+        got = grad(*args)
+        assert got[0].sharding.is_fully_replicated
+        for a, b in zip(got, want_grad):
+            np.testing.assert_allclose(a, b, atol=2e-5)
+        print(name, "values equal")
+
+    # A batch the mesh does not divide: the call runs whole, the reserve space stays consistent.
+    mesh = Mesh(devices, ("batch",))
+    @jax.jit
+    def uneven(p, x, h, c, n):
+        constrain = lambda a, spec: jax.lax.with_sharding_constraint(a, NamedSharding(mesh, spec))
+        x, h, c = constrain(x, P(None, "batch")), constrain(h, P(None, "batch")), constrain(c, P(None, "batch"))
+        return jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3))(p, x, h, c, n)
+    b = 12
+    LOCAL_BATCHES.clear()
+    got = uneven(params, x[:, :b], h0[:, :b], c0[:, :b], lengths[:b])
+    want = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x[:, :b], h0[:, :b], c0[:, :b], lengths[:b])
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, atol=2e-5)
+    print("uneven local", min(LOCAL_BATCHES), "values equal")
+""")
+
+
+@pytest.fixture(scope="module", params=["shardy", "gspmd"])
+def sharded_run(request):
+    result = subprocess.run([sys.executable, "-c", SCRIPT, request.param], capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("mesh, local", [("1d", 2), ("2d-data", 4), ("2d-both", 2)])
+def test_cudnn_path_runs_per_batch_shard_without_gathering_activations(sharded_run, mesh, local):
+    """Forward and gradient: each device runs the kernels on its own rows; the only collective is the weight
+    gradient's all-reduce (the forward has none)."""
+    assert f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0" in sharded_run, sharded_run
+    assert f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1" in sharded_run, sharded_run
+    assert f"{mesh} values equal" in sharded_run
+
+
+def test_uneven_batch_runs_whole_with_a_consistent_reserve_space(sharded_run):
+    assert "uneven local 12 values equal" in sharded_run, sharded_run
+
+
+def test_reserve_rows_fit_every_local_batch(monkeypatch):
+    """[B, row_bytes] holds cuDNN's buffer for every local batch B / n that the process's devices allow, and on one
+    device wastes less than a byte per row."""
+    sizes = lambda problem, algo: 1000 * problem.batch + 37  # noqa: E731 - cuDNN's answer on a GPU
+    monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
+    config = jcr.RNNConfig("gru", 1, 8, 4)
+    problem = algorithm.Problem(config, max_time=5, batch=16, padded=False, training=True, allow_tf32=False)
+    monkeypatch.setattr(cudnn.jax, "device_count", lambda: 8)
+    rows = cudnn._reserve_row_bytes(problem, "standard")
+    for local in (2, 4, 8, 16):
+        assert local * rows >= sizes(dataclasses.replace(problem, batch=local), "standard")
+    assert rows == -(-2037 // 2)  # the smallest local batch, 16 / 8, needs the most per row
+    monkeypatch.setattr(cudnn.jax, "device_count", lambda: 1)
+    rows = cudnn._reserve_row_bytes(problem, "standard")
+    assert 0 <= 16 * rows - sizes(problem, "standard") < 16
