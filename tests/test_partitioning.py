@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jax_cudnn_rnn as jcr
-    from jax_cudnn_rnn import cudnn, xla
+    from jax_cudnn_rnn import cudnn, dropout, xla
 
     if sys.argv[1] == "gspmd":
         jax.config.update("jax_use_shardy_partitioner", False)
@@ -96,6 +96,24 @@ SCRIPT = textwrap.dedent("""
             np.testing.assert_allclose(a, b, atol=2e-5)
         print(name, "values equal")
 
+    # Inter-layer dropout: one single-layer call per layer, each partitioned; the masks are drawn whole and split.
+    dcfg = jcr.RNNConfig("gru", 3, 6, 4, dropout=0.5)
+    dparams = jcr.init_params(jax.random.key(4), dcfg)
+    dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
+    key = jax.random.key(6)
+    masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
+    dropped = lambda p, x, h: jnp.sum(cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard")[0] ** 2)
+    dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
+    mesh = Mesh(devices, ("batch",))
+    on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+    grad = jax.jit(jax.grad(dropped, argnums=(0, 1, 2)))
+    LOCAL_BATCHES.clear()
+    hlo = grad.lower(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch"))).compile().as_text()
+    got = grad(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch")))
+    for a, w in zip(got, jax.grad(dropped_ref, argnums=(0, 1, 2))(dparams, x, dh0)):
+        np.testing.assert_allclose(a, w, atol=2e-5)
+    print("dropout local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("), "values equal")
+
     # A batch the mesh does not divide: the call runs whole, the reserve space stays consistent.
     mesh = Mesh(devices, ("batch",))
     @jax.jit
@@ -128,6 +146,10 @@ def test_cudnn_path_runs_per_batch_shard_without_gathering_activations(sharded_r
     assert f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0" in sharded_run, sharded_run
     assert f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1" in sharded_run, sharded_run
     assert f"{mesh} values equal" in sharded_run
+
+
+def test_dropout_path_runs_per_batch_shard(sharded_run):
+    assert "dropout local 2 all-gather 0 values equal" in sharded_run, sharded_run
 
 
 def test_uneven_batch_runs_whole_with_a_consistent_reserve_space(sharded_run):
