@@ -112,9 +112,16 @@ def _reserve_row_bytes(problem: algorithm.Problem, algo: str) -> int:
     one device B * row_bytes exceeds cuDNN's size by less than B bytes.
     """
     batch = problem.batch
-    smallest = -(-batch // jax.device_count())
-    return max(-(-reserve_space_size(dataclasses.replace(problem, batch=local), algo) // local)
-               for local in range(smallest, batch + 1) if batch % local == 0)
+    row_bytes = -(-reserve_space_size(problem, algo) // batch)
+    for local in range(-(-batch // jax.device_count()), batch):
+        if batch % local:
+            continue
+        try:
+            size = reserve_space_size(dataclasses.replace(problem, batch=local), algo)
+        except RuntimeError:  # cuDNN refuses ``algo`` at this local batch: a shard that small would fail anyway
+            continue
+        row_bytes = max(row_bytes, -(-size // local))
+    return row_bytes
 
 
 def _forward_call(x, h0, params, *rest, config: RNNConfig, allow_tf32: bool, algo: str, training: bool,

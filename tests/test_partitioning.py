@@ -168,6 +168,15 @@ def test_reserve_rows_fit_every_local_batch(monkeypatch):
     for local in (2, 4, 8, 16):
         assert local * rows >= sizes(dataclasses.replace(problem, batch=local), "standard")
     assert rows == -(-2037 // 2)  # the smallest local batch, 16 / 8, needs the most per row
+
+    def refuses_batch_2(problem, algo):
+        if problem.batch == 2:
+            raise RuntimeError("cuDNN: CUDNN_STATUS_NOT_SUPPORTED")
+        return sizes(problem, algo)
+
+    monkeypatch.setattr(cudnn, "reserve_space_size", refuses_batch_2)
+    assert cudnn._reserve_row_bytes(problem, "standard") == -(-4037 // 4)  # a local batch cuDNN refuses is skipped
+    monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
     monkeypatch.setattr(cudnn.jax, "device_count", lambda: 1)
     rows = cudnn._reserve_row_bytes(problem, "standard")
     assert 0 <= 16 * rows - sizes(problem, "standard") < 16
