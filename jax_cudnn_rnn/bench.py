@@ -38,6 +38,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 QUICK_SIZES = {"time": 10, "batch": 4, "hidden": 32, "input_size": 32}
 QUICK_REPEATS, QUICK_WARMUP = 3, 1
 NOTES = (
+    "op_bytes: device memory one step needs beyond its inputs (outputs, temporaries, workspace), the table's 'op MiB' "
+    "(of the training step where there is one). torch on CUDA: max_memory_allocated - memory_allocated, both after "
+    "reset_peak_memory_stats; jax: XLA's memory analysis of the compiled step (outputs + temporaries - aliased) plus, "
+    "for jcr-cudnn, the largest cuDNN workspace of its calls (taken from XLA's scratch allocator at run time, which "
+    "the analysis does not see); None for torch off CUDA.",
     "peak_bytes: torch = torch.cuda.max_memory_allocated after reset_peak_memory_stats; jax = the device's "
     "peak_bytes_in_use, a high-water mark since process start that JAX cannot reset; None off GPU.",
     "compiled_bytes (jax contenders only): XLA's memory analysis of the compiled step (arguments + outputs + "
@@ -110,7 +115,9 @@ class Runner:
     train: Callable[[], Any] | None
     reset_peak: Callable[[], None] = lambda: None
     peak_bytes: Callable[[], int | None] = lambda: None
+    allocated_bytes: Callable[[], int | None] = lambda: None  # now, for op_bytes = peak - allocated at reset
     compiled_bytes: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    op_bytes: dict[str, int | None] = dataclasses.field(default_factory=dict)  # where known without running
 
 
 def _on_gpu() -> bool:
@@ -124,30 +131,32 @@ def _jax_peak_bytes() -> int | None:
     return stats.get("peak_bytes_in_use")
 
 
-def _compiled_bytes(fn: Any, *args: Any) -> int | None:
-    """Arguments + outputs + temporaries - aliased bytes of the jitted ``fn`` on ``args``, or None if unknown."""
+def _memory_analysis(fn: Any, *args: Any) -> Any:
+    """XLA's memory analysis of the jitted ``fn`` compiled for ``args``, or None where the backend has none."""
     try:
-        stats = fn.lower(*args).compile().memory_analysis()
-        return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-                   - stats.alias_size_in_bytes)
+        return fn.lower(*args).compile().memory_analysis()
     except Exception:  # noqa: BLE001 - the analysis is optional on every backend
         return None
 
 
 def _jax_runner(forward: Callable[..., Any], loss: Callable[..., Any], args: tuple[Any, ...],
-                inference_only: bool) -> Runner:
-    """Jits ``forward(*args)`` and the gradient of ``loss(*args)`` with respect to its first two arguments."""
+                inference_only: bool, extra_bytes: dict[str, int | None] | None = None) -> Runner:
+    """Jits ``forward(*args)`` and the gradient of ``loss(*args)`` with respect to its first two arguments.
+    ``extra_bytes``: per measurement, device memory the step takes outside XLA's buffers (cuDNN's workspace)."""
     fwd = jax.jit(forward)
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    compiled = {FWD: _compiled_bytes(fwd, *args)}
+    runner = Runner(forward=lambda: jax.block_until_ready(fwd(*args)), train=None, peak_bytes=_jax_peak_bytes)
     if not inference_only:
-        compiled[TRAIN] = _compiled_bytes(grad, *args)
-
-    def train() -> Any:
-        return jax.block_until_ready(grad(*args))
-
-    return Runner(forward=lambda: jax.block_until_ready(fwd(*args)), train=None if inference_only else train,
-                  peak_bytes=_jax_peak_bytes, compiled_bytes=compiled)
+        runner.train = lambda: jax.block_until_ready(grad(*args))
+    for measurement, fn in ((FWD, fwd), (TRAIN, grad))[:1 if inference_only else 2]:
+        stats = _memory_analysis(fn, *args)
+        if stats is None:
+            continue
+        step = stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
+        runner.compiled_bytes[measurement] = int(stats.argument_size_in_bytes + step)
+        extra = (extra_bytes or {}).get(measurement, 0)
+        runner.op_bytes[measurement] = None if extra is None else int(step + extra)
+    return runner
 
 
 def _sum_squares(y: Any) -> Any:
@@ -172,7 +181,21 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str) -> Runner:
     def forward(params: Any, x: Any) -> Any:
         return jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0]
 
-    return _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only)
+    extra = {FWD: _cudnn_workspace(bc, cfg, False), TRAIN: _cudnn_workspace(bc, cfg, True)} \
+        if implementation == "cudnn" else None
+    return _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only, extra)
+
+
+def _cudnn_workspace(bc: BenchConfig, cfg: jcr.RNNConfig, training: bool) -> int | None:
+    """The workspace cuDNN asks for the benchmark's call (under the default algorithm choice), or None if unknown."""
+    from jax_cudnn_rnn import algorithm, cudnn, ops
+
+    allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
+    problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=False, training=training, allow_tf32=allow_tf32)
+    try:
+        return cudnn.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
+    except Exception:  # noqa: BLE001 - then op_bytes is unknown rather than wrong
+        return None
 
 
 def _flax_model(bc: BenchConfig, dtype: str) -> Any:
@@ -246,7 +269,8 @@ def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
     on_cuda = device.type == "cuda"
     return Runner(forward=forward, train=None if bc.inference_only else train,
                   reset_peak=torch.cuda.reset_peak_memory_stats if on_cuda else (lambda: None),
-                  peak_bytes=torch.cuda.max_memory_allocated if on_cuda else (lambda: None))
+                  peak_bytes=torch.cuda.max_memory_allocated if on_cuda else (lambda: None),
+                  allocated_bytes=torch.cuda.memory_allocated if on_cuda else (lambda: None))
 
 
 def _cudnn_unavailable() -> str | None:
@@ -320,11 +344,15 @@ class Results:
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
-def _measure(runner: Runner, measurement: str, repeats: int, warmup: int) -> tuple[float, int | None]:
+def _measure(runner: Runner, measurement: str, repeats: int, warmup: int) -> dict[str, Any]:
+    """ms (median), peak_bytes, op_bytes and compiled_bytes of one measurement."""
     fn = runner.forward if measurement == FWD else runner.train
     runner.reset_peak()
+    before = runner.allocated_bytes()
     ms = 1e3 * median_seconds(fn, repeats, warmup)  # each runner's calls block on their results
-    return ms, runner.peak_bytes()
+    peak = runner.peak_bytes()
+    op = peak - before if peak is not None and before is not None else runner.op_bytes.get(measurement)
+    return {"ms": ms, "peak_bytes": peak, "op_bytes": op, "compiled_bytes": runner.compiled_bytes.get(measurement)}
 
 
 def run_one(contender: Contender, bc: BenchConfig, dtype: str, repeats: int, warmup: int) -> list[dict[str, Any]]:
@@ -334,9 +362,8 @@ def run_one(contender: Contender, bc: BenchConfig, dtype: str, repeats: int, war
     for measurement in MEASUREMENTS:
         if measurement == TRAIN and runner.train is None:
             continue
-        ms, peak = _measure(runner, measurement, repeats, warmup)
         records.append({"config": bc.name, "dtype": dtype, "contender": contender.name, "measurement": measurement,
-                        "ms": ms, "peak_bytes": peak, "compiled_bytes": runner.compiled_bytes.get(measurement)})
+                        **_measure(runner, measurement, repeats, warmup)})
     return records
 
 
@@ -450,11 +477,11 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f}"
+    return "-" if value is None else f"{value / 2**20:.3g}"
 
 
 TABLE_COLUMNS = ("config", "dtype", "contender", "fwd ms", "fwd / torch", "fwd / flax", "fwd+bwd ms",
-                 "fwd+bwd / torch", "fwd+bwd / flax", "peak MiB")
+                 "fwd+bwd / torch", "fwd+bwd / flax", "op MiB")
 
 
 def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -469,7 +496,7 @@ def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
             r = by_measurement.get(measurement, {})
             cells += [_fmt(r.get("ms"), ".2f")] + [_fmt(r.get(f"ratio_to_{peer}"), ".3g") for peer in (TORCH, FLAX)]
         last = by_measurement.get(TRAIN) or by_measurement[FWD]
-        rows.append(cells + [_mib(last.get("peak_bytes"))])
+        rows.append(cells + [_mib(last.get("op_bytes"))])
     return rows
 
 

@@ -57,18 +57,26 @@ def _attributes(config: RNNConfig, allow_tf32: bool, algo: str) -> dict[str, Any
 
 
 @functools.lru_cache(maxsize=None)
-def reserve_space_size(problem: algorithm.Problem, algo: str) -> int:
-    """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under ``algo``,
-    asked of cuDNN: needs a GPU."""
+def temp_space_sizes(problem: algorithm.Problem, algo: str) -> tuple[int, int]:
+    """(workspace bytes, reserve-space bytes) that cuDNN asks for ``problem``'s forward under ``algo`` (the training
+    forward when ``problem.training``, whose workspace also serves both backward passes; the reserve is 0 for
+    inference), for full-length sequences. Asked of cuDNN: needs a GPU."""
     config = problem.config
     attrs = _attributes(config, problem.allow_tf32, algo)
-    _, reserve = _extension.module().temp_space_sizes(
+    workspace, reserve = _extension.module().temp_space_sizes(
         mode=attrs["mode"], num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
         proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
         bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
         allow_tf32=problem.allow_tf32, algo=algo, max_time=problem.max_time, batch=problem.batch,
-        padded=problem.padded, training=True)
-    return int(reserve)
+        padded=problem.padded, training=problem.training)
+    return int(workspace), int(reserve)
+
+
+@functools.lru_cache(maxsize=None)
+def reserve_space_size(problem: algorithm.Problem, algo: str) -> int:
+    """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under ``algo``,
+    asked of cuDNN: needs a GPU."""
+    return temp_space_sizes(dataclasses.replace(problem, training=True), algo)[1]
 
 
 def _problem(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, training: bool) -> algorithm.Problem:

@@ -85,3 +85,29 @@ def test_ratios():
     bench.add_ratios(records)
     assert [r["ratio_to_torch"] for r in records] == [1.0, 2.0, 0.5, None]
     assert [r["ratio_to_flax"] for r in records] == [0.5, 1.0, 0.25, None]
+
+
+def test_op_bytes(quick_run):
+    """What a step needs beyond its inputs: XLA's analysis for the JAX contenders (known on the CPU too), PyTorch's
+    allocator peak over its allocation at reset on CUDA only."""
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    for record in data["records"]:
+        if record["contender"] in ("jcr-xla", "flax"):
+            assert 0 < record["op_bytes"] < record["compiled_bytes"], record  # the arguments are not counted
+        if record["contender"] == "torch" and data["machine"]["torch_cuda_device"] is None:
+            assert record["op_bytes"] is None
+
+
+def test_measure_counts_the_peak_above_the_allocation_at_reset():
+    state = {"allocated": 100, "peak": 100}
+
+    def step():
+        state["peak"] = max(state["peak"], state["allocated"] + 250)
+
+    runner = bench.Runner(forward=step, train=None, reset_peak=lambda: state.update(peak=state["allocated"]),
+                          peak_bytes=lambda: state["peak"], allocated_bytes=lambda: state["allocated"])
+    measured = bench._measure(runner, bench.FWD, repeats=2, warmup=1)
+    assert measured["op_bytes"] == 250 and measured["peak_bytes"] == 350 and measured["ms"] >= 0
+    assert bench._measure(bench.Runner(forward=step, train=None, op_bytes={bench.FWD: 7}), bench.FWD, 1, 0)[
+        "op_bytes"] == 7  # no allocator to ask: the analysis' figure
