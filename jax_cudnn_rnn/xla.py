@@ -151,17 +151,19 @@ def _project(h_full: Array, w_proj: Array | None) -> Array:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: str, xp: Array, w_rec: Array,
-                b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None, mask: Array | None):
+def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
+                w_rec: Array, b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None,
+                mask: Array | None):
     """Runs the recurrence over precomputed input projections.
 
-    xp [T, B, G*H], w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None,
+    xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
+    pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None,
     mask [T, B, 1] bool or None (P = H without projection). ``precision`` is a jax.default_matmul_precision value
     for every matmul, the backward pass's included.
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
     with jax.default_matmul_precision(precision):
-        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
+        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
     return outputs
 
 
@@ -170,11 +172,15 @@ def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
     return lax.dot_general(h, w_rec, (((1,), (1,)), ((), ())))
 
 
-def _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask, save):
+def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
+    b_ins = None if b_in is None else gate_inputs(mode, b_in)
+
     def step(carry, inputs):
         h, c = carry
         xps_t, mask_t = inputs
+        if b_ins is not None:
+            xps_t = tuple(xp_t + b for xp_t, b in zip(xps_t, b_ins, strict=True))
         h_full, c_new, saved = _cell(mode, xps_t, _add(_recurrent_matmul(h, w_rec), b_rec), h, c, cell_clip)
         h_new = _project(h_full, w_proj)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
@@ -184,11 +190,11 @@ def _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0, mask
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, w_rec, b_rec, w_proj, h0, c0, mask):
+def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask):
     with jax.default_matmul_precision(precision):
-        outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, w_rec, b_rec, w_proj, h0, c0,
-                                                       mask, save=True)
-    return outputs, (w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
+        outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0,
+                                                       c0, mask, save=True)
+    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
 
 
 def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
@@ -197,7 +203,7 @@ def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
 
 
 def _backward(mode, reverse, cell_clip, residuals, cotangents):
-    w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
+    has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
     d_ys, dh_n, dc_n = cotangents
 
     def step(carry, inputs):
@@ -223,10 +229,11 @@ def _backward(mode, reverse, cell_clip, residuals, cotangents):
     # Weight gradients as one GEMM each, contracting time and batch together. Written as einsums over (t, b) rather
     # than reshapes to [T*B, ...], so that a batch-sharded computation reduces partial sums instead of gathering.
     d_hp = d_xp if d_hp is None else d_hp
-    d_w_rec = jnp.einsum("tbg,tbh->gh", d_hp, h_prev)
+    d_w_rec = _weight_gradient(h_prev, d_hp)
     d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
     d_w_proj = None if proj_terms is None else jnp.einsum("tbp,tbh->ph", *proj_terms)
-    return d_xp, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None
+    d_b_in = d_xp.sum(axis=(0, 1)) if has_b_in else None
+    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
@@ -245,17 +252,49 @@ def _layer_weights(params: Array, config: RNNConfig, layer: int, direction: int,
     return tuple(take(name) for name in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"))
 
 
-def _input_projection(x: Array, w_in: Array | None, b_in: Array | None, num_gates: int) -> Array:
-    """W x + b_W for every time step at once: [T, B, in] -> [T, B, G*H]. Skip input feeds x itself to every gate."""
+def _weight_gradient(a: Array, d: Array) -> Array:
+    """sum over (t, b) of d[t, b]^T a[t, b]: [T, B, A], [T, B, G] -> [G, A], one GEMM.
+
+    Computed as (a^T d)^T behind an optimization barrier, which keeps XLA from folding the transpose back into the
+    dot: XLA:CPU's GEMM then copies the transposed a ([T*B, A], the narrower operand) instead of d ([T*B, G*H]); the
+    two copies of d the LSTM's weight gradients made cost 12 ms of the CPU training step (T100 B32 H256, one thread).
+    """
+    return lax.optimization_barrier(jnp.einsum("tba,tbg->ag", a, d)).T
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _input_gemm(x: Array, w_in: Array, precision: str) -> Array:
+    """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``."""
+    with jax.default_matmul_precision(precision):
+        return jnp.einsum("tbi,gi->tbg", x, w_in)
+
+
+def _input_gemm_fwd(x, w_in, precision):
+    return _input_gemm(x, w_in, precision), (x, w_in)
+
+
+def _input_gemm_bwd(precision, residuals, d_xp):
+    x, w_in = residuals
+    with jax.default_matmul_precision(precision):
+        return jnp.einsum("tbg,gi->tbi", d_xp, w_in), _weight_gradient(x, d_xp)
+
+
+_input_gemm.defvjp(_input_gemm_fwd, _input_gemm_bwd)
+
+
+def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: str) -> Array:
+    """W x for every time step at once (the bias is added by the recurrence): [T, B, in] -> [T, B, G*H]. Skip input
+    feeds x itself to every gate."""
     if w_in is None:
-        return _add(jnp.tile(x, (1, 1, num_gates)), b_in)
-    return _add(jnp.einsum("tbi,gi->tbg", x, w_in), b_in)
+        return jnp.tile(x, (1, 1, num_gates))
+    return _input_gemm(x, w_in, precision)
 
 
 def _fast_direction(config, x, weights, h0, c0, mask, reverse, precision):
     w_in, w_rec, w_proj, b_in, b_rec = weights
-    xp = _input_projection(x, w_in, b_in, config.num_gates)
-    return _recurrence(config.mode, reverse, config.cell_clip, precision, xp, w_rec, b_rec, w_proj, h0, c0, mask)
+    xp = _input_projection(x, w_in, config.num_gates, precision)
+    return _recurrence(config.mode, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
+                       mask)
 
 
 def _reference_direction(config, x, weights, h0, c0, mask, reverse, precision):
