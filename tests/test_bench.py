@@ -111,3 +111,21 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
     assert measured["op_bytes"] == 250 and measured["peak_bytes"] == 350 and measured["ms"] >= 0
     assert bench._measure(bench.Runner(forward=step, train=None, op_bytes={bench.FWD: 7}), bench.FWD, 1, 0)[
         "op_bytes"] == 7  # no allocator to ask: the analysis' figure
+
+
+def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch):
+    from jax_cudnn_rnn import cudnn
+
+    bc = bench.CONFIGS["F"]
+    cfg = bc.rnn_config("float32")
+
+    def no_gpu(problem, algo):
+        raise RuntimeError("temp_space_sizes needs a CUDA GPU")
+
+    monkeypatch.setattr(cudnn, "temp_space_sizes", no_gpu)
+    assert bench._cudnn_workspace(bc, cfg, training=True) is None
+    asked = []
+    monkeypatch.setattr(cudnn, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
+    assert bench._cudnn_workspace(bc, cfg, training=False) == 4096
+    problem, algo = asked[0]
+    assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
