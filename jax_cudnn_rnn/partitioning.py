@@ -19,6 +19,7 @@ the kernel call: nothing changes there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,21 +30,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 BATCH_FACTOR = "b"
 
 
-def _batch_mesh_axes(array: Any, axis: int) -> tuple[str, ...]:
-    """The mesh axes that ``array``'s sharding splits dimension ``axis`` over (empty when not split)."""
-    sharding = getattr(array, "sharding", None)
-    spec = getattr(sharding, "spec", None)
+def _split_axes(mesh, array: Any, axis: int) -> tuple[str, ...]:
+    """The mesh axes that ``array``'s sharding splits dimension ``axis`` over, if they divide it evenly; else ()."""
+    spec = getattr(getattr(array, "sharding", None), "spec", None)
     if spec is None or axis >= len(spec) or spec[axis] is None:
         return ()
-    entry = spec[axis]
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
-
-
-def _split_size(mesh, axes: tuple[str, ...]) -> int:
-    size = 1
-    for name in axes:
-        size *= mesh.shape[name]
-    return size
+    axes = tuple(spec[axis]) if isinstance(spec[axis], tuple) else (spec[axis],)
+    return () if array.shape[axis] % math.prod(mesh.shape[name] for name in axes) else axes
 
 
 def _spec(ndim: int, axis: int | None, axes: tuple[str, ...]) -> PartitionSpec:
@@ -92,18 +85,9 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
     Returns the wrapped function (same arguments and outputs as ``fn``, as a tuple).
     """
     in_axes, out_axes = tuple(in_axes), tuple(out_axes)
-    if follow is None:
-        follow = ("in", next(i for i, axis in enumerate(in_axes) if axis is not None))
-    side, index = follow
+    first = next(i for i, axis in enumerate(in_axes) if axis is not None)
+    side, index = follow or ("in", first)
     follow_axis = (in_axes if side == "in" else out_axes)[index]
-
-    def split_axes(mesh, arg_shapes, result_shapes) -> tuple[str, ...]:
-        """The mesh axes the batch is split over for this call: the followed array's, if they divide the batch."""
-        followed = (arg_shapes if side == "in" else result_shapes)[index]
-        axes = _batch_mesh_axes(followed, follow_axis)
-        if not axes or followed.shape[follow_axis] % _split_size(mesh, axes):
-            return ()
-        return axes
 
     def shardings(mesh, axes, ndims, batch_axes):
         return tuple(NamedSharding(mesh, _spec(n, a, axes)) for n, a in zip(ndims, batch_axes, strict=True))
@@ -117,7 +101,7 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
                              f"in_axes has {len(in_axes)} and out_axes {len(out_axes)} entries")
 
         def partition(mesh, arg_shapes, result_shapes):
-            axes = split_axes(mesh, arg_shapes, result_shapes)
+            axes = _split_axes(mesh, (arg_shapes if side == "in" else result_shapes)[index], follow_axis)
 
             def lower(*local_args):
                 outs = tuple(fn(*local_args))
@@ -129,11 +113,7 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
 
         def infer(mesh, arg_shapes, result_shapes):  # GSPMD only (jax_use_shardy_partitioner=False)
             # Results carry no sharding yet: split as the first batched argument is split.
-            first = next(i for i, axis in enumerate(in_axes) if axis is not None)
-            axes = _batch_mesh_axes(arg_shapes[first], in_axes[first])
-            if axes and arg_shapes[first].shape[in_axes[first]] % _split_size(mesh, axes):
-                axes = ()
-            return shardings(mesh, axes, out_ndims, out_axes)
+            return shardings(mesh, _split_axes(mesh, arg_shapes[first], in_axes[first]), out_ndims, out_axes)
 
         rule, replicated = _rule(in_ndims, in_axes, out_ndims, out_axes)
         wrapped = custom_partitioning(lambda *a: tuple(fn(*a)))
