@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.algorithm import median_seconds
+from jax_cudnn_rnn import algorithm, cudnn, ops
 
 FWD, TRAIN = "fwd", "fwd+bwd"
 MEASUREMENTS = (FWD, TRAIN)
@@ -188,8 +188,6 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str) -> Runner:
 
 def _cudnn_workspace(bc: BenchConfig, cfg: jcr.RNNConfig, training: bool) -> int | None:
     """The workspace cuDNN asks for the benchmark's call (under the default algorithm choice), or None if unknown."""
-    from jax_cudnn_rnn import algorithm, cudnn, ops
-
     allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
     problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=False, training=training, allow_tf32=allow_tf32)
     try:
@@ -349,7 +347,7 @@ def _measure(runner: Runner, measurement: str, repeats: int, warmup: int) -> dic
     fn = runner.forward if measurement == FWD else runner.train
     runner.reset_peak()
     before = runner.allocated_bytes()
-    ms = 1e3 * median_seconds(fn, repeats, warmup)  # each runner's calls block on their results
+    ms = 1e3 * algorithm.median_seconds(fn, repeats, warmup)  # each runner's calls block on their results
     peak = runner.peak_bytes()
     op = peak - before if peak is not None and before is not None else runner.op_bytes.get(measurement)
     return {"ms": ms, "peak_bytes": peak, "op_bytes": op, "compiled_bytes": runner.compiled_bytes.get(measurement)}

@@ -157,9 +157,9 @@ def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: st
     """Runs the recurrence over precomputed input projections.
 
     xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
-    pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None,
-    mask [T, B, 1] bool or None (P = H without projection). ``precision`` is a jax.default_matmul_precision value
-    for every matmul, the backward pass's included.
+    pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or
+    None, h0 [B, P], c0 [B, H] or None, mask [T, B, 1] bool or None (P = H without projection). ``precision`` is a
+    jax.default_matmul_precision value for every matmul, the backward pass's included.
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
     with jax.default_matmul_precision(precision):

@@ -102,7 +102,8 @@ SCRIPT = textwrap.dedent("""
     dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
     key = jax.random.key(6)
     masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
-    dropped = lambda p, x, h: jnp.sum(cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard")[0] ** 2)
+    dropped = lambda p, x, h: jnp.sum(
+        cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard")[0] ** 2)
     dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
     mesh = Mesh(devices, ("batch",))
     on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
