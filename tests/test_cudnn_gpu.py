@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, algorithm, cudnn
+from jax_cudnn_rnn import _extension, algorithm, cudnn, interop
 
 pytestmark = [
     pytest.mark.gpu,
@@ -62,11 +62,12 @@ def _close_in_norm(got, want, dtype_name, what, unbounded=False):
     """Gradients compared as a whole where single entries may move by more than the dtype's rounding:
     - float32 dparams: every entry sums T*B products, and the persistent algorithms sum them in another order than
       the standard one (entries differed by up to 8e-5 on an H100, 1e-6 of the gradient's norm);
-    - half dtypes: cuDNN keeps the states between steps and layers in the half dtype, and the backward pass
-      compounds their rounding over steps and layers (a two-layer ReLU RNN in bfloat16 was 5% off in norm on an
-      H100, with either algorithm; a wrong layout or gate order is off by order 1).
-    ``unbounded``: ReLU RNNs, whose states grow without a squashing nonlinearity, get twice the tolerance (the
-    two-layer bfloat16 case measured 5.1% in dparams and 9.8% in dx on an H100, identical for both algorithms)."""
+    - half dtypes: cuDNN's half RNNs round differently from the float32 reference (states kept in the half dtype
+      between steps and layers), and the backward pass compounds that over steps and layers (a wrong layout or gate
+      order is off by order 1).
+    ``unbounded``: ReLU RNNs, whose states grow without a squashing nonlinearity, get twice the tolerance (a two-layer
+    bfloat16 case measured 5.1% in dparams and 9.8% in dx on an H100, identical for both algorithms and bit for bit
+    PyTorch's cuDNN RNN; its dh0, 50% off, is test_matches_xla's expected failure)."""
     got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
     rtol = NORM_TOLERANCES[dtype_name] * (2 if unbounded else 1)
     error = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
@@ -124,13 +125,66 @@ def _compare(cfg, dtype_name, lengths=None, **kwargs):
 @pytest.mark.parametrize("input_mode", ["linear_input", "skip_input"])
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
-def test_matches_xla(mode, direction, input_mode, dtype_name, algo):
+def test_matches_xla(mode, direction, input_mode, dtype_name, algo, request):
     _skip_unsupported(dtype_name)
+    if (mode, direction, input_mode, dtype_name) == ("rnn_relu", "unidirectional", "linear_input", "bfloat16"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "cuDNN's bfloat16 ReLU gradients on this problem are 9.8% (dx) and 50% (dh0) off the float32 reference, "
+            "PyTorch's cuDNN RNN bit for bit the same (H100, cuDNN 9.19; test_half_gradients_match_pytorch_cudnn "
+            "checks that agreement)")))
     with _x64(dtype_name):
-        size = 6
-        cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=size, input_size=size if input_mode == "skip_input"
-                            else 5, direction=direction, input_mode=input_mode, dtype=DTYPES[dtype_name])
-        _compare(cfg, dtype_name, algorithm=algo)
+        _compare(_matches_xla_config(mode, direction, input_mode, dtype_name), dtype_name, algorithm=algo)
+
+
+def _matches_xla_config(mode, direction, input_mode, dtype_name):
+    size = 6
+    return jcr.RNNConfig(mode=mode, num_layers=2, num_units=size, input_size=size if input_mode == "skip_input" else 5,
+                         direction=direction, input_mode=input_mode, dtype=DTYPES[dtype_name])
+
+
+def torch_forward_and_grads(cfg, params, x, h0, c0):
+    """PyTorch's cuDNN RNN on the GPU with ``params``' weights, in cfg.dtype, under _forward_and_grads' loss:
+    (y, h_n, c_n or None), (dx, dh0, dc0 or None) as float32 NumPy arrays."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    state = interop.canonical_to_torch([np.asarray(w, np.float32) for w in weights],
+                                       [np.asarray(b, np.float32) for b in biases],
+                                       dataclasses.replace(cfg, dtype=np.float32))
+    dtype = getattr(torch, np.dtype(cfg.dtype).name)
+    module = getattr(torch.nn, interop.torch_module_name(cfg))(**interop.torch_module_kwargs(cfg))
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    module = module.to(device="cuda", dtype=dtype)
+    leaves = [torch.from_numpy(np.asarray(a, np.float32)).to("cuda", dtype).requires_grad_() for a in (x, h0, c0)
+              if a is not None]
+    y, final = module(leaves[0], tuple(leaves[1:]) if c0 is not None else leaves[1])
+    h_n, c_n = final if c0 is not None else (final, None)
+    loss = torch.sin(y.float()).sum() + (h_n.float() ** 2).sum() + (0 if c_n is None else (c_n.float() * 0.3).sum())
+    loss.backward()
+    as_numpy = lambda a: None if a is None else a.detach().float().cpu().numpy()  # noqa: E731
+    return tuple(map(as_numpy, (y, h_n, c_n))), tuple(as_numpy(a.grad) for a in leaves)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_half_gradients_match_pytorch_cudnn(mode, direction, dtype_name):
+    """Half-precision cuDNN gradients can sit far from the float32 reference (test_matches_xla's ReLU bfloat16 case);
+    PyTorch's cuDNN RNN, given the same weights, inputs and loss and the same algorithm (both use PyTorch's heuristic),
+    is the peer they must agree with."""
+    _skip_unsupported(dtype_name)
+    cfg = _matches_xla_config(mode, direction, "linear_input", dtype_name)
+    params, x, h0, c0, _ = _problem(cfg)
+    outputs, grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, None, algorithm="heuristic")
+    outputs_torch, grads_torch = torch_forward_and_grads(cfg, params, x, h0, c0)
+    tolerance = {"float16": 2e-3, "bfloat16": 1e-2}[dtype_name]  # a few roundings; a layout error is order 1
+    for name, got, want in zip(("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]),
+                               (*outputs_torch, *grads_torch)):
+        if want is not None:
+            got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
+            error = np.linalg.norm(got - want) / np.linalg.norm(want)
+            assert error <= tolerance, f"{name}: {error:.3g} from PyTorch's cuDNN RNN, over {tolerance}"
 
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
@@ -198,11 +252,12 @@ def test_inference_and_training_forward_agree():
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
-def test_persist_static_matches_xla(dtype_name):
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_persist_static_matches_xla(mode, dtype_name):
     """PERSIST_STATIC on the shape PyTorch gives it (one unidirectional layer, H and I multiples of 128), on a
     buffer laid out for the standard algorithm."""
     _skip_unsupported(dtype_name)
-    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=128, input_size=128, dtype=DTYPES[dtype_name])
+    cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=128, input_size=128, dtype=DTYPES[dtype_name])
     _compare(cfg, dtype_name, algorithm="persist_static")
 
 
