@@ -158,11 +158,16 @@ def tuned() -> dict[Problem, str]:
     return dict(_TUNED)
 
 
-def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
-    """Median wall time of ``run()`` in seconds after ``warmup`` untimed runs; ``run`` must block on its result
-    (autotune's measurement, and the benchmark's)."""
-    for _ in range(warmup):
+def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2, warmup_seconds: float = 0.0) -> float:
+    """Median wall time of ``run()`` in seconds over ``repeats`` timed runs; ``run`` must block on its result
+    (autotune's measurement, and the benchmark's). Before timing, ``run`` is called ``warmup`` times and then until
+    ``warmup_seconds`` have passed since the first call returned: that call may compile, and a GPU left idle meanwhile
+    clocks down and needs sustained work to clock up again."""
+    calls, started = 0, None
+    while calls < warmup or (warmup_seconds > 0 and (started is None or time.perf_counter() - started < warmup_seconds)):
         run()
+        calls += 1
+        started = time.perf_counter() if started is None else started
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

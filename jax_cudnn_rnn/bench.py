@@ -36,7 +36,19 @@ MEASUREMENTS = (FWD, TRAIN)
 TORCH, FLAX = "torch", "flax"
 DTYPES = ("float32", "bfloat16", "float16")
 QUICK_SIZES = {"time": 10, "batch": 4, "hidden": 32, "input_size": 32}
-QUICK_REPEATS, QUICK_WARMUP = 3, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How each measurement is timed: the median of ``repeats`` runs after at least ``warmup`` untimed runs and at
+    least ``warmup_seconds`` of them (``algorithm.median_seconds``)."""
+    repeats: int
+    warmup: int
+    warmup_seconds: float = 0.0
+
+
+DEFAULT_TIMING = Timing(repeats=20, warmup=3, warmup_seconds=0.25)
+QUICK_TIMING = Timing(repeats=3, warmup=1, warmup_seconds=0.0)
 NOTES = (
     "op_bytes: device memory one step needs beyond its inputs (outputs, temporaries, workspace), the table's 'op MiB' "
     "(of the training step where there is one). torch on CUDA: max_memory_allocated - memory_allocated, both after "
@@ -342,18 +354,19 @@ class Results:
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
-def _measure(runner: Runner, measurement: str, repeats: int, warmup: int) -> dict[str, Any]:
+def _measure(runner: Runner, measurement: str, timing: Timing) -> dict[str, Any]:
     """ms (median), peak_bytes, op_bytes and compiled_bytes of one measurement."""
     fn = runner.forward if measurement == FWD else runner.train
     runner.reset_peak()
     before = runner.allocated_bytes()
-    ms = 1e3 * algorithm.median_seconds(fn, repeats, warmup)  # each runner's calls block on their results
+    # each runner's calls block on their results
+    ms = 1e3 * algorithm.median_seconds(fn, timing.repeats, timing.warmup, timing.warmup_seconds)
     peak = runner.peak_bytes()
     op = peak - before if peak is not None and before is not None else runner.op_bytes.get(measurement)
     return {"ms": ms, "peak_bytes": peak, "op_bytes": op, "compiled_bytes": runner.compiled_bytes.get(measurement)}
 
 
-def run_one(contender: Contender, bc: BenchConfig, dtype: str, repeats: int, warmup: int) -> list[dict[str, Any]]:
+def run_one(contender: Contender, bc: BenchConfig, dtype: str, timing: Timing) -> list[dict[str, Any]]:
     """Times ``contender`` on ``bc`` in ``dtype``: one record per measurement (ratios filled in later)."""
     runner = contender.build(bc, dtype)
     records = []
@@ -361,7 +374,7 @@ def run_one(contender: Contender, bc: BenchConfig, dtype: str, repeats: int, war
         if measurement == TRAIN and runner.train is None:
             continue
         records.append({"config": bc.name, "dtype": dtype, "contender": contender.name, "measurement": measurement,
-                        **_measure(runner, measurement, repeats, warmup)})
+                        **_measure(runner, measurement, timing)})
     return records
 
 
@@ -372,7 +385,7 @@ def _short(error: BaseException) -> str:
 
 
 def _run_guarded(results: Results, log: Callable[[str, str], None], contender: Contender, bc: BenchConfig,
-                 dtype: str, repeats: int, warmup: int) -> None:
+                 dtype: str, timing: Timing) -> None:
     """``run_one`` with its outcome logged and stored: records, a skip (unsupported, or a peer failed) or an error."""
     where = f"{bc.name} {dtype} {contender.name}"
     entry = {"config": bc.name, "dtype": dtype, "contender": contender.name}
@@ -382,7 +395,7 @@ def _run_guarded(results: Results, log: Callable[[str, str], None], contender: C
         results.skipped.append({**entry, "reason": reason})
         return
     try:
-        records = run_one(contender, bc, dtype, repeats, warmup)
+        records = run_one(contender, bc, dtype, timing)
     except Exception as e:  # noqa: BLE001 - one failing contender must not stop the others
         if contender.ours:
             log("error", f"{where}: {_short(e)}")
@@ -395,8 +408,8 @@ def _run_guarded(results: Results, log: Callable[[str, str], None], contender: C
     log("ok", f"{where}: " + ", ".join(f"{r['measurement']} {r['ms']:.3f} ms" for r in records))
 
 
-def run_all(configs: Sequence[BenchConfig], dtypes: Sequence[str], contenders: Sequence[Contender], repeats: int,
-            warmup: int, log: Callable[[str, str], None]) -> Results:
+def run_all(configs: Sequence[BenchConfig], dtypes: Sequence[str], contenders: Sequence[Contender], timing: Timing,
+            log: Callable[[str, str], None]) -> Results:
     """Runs every contender on every config and dtype; ``log(kind, text)`` gets one line per result ("ok"), skip
     ("skip") or error ("error")."""
     results = Results()
@@ -411,7 +424,7 @@ def run_all(configs: Sequence[BenchConfig], dtypes: Sequence[str], contenders: S
     for bc in configs:
         for dtype in dtypes:
             for contender in available:
-                _run_guarded(results, log, contender, bc, dtype, repeats, warmup)
+                _run_guarded(results, log, contender, bc, dtype, timing)
     add_ratios(results.records)
     return results
 
@@ -593,14 +606,14 @@ def _names(kind: str, known: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for an int >= ``minimum``."""
-    def parse(text: str) -> int:
+def _at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[str], Any]:
+    """An argparse ``type`` for a ``kind`` (int or float) >= ``minimum``."""
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not value >= minimum:  # also rejects nan
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
         return value
 
@@ -616,14 +629,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--contenders", type=_names("contender", list(CONTENDERS)), default=None,
                         help=f"comma-separated contenders from {', '.join(CONTENDERS)} (default: all)")
     parser.add_argument("--repeats", type=_at_least(1), default=None,
-                        help=f"timed runs per measurement; the median is kept (default: 20, {QUICK_REPEATS} with "
+                        help=f"timed runs per measurement; the median is kept (default: {DEFAULT_TIMING.repeats}, "
+                             f"{QUICK_TIMING.repeats} with "
                              "--quick)")
     parser.add_argument("--warmup", type=_at_least(0), default=None,
-                        help=f"untimed runs before timing (default: 3, {QUICK_WARMUP} with --quick)")
+                        help=f"untimed runs before timing (default: {DEFAULT_TIMING.warmup}, {QUICK_TIMING.warmup} with "
+                             "--quick)")
+    parser.add_argument("--warmup-seconds", type=_at_least(0.0, float), default=None,
+                        help="keep warming up until this many seconds have passed since the first untimed run "
+                             f"returned (default: {DEFAULT_TIMING.warmup_seconds}, {QUICK_TIMING.warmup_seconds} with "
+                             "--quick): a GPU that idled while the step compiled clocks up again before timing")
     parser.add_argument("--quick", action="store_true",
                         help=f"CI smoke run: the configs shrunk to at most T={QUICK_SIZES['time']} "
                              f"B={QUICK_SIZES['batch']} I=H={QUICK_SIZES['hidden']} (default selection: the cpu-* "
-                             f"ones), {QUICK_REPEATS} repeats, {QUICK_WARMUP} warm-up")
+                             f"ones), {QUICK_TIMING.repeats} repeats, {QUICK_TIMING.warmup} warm-up")
     parser.add_argument("--precision", choices=("float32", "tensorfloat32"), default="float32",
                         help="float32 matmul precision for every contender: strict float32 (default) or TF32 tensor "
                              "cores (GPU only; PyTorch's own default for cuDNN RNNs is TF32)")
@@ -687,20 +706,21 @@ def run(args: argparse.Namespace) -> int:
     configs = select_configs(args.configs, args.quick)
     dtypes = list(dict.fromkeys(args.dtypes or (["float32", "bfloat16"] if _on_gpu() else ["float32"])))
     contenders = [CONTENDERS[name] for name in dict.fromkeys(args.contenders or CONTENDERS)]
-    repeats = args.repeats if args.repeats is not None else QUICK_REPEATS if args.quick else 20
-    warmup = args.warmup if args.warmup is not None else QUICK_WARMUP if args.quick else 3
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Timing) if getattr(args, f.name) is not None}
+    timing = dataclasses.replace(QUICK_TIMING if args.quick else DEFAULT_TIMING, **overrides)
     facts = machine_facts()
     log("info", f"jax {facts['versions']['jax']} on {facts['jax_backend']} ({facts['jax_device_kind']}), "
-                f"{facts['cpu_count']} CPUs; median of {repeats} after {warmup} warm-up")
+                f"{facts['cpu_count']} CPUs; median of {timing.repeats} after at least {timing.warmup} warm-up runs "
+                f"and {timing.warmup_seconds} s")
     for c in configs:
         log("info", f"  {c.name}: {c.describe()}")
     _set_torch_precision(args.precision)
     with jax.default_matmul_precision(args.precision):
-        results = run_all(configs, dtypes, contenders, repeats, warmup, log)
+        results = run_all(configs, dtypes, contenders, timing, log)
     rows = table_rows(results.records)
-    print_table(console, rows, f"ms, median of {repeats}; ratio = time / peer's time (< 1 is faster)")
+    print_table(console, rows, f"ms, median of {timing.repeats}; ratio = time / peer's time (< 1 is faster)")
     settings = {"configs": [dataclasses.asdict(c) for c in configs], "dtypes": dtypes,
-                "contenders": [c.name for c in contenders], "repeats": repeats, "warmup": warmup, "quick": args.quick,
+                "contenders": [c.name for c in contenders], **dataclasses.asdict(timing), "quick": args.quick,
                 "precision": args.precision}
     _write_outputs(args, facts, settings, results, rows, configs)
     return 1 if results.errors else 0

@@ -74,6 +74,25 @@ def test_no_gpu_means_standard():
     assert algorithm.heuristic(_problem(), DeviceInfo()) == STANDARD
 
 
+@pytest.mark.parametrize("warmup, warmup_seconds, untimed", [
+    (2, 0.0, 2),   # a count alone
+    (1, 0.35, 5),  # the first call (which may compile) starts the clock: 1 + 4 calls of 0.1 s reach 0.35 s
+    (6, 0.35, 6),  # the count dominates
+    (0, 0.0, 0),
+])
+def test_median_seconds_warms_up_by_count_and_by_time(monkeypatch, warmup, warmup_seconds, untimed):
+    clock = {"now": 0.0}
+    durations = iter([0.1] * untimed + [0.3, 0.1, 0.2])  # untimed runs, then the timed ones
+
+    def run():
+        clock["now"] += next(durations)
+
+    monkeypatch.setattr(algorithm.time, "perf_counter", lambda: clock["now"])
+    median = algorithm.median_seconds(run, repeats=3, warmup=warmup, warmup_seconds=warmup_seconds)
+    assert median == pytest.approx(0.2)  # the median of the three timed runs: every untimed run was consumed
+    assert next(durations, None) is None  # and no more runs than that
+
+
 def test_autotune_keeps_the_fastest_measures_once_and_skips_refusals(monkeypatch):
     monkeypatch.setattr(algorithm, "_TUNED", {})
     problem = _problem(units=64, training=True)

@@ -31,7 +31,8 @@ def test_json_records(quick_run):
     data = json.loads(paths["json"].read_text())
     assert data["machine"]["jax_backend"] and data["machine"]["cpu_count"] >= 1
     assert data["machine"]["versions"]["jax"]
-    assert data["settings"]["quick"] and data["settings"]["repeats"] == bench.QUICK_REPEATS
+    assert data["settings"]["quick"] and data["settings"]["repeats"] == bench.QUICK_TIMING.repeats
+    assert data["settings"]["warmup_seconds"] == bench.QUICK_TIMING.warmup_seconds
     assert data["settings"]["precision"] == "float32"
     assert all(c["time"] <= 10 and c["hidden"] <= 32 for c in data["settings"]["configs"])
     expected = {"jcr-xla", "flax"} | ({"torch"} if HAS_TORCH else set())
@@ -78,6 +79,21 @@ def test_unknown_config_is_an_error_naming_the_known_ones(capsys):
     assert all(name in err for name in ("cpu-lstm", "cpu-gru", "A", "F"))
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--warmup-seconds", "-0.5", "must be >= 0.0, got -0.5"),
+    ("--warmup-seconds", "nan", "must be >= 0.0, got nan"),
+    ("--warmup-seconds", "soon", "'soon' is not a number"),
+    ("--repeats", "0", "must be >= 1, got 0"),
+    ("--warmup", "1.5", "'1.5' is not an integer"),
+])
+def test_bad_timing_options_are_errors_naming_the_option(capsys, option, value, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", option, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and message in err
+
+
 def test_ratios():
     records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms}
                for name, ms in (("torch", 2.0), ("flax", 4.0), ("jcr-xla", 1.0))]
@@ -107,10 +123,11 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
 
     runner = bench.Runner(forward=step, train=None, reset_peak=lambda: state.update(peak=state["allocated"]),
                           peak_bytes=lambda: state["peak"], allocated_bytes=lambda: state["allocated"])
-    measured = bench._measure(runner, bench.FWD, repeats=2, warmup=1)
+    measured = bench._measure(runner, bench.FWD, bench.Timing(repeats=2, warmup=1))
     assert measured["op_bytes"] == 250 and measured["peak_bytes"] == 350 and measured["ms"] >= 0
-    assert bench._measure(bench.Runner(forward=step, train=None, op_bytes={bench.FWD: 7}), bench.FWD, 1, 0)[
-        "op_bytes"] == 7  # no allocator to ask: the analysis' figure
+    analysed = bench._measure(bench.Runner(forward=step, train=None, op_bytes={bench.FWD: 7}), bench.FWD,
+                              bench.Timing(1, 0))
+    assert analysed["op_bytes"] == 7  # no allocator to ask: the analysis' figure
 
 
 def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch):
