@@ -85,8 +85,9 @@ def _problem(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, training
 
 def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
     """Seconds for one call of ``problem`` under ``algo`` on zero-mean random data (autotune's measurement): the
-    inference forward, or forward and both backward passes when ``problem.training``. Runs eagerly even when called
-    while a ``jax.jit`` is tracing (autotune chooses at trace time)."""
+    inference forward, or forward and both backward passes when ``problem.training``, after at least 0.1 s of warm-up
+    (each candidate is compiled first, and the GPU idles meanwhile). Runs eagerly even when called while a
+    ``jax.jit`` is tracing (autotune chooses at trace time)."""
     config = problem.config
     with jax.ensure_compile_time_eval():
         keys = jax.random.split(jax.random.key(0), 4)
@@ -103,7 +104,7 @@ def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
             step = jax.jit(jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32)), argnums=(0, 1)))
         else:
             step = jax.jit(run)
-        return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)))
+        return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)), warmup_seconds=0.1)
 
 
 def _choose(policy: str, problem: algorithm.Problem) -> str:
