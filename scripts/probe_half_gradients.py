@@ -12,19 +12,12 @@ import itertools
 import sys
 from pathlib import Path
 
-import jax.numpy as jnp
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_cudnn_gpu as t  # noqa: E402  (the GPU tests' problem, loss and float32 reference)
 
 import jax_cudnn_rnn as jcr  # noqa: E402
-
-
-def _rel(got, want):
-    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
-    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
 
 
 def main():
@@ -44,15 +37,16 @@ def main():
         (y, _, _), grads = t._forward_and_grads("cudnn", cfg, params, x, h0, None, None, algorithm=algo)
         ref = t._upcast(cfg, params, x, h0, None)
         (y_ref, _, _), grads_ref = t._forward_and_grads("xla", *ref, None)
-        flat = lambda g, c: jnp.concatenate([a.ravel().astype(jnp.float32)  # noqa: E731
-                                             for a in sum(jcr.params_to_canonical(g, c), [])])
-        dpar = _rel(flat(grads[0], cfg), flat(grads_ref[0], ref[0]))
+        dpar = t.relative_error(t.canonical_float32(grads[0], cfg), t.canonical_float32(grads_ref[0], ref[0]))
         (ty, _, _), (tdx, tdh0) = t.torch_forward_and_grads(cfg, params, x, h0, None)
         case = f"{mode} {dtype_name} {direction} I={input_size} L={layers} {algo}"
-        errors = (_rel(y, y_ref), _rel(grads[1], grads_ref[1]), _rel(grads[2], grads_ref[2]), dpar, _rel(ty, y_ref),
-                  _rel(tdx, grads_ref[1]), _rel(tdh0, grads_ref[2]), _rel(grads[1], tdx), _rel(grads[2], tdh0))
+        pairs = [(y, y_ref), (grads[1], grads_ref[1]), (grads[2], grads_ref[2])]  # ours vs the reference
+        pairs += [(ty, y_ref), (tdx, grads_ref[1]), (tdh0, grads_ref[2]), (grads[1], tdx), (grads[2], tdh0)]
+        errors = [t.relative_error(*pair) for pair in pairs]
+        errors.insert(3, dpar)
         print(f"{case:58s} " + " ".join(f"{e:7.2g}" + (" |" if i in (3, 6) else "") for i, e in enumerate(errors)),
               flush=True)
+
 
 if __name__ == "__main__":
     main()

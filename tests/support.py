@@ -1,5 +1,6 @@
 """Helpers shared by the test modules (imported like numpy_reference, from this directory): the small random problems
-the oracle comparisons run on, and a walk over a jaxpr's equations, sub-jaxprs included."""
+the oracle comparisons run on, a walk over a jaxpr's equations, sub-jaxprs included, and the PyTorch module that a
+config describes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Iterator
 
 import jax.extend
 import numpy as np
+import pytest
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import interop
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 T, B = 5, 3
@@ -41,3 +44,14 @@ def jaxpr_eqns(jaxpr) -> Iterator:
         yield eqn
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             yield from jaxpr_eqns(sub)
+
+
+def torch_module(config, state_dict=None, seed=0):
+    """The ``torch.nn`` module ``interop.torch_module_kwargs(config)`` builds (float32, CPU), with ``state_dict`` (NumPy
+    arrays, e.g. from ``interop.canonical_to_torch``) loaded, or seeded random weights; skips without PyTorch."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(seed)
+    module = getattr(torch.nn, interop.torch_module_name(config))(**interop.torch_module_kwargs(config))
+    if state_dict is not None:
+        module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict.items()})
+    return module

@@ -6,6 +6,8 @@ Skipped unless the cuDNN extension is loaded and JAX sees a CUDA device (see scr
 
 import contextlib
 import dataclasses
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,9 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _extension, algorithm, cudnn, interop
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import torch_module  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -58,6 +63,12 @@ def _close(got, want, dtype_name, what):
 NORM_TOLERANCES = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
 
+def relative_error(got, want) -> float:
+    """||got - want|| / ||want|| over all entries, in float64."""
+    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
 def _close_in_norm(got, want, dtype_name, what, unbounded=False):
     """Gradients compared as a whole where single entries may move by more than the dtype's rounding:
     - float32 dparams: every entry sums T*B products, and the persistent algorithms sum them in another order than
@@ -68,9 +79,8 @@ def _close_in_norm(got, want, dtype_name, what, unbounded=False):
     ``unbounded``: ReLU RNNs, whose states grow without a squashing nonlinearity, get twice the tolerance (a two-layer
     bfloat16 case measured 5.1% in dparams and 9.8% in dx on an H100, identical for both algorithms and bit for bit
     PyTorch's cuDNN RNN; its dh0, 50% off, is test_matches_xla's expected failure)."""
-    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
     rtol = NORM_TOLERANCES[dtype_name] * (2 if unbounded else 1)
-    error = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    error = relative_error(got, want)
     assert error <= rtol, f"{what}: relative error in norm {error:.3g} > {rtol}"
 
 
@@ -96,6 +106,12 @@ def _upcast(cfg, params, x, h0, c0):
     return cfg32, params32, *(None if a is None else a.astype(jnp.float32) for a in (x, h0, c0))
 
 
+def canonical_float32(params, cfg):
+    """Every canonical tensor of ``params``, flattened and concatenated in float32: buffers of different dtypes
+    (hence layouts) compared entry by entry."""
+    return jnp.concatenate([t.ravel().astype(jnp.float32) for t in sum(jcr.params_to_canonical(params, cfg), [])])
+
+
 def _compare(cfg, dtype_name, lengths=None, **kwargs):
     params, x, h0, c0, seq_lengths = _problem(cfg, lengths=lengths)
     (y, h_n, c_n), grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, seq_lengths, **kwargs)
@@ -103,10 +119,8 @@ def _compare(cfg, dtype_name, lengths=None, **kwargs):
                                                                                                    c0)
     (y_ref, h_ref, c_ref), grads_ref = _forward_and_grads("xla", *ref_problem, seq_lengths, **kwargs)
     if ref_problem[0] is not cfg:  # dparams of a half buffer against a float32 one: compare canonical tensors
-        grads = (jnp.concatenate([t.ravel().astype(jnp.float32) for t in sum(jcr.params_to_canonical(grads[0], cfg),
-                                                                             [])]), *grads[1:])
-        grads_ref = (jnp.concatenate([t.ravel() for t in sum(jcr.params_to_canonical(grads_ref[0], ref_problem[0]),
-                                                             [])]), *grads_ref[1:])
+        grads = (canonical_float32(grads[0], cfg), *grads[1:])
+        grads_ref = (canonical_float32(grads_ref[0], ref_problem[0]), *grads_ref[1:])
     _close(y, y_ref, dtype_name, "y")
     _close(h_n, h_ref, dtype_name, "h_n")
     if cfg.has_cell_state:
@@ -153,9 +167,7 @@ def torch_forward_and_grads(cfg, params, x, h0, c0):
                                        [np.asarray(b, np.float32) for b in biases],
                                        dataclasses.replace(cfg, dtype=np.float32))
     dtype = getattr(torch, np.dtype(cfg.dtype).name)
-    module = getattr(torch.nn, interop.torch_module_name(cfg))(**interop.torch_module_kwargs(cfg))
-    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    module = module.to(device="cuda", dtype=dtype)
+    module = torch_module(cfg, state).to(device="cuda", dtype=dtype)
     leaves = [torch.from_numpy(np.asarray(a, np.float32)).to("cuda", dtype).requires_grad_() for a in (x, h0, c0)
               if a is not None]
     y, final = module(leaves[0], tuple(leaves[1:]) if c0 is not None else leaves[1])
@@ -182,8 +194,7 @@ def test_half_gradients_match_pytorch_cudnn(mode, direction, dtype_name):
     for name, got, want in zip(("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]),
                                (*outputs_torch, *grads_torch)):
         if want is not None:
-            got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
-            error = np.linalg.norm(got - want) / np.linalg.norm(want)
+            error = relative_error(got, want)
             assert error <= tolerance, f"{name}: {error:.3g} from PyTorch's cuDNN RNN, over {tolerance}"
 
 

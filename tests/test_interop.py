@@ -1,5 +1,8 @@
 """Canonical <-> PyTorch state_dict and canonical <-> plain Flax cells: outputs equal both ways, errors named."""
 
+import os
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,9 @@ from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.flax_cells import FlaxCellStack
 from jax_cudnn_rnn.ops import rnn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import torch_module  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).
@@ -32,15 +38,6 @@ def _ours(params, config, x, h0, c0, seq_lengths=None):
 
 
 # ------------------------------------------------------------------------------------------------------- PyTorch
-
-def _torch_module(config, state_dict=None, seed=0):
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(seed)
-    module = getattr(torch.nn, interop.torch_module_name(config))(**interop.torch_module_kwargs(config))
-    if state_dict is not None:
-        module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict.items()})
-    return module
-
 
 def _torch_run(module, config, x, h0, c0):
     torch = pytest.importorskip("torch")
@@ -69,12 +66,12 @@ def test_torch_both_ways(mode, direction):
     params = layout.init_params(jax.random.key(1), config)
     weights, biases = layout.params_to_canonical(params, config)
     state = interop.canonical_to_torch([np.asarray(w) for w in weights], [np.asarray(b) for b in biases], config)
-    module = _torch_module(config, state)
+    module = torch_module(config, state)
     assert list(state) == list(module.state_dict())  # same keys, same order
     _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
 
     # torch -> ours: we run torch's own initialisation.
-    module = _torch_module(config, seed=3)
+    module = torch_module(config, seed=3)
     w, b = interop.torch_to_canonical(module.state_dict(), config)
     params = layout.canonical_to_params(w, b, config)
     _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
@@ -86,14 +83,14 @@ def test_torch_both_ways(mode, direction):
 
 def test_torch_projection_and_no_bias():
     config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional", proj_size=3)
-    module = _torch_module(config, seed=4)
+    module = torch_module(config, seed=4)
     assert "weight_hr_l1_reverse" in module.state_dict()
     x, h0, c0 = _inputs(config)
     params = layout.canonical_to_params(*interop.torch_to_canonical(module.state_dict(), config), config)
     _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
 
     config = RNNConfig("gru", num_layers=1, num_units=H, input_size=I, bias_mode="none")
-    module = _torch_module(config, seed=5)
+    module = torch_module(config, seed=5)
     x, h0, c0 = _inputs(config)
     params = layout.canonical_to_params(*interop.torch_to_canonical(module.state_dict(), config), config)
     _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
