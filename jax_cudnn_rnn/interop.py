@@ -12,13 +12,27 @@
   exactly). Outputs are identical either way; only the split of a summed bias is not recoverable. Skip input becomes
   an identity input kernel (and must be one coming back).
 
+* Keras 3 (``keras.layers.LSTM``, ``GRU`` with ``reset_after=True``, ``SimpleRNN``, each optionally inside
+  ``Bidirectional``; ``keras_layers(config)`` builds them): one ``get_weights()`` list per layer, ``[kernel [in, G*H],
+  recurrent_kernel [H, G*H], bias]`` (forward, then backward), kernels transposed and the gates side by side in
+  Keras's order (LSTM i, f, c, o as ours; GRU z, r, h). LSTM and SimpleRNN keep one bias [G*H] (summed, as for Flax);
+  GRU's bias is [2, 3H] (input row, recurrent row), exact both ways. Weights are independent of the Keras backend.
+* Equinox (``eqx.nn.LSTMCell``, ``eqx.nn.GRUCell``; Equinox has no vanilla tanh/relu cell): ``cells[layer][direction]``
+  with ``weight_ih`` [G*H, in] and ``weight_hh`` [G*H, H] in the canonical gate order, LSTM's one bias [4H] summed,
+  GRU's ``bias`` [3H] on the input side (summed for r and z, the input bias for n) and ``bias_n`` [H] = the
+  recurrent bias of n, so GRU is exact both ways.
+
+For Flax, Keras and Equinox a summed bias comes back as the input bias with a zero recurrent bias (or as the only
+bias ``bias_mode`` keeps), skip input is an identity input kernel both ways, and a value the canonical form has no room
+for must be zero (to within ``atol``). Keras and Equinox are imported only by the functions that need them.
+
 Every converter checks names, counts and shapes and says what is missing, unexpected or misshapen.
 ``canonical`` below means the ``(weights, biases)`` lists of ``layout.params_to_canonical``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +71,78 @@ def _from_named(named: Mapping[str, np.ndarray], config: RNNConfig, dtype: Any) 
 
 def _gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[str]:
     return [s.name(config) for s in layout.layer_slots(config, layer, direction)[group]]
+
+
+def _pseudo_layers(config: RNNConfig) -> Iterator[tuple[int, int, str]]:
+    """(layer, direction, canonical name prefix ``layer_{l}/{forward|backward}``) in canonical order."""
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            yield layer, direction, f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
+
+
+def _require_zero(where: str, value: Any, why: str, atol: float) -> None:
+    value = np.asarray(value, np.float64)
+    worst = float(np.max(np.abs(value))) if value.size else 0.0
+    if worst > atol:
+        raise ValueError(f"{where} is not representable: {why} (max |value| {worst} > atol {atol})")
+
+
+def _input_matrix(config: RNNConfig, named: Mapping[str, np.ndarray], layer: int, prefix: str,
+                  gate: str) -> np.ndarray:
+    """A gate's input matrix [H, in_l]. Skip input stores none on layer 0 (x enters every gate as it is), which is an
+    identity matrix for peers that always have one."""
+    if config.skip_input and layer == 0:
+        return np.eye(config.num_units, dtype=config.dtype)
+    return named[f"{prefix}/w_input/{gate}"]
+
+
+def _store_input_matrix(config: RNNConfig, named: dict[str, np.ndarray], layer: int, prefix: str, gate: str,
+                        matrix: np.ndarray, where: str, atol: float) -> None:
+    """The inverse of ``_input_matrix``: with skip input, layer 0's matrix must be the identity."""
+    if config.skip_input and layer == 0:
+        _require_zero(where, np.asarray(matrix, np.float64) - np.eye(config.num_units),
+                      "skip input needs an identity input kernel", atol)
+    else:
+        named[f"{prefix}/w_input/{gate}"] = matrix
+
+
+def _gate_biases(config: RNNConfig, named: Mapping[str, np.ndarray], prefix: str,
+                 gate: str) -> tuple[np.ndarray, np.ndarray]:
+    """(input bias, recurrent bias) [H] of one gate; zeros for a bias that ``config.bias_mode`` does not have."""
+    zeros = np.zeros((config.num_units,), config.dtype)
+    return named.get(f"{prefix}/b_input/{gate}", zeros), named.get(f"{prefix}/b_recurrent/{gate}", zeros)
+
+
+def _store_biases(config: RNNConfig, named: dict[str, np.ndarray], prefix: str, gate: str,
+                  peer: Mapping[str, tuple[str, np.ndarray]], atol: float) -> None:
+    """Stores one gate's canonical biases from a peer's. ``peer`` maps "b_input" / "b_recurrent" to (the peer's name
+    for that bias, its value [H]); a peer that keeps one summed bias gives it as "b_input".
+
+    Both biases are added before the gate's nonlinearity, so they can be summed and moved freely, except in GRU's
+    new-memory gate, where the recurrent bias sits inside r * (R h + b_R): there each side is kept as it is and a
+    bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere the peer's total goes to
+    the input bias (the recurrent one is then zero), or to the one bias ``bias_mode`` keeps.
+    """
+    kept = [group for group, has in (("b_input", config.has_input_bias), ("b_recurrent", config.has_recurrent_bias))
+            if has]
+    if (config.mode == "gru" and gate == "n") or set(peer) == set(kept):
+        for group, (where, value) in peer.items():
+            if group in kept:
+                named[f"{prefix}/{group}/{gate}"] = value
+            else:
+                _require_zero(where, value, f"bias_mode {config.bias_mode!r} has no {group} for GRU's gate n", atol)
+        for group in kept:
+            named.setdefault(f"{prefix}/{group}/{gate}", np.zeros((config.num_units,), config.dtype))
+        return
+    if not kept:
+        for where, value in peer.values():
+            _require_zero(where, value, "bias_mode 'none' has no biases", atol)
+        return
+    values = [value for _, value in peer.values()]
+    total = values[0] + values[1] if len(values) == 2 else values[0]
+    named[f"{prefix}/{kept[0]}/{gate}"] = total
+    for group in kept[1:]:
+        named[f"{prefix}/{group}/{gate}"] = np.zeros_like(total)
 
 
 # --------------------------------------------------------------------------------------------------------- PyTorch
@@ -182,36 +268,27 @@ def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNN
     docstring says; skip input gives identity input kernels."""
     _flax_check(config)
     named = _canonical_by_name(weights, biases, config)
-    dtype = config.dtype
     input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
     params: dict[str, Any] = {}
-    zeros = np.zeros((config.num_units,), dtype)
-    for layer in range(config.num_layers):
-        for direction in range(config.num_directions):
-            prefix = f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
-            cell: dict[str, Any] = {}
-            for gate in config.gate_names:
-                if config.skip_input and layer == 0:
-                    w_input = np.eye(config.num_units, dtype=dtype)
-                else:
-                    w_input = named[f"{prefix}/w_input/{gate}"]
-                b_input = named.get(f"{prefix}/b_input/{gate}", zeros)
-                b_recurrent = named.get(f"{prefix}/b_recurrent/{gate}", zeros)
-                input_dense = {"kernel": np.ascontiguousarray(w_input.T)}
-                recurrent_dense = {"kernel": np.ascontiguousarray(named[f"{prefix}/w_recurrent/{gate}"].T)}
-                if config.mode == "gru" and gate == "n":  # n = tanh(W x + b_W + r * (R h + b_R)): both kept
-                    input_dense["bias"] = np.asarray(b_input)
-                    recurrent_dense["bias"] = np.asarray(b_recurrent)
-                elif config.mode == "lstm":
-                    recurrent_dense["bias"] = np.asarray(b_input + b_recurrent)
-                else:
-                    input_dense["bias"] = np.asarray(b_input + b_recurrent)
-                cell[input_names[gate]] = input_dense
-                cell[recurrent_names[gate]] = recurrent_dense
-            node = params
-            for key in _flax_layer_path(config, layer, direction)[:-1]:
-                node = node.setdefault(key, {})
-            node[_flax_layer_path(config, layer, direction)[-1]] = cell
+    for layer, direction, prefix in _pseudo_layers(config):
+        cell: dict[str, Any] = {}
+        for gate in config.gate_names:
+            b_input, b_recurrent = _gate_biases(config, named, prefix, gate)
+            input_dense = {"kernel": np.ascontiguousarray(_input_matrix(config, named, layer, prefix, gate).T)}
+            recurrent_dense = {"kernel": np.ascontiguousarray(named[f"{prefix}/w_recurrent/{gate}"].T)}
+            if config.mode == "gru" and gate == "n":  # n = tanh(W x + b_W + r * (R h + b_R)): both kept
+                input_dense["bias"] = np.asarray(b_input)
+                recurrent_dense["bias"] = np.asarray(b_recurrent)
+            elif config.mode == "lstm":
+                recurrent_dense["bias"] = np.asarray(b_input + b_recurrent)
+            else:
+                input_dense["bias"] = np.asarray(b_input + b_recurrent)
+            cell[input_names[gate]] = input_dense
+            cell[recurrent_names[gate]] = recurrent_dense
+        node = params
+        for key in _flax_layer_path(config, layer, direction)[:-1]:
+            node = node.setdefault(key, {})
+        node[_flax_layer_path(config, layer, direction)[-1]] = cell
     return params
 
 
@@ -257,45 +334,21 @@ def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: An
         if found[key].shape != shape:
             raise ValueError(f"Flax param {key} has shape {found[key].shape}; expected {shape}")
 
-    def require_zero(key: str, value: np.ndarray, why: str) -> None:
-        worst = float(np.max(np.abs(value.astype(np.float64)))) if value.size else 0.0
-        if worst > atol:
-            raise ValueError(f"Flax param {key} is not representable: {why} (max |value| {worst} > atol {atol})")
-
     named: dict[str, np.ndarray] = {}
-    for layer in range(config.num_layers):
-        for direction in range(config.num_directions):
-            base = "/".join(_flax_layer_path(config, layer, direction))
-            prefix = f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
-            for gate in config.gate_names:
-                w_input = found[f"{base}/{input_names[gate]}/kernel"].T
-                if config.skip_input and layer == 0:
-                    require_zero(f"{base}/{input_names[gate]}/kernel", w_input - np.eye(units, dtype=w_input.dtype),
-                                 "skip input needs an identity input kernel")
-                else:
-                    named[f"{prefix}/w_input/{gate}"] = w_input
-                named[f"{prefix}/w_recurrent/{gate}"] = found[f"{base}/{recurrent_names[gate]}/kernel"].T
-                if config.mode == "gru" and gate == "n":
-                    pairs = {"b_input": (f"{base}/{input_names[gate]}/bias", found[f"{base}/{input_names[gate]}/bias"]),
-                             "b_recurrent": (f"{base}/{recurrent_names[gate]}/bias",
-                                             found[f"{base}/{recurrent_names[gate]}/bias"])}
-                    for group, (key, value) in pairs.items():
-                        if (group == "b_input" and config.has_input_bias) or \
-                                (group == "b_recurrent" and config.has_recurrent_bias):
-                            named[f"{prefix}/{group}/{gate}"] = value
-                        else:
-                            require_zero(key, value, f"bias_mode {config.bias_mode!r} has no {group}")
-                    continue
-                key = f"{base}/{(recurrent_names if config.mode == 'lstm' else input_names)[gate]}/bias"
-                summed = found[key]
-                if config.has_input_bias:
-                    named[f"{prefix}/b_input/{gate}"] = summed
-                    if config.has_recurrent_bias:
-                        named[f"{prefix}/b_recurrent/{gate}"] = np.zeros_like(summed)
-                elif config.has_recurrent_bias:
-                    named[f"{prefix}/b_recurrent/{gate}"] = summed
-                else:
-                    require_zero(key, summed, "bias_mode 'none' has no biases")
+    for layer, direction, prefix in _pseudo_layers(config):
+        base = "/".join(_flax_layer_path(config, layer, direction))
+        for gate in config.gate_names:
+            input_key, recurrent_key = f"{base}/{input_names[gate]}", f"{base}/{recurrent_names[gate]}"
+            _store_input_matrix(config, named, layer, prefix, gate, found[f"{input_key}/kernel"].T,
+                                f"Flax param {input_key}/kernel", atol)
+            named[f"{prefix}/w_recurrent/{gate}"] = found[f"{recurrent_key}/kernel"].T
+            if config.mode == "gru" and gate == "n":
+                peer = {group: (f"Flax param {key}/bias", found[f"{key}/bias"])
+                        for group, key in (("b_input", input_key), ("b_recurrent", recurrent_key))}
+            else:
+                key = recurrent_key if config.mode == "lstm" else input_key
+                peer = {"b_input": (f"Flax param {key}/bias", found[f"{key}/bias"])}
+            _store_biases(config, named, prefix, gate, peer, atol)
     return _from_named(named, config, config.dtype if dtype is None else dtype)
 
 
