@@ -1,12 +1,16 @@
 """Helpers shared by the test modules (imported like numpy_reference, from this directory): the small random problems
-the oracle comparisons run on, a walk over a jaxpr's equations, sub-jaxprs included, and the PyTorch module that a
-config describes."""
+the oracle comparisons run on, a walk over a jaxpr's equations, sub-jaxprs included, the PyTorch module that a
+config describes, and what the interop tests share: running ``rnn`` on NumPy inputs, comparing its three outputs with a
+peer's, importing an optional peer library."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Iterator
 
 import jax.extend
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -55,3 +59,45 @@ def torch_module(config, state_dict=None, seed=0):
     if state_dict is not None:
         module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict.items()})
     return module
+
+
+def import_or_skip(name: str):
+    """The module ``name``; skips the calling test module when the package is not installed, and lets an installed
+    package that fails to import fail the run (CI installs the test extra: a skip there would hide the breakage)."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed", allow_module_level=True)
+    return importlib.import_module(name)
+
+
+def run_xla(params, config, x, h0, c0, seq_lengths=None):
+    """``rnn(implementation="xla")`` on NumPy inputs; returns (y, h_n, c_n or None) as NumPy arrays."""
+    y, h_n, c_n = jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0),
+                          None if c0 is None else jnp.asarray(c0), config,
+                          seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
+                          implementation="xla")
+    return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
+
+
+def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5):
+    """(y, h_n, c_n) against a peer's, c_n None on both sides unless LSTM."""
+    for name, a, b in zip(("y", "h_n", "c_n"), ours, theirs):
+        if a is None:
+            assert b is None, name
+            continue
+        np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=name)
+
+
+def summed_biases(config, biases, exact_gates=()):
+    """The canonical biases (bias_mode 'double') that come back from a peer keeping one summed bias per gate: the sum
+    as the input bias and a zero recurrent bias, but for ``exact_gates``, where the peer keeps both apart."""
+    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.param_slots(config)[1], biases)}
+    result = []
+    for slot in jcr.param_slots(config)[1]:
+        name = slot.name(config)
+        if config.gate_names[slot.gate] in exact_gates:
+            result.append(named[name])
+        elif slot.group == "b_recurrent":
+            result.append(np.zeros_like(named[name]))
+        else:
+            result.append(named[name] + named[name.replace("b_input", "b_recurrent")])
+    return result

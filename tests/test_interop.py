@@ -11,10 +11,9 @@ import pytest
 from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.flax_cells import FlaxCellStack
-from jax_cudnn_rnn.ops import rnn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import torch_module  # noqa: E402
+from support import assert_outputs_close, run_xla, torch_module  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).
@@ -30,13 +29,6 @@ def _inputs(config, seed=0):
     return x, h0, c0
 
 
-def _ours(params, config, x, h0, c0, seq_lengths=None):
-    y, h_n, c_n = rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None if c0 is None else jnp.asarray(c0),
-                      config, seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
-                      implementation="xla")
-    return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
-
-
 # ------------------------------------------------------------------------------------------------------- PyTorch
 
 def _torch_run(module, config, x, h0, c0):
@@ -47,14 +39,6 @@ def _torch_run(module, config, x, h0, c0):
     if c0 is None:
         return y.numpy(), final.numpy(), None
     return y.numpy(), final[0].numpy(), final[1].numpy()
-
-
-def _assert_outputs_close(ours, theirs, atol=1e-5):
-    for name, a, b in zip(("y", "h_n", "c_n"), ours, theirs):
-        if a is None:
-            assert b is None, name
-            continue
-        np.testing.assert_allclose(a, b, atol=atol, rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize("mode,direction", CASES)
@@ -68,13 +52,13 @@ def test_torch_both_ways(mode, direction):
     state = interop.canonical_to_torch([np.asarray(w) for w in weights], [np.asarray(b) for b in biases], config)
     module = torch_module(config, state)
     assert list(state) == list(module.state_dict())  # same keys, same order
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
 
     # torch -> ours: we run torch's own initialisation.
     module = torch_module(config, seed=3)
     w, b = interop.torch_to_canonical(module.state_dict(), config)
     params = layout.canonical_to_params(w, b, config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
     # and back to the same tensors
     again = interop.canonical_to_torch(w, b, config)
     for key, tensor in module.state_dict().items():
@@ -87,13 +71,13 @@ def test_torch_projection_and_no_bias():
     assert "weight_hr_l1_reverse" in module.state_dict()
     x, h0, c0 = _inputs(config)
     params = layout.canonical_to_params(*interop.torch_to_canonical(module.state_dict(), config), config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
 
     config = RNNConfig("gru", num_layers=1, num_units=H, input_size=I, bias_mode="none")
     module = torch_module(config, seed=5)
     x, h0, c0 = _inputs(config)
     params = layout.canonical_to_params(*interop.torch_to_canonical(module.state_dict(), config), config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _torch_run(module, config, x, h0, c0))
 
 
 def test_torch_errors_name_the_problem():
@@ -132,8 +116,8 @@ def test_flax_both_ways(mode, direction):
     # ours -> Flax, with and without seq_lengths
     params = layout.init_params(jax.random.key(2), config)
     flax_params = interop.canonical_to_flax(*layout.params_to_canonical(params, config), config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
-    _assert_outputs_close(_ours(params, config, x, h0, c0, lengths),
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0, lengths),
                           _flax_run(flax_params, config, x, h0, c0, lengths))
 
     # Flax's own initialisation -> ours (biases made non-zero so the bias path is exercised)
@@ -144,7 +128,7 @@ def test_flax_both_ways(mode, direction):
         if "bias" in jax.tree_util.keystr(path) else v, init)
     w, b = interop.flax_to_canonical({"params": init}, config)
     params = layout.canonical_to_params(w, b, config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _flax_run(init, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(init, config, x, h0, c0))
 
 
 def test_flax_skip_input_and_single_bias():
@@ -153,9 +137,9 @@ def test_flax_skip_input_and_single_bias():
     params = layout.init_params(jax.random.key(3), config)
     flax_params = interop.canonical_to_flax(*layout.params_to_canonical(params, config), config)
     np.testing.assert_array_equal(flax_params["layer_0"]["cell"]["ii"]["kernel"], np.eye(H))
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
     back = layout.canonical_to_params(*interop.flax_to_canonical(flax_params, config), config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _ours(back, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), run_xla(back, config, x, h0, c0))
     flax_params["layer_0"]["cell"]["ii"]["kernel"] = flax_params["layer_0"]["cell"]["ii"]["kernel"] * 2
     with pytest.raises(ValueError, match="layer_0/cell/ii/kernel is not representable: skip input"):
         interop.flax_to_canonical(flax_params, config)
@@ -164,7 +148,7 @@ def test_flax_skip_input_and_single_bias():
     x, h0, c0 = _inputs(config, seed=4)
     params = layout.init_params(jax.random.key(4), config)
     flax_params = interop.canonical_to_flax(*layout.params_to_canonical(params, config), config)
-    _assert_outputs_close(_ours(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
+    assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
     back = layout.canonical_to_params(*interop.flax_to_canonical(flax_params, config), config)
     np.testing.assert_array_equal(np.asarray(back), np.asarray(params))  # exact: nothing was summed
 
