@@ -73,6 +73,16 @@ def _gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[st
     return [s.name(config) for s in layout.layer_slots(config, layer, direction)[group]]
 
 
+def _check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -> None:
+    """For peers whose LSTM (``lstm_class``) neither projects nor clips."""
+    if config.proj_size:
+        raise ValueError(f"proj_size={config.proj_size} has no {peer} equivalent ({lstm_class} has no projection); "
+                         "use proj_size=0")
+    if config.cell_clip is not None:
+        raise ValueError(f"cell_clip={config.cell_clip} has no {peer} equivalent ({lstm_class} does not clip the "
+                         "cell state); use cell_clip=None")
+
+
 def _pseudo_layers(config: RNNConfig) -> Iterator[tuple[int, int, str]]:
     """(layer, direction, canonical name prefix ``layer_{l}/{forward|backward}``) in canonical order."""
     for layer in range(config.num_layers):
@@ -248,12 +258,7 @@ _FLAX_CELL_NAMES = {
 
 
 def _flax_check(config: RNNConfig) -> None:
-    if config.proj_size:
-        raise ValueError(f"proj_size={config.proj_size} has no plain-Flax cell equivalent (nn.LSTMCell has no "
-                         "projection); use proj_size=0")
-    if config.cell_clip is not None:
-        raise ValueError(f"cell_clip={config.cell_clip} has no plain-Flax cell equivalent (nn.LSTMCell does not "
-                         "clip); use cell_clip=None")
+    _check_no_projection_or_clip(config, "plain-Flax cell", "nn.LSTMCell")
 
 
 def _flax_layer_path(config: RNNConfig, layer: int, direction: int) -> tuple[str, ...]:
@@ -381,12 +386,7 @@ def _import_keras() -> Any:
 
 
 def _keras_check(config: RNNConfig) -> None:
-    if config.proj_size:
-        raise ValueError(f"proj_size={config.proj_size} has no Keras equivalent (keras.layers.LSTM has no "
-                         "projection); use proj_size=0")
-    if config.cell_clip is not None:
-        raise ValueError(f"cell_clip={config.cell_clip} has no Keras equivalent (keras.layers.LSTM does not clip the "
-                         "cell state); use cell_clip=None")
+    _check_no_projection_or_clip(config, "Keras", "keras.layers.LSTM")
 
 
 def _keras_dtype(config: RNNConfig) -> np.dtype:
@@ -551,12 +551,7 @@ def _equinox_check(config: RNNConfig) -> None:
     if config.mode not in _EQUINOX_CELLS:
         raise ValueError(f"mode {config.mode!r} has no Equinox equivalent: equinox.nn has LSTMCell and GRUCell but no "
                          "vanilla tanh/relu RNN cell; use mode 'lstm' or 'gru'")
-    if config.proj_size:
-        raise ValueError(f"proj_size={config.proj_size} has no Equinox equivalent (eqx.nn.LSTMCell has no "
-                         "projection); use proj_size=0")
-    if config.cell_clip is not None:
-        raise ValueError(f"cell_clip={config.cell_clip} has no Equinox equivalent (eqx.nn.LSTMCell does not clip "
-                         "the cell state); use cell_clip=None")
+    _check_no_projection_or_clip(config, "Equinox", "eqx.nn.LSTMCell")
 
 
 def _equinox_shapes(config: RNNConfig, layer: int) -> dict[str, tuple[int, ...]]:
