@@ -413,7 +413,8 @@ def keras_layers(config: RNNConfig, *, return_state: bool = False) -> list[Any]:
     (merge_mode "concat", forward first) when bidirectional. ``initial_state`` is a list per layer: [h, c] for an
     LSTM (forward then backward: [h_f, c_f, h_b, c_b]), [h] (or [h_f, h_b]) otherwise, each [B, H]; with
     ``return_state=True`` a layer returns its output followed by its final states in that order.
-    float16/bfloat16 configs get Keras's mixed policies (float32 variables). Load weights with
+    float16/bfloat16 configs get Keras's mixed policies (float32 variables); float64 ones hold float64 only where
+    the backend does (JAX: with ``jax_enable_x64``). Load weights with
     ``layer.set_weights(arrays)`` for each layer and ``canonical_to_keras``'s lists.
 
     Raises ValueError for what Keras cannot express (proj_size, cell_clip), and for ``dropout > 0``: cuDNN drops each
