@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
@@ -48,22 +49,40 @@ class Problem:
 
 @dataclasses.dataclass(frozen=True)
 class DeviceInfo:
-    """The GPU facts PyTorch's heuristic reads: compute capability and streaming multiprocessor count."""
+    """The GPU facts PyTorch's heuristic reads (compute capability, streaming multiprocessor count), the device's
+    kind, and its CUDA ordinal in this process, on which cuDNN is asked (-1: none)."""
 
     major: int = 0
     minor: int = 0
     sm_count: int = 0
+    kind: str = ""
+    ordinal: int = -1
 
 
 @functools.cache
-def device_info() -> DeviceInfo:
-    """The first CUDA device's facts; all zero where JAX sees none (then only the standard algorithm is chosen)."""
-    try:
-        device = jax.devices("gpu")[0]
-    except RuntimeError:
-        return DeviceInfo()
+def _facts(device: jax.Device) -> DeviceInfo:
     major, _, minor = str(getattr(device, "compute_capability", "0.0")).partition(".")
-    return DeviceInfo(int(major or 0), int(minor or 0), int(getattr(device, "core_count", 0) or 0))
+    return DeviceInfo(int(major or 0), int(minor or 0), int(getattr(device, "core_count", 0) or 0),
+                      str(device.device_kind), _ordinal(device))
+
+
+def _ordinal(device: jax.Device) -> int:
+    """The CUDA ordinal of ``device`` in this process (what cudaSetDevice takes)."""
+    local = getattr(device, "local_hardware_id", None)
+    return int(device.id if local is None else local)
+
+
+def device_info(device: jax.Device | None = None) -> DeviceInfo:
+    """``device``'s facts, or those of this process's first CUDA device when None; all zero (ordinal -1) for a
+    device that is not a GPU or when this process sees none (then only the standard algorithm is chosen)."""
+    if device is None:
+        try:
+            device = jax.local_devices(backend="gpu")[0]
+        except RuntimeError:
+            return DeviceInfo()
+    if device.platform != "gpu":
+        return DeviceInfo()
+    return _facts(device)
 
 
 def _small_h_limit(config: RNNConfig, training: bool) -> int:
@@ -135,13 +154,27 @@ def heuristic(problem: Problem, device: DeviceInfo) -> str:
     return STANDARD
 
 
-_TUNED: dict[Problem, str] = {}
+_TUNED: dict[tuple[Problem, str], str] = {}
+_TUNING: dict[tuple[Problem, str], threading.Lock] = {}
+_TUNED_LOCK = threading.Lock()
 
 
-def autotune(problem: Problem, seconds: Callable[[str], float]) -> str:
-    """The fastest of ``candidates(problem)`` by ``seconds(algorithm)`` (one timed run each), measured once per
-    problem in this process and cached; an algorithm whose run raises (cuDNN's NOT_SUPPORTED) is skipped."""
-    if problem not in _TUNED:
+def autotune(problem: Problem, seconds: Callable[[str], float], device: DeviceInfo = DeviceInfo()) -> str:
+    """The fastest of ``candidates(problem)`` by ``seconds(algorithm)`` (one timed run each) on a device of
+    ``device.kind``, measured once per problem and device kind in this process and cached; an algorithm whose run
+    raises (cuDNN's NOT_SUPPORTED) is skipped.
+
+    Thread-safe: one thread measures a problem while the others that trace it wait for its result (timings taken
+    concurrently on one GPU would disturb each other), and a stored choice never changes (the first result wins)."""
+    key = (problem, device.kind)
+    with _TUNED_LOCK:
+        if key in _TUNED:
+            return _TUNED[key]
+        measuring = _TUNING.setdefault(key, threading.Lock())
+    with measuring:
+        with _TUNED_LOCK:
+            if key in _TUNED:
+                return _TUNED[key]
         timings = {}
         for algorithm in candidates(problem):
             try:
@@ -149,13 +182,17 @@ def autotune(problem: Problem, seconds: Callable[[str], float]) -> str:
             except Exception:  # noqa: BLE001 - an algorithm cuDNN refuses for this shape is simply not a candidate
                 if algorithm == STANDARD:
                     raise
-        _TUNED[problem] = min(timings, key=timings.__getitem__)
-    return _TUNED[problem]
+        with _TUNED_LOCK:
+            return _TUNED.setdefault(key, min(timings, key=timings.__getitem__))
 
 
 def tuned() -> dict[Problem, str]:
-    """A copy of the autotune cache (problem -> algorithm)."""
-    return dict(_TUNED)
+    """A copy of the autotune cache (problem -> algorithm; with several device kinds, the first kind's)."""
+    with _TUNED_LOCK:
+        result: dict[Problem, str] = {}
+        for (problem, _), algorithm in _TUNED.items():
+            result.setdefault(problem, algorithm)
+        return result
 
 
 def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2, warmup_seconds: float = 0.0) -> float:
@@ -185,12 +222,24 @@ def check_policy(algorithm: str | None) -> str:
     return algorithm
 
 
-def choose(policy: str, problem: Problem, seconds: Callable[[str], float]) -> str:
-    """The algorithm for one call under ``policy``; an explicit algorithm cuDNN cannot run raises ValueError."""
+def choose(policy: str, problem: Problem, seconds: Callable[[str], float], device: DeviceInfo | None = None) -> str:
+    """The algorithm for one call under ``policy`` on ``device`` (default: this process's first GPU).
+
+    An explicit algorithm cuDNN cannot run raises ValueError. "autotune" is refused (ValueError) when several JAX
+    processes run the program: each would time its own GPU and could choose differently, and every process must run
+    the same program."""
+    device = device_info() if device is None else device
     if policy == HEURISTIC:
-        return heuristic(problem, device_info())
+        return heuristic(problem, device)
     if policy == AUTOTUNE:
-        return autotune(problem, seconds)
+        if jax.process_count() > 1:
+            raise ValueError(
+                f"algorithm='autotune' is refused with {jax.process_count()} JAX processes: each process would time "
+                "its own GPU and might choose another algorithm, but every process must run the same program. Use "
+                "algorithm=None (the heuristic, the same in every process on the same GPU model) or an explicit "
+                "algorithm, e.g. one that algorithm='autotune' chose in a single-process run "
+                "(jax_cudnn_rnn.algorithm.tuned() lists them).")
+        return autotune(problem, seconds, device)
     reason = unsupported_reason(policy, problem)
     if reason is not None:
         raise ValueError(f"algorithm={policy!r} cannot run this call: {reason}")

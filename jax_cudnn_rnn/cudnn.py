@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout, partitioning
+from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout, partitioning, placement
 from jax_cudnn_rnn.config import RNNConfig
 
 
@@ -56,11 +56,32 @@ def _attributes(config: RNNConfig, allow_tf32: bool, algo: str) -> dict[str, Any
     )
 
 
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The static decisions of one cuDNN call, made once when the call is traced and shared by its forward and its
+    backward passes (the backward receives the forward's plan with its residuals: cuDNN forbids running a backward
+    with another algorithm than the forward that wrote the reserve space).
+
+    algorithm: the cuDNN algorithm every pass of the call runs (jax_cudnn_rnn/algorithm.py).
+    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked).
+    row_bytes: training only: bytes per batch row of the reserve-space array [B, row_bytes].
+    local_batches: training only: the per-device batch sizes the reserve rows fit; a split of the batch into any
+      other size runs the call whole (jax_cudnn_rnn/partitioning.py).
+    """
+
+    algorithm: str
+    device: int = -1
+    row_bytes: int = 0
+    local_batches: tuple[int, ...] = ()
+
+
 @functools.lru_cache(maxsize=None)
-def temp_space_sizes(problem: algorithm.Problem, algo: str) -> tuple[int, int]:
+def temp_space_sizes(problem: algorithm.Problem, algo: str, device: int = -1) -> tuple[int, int]:
     """(workspace bytes, reserve-space bytes) that cuDNN asks for ``problem``'s forward under ``algo`` (the training
     forward when ``problem.training``, whose workspace also serves both backward passes; the reserve is 0 for
-    inference), for full-length sequences. Asked of cuDNN: needs a GPU."""
+    inference), for full-length sequences, asked on CUDA device ``device`` of this process (-1: the current one).
+    Needs a GPU."""
     config = problem.config
     attrs = _attributes(config, problem.allow_tf32, algo)
     workspace, reserve = _extension.module().temp_space_sizes(
@@ -68,28 +89,28 @@ def temp_space_sizes(problem: algorithm.Problem, algo: str) -> tuple[int, int]:
         proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
         bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
         allow_tf32=problem.allow_tf32, algo=algo, max_time=problem.max_time, batch=problem.batch,
-        padded=problem.padded, training=problem.training)
+        padded=problem.padded, training=problem.training, device=device)
     return int(workspace), int(reserve)
 
 
 @functools.lru_cache(maxsize=None)
-def reserve_space_size(problem: algorithm.Problem, algo: str) -> int:
+def reserve_space_size(problem: algorithm.Problem, algo: str, device: int = -1) -> int:
     """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under ``algo``,
-    asked of cuDNN: needs a GPU."""
-    return temp_space_sizes(dataclasses.replace(problem, training=True), algo)[1]
+    asked on CUDA device ``device`` (-1: the current one): needs a GPU."""
+    return temp_space_sizes(dataclasses.replace(problem, training=True), algo, device)[1]
 
 
 def _problem(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, training: bool) -> algorithm.Problem:
     return algorithm.Problem(config, int(x_shape[0]), int(x_shape[1]), seq_lengths is not None, training, allow_tf32)
 
 
-def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
-    """Seconds for one call of ``problem`` under ``algo`` on zero-mean random data (autotune's measurement): the
-    inference forward, or forward and both backward passes when ``problem.training``, after at least 0.1 s of warm-up
-    (each candidate is compiled first, and the GPU idles meanwhile). Runs eagerly even when called while a
-    ``jax.jit`` is tracing (autotune chooses at trace time)."""
+def _time_algorithm(problem: algorithm.Problem, algo: str, device: jax.Device | None = None) -> float:
+    """Seconds for one call of ``problem`` under ``algo`` on zero-mean random data (autotune's measurement) on
+    ``device`` (default: JAX's default device): the inference forward, or forward and both backward passes when
+    ``problem.training``, after at least 0.1 s of warm-up (each candidate is compiled first, and the GPU idles
+    meanwhile). Runs eagerly even when called while a ``jax.jit`` is tracing (autotune chooses at trace time)."""
     config = problem.config
-    with jax.ensure_compile_time_eval():
+    with jax.ensure_compile_time_eval(), jax.default_device(device):
         keys = jax.random.split(jax.random.key(0), 4)
         params = layout.init_params(keys[0], config)
         x = jax.random.normal(keys[1], (problem.max_time, problem.batch, config.input_size)).astype(config.dtype)
@@ -107,34 +128,75 @@ def _time_algorithm(problem: algorithm.Problem, algo: str) -> float:
         return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)), warmup_seconds=0.1)
 
 
-def _choose(policy: str, problem: algorithm.Problem) -> str:
-    return algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem))
+def _target_device(where: placement.Placement) -> jax.Device | None:
+    """The GPU of this process that trace-time questions about a call placed at ``where`` go to: a device of the
+    call when tracing knows one, else ``jax.default_device``'s when it is a GPU, else this process's first GPU."""
+    for device in (where.device, jax.config.jax_default_device):
+        if device is not None and not isinstance(device, str) and device.platform == "gpu":
+            return device
+    try:
+        return jax.local_devices(backend="gpu")[0]
+    except RuntimeError:
+        return None
 
 
-def _reserve_row_bytes(problem: algorithm.Problem, algo: str) -> int:
-    """Bytes per batch row of the reserve-space array [B, row_bytes] of ``problem``'s training forward.
+def _check_processes_agree() -> None:
+    """Every process traces the same program, and a cuDNN call's plan (its algorithm, its reserve size) depends on the
+    GPU model: refuse a multi-process run over different GPU models, where the processes could disagree."""
+    if jax.process_count() == 1:
+        return
+    kinds = sorted({device.device_kind for device in jax.devices() if device.platform == "gpu"})
+    if len(kinds) > 1:
+        raise ValueError(f"implementation='cudnn' with {jax.process_count()} JAX processes needs one GPU model in all "
+                         f"of them (each process plans the call for its own GPU, and every process must run the same "
+                         f"program), but the processes have {', '.join(kinds)}; use implementation='xla'")
+
+
+def _plan(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, policy: str, where: placement.Placement,
+          training: bool) -> Plan:
+    """The call's plan: the algorithm chosen for the batch one device is expected to run (the per-shard batch under
+    batch sharding, ``where.local_batches``), on the call's device; for training also the reserve rows, sized for
+    every local batch the call may run with."""
+    _check_processes_agree()
+    device = _target_device(where)
+    info = algorithm.device_info(device)
+    local_batches = where.local_batches(int(x_shape[1]))
+    problem = _problem(config, (x_shape[0], local_batches[0]), seq_lengths, allow_tf32, training)
+    algo = algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem, device=device), info)
+    if not training:
+        return Plan(algo, info.ordinal)
+    row_bytes, fitting = _reserve_row_bytes(_problem(config, x_shape, seq_lengths, allow_tf32, True), algo,
+                                            local_batches, info.ordinal)
+    return Plan(algo, info.ordinal, row_bytes, fitting)
+
+
+def _reserve_row_bytes(problem: algorithm.Problem, algo: str, local_batches: tuple[int, ...],
+                       device: int = -1) -> tuple[int, tuple[int, ...]]:
+    """(bytes per batch row of the reserve-space array [B, row_bytes] of ``problem``'s training forward, the local
+    batches those rows fit).
 
     cuDNN's reserve space is one opaque buffer per call, sized by cuDNN per (T, batch) and not proportional to the
     batch. It travels as a [B, row_bytes] array so that when the batch is split over n devices
-    (jax_cudnn_rnn/partitioning.py) each device's rows hold its own call's buffer: row_bytes is the largest
-    per-row share over every local batch B / n that this process's devices allow, so every shard's buffer fits, and on
-    one device B * row_bytes exceeds cuDNN's size by less than B bytes.
+    (jax_cudnn_rnn/partitioning.py) each device's rows hold its own call's buffer: row_bytes is the largest per-row
+    share over the local batches the call may run with (``placement.Placement.local_batches``: only the actual split
+    when tracing knows it), so each of them fits, and unsplit B * row_bytes exceeds cuDNN's size by less than B bytes.
+    A local batch cuDNN refuses under ``algo`` is left out (the call would fail there anyway).
     """
-    batch = problem.batch
-    row_bytes = -(-reserve_space_size(problem, algo) // batch)
-    for local in range(-(-batch // jax.device_count()), batch):
-        if batch % local:
-            continue
+    row_bytes, fitting, error = 0, [], None
+    for local in local_batches:
         try:
-            size = reserve_space_size(dataclasses.replace(problem, batch=local), algo)
-        except RuntimeError:  # cuDNN refuses ``algo`` at this local batch: a shard that small would fail anyway
+            size = reserve_space_size(dataclasses.replace(problem, batch=local), algo, device)
+        except RuntimeError as e:
+            error = e
             continue
         row_bytes = max(row_bytes, -(-size // local))
-    return row_bytes
+        fitting.append(local)
+    if not fitting:
+        raise error
+    return row_bytes, tuple(fitting)
 
 
-def _forward_call(x, h0, params, *rest, config: RNNConfig, allow_tf32: bool, algo: str, training: bool,
-                  row_bytes: int):
+def _forward_call(x, h0, params, *rest, plan: Plan, config: RNNConfig, allow_tf32: bool, training: bool):
     """One cuDNN forward on (local) arrays: (y, h_n, [c_n: lstm], [reserve_space [B, row_bytes]: training])."""
     num_steps, batch, _ = x.shape
     out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
@@ -142,18 +204,20 @@ def _forward_call(x, h0, params, *rest, config: RNNConfig, allow_tf32: bool, alg
     if config.has_cell_state:
         out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
     if training:
-        out_types.append(jax.ShapeDtypeStruct((batch * row_bytes,), jnp.uint8))
+        out_types.append(jax.ShapeDtypeStruct((batch * plan.row_bytes,), jnp.uint8))
     outs = jax.ffi.ffi_call(_extension.FORWARD_TARGET, out_types)(
-        x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32, algo))
+        x, h0, params, *rest, training=np.bool_(training), **_attributes(config, allow_tf32, plan.algorithm))
     if training:
-        outs = (*outs[:-1], outs[-1].reshape(batch, row_bytes))
+        outs = (*outs[:-1], outs[-1].reshape(batch, plan.row_bytes))
     return tuple(outs)
 
 
-def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str, training: bool):
+def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, plan: Plan | None,
+             training: bool, policy: str = algorithm.HEURISTIC, where: placement.Placement = placement.UNKNOWN):
     """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None), run per batch shard under sharding
-    (``partitioning.batch_partitioned``). The inference forward folds ``jax.vmap`` into its batch
-    (``batching.fold_vmap``); the training forward runs once per mapped element."""
+    (``partitioning.batch_partitioned``). The training forward runs under ``plan`` and once per mapped element of
+    ``jax.vmap``; the inference forward (``plan`` None) folds ``jax.vmap`` into its batch (``batching.fold_vmap``) and
+    plans for that batch under ``policy``."""
     lstm = config.has_cell_state
     args, in_axes = [x, h0, params], [1, 1, None]  # batch axes; params are shared by the batch
     if lstm:
@@ -165,13 +229,13 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
     out_axes = [1, 1] + [1] * lstm + [0] * training  # the reserve space's rows are the batch
 
     def kernel(*args):
-        problem = _problem(config, args[0].shape, seq_lengths, allow_tf32, training)
-        algo = _choose(policy, problem)
-        call = functools.partial(_forward_call, config=config, allow_tf32=allow_tf32, algo=algo, training=training,
-                                 row_bytes=_reserve_row_bytes(problem, algo) if training else 0)
+        call_plan = plan or _plan(config, args[0].shape, seq_lengths, allow_tf32, policy, where, training=False)
+        call = functools.partial(_forward_call, plan=call_plan, config=config, allow_tf32=allow_tf32,
+                                 training=training)
         # The training forward splits the batch as its reserve space is split, which the backward call follows.
         follow = ("out", len(out_axes) - 1) if training else None
-        return partitioning.batch_partitioned(call, in_axes, out_axes, follow)(*args)
+        return partitioning.batch_partitioned(call, in_axes, out_axes, follow,
+                                              call_plan.local_batches if training else None)(*args)
 
     if training:
         y, h_n, *rest = batching.sequential_vmap(kernel)(*args)
@@ -182,14 +246,17 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
     return y, h_n, c_n, reserve_space
 
 
-def _backward_call(params, x, h0, y, dy, dh_n, reserve_space, *rest, config: RNNConfig, allow_tf32: bool, algo: str):
+def _backward_call(params, x, h0, y, dy, dh_n, reserve_space, *rest, plan: Plan, config: RNNConfig,
+                   allow_tf32: bool):
     """cuDNN's backward data then backward weights on (local) arrays; ``rest`` is [c0, dc_n] for an LSTM, then
-    seq_lengths if given. Returns (dparams, dx, dh0, [dc0: lstm]). Both passes update the reserve space in place, so
-    each returns it aliased to its input, which also orders backward weights after backward data."""
+    seq_lengths if given. Returns (dparams, dx, dh0, [dc0: lstm], reserve_space). Both passes update the reserve space
+    in place, so each returns it aliased to its input, which also orders backward weights after backward data; the
+    last is returned so that a caller that donates the reserve space lets XLA reuse it without a copy."""
     lstm = config.has_cell_state
     c0, dc_n = rest[:2] if lstm else (None, None)
     seq_lengths = rest[-1:] if len(rest) > 2 * lstm else []
-    attributes = _attributes(config, allow_tf32, algo)
+    attributes = _attributes(config, allow_tf32, plan.algorithm)
+    rows = reserve_space.shape
     reserve_space = reserve_space.reshape(-1)
     out_types = [jax.ShapeDtypeStruct(x.shape, y.dtype), jax.ShapeDtypeStruct(h0.shape, y.dtype),
                  jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
@@ -198,30 +265,17 @@ def _backward_call(params, x, h0, y, dy, dh_n, reserve_space, *rest, config: RNN
     dx, dh0, reserve_space, *dc0 = jax.ffi.ffi_call(
         _extension.BACKWARD_DATA_TARGET, out_types, input_output_aliases={5: 2})(
         y, dy, h0, dh_n, params, reserve_space, *([c0, dc_n] if lstm else []), *seq_lengths, **attributes)
-    dparams, _ = jax.ffi.ffi_call(
+    dparams, reserve_space = jax.ffi.ffi_call(
         _extension.BACKWARD_WEIGHTS_TARGET,
         [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(reserve_space.shape, jnp.uint8)],
         input_output_aliases={3: 1})(x, h0, y, reserve_space, *seq_lengths, **attributes)
-    return (dparams, dx, dh0, *dc0)
+    return (dparams, dx, dh0, *dc0, reserve_space.reshape(rows))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _rnn(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str):
-    y, h_n, c_n, _ = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, training=False)
-    return y, h_n, c_n
-
-
-def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str):
-    y, h_n, c_n, reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, training=True)
-    return (y, h_n, c_n), (params, x, h0, c0, seq_lengths, y, reserve_space)
-
-
-def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, residuals, cotangents):
-    params, x, h0, c0, seq_lengths, y, reserve_space = residuals
-    dy, dh_n, dc_n = cotangents
+def _backward(params, x, h0, y, dy, dh_n, reserve_space, c0, dc_n, seq_lengths, *, config: RNNConfig,
+              allow_tf32: bool, plan: Plan):
+    """The backward passes of one call, per batch shard: (dparams, dx, dh0, dc0 or None, reserve_space)."""
     lstm = config.has_cell_state
-    # The training forward's choice (deterministic, or cached by autotune): cuDNN forbids mixing algorithms.
-    algo = _choose(policy, _problem(config, x.shape, seq_lengths, allow_tf32, training=True))
     args, in_axes = [params, x, h0, y, dy, dh_n, reserve_space], [None, 1, 1, 1, 1, 1, 0]
     if lstm:
         args += [c0, dc_n]
@@ -229,11 +283,50 @@ def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, residuals, cotang
     if seq_lengths is not None:
         args.append(seq_lengths)
         in_axes.append(0)
-    call = functools.partial(_backward_call, config=config, allow_tf32=allow_tf32, algo=algo)
-    # dparams sums over the batch: per shard a partial sum, added up across the shards.
-    backward = partitioning.batch_partitioned(call, in_axes, [None, 1, 1] + [1] * lstm, follow=("in", 6))
-    dparams, dx, dh0, *dc0 = batching.sequential_vmap(backward)(*args)
-    return dparams, dx, dh0, (dc0[0] if lstm else None), None
+    call = functools.partial(_backward_call, plan=plan, config=config, allow_tf32=allow_tf32)
+    # dparams sums over the batch: per shard a partial sum, added up across the shards. The split follows the
+    # reserve space's under the forward's rule (only into planned local batches): where the forward ran whole
+    # against XLA's propagated split, the backward then asks for the whole buffer back instead of slices of it.
+    backward = partitioning.batch_partitioned(call, in_axes, [None, 1, 1] + [1] * lstm + [0], follow=("in", 6),
+                                              local_batches=plan.local_batches)
+    dparams, dx, dh0, *rest = batching.sequential_vmap(backward)(*args)
+    return dparams, dx, dh0, (rest[0] if lstm else None), rest[-1]
+
+
+# Called eagerly (the backward of an eager jax.vjp), the backward donates the reserve space: cuDNN updates it in
+# place, and without donation XLA would copy the whole buffer first to keep the residual intact.
+_backward_donating = jax.jit(_backward, static_argnames=("config", "allow_tf32", "plan"), donate_argnums=(6,))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _rnn(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str,
+         where: placement.Placement = placement.UNKNOWN):
+    y, h_n, c_n, _ = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, None, False, policy, where)
+    return y, h_n, c_n
+
+
+def _rnn_fwd(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, policy: str,
+             where: placement.Placement):
+    plan = _plan(config, x.shape, seq_lengths, allow_tf32, policy, where, training=True)
+    y, h_n, c_n, reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, plan, True)
+    return (y, h_n, c_n), (params, x, h0, c0, seq_lengths, y, reserve_space, plan)
+
+
+def _is_concrete(*values) -> bool:
+    return all(not isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values))
+
+
+def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, where: placement.Placement, residuals, cotangents):
+    params, x, h0, c0, seq_lengths, y, reserve_space, plan = residuals
+    dy, dh_n, dc_n = cotangents
+    backward = functools.partial(_backward, config=config, allow_tf32=allow_tf32, plan=plan)
+    if _is_concrete(residuals, cotangents):
+        if reserve_space.is_deleted():
+            # This vjp function ran before and its backward consumed the reserve space: write it again.
+            reserve_space = _forward(params, x, h0, c0, seq_lengths, config, allow_tf32, plan, True)[3]
+        backward = functools.partial(_backward_donating, config=config, allow_tf32=allow_tf32, plan=plan)
+    dparams, dx, dh0, dc0, _ = backward(params, x, h0, y, dy, dh_n, reserve_space, c0, dc_n, seq_lengths)
+    return dparams, dx, dh0, dc0, None
 
 
 _rnn.defvjp(_rnn_fwd, _rnn_bwd)
@@ -263,7 +356,7 @@ def _compute_dtype(dtype: np.dtype) -> Any:
 
 
 def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool,
-                      policy: str):
+                      policy: str, where: placement.Placement = placement.UNKNOWN):
     num_steps, batch, _ = x.shape
     compute_dtype = _compute_dtype(config.dtype)
     masks = dropout.dropout_masks(dropout_key, config, (num_steps, batch, config.output_size), compute_dtype)
@@ -273,7 +366,7 @@ def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout
         states = slice(layer * directions, (layer + 1) * directions)
         y, h_last, c_last = _rnn(layer_params(params, config, layer), layer_input, h0[states],
                                  None if c0 is None else c0[states], seq_lengths, layer_config(config, layer),
-                                 allow_tf32, policy)
+                                 allow_tf32, policy, where)
         h_n.append(h_last)
         c_n.append(c_last)
         if layer < config.num_layers - 1:
@@ -293,6 +386,11 @@ def check_available() -> None:
                            f"NVIDIA GPU, or use implementation='xla'")
 
 
+def call_placement(params, x, h0, c0, seq_lengths) -> placement.Placement:
+    """What tracing knows about where a call on these arrays runs (``placement.of_arrays`` with their batch axes)."""
+    return placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
+
+
 def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_training: bool = False, dropout_key=None,
               allow_tf32: bool = False, algorithm_policy: str | None = None):
     """cuDNN's stacked LSTM/GRU/RNN. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
@@ -301,13 +399,15 @@ def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_trainin
     [L*D, B, num_units] (LSTM) or None; seq_lengths int32 [B] in [1, T] or None (checked again on the device: an
     out-of-range length fails the call, naming seq_lengths); dropout_key: a PRNG key when inter-layer dropout applies
     (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use TF32 tensor cores;
-    algorithm_policy: ``rnn``'s ``algorithm`` (see jax_cudnn_rnn/algorithm.py).
+    algorithm_policy: ``rnn``'s ``algorithm`` (see jax_cudnn_rnn/algorithm.py). The algorithm is chosen once per
+    call, while it is traced, for the batch each device runs and on the call's GPU (``call_placement``).
 
     Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
     """
     check_available()
     allow_tf32 = bool(allow_tf32)
     policy = algorithm.check_policy(algorithm_policy)
+    where = call_placement(params, x, h0, c0, seq_lengths)
     if dropout_key is not None and is_training and config.dropout > 0 and config.num_layers > 1:
-        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32, policy)
-    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32, policy)
+        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32, policy, where)
+    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, where)

@@ -20,7 +20,7 @@ the kernel call: nothing changes there.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import jax
@@ -69,8 +69,8 @@ def _rule(in_ndims: Sequence[int], in_axes: Sequence[int | None], out_ndims: Seq
 
 
 def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | None],
-                      out_axes: Sequence[int | None], follow: tuple[str, int] | None = None
-                      ) -> Callable[..., tuple[jax.Array, ...]]:
+                      out_axes: Sequence[int | None], follow: tuple[str, int] | None = None,
+                      local_batches: Collection[int] | None = None) -> Callable[..., tuple[jax.Array, ...]]:
     """Wraps ``fn(*arrays) -> tuple of arrays`` so that XLA runs it per batch shard.
 
     Args:
@@ -81,6 +81,8 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
         shard's partial sum is added up across the batch's mesh axes (``lax.psum``) and the result is replicated.
       follow: ``("in", i)`` or ``("out", i)``: the argument or output whose batch sharding decides the split; by
         default the first argument with a batch axis.
+      local_batches: the per-device batch sizes ``fn`` was planned for (cuDNN's training forward sizes its reserve
+        rows for them); a split into any other size runs ``fn`` on the whole batch instead. None: any split.
 
     Returns the wrapped function (same arguments and outputs as ``fn``, as a tuple).
     """
@@ -88,6 +90,12 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
     first = next(i for i, axis in enumerate(in_axes) if axis is not None)
     side, index = follow or ("in", first)
     follow_axis = (in_axes if side == "in" else out_axes)[index]
+
+    def allowed(mesh, axes, batch):
+        """``axes`` if splitting ``batch`` over them gives a planned local batch, else () (run whole)."""
+        if not axes or local_batches is None:
+            return axes
+        return axes if batch // math.prod(mesh.shape[name] for name in axes) in local_batches else ()
 
     def shardings(mesh, axes, ndims, batch_axes):
         return tuple(NamedSharding(mesh, _spec(n, a, axes)) for n, a in zip(ndims, batch_axes, strict=True))
@@ -101,7 +109,8 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
                              f"in_axes has {len(in_axes)} and out_axes {len(out_axes)} entries")
 
         def partition(mesh, arg_shapes, result_shapes):
-            axes = _split_axes(mesh, (arg_shapes if side == "in" else result_shapes)[index], follow_axis)
+            followed = (arg_shapes if side == "in" else result_shapes)[index]
+            axes = allowed(mesh, _split_axes(mesh, followed, follow_axis), followed.shape[follow_axis])
 
             def lower(*local_args):
                 outs = tuple(fn(*local_args))
@@ -113,7 +122,9 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
 
         def infer(mesh, arg_shapes, result_shapes):  # GSPMD only (jax_use_shardy_partitioner=False)
             # Results carry no sharding yet: split as the first batched argument is split.
-            return shardings(mesh, _split_axes(mesh, arg_shapes[first], in_axes[first]), out_ndims, out_axes)
+            batched = arg_shapes[first]
+            axes = allowed(mesh, _split_axes(mesh, batched, in_axes[first]), batched.shape[in_axes[first]])
+            return shardings(mesh, axes, out_ndims, out_axes)
 
         rule, replicated = _rule(in_ndims, in_axes, out_ndims, out_axes)
         wrapped = custom_partitioning(lambda *a: tuple(fn(*a)))

@@ -18,6 +18,7 @@ import textwrap
 import pytest
 
 from jax_cudnn_rnn import algorithm, cudnn
+from jax_cudnn_rnn.placement import Placement
 import jax_cudnn_rnn as jcr
 
 SCRIPT = textwrap.dedent("""
@@ -32,7 +33,7 @@ SCRIPT = textwrap.dedent("""
         jax.config.update("jax_use_shardy_partitioner", False)
     LOCAL_BATCHES = []
 
-    def forward_call(x, h0, params, *rest, config, allow_tf32, algo, training, row_bytes):
+    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
         lstm, batch = config.has_cell_state, x.shape[1]
         LOCAL_BATCHES.append(batch)  # traced with the global shapes too; the smallest is the per-device call
         c0 = rest[0] if lstm else None
@@ -40,20 +41,20 @@ SCRIPT = textwrap.dedent("""
         y, h_n, c_n = xla.rnn_xla(params, x, h0, c0, config, lengths)
         outs = (y, h_n) + ((c_n,) if lstm else ())
         if training:
-            outs += (jnp.full((batch, row_bytes), batch, jnp.uint8),)
+            outs += (jnp.full((batch, plan.row_bytes), batch, jnp.uint8),)
         return outs
 
-    def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, config, allow_tf32, algo):
+    def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, plan, config, allow_tf32):
         lstm, batch = config.has_cell_state, x.shape[1]
         c0, dc_n = rest[:2] if lstm else (None, None)
         lengths = rest[-1] if len(rest) > 2 * lstm else None
         _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, lengths), params, x, h0, c0)
         dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
         dx = dx + (jnp.max(reserve) - jnp.min(reserve)).astype(dx.dtype) + (reserve[0, 0] - batch).astype(dx.dtype)
-        return (dparams, dx, dh0) + ((dc0,) if lstm else ())
+        return (dparams, dx, dh0) + ((dc0,) if lstm else ()) + (reserve,)
 
     cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
-    cudnn.reserve_space_size = lambda problem, algo: 1000 * problem.batch + 37  # not proportional to the batch
+    cudnn.reserve_space_size = lambda problem, algo, device: 1000 * problem.batch + 37  # not proportional to B
 
     B = 16
     cfg = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
@@ -67,7 +68,8 @@ SCRIPT = textwrap.dedent("""
         y, h_n, c_n = run(p, x, h, c, n)
         return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
-    ours = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard")
+    ours = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard", cudnn.call_placement(p, x, h, c, n))
+    unplanned = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard")  # placement unknown
     ref = lambda p, x, h, c, n: xla.rnn_xla(p, x, h, c, cfg, n)
     want_y = ref(params, x, h0, c0, lengths)[0]
     want_grad = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x, h0, c0, lengths)
@@ -103,7 +105,8 @@ SCRIPT = textwrap.dedent("""
     key = jax.random.key(6)
     masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
     dropped = lambda p, x, h: jnp.sum(
-        cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard")[0] ** 2)
+        cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard",
+                                cudnn.call_placement(p, x, h, None, None))[0] ** 2)
     dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
     mesh = Mesh(devices, ("batch",))
     on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
@@ -114,6 +117,18 @@ SCRIPT = textwrap.dedent("""
     for a, w in zip(got, jax.grad(dropped_ref, argnums=(0, 1, 2))(dparams, x, dh0)):
         np.testing.assert_allclose(a, w, atol=2e-5)
     print("dropout local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("), "values equal")
+
+    # A training call planned without knowing its placement has reserve rows for the whole batch only: a split would
+    # not fit, so it runs whole (the forward, which needs no reserve space, still splits).
+    mesh = Mesh(devices, ("batch",))
+    on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+    args = (on(params, P()), on(x, P(None, "batch")), on(h0, P(None, "batch")), on(c0, P(None, "batch")),
+            on(lengths, P("batch")))
+    LOCAL_BATCHES.clear()
+    got = jax.jit(jax.grad(lambda *a: loss(unplanned, *a), argnums=(0, 1, 2, 3)))(*args)
+    for a, w in zip(got, want_grad):
+        np.testing.assert_allclose(a, w, atol=2e-5)
+    print("unplanned local", min(LOCAL_BATCHES), "values equal")
 
     # A batch the mesh does not divide: the call runs whole, the reserve space stays consistent.
     mesh = Mesh(devices, ("batch",))
@@ -153,31 +168,46 @@ def test_dropout_path_runs_per_batch_shard(sharded_run):
     assert "dropout local 2 all-gather 0 values equal" in sharded_run, sharded_run
 
 
+def test_training_call_without_known_placement_runs_whole(sharded_run):
+    assert "unplanned local 16 values equal" in sharded_run, sharded_run
+
+
 def test_uneven_batch_runs_whole_with_a_consistent_reserve_space(sharded_run):
     assert "uneven local 12 values equal" in sharded_run, sharded_run
 
 
-def test_reserve_rows_fit_every_local_batch(monkeypatch):
-    """[B, row_bytes] holds cuDNN's buffer for every local batch B / n that the process's devices allow, and on one
-    device wastes less than a byte per row."""
-    sizes = lambda problem, algo: 1000 * problem.batch + 37  # noqa: E731 - cuDNN's answer on a GPU
+@pytest.mark.parametrize("where, local_batches", [
+    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), (2, 4, 8, 16)),  # jit, automatic axes
+    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=("data",)), (4, 16)),  # the split is known
+    (Placement(mesh_axes=(("batch", 8),), batch_axes=()), (16,)),  # known unsplit: no padding for other splits
+    (Placement(), (16,)),  # nothing known (a jit over single-device arrays)
+])
+def test_reserve_rows_fit_the_local_batches_the_placement_allows(monkeypatch, where, local_batches):
+    """[B, row_bytes] holds cuDNN's buffer for every local batch the call may run with, and no more: an unsharded
+    call wastes less than a byte per row whatever the number of devices."""
+    sizes = lambda problem, algo, device: 1000 * problem.batch + 37  # noqa: E731 - cuDNN's answer on a GPU
     monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
     config = jcr.RNNConfig("gru", 1, 8, 4)
     problem = algorithm.Problem(config, max_time=5, batch=16, padded=False, training=True, allow_tf32=False)
-    monkeypatch.setattr(cudnn.jax, "device_count", lambda: 8)
-    rows = cudnn._reserve_row_bytes(problem, "standard")
-    for local in (2, 4, 8, 16):
-        assert local * rows >= sizes(dataclasses.replace(problem, batch=local), "standard")
-    assert rows == -(-2037 // 2)  # the smallest local batch, 16 / 8, needs the most per row
+    assert where.local_batches(16) == local_batches or sorted(where.local_batches(16)) == list(local_batches)
+    rows, fitting = cudnn._reserve_row_bytes(problem, "standard", where.local_batches(16))
+    assert sorted(fitting) == sorted(local_batches)
+    for local in local_batches:
+        assert local * rows >= sizes(dataclasses.replace(problem, batch=local), "standard", -1)
+    smallest = min(local_batches)
+    assert rows == -(-(1000 * smallest + 37) // smallest)  # the smallest local batch needs the most per row
+    if local_batches == (16,):
+        assert 0 <= 16 * rows - sizes(problem, "standard", -1) < 16
 
-    def refuses_batch_2(problem, algo):
+
+def test_reserve_rows_skip_a_local_batch_cudnn_refuses(monkeypatch):
+    def sizes(problem, algo, device):
         if problem.batch == 2:
             raise RuntimeError("cuDNN: CUDNN_STATUS_NOT_SUPPORTED")
-        return sizes(problem, algo)
+        return 1000 * problem.batch + 37
 
-    monkeypatch.setattr(cudnn, "reserve_space_size", refuses_batch_2)
-    assert cudnn._reserve_row_bytes(problem, "standard") == -(-4037 // 4)  # a local batch cuDNN refuses is skipped
     monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
-    monkeypatch.setattr(cudnn.jax, "device_count", lambda: 1)
-    rows = cudnn._reserve_row_bytes(problem, "standard")
-    assert 0 <= 16 * rows - sizes(problem, "standard") < 16
+    problem = algorithm.Problem(jcr.RNNConfig("gru", 1, 8, 4), 5, 16, False, True, False)
+    assert cudnn._reserve_row_bytes(problem, "standard", (2, 4, 16)) == (-(-4037 // 4), (4, 16))
+    with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
+        cudnn._reserve_row_bytes(problem, "standard", (2,))
