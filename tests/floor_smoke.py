@@ -1,0 +1,89 @@
+"""What the declared minimum jax must support, run by tests/test_jax_floor.py in a venv that has exactly that jax and
+jaxlib and the package without its extension (this file is not collected by pytest itself).
+
+Checks, each printing one line: the xla implementation under jit and grad against the reference implementation;
+the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
+tests/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; and the cuDNN path lowered for CUDA
+(StableHLO only: nothing runs), which needs no GPU.
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jax_cudnn_rnn as jcr  # noqa: E402
+from jax_cudnn_rnn import cudnn, xla  # noqa: E402
+
+print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
+assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
+
+cfg = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
+params = jcr.init_params(jax.random.key(0), cfg)
+B = 4
+x = jax.random.normal(jax.random.key(1), (5, B, 4))
+h0 = jax.random.normal(jax.random.key(2), cfg.state_shape(B))
+c0 = jax.random.normal(jax.random.key(3), cfg.cell_shape(B))
+lengths = jnp.array([5, 2, 4, 1], jnp.int32)
+
+
+def loss(implementation, p, x):
+    y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
+    return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+
+
+got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
+want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)
+for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+print("xla jit grad ok")
+
+
+def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
+    lstm = config.has_cell_state
+    c0 = rest[0] if lstm else None
+    n = rest[-1] if len(rest) > lstm else None
+    outs = xla.rnn_xla(params, x, h0, c0, config, n)
+    outs = outs if lstm else outs[:2]
+    if training:
+        outs = (*outs, jnp.zeros((x.shape[1], plan.row_bytes), jnp.uint8))
+    return tuple(outs)
+
+
+def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, plan, config, allow_tf32):
+    lstm = config.has_cell_state
+    c0, dc_n = rest[:2] if lstm else (None, None)
+    n = rest[-1] if len(rest) > 2 * lstm else None
+    _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, n), params, x, h0, c0)
+    dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
+    return (dparams, dx, dh0) + ((dc0,) if lstm else ()) + (reserve,)
+
+
+kernels = cudnn._forward_call, cudnn._backward_call
+cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
+cudnn.reserve_space_size = lambda problem, algo, device: 100 * problem.batch + 7
+mesh = Mesh(np.array(jax.devices()), ("batch",))
+on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+batch_sharded = lambda a: on(a, P(None, "batch"))  # noqa: E731
+ours = lambda p, x, h, c, n: cudnn.rnn_cudnn(p, x, h, c, cfg, seq_lengths=n)  # noqa: E731
+sharded = (on(params, P()), batch_sharded(x), batch_sharded(h0), batch_sharded(c0), on(lengths, P("batch")))
+cudnn.check_available = lambda: None  # the stand-in kernels run on the CPU
+grad = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a)[0] ** 2), argnums=(0, 1)))
+hlo = grad.lower(*sharded).compile().as_text()
+assert "all-gather(" not in hlo, "the partitioned calls gathered the batch"
+want = jax.grad(lambda p, x: jnp.sum(xla.rnn_xla(p, x, h0, c0, cfg, lengths)[0] ** 2), argnums=(0, 1))(params, x)
+for a, b in zip(grad(*sharded), want):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+print("custom_partitioning per shard ok")
+
+cudnn._forward_call, cudnn._backward_call = kernels
+text = jax.jit(lambda p: cudnn._rnn(p, x, h0, c0, None, cfg, False, "standard")[0]).trace(
+    params).lower(lowering_platforms=("cuda",)).as_text()
+assert "jax_cudnn_rnn_forward" in text
+print("cuda lowering ok")
