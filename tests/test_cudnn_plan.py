@@ -1,0 +1,143 @@
+"""How a cuDNN call is planned while it is traced (jax_cudnn_rnn/cudnn.py ``Plan``), on the CPU with stand-ins: the
+device cuDNN is asked on, the batch the algorithm is chosen for, what several processes must agree on, and the eager
+backward that consumes the forward's reserve space instead of copying it."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import algorithm, cudnn, xla
+from jax_cudnn_rnn.placement import UNKNOWN, Placement
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeGPU:
+    """What the plan reads of a jax GPU device."""
+
+    id: int
+    local_hardware_id: int
+    device_kind: str = "NVIDIA H100 80GB HBM3"
+    compute_capability: str = "9.0"
+    core_count: int = 132
+    platform: str = "gpu"
+
+
+def test_cudnn_is_asked_on_the_calls_device_and_its_facts_choose(monkeypatch):
+    """Trace-time questions go to the call's GPU (its CUDA ordinal in this process), not to GPU 0, and the heuristic
+    reads that GPU's facts."""
+    asked = []
+    monkeypatch.setattr(cudnn, "reserve_space_size",
+                        lambda problem, algo, device=-1: asked.append((problem.batch, algo, device)) or 640)
+    cfg = jcr.RNNConfig("lstm", 1, 64, 32)
+    where = Placement(platform="cuda", device=FakeGPU(id=5, local_hardware_id=1))
+    plan = cudnn._plan(cfg, (7, 4, 32), None, False, "heuristic", where, training=True)
+    assert plan == cudnn.Plan(algorithm.PERSIST_STATIC_SMALL_H, device=1, row_bytes=160, local_batches=(4,))
+    assert asked == [(4, algorithm.PERSIST_STATIC_SMALL_H, 1)]
+    # A call placed elsewhere (no GPU known) never reaches a GPU's facts: the standard algorithm.
+    monkeypatch.setattr(cudnn, "_target_device", lambda where: None)
+    assert cudnn._plan(cfg, (7, 4, 32), None, False, "heuristic", UNKNOWN, training=False).algorithm == "standard"
+
+
+def test_target_device_prefers_the_calls_gpu():
+    gpu = FakeGPU(id=3, local_hardware_id=3)
+    assert cudnn._target_device(Placement(platform="cuda", device=gpu)) is gpu
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        assert cudnn._target_device(UNKNOWN) is None
+
+
+@pytest.mark.parametrize("where, want_batch", [
+    (Placement(mesh_axes=(("data", 4),), batch_axes=("data",)), 8),  # the known per-device batch
+    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), 4),  # automatic axes: the smallest split
+    (UNKNOWN, 32),  # unsharded
+])
+def test_the_algorithm_is_chosen_for_the_per_device_batch(monkeypatch, where, want_batch):
+    """Autotune times (and the heuristic judges) the batch one device runs, not the global batch (which might not
+    even fit on one GPU)."""
+    timed = []
+    monkeypatch.setattr(algorithm, "_TUNED", {})
+    monkeypatch.setattr(cudnn, "_time_algorithm", lambda problem, algo, device=None: timed.append(problem.batch) or 1.0)
+    cfg = jcr.RNNConfig("gru", 1, 16, 8)
+    plan = cudnn._plan(cfg, (5, 32, 8), None, False, "autotune", where, training=False)
+    assert set(timed) == {want_batch} and plan.algorithm == algorithm.STANDARD
+
+
+def test_autotune_is_refused_with_several_processes(monkeypatch):
+    monkeypatch.setattr(algorithm.jax, "process_count", lambda: 2)
+    problem = algorithm.Problem(jcr.RNNConfig("gru", 1, 16, 8), 5, 4, False, False, False)
+    with pytest.raises(ValueError, match="algorithm='autotune' is refused with 2 JAX processes"):
+        algorithm.choose("autotune", problem, seconds=None, device=algorithm.DeviceInfo(9, 0, 132, "H100", 0))
+    # The heuristic needs no agreement beyond the device facts: the same facts give the same choice.
+    facts = algorithm.DeviceInfo(9, 0, 132, "H100", 0)
+    assert algorithm.choose("heuristic", problem, None, facts) == algorithm.choose("heuristic", problem, None, facts)
+
+
+def test_processes_with_different_gpu_models_are_refused(monkeypatch):
+    monkeypatch.setattr(cudnn.jax, "process_count", lambda: 2)
+    same = [FakeGPU(0, 0), FakeGPU(1, 0)]
+    monkeypatch.setattr(cudnn.jax, "devices", lambda *a: same)
+    cudnn._check_processes_agree()
+    mixed = [FakeGPU(0, 0), FakeGPU(1, 0, device_kind="NVIDIA A100-SXM4-80GB")]
+    monkeypatch.setattr(cudnn.jax, "devices", lambda *a: mixed)
+    with pytest.raises(ValueError, match="needs one GPU model in all of them.*A100.*H100"):
+        cudnn._check_processes_agree()
+
+
+def _stand_ins(monkeypatch, forwards):
+    """cudnn.py's kernel calls replaced by the xla implementation; the forward writes 7 into every reserve byte and
+    the backward adds (byte - 7) to dx, so a backward handed anything but its forward's buffer changes dx."""
+
+    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
+        forwards.append(training)
+        y, h_n, c_n = xla.rnn_xla(params, x, h0, rest[0], config)
+        return (y, h_n, c_n) + ((jnp.full((x.shape[1], plan.row_bytes), 7, jnp.uint8),) if training else ())
+
+    def backward_call(params, x, h0, y, dy, dh_n, reserve, c0, dc_n, *, plan, config, allow_tf32):
+        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config), params, x, h0, c0)
+        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
+        return dparams, dx + (jnp.max(reserve) - 7).astype(dx.dtype), dh0, dc0, reserve
+
+    monkeypatch.setattr(cudnn, "_forward_call", forward_call)
+    monkeypatch.setattr(cudnn, "_backward_call", backward_call)
+    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 100 * problem.batch)
+
+
+def test_eager_vjp_consumes_the_reserve_space_and_a_second_backward_writes_it_again(monkeypatch):
+    """cuDNN updates the reserve space in place: an eager backward donates it (no copy of the whole buffer), and
+    calling the same vjp function again runs the training forward once more to get a fresh one."""
+    forwards = []
+    _stand_ins(monkeypatch, forwards)
+    cfg = jcr.RNNConfig("lstm", 1, 6, 4)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (5, 3, 4))
+    h0 = c0 = jnp.zeros((1, 3, 6))
+    y, vjp = jax.vjp(lambda p, x: cudnn._rnn(p, x, h0, c0, None, cfg, False, "standard")[0], params, x)
+    _, want_vjp = jax.vjp(lambda p, x: xla.rnn_xla(p, x, h0, c0, cfg)[0], params, x)
+    dy = jax.random.normal(jax.random.key(2), y.shape)
+    want = want_vjp(dy)
+    traced = len(forwards)
+    first = vjp(dy)
+    assert len(forwards) == traced  # the first backward uses the forward's buffer
+    second = vjp(dy)
+    assert forwards[traced:] and all(forwards[traced:])  # the second one wrote it again, with the training forward
+    for got in (first, second):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_the_eager_backward_donates_the_reserve_space_to_an_aliased_output():
+    """With the real kernels (lowered for CUDA, nothing runs): the reserve space argument of the eager backward is
+    donated and aliased to its reserve output, so XLA does not copy it before cuDNN's in-place update."""
+    cfg = jcr.RNNConfig("gru", 1, 8, 4)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
+    plan = cudnn.Plan("standard", row_bytes=64, local_batches=(3,))
+    reserve = jnp.zeros((3, 64), jnp.uint8)
+    text = cudnn._backward_donating.trace(params, x, h0, jnp.ones((5, 3, 8)), jnp.ones((5, 3, 8)), h0, reserve, None,
+                                          None, None, config=cfg, allow_tf32=False, plan=plan).lower(
+        lowering_platforms=("cuda",)).as_text()
+    argument = next(line for line in text.splitlines() if "func.func public @main" in line)
+    assert "%arg6: tensor<3x64xui8> {tf.aliasing_output = 3 : i32}" in argument  # result[4]: dc0 is None, argument
