@@ -12,6 +12,7 @@ Quick tour::
 """
 
 from jax_cudnn_rnn._extension import extension_error, extension_loaded
+from jax_cudnn_rnn.backends import implementation_for
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.dropout import dropout_masks
 from jax_cudnn_rnn.layout import (
@@ -40,6 +41,7 @@ __all__ = [
     "dropout_masks",
     "extension_error",
     "extension_loaded",
+    "implementation_for",
     "init_params",
     "param_slots",
     "params_size",

@@ -375,15 +375,23 @@ def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout
     return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
 
 
+def unavailable() -> str | None:
+    """What cuDNN needs that this process lacks (the extension, a CUDA GPU), or None when it can run here."""
+    if not _extension.extension_loaded():
+        return f"the cuDNN extension, which is not loaded: {_extension.extension_error()}"
+    if not any(placement.lowering_platform(d) == "cuda" for d in jax.local_devices()):
+        # Tracing a differentiated call asks cuDNN for its reserve-space size, which needs a live GPU.
+        return (f"a CUDA GPU, but this process sees none (JAX's devices: "
+                f"{', '.join(sorted({d.platform for d in jax.local_devices()}))}); install jax[cuda13] on a machine "
+                "with an NVIDIA GPU, or use implementation='xla'")
+    return None
+
+
 def check_available() -> None:
     """Raises RuntimeError saying why cuDNN cannot run here and how to get it."""
-    if not _extension.extension_loaded():
-        raise RuntimeError(f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
-                           f"{_extension.extension_error()}")
-    if not any(device.platform == "gpu" for device in jax.devices()):
-        raise RuntimeError(f"implementation='cudnn' needs a CUDA GPU, but JAX's default backend is "
-                           f"{jax.default_backend()!r} with no GPU device; install jax[cuda13] on a machine with an "
-                           f"NVIDIA GPU, or use implementation='xla'")
+    reason = unavailable()
+    if reason is not None:
+        raise RuntimeError(f"implementation='cudnn' needs {reason}")
 
 
 def call_placement(params, x, h0, c0, seq_lengths) -> placement.Placement:

@@ -1,4 +1,4 @@
-"""``rnn``: the public op. Checks every argument, then runs cuDNN or the pure-JAX implementation."""
+"""``rnn``: the public op. Checks every argument, then runs the implementation jax_cudnn_rnn/backends.py chooses."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import dropout, layout, xla
+from jax_cudnn_rnn import backends, layout, placement
 from jax_cudnn_rnn.algorithm import check_policy
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
-
-IMPLEMENTATIONS = ("cudnn", "xla", "reference")
-
 
 def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
     shape = getattr(value, "shape", None)
@@ -104,33 +101,6 @@ def resolve_precision(precision: Any) -> str:
     return _PRECISIONS[name]
 
 
-def _on_cuda(*arrays: Any) -> bool:
-    """Whether the computation runs on a CUDA device: the arrays' devices when concrete, else JAX's default backend
-    (inside ``jax.jit`` there is nothing else to go by)."""
-    for array in arrays:
-        if array is not None and _is_concrete(array) and isinstance(array, jax.Array):
-            return any(device.platform == "gpu" for device in array.devices())
-    return jax.default_backend() == "gpu"
-
-
-def resolve_implementation(implementation: str | None, *arrays: Any) -> str:
-    """None picks "cudnn" for arrays on a CUDA device when the extension is loaded, else "xla"."""
-    from jax_cudnn_rnn import _extension
-
-    if implementation is None:
-        return "cudnn" if _extension.extension_loaded() and _on_cuda(*arrays) else "xla"
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(IMPLEMENTATIONS)}")
-    if implementation == "cudnn":
-        if not _extension.extension_loaded():
-            raise RuntimeError(f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
-                               f"{_extension.extension_error()}")
-        if not _on_cuda(*arrays):
-            raise RuntimeError("implementation='cudnn' needs the arrays on a CUDA device; these are on "
-                               f"{jax.default_backend()!r}. Use implementation='xla' or None to run there.")
-    return implementation
-
-
 def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
         is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
         precision: Any = None, algorithm: str | None = None):
@@ -151,8 +121,12 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         implementation raises at run time.
       is_training: applies inter-layer dropout when ``config.dropout > 0``.
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
-      implementation: None (cuDNN on a CUDA device when the extension is loaded, else "xla"), "cudnn", "xla" (fast
-        pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
+      implementation: None (the best implementation available for the platform the computation is lowered for:
+        "cudnn" on CUDA when the extension is loaded and this process sees a GPU, else "xla"; under ``jax.jit`` the
+        choice is staged out per platform, see jax_cudnn_rnn/backends.py and ``implementation_for``), "cudnn",
+        "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
+        A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
+        only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):
         None (the ``jax_default_matmul_precision`` config, else strict float32), "float32"/"highest", or
         "tensorfloat32"/"high"/"default" to let float32 GEMMs use TF32 tensor cores on Ampere and newer GPUs
@@ -178,23 +152,15 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     if not isinstance(is_training, (bool, np.bool_)):
         raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
                         f"{type(is_training).__name__}")
-    implementation = resolve_implementation(implementation, x, params)
     precision = resolve_precision(precision)
     algorithm = check_policy(algorithm)
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
                          "PRNG key (jax.random.key(seed))")
-    if implementation == "cudnn":
-        from jax_cudnn_rnn import cudnn
-
-        return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
-                               dropout_key=dropout_key if apply_dropout else None,
-                               allow_tf32=precision == "tensorfloat32", algorithm_policy=algorithm)
-    masks = None
-    if apply_dropout:
-        masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
-                                      xla.compute_dtype(config.dtype))
+    call = backends.Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training))
+    where = placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
+    choices = backends.resolve(implementation, call, where)
     lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
-    run = xla.rnn_xla if implementation == "xla" else xla.rnn_reference
-    return run(params, x, h0, c0, config, seq_lengths=lengths, dropout_masks=masks, precision=precision)
+    return backends.run(choices, implementation, params, x, h0, c0, lengths, dropout_key if apply_dropout else None,
+                        config=config, is_training=bool(is_training), precision=precision, algorithm=algorithm)

@@ -5,7 +5,8 @@ Under ``jax.jit`` the platform and devices are decided after tracing (by the arg
 ``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent`` (jax_cudnn_rnn/backends.py).
 What tracing does know, ``of_arrays`` collects:
 
-* concrete arrays (an eager call) carry their sharding: platform, devices and the batch split are exact;
+* concrete arrays (an eager call, all of its arrays concrete) carry their sharding: platform, devices and the batch
+  split are exact;
 * a traced array's abstract value carries the mesh its sharding lives on (a ``jax.jit`` over arrays committed to a
   ``NamedSharding``, or after ``with_sharding_constraint``): its platform and device kind, and with explicit mesh
   axes the exact split of the batch; with automatic axes only the axes the batch might be split over;
@@ -130,15 +131,19 @@ def _from_default_device() -> Placement:
 
 def of_arrays(arrays: Sequence[Any], batch_axes: Sequence[int | None]) -> Placement:
     """The placement of a call on ``arrays`` (None entries skipped), whose batch axis is ``batch_axes[i]`` (None for
-    an array without one, such as the weights): the first array that tells anything decides."""
-    for array, axis in zip(arrays, batch_axes, strict=True):
-        if array is None:
-            continue
-        if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer):
-            return _from_concrete(array, axis)
-    for array, axis in zip(arrays, batch_axes, strict=True):
-        if array is not None and isinstance(array, jax.core.Tracer):
-            found = _from_traced(array, axis)
-            if found is not None:
-                return found
+    an array without one, such as the weights).
+
+    When every array is concrete (an eager call) the first one's sharding decides. When any is traced, concrete ones
+    say nothing (under ``jax.jit`` a closed-over array is moved to wherever the computation runs): the first traced
+    array whose abstract value carries a mesh decides, else ``jax.default_device``, else nothing is known."""
+    present = [(array, axis) for array, axis in zip(arrays, batch_axes, strict=True) if array is not None]
+    traced = [(array, axis) for array, axis in present if isinstance(array, jax.core.Tracer)]
+    if not traced:
+        for array, axis in present:
+            if isinstance(array, jax.Array):
+                return _from_concrete(array, axis)
+    for array, axis in traced:
+        found = _from_traced(array, axis)
+        if found is not None:
+            return found
     return _from_default_device()

@@ -3,8 +3,9 @@ jaxlib and the package without its extension (this file is not collected by pyte
 
 Checks, each printing one line: the xla implementation under jit and grad against the reference implementation;
 the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
-tests/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; and the cuDNN path lowered for CUDA
-(StableHLO only: nothing runs), which needs no GPU.
+tests/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
+(StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and for CUDA from one
+trace (lax.platform_dependent).
 """
 
 import os
@@ -87,3 +88,15 @@ text = jax.jit(lambda p: cudnn._rnn(p, x, h0, c0, None, cfg, False, "standard")[
     params).lower(lowering_platforms=("cuda",)).as_text()
 assert "jax_cudnn_rnn_forward" in text
 print("cuda lowering ok")
+
+# implementation=None staged out per platform (jax_cudnn_rnn/backends.py), as on a GPU host: CPU and CUDA lowerings.
+import dataclasses  # noqa: E402
+
+from jax_cudnn_rnn import backends  # noqa: E402
+
+cudnn.unavailable = lambda: None
+backends.register(dataclasses.replace(backends.backend("cudnn"), unavailable=lambda: None))
+traced = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg)[0]))).trace(params, x)
+assert "jax_cudnn_rnn_forward" not in traced.lower(lowering_platforms=("cpu",)).as_text()
+assert "jax_cudnn_rnn_backward_weights" in traced.lower(lowering_platforms=("cuda",)).as_text()
+print("platform choice ok")

@@ -56,5 +56,5 @@ def test_declared_minimum_jax_runs_the_smoke_test(tmp_path):
     _run([*pip, "--no-deps", str(source)], timeout=600, env={**os.environ, "JAX_CUDNN_RNN_CUDA": "OFF"})
     out = _run([python, str(ROOT / "tests" / "floor_smoke.py"), floor], timeout=600, cwd=tmp_path,
                env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")})
-    for line in ("xla jit grad ok", "custom_partitioning per shard ok", "cuda lowering ok"):
+    for line in ("xla jit grad ok", "custom_partitioning per shard ok", "cuda lowering ok", "platform choice ok"):
         assert line in out.splitlines(), out

@@ -1,0 +1,226 @@
+"""The implementations ``rnn()`` can run, and the one place that chooses among them.
+
+Each implementation is a ``Backend``: a name, the lowering platforms it runs on, whether it can run in this process
+(an extension loaded, a device present) and which calls it supports, and how to run it. ``CANDIDATES`` lists, per
+lowering platform, the names ``rnn(implementation=None)`` tries in order; the first backend that is available and
+supports the call runs. A new backend registers itself (``register``) and takes its place in the lists; a platform
+whose choice depends on the call's shape can put a chooser function in the list instead of a name.
+
+The platform is the one the computation is lowered for, not ``jax.default_backend()``. When tracing knows it (an eager
+call's arrays, a traced array's mesh, ``jax.default_device``: jax_cudnn_rnn/placement.py), the chosen backend is
+called directly; otherwise, when the platforms' choices differ, every choice is staged out with
+``lax.platform_dependent`` and lowering keeps the one for its platform, so one jitted function serves every platform it
+is lowered for (``.lower(lowering_platforms=...)``, ``jax.export(..., platforms=...)``, CPU- or GPU-committed inputs).
+Under ``jax.grad`` such a function carries both branches' residuals; XLA drops the unused branch's (zeros) when the
+forward and backward are compiled together, as in ``jax.jit(jax.grad(...))``.
+
+``implementation_for`` says what ``rnn()`` picks on a platform; ``jax-cudnn-rnn info`` reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend
+from jax.interpreters import mlir
+
+from jax_cudnn_rnn import cudnn, dropout, placement, xla
+from jax_cudnn_rnn.config import RNNConfig
+
+DEFAULT = "default"  # the CANDIDATES entry for platforms without their own
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """What a backend's support may depend on: the network and the call's shape and options (None: not known, as
+    when asking what a platform picks in general)."""
+
+    config: RNNConfig | None = None
+    max_time: int | None = None
+    batch: int | None = None
+    seq_lengths: bool = False
+    is_training: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One implementation of ``rnn()``.
+
+    name: ``rnn(implementation=name)``.
+    platforms: the lowering platforms it runs on ("cpu", "cuda", ...); None for every platform.
+    unavailable: what it needs that this process lacks ("the cuDNN extension, which is not loaded: ..."), or None.
+    unsupported: what it needs that a call lacks, or None when it can run the call.
+    run: ``run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm)`` ->
+      (y, h_n, c_n), with arguments as ``rnn()`` after validation (precision "float32" or "tensorfloat32", dropout_key
+      None unless inter-layer dropout applies).
+    """
+
+    name: str
+    platforms: tuple[str, ...] | None
+    unavailable: Callable[[], str | None]
+    unsupported: Callable[[Call], str | None]
+    run: Callable[..., tuple[Any, Any, Any]]
+
+
+def _run_xla(implementation: Callable[..., Any]) -> Callable[..., tuple[Any, Any, Any]]:
+    def run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm):
+        del is_training, algorithm  # dropout_key is given exactly when dropout applies; no algorithm to choose
+        masks = None
+        if dropout_key is not None:
+            masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
+                                          xla.compute_dtype(config.dtype))
+        return implementation(params, x, h0, c0, config, seq_lengths=seq_lengths, dropout_masks=masks,
+                              precision=precision)
+
+    return run
+
+
+def _run_cudnn(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm):
+    return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
+                           dropout_key=dropout_key, allow_tf32=precision == "tensorfloat32",
+                           algorithm_policy=algorithm)
+
+
+_BACKENDS: dict[str, Backend] = {}
+CANDIDATES: dict[str, list[str | Callable[[Call], str]]] = {}
+
+
+def register(backend: Backend, candidate_for: Sequence[str] = (), before: str | None = None) -> None:
+    """Adds ``backend`` (replacing one of the same name) and lists it as a candidate for the platforms
+    ``candidate_for`` (``DEFAULT`` for every platform without a list of its own), ahead of ``before`` where that is
+    listed, else last."""
+    _BACKENDS[backend.name] = backend
+    for platform in candidate_for:
+        names = CANDIDATES.setdefault(platform, list(CANDIDATES.get(DEFAULT, ())))
+        if backend.name in names:
+            names.remove(backend.name)
+        names.insert(names.index(before) if before in names else len(names), backend.name)
+
+
+def _always(call: Call) -> None:
+    return None
+
+
+register(Backend("xla", None, lambda: None, _always, _run_xla(xla.rnn_xla)), candidate_for=(DEFAULT,))
+register(Backend("reference", None, lambda: None, _always, _run_xla(xla.rnn_reference)))
+register(Backend("cudnn", ("cuda",), cudnn.unavailable, _always, _run_cudnn), candidate_for=("cuda",),
+         before="xla")
+
+
+def names() -> tuple[str, ...]:
+    """Every registered implementation's name (what ``rnn(implementation=...)`` accepts besides None)."""
+    return tuple(_BACKENDS)
+
+
+def backend(name: str) -> Backend:
+    return _BACKENDS[name]
+
+
+_DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU", "tpu": "TPU"}
+
+
+def _why_not(name: str, platform: str, call: Call) -> str | None:
+    """What ``name`` needs that a call lowered for ``platform`` lacks, or None when it can run it."""
+    entry = _BACKENDS[name]
+    if entry.platforms is not None and platform not in entry.platforms:
+        wanted = " or ".join(_DEVICE_NAMES.get(p, p) for p in entry.platforms)
+        return f"the arrays on a {wanted} device, but this call runs on {_DEVICE_NAMES.get(platform, platform)}"
+    return entry.unavailable() or entry.unsupported(call)
+
+
+def implementation_for(where: Any = None, call: Call = Call()) -> str:
+    """The implementation ``rnn(implementation=None)`` runs for ``call`` on ``where``: a lowering platform name
+    ("cpu", "cuda", "rocm", "tpu", ...), a ``jax.Device``, a concrete ``jax.Array`` (where it lives), or None (JAX's
+    default device)."""
+    if isinstance(where, jax.Array) and not isinstance(where, jax.core.Tracer):
+        where = placement.of_arrays([where], [None]).platform
+    if where is None:
+        where = jax.config.jax_default_device or jax.devices()[0]
+    platform = placement.lowering_platform(where)
+    for candidate in CANDIDATES.get(platform, CANDIDATES[DEFAULT]):
+        name = candidate(call) if callable(candidate) else candidate
+        if _why_not(name, platform, call) is None:
+            return name
+    return "xla"
+
+
+def _platforms() -> tuple[str, ...]:
+    """The platforms with a list of their own (``DEFAULT`` stands for the rest)."""
+    return tuple(p for p in CANDIDATES if p != DEFAULT)
+
+
+_unavailable_p = jax.extend.core.Primitive("jax_cudnn_rnn_unavailable")
+_unavailable_p.multiple_results = True
+_unavailable_p.def_abstract_eval(lambda *, out_avals, message: out_avals)
+
+
+def _refuse_lowering(ctx, *, out_avals, message):
+    raise RuntimeError(message)
+
+
+mlir.register_lowering(_unavailable_p, _refuse_lowering)
+
+
+def _refusing(message: str) -> Callable[..., tuple[Any, Any, Any]]:
+    """A stand-in staged out for the platforms a requested implementation cannot run on: tracing it costs nothing,
+    lowering it raises RuntimeError(``message``)."""
+
+    def run(params, x, h0, c0, seq_lengths, dropout_key, **options):
+        shapes = jax.eval_shape(lambda: _run_xla(xla.rnn_xla)(params, x, h0, c0, seq_lengths, dropout_key, **options))
+        avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree.leaves(shapes))
+        outs = _unavailable_p.bind(out_avals=avals, message=message)
+        return jax.tree.unflatten(jax.tree.structure(shapes), outs)
+
+    return run
+
+
+def resolve(implementation: str | None, call: Call, where: placement.Placement) -> dict[str, str]:
+    """{lowering platform (or ``DEFAULT``): implementation name} for a call placed at ``where``: one entry when the
+    platform is known or every platform picks the same; raises for an unknown name, and (RuntimeError) for a requested
+    implementation that cannot run where the call is known to run."""
+    if implementation is not None and implementation not in _BACKENDS:
+        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(_BACKENDS)}")
+    if where.platform is not None:
+        if implementation is None:
+            return {where.platform: implementation_for(where.platform, call)}
+        reason = _why_not(implementation, where.platform, call)
+        if reason is not None:
+            raise RuntimeError(f"implementation={implementation!r} needs {reason}. Use implementation=None to run the "
+                               "best implementation available there.")
+        return {where.platform: implementation}
+    if implementation is not None:
+        entry = _BACKENDS[implementation]
+        reason = entry.unavailable() or entry.unsupported(call)
+        if reason is not None:
+            raise RuntimeError(f"implementation={implementation!r} needs {reason}. Use implementation=None to run "
+                               "the best implementation available.")
+        if entry.platforms is None:
+            return {DEFAULT: implementation}
+        return {**{p: implementation for p in entry.platforms}, DEFAULT: ""}  # "": refused when lowered elsewhere
+    choices = {p: implementation_for(p, call) for p in _platforms()}
+    choices[DEFAULT] = implementation_for(DEFAULT, call)
+    if len(set(choices.values())) == 1:
+        return {DEFAULT: choices[DEFAULT]}
+    return choices
+
+
+def run(choices: dict[str, str], requested: str | None, params, x, h0, c0, seq_lengths, dropout_key,
+        **options) -> tuple[Any, Any, Any]:
+    """Runs the call: the one choice directly, or every platform's choice under ``lax.platform_dependent``."""
+    if len(choices) == 1:
+        return _BACKENDS[next(iter(choices.values()))].run(params, x, h0, c0, seq_lengths, dropout_key, **options)
+    branches = {}
+    for platform, name in choices.items():
+        if name:
+            branch = _BACKENDS[name].run
+        else:
+            platforms = ", ".join(_BACKENDS[requested].platforms)
+            branch = _refusing(f"implementation={requested!r} runs only on {platforms}, but this computation is "
+                               f"lowered for another platform; use implementation=None to run the best available "
+                               f"implementation on each platform")
+        branches[platform] = lambda *operands, branch=branch: branch(*operands, **options)
+    default = branches.pop(DEFAULT)
+    return jax.lax.platform_dependent(params, x, h0, c0, seq_lengths, dropout_key, default=default, **branches)

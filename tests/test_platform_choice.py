@@ -1,0 +1,114 @@
+"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends.py), not by
+jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
+declared available and jax.default_backend() says "gpu", as on a GPU machine; nothing is run on CUDA, only lowered."""
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import backends, cudnn
+
+CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")
+
+
+@pytest.fixture
+def gpu_host(monkeypatch):
+    """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in."""
+    monkeypatch.setattr(cudnn, "unavailable", lambda: None)
+    real = backends.backend("cudnn")
+    backends.register(dataclasses.replace(real, unavailable=lambda: None))
+    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 256)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    yield
+    backends.register(real)
+
+
+def _problem(mode="lstm"):
+    cfg = jcr.RNNConfig(mode, 2, 6, 4, direction="bidirectional")
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (5, 3, 4))
+    h0 = jax.random.normal(jax.random.key(2), cfg.state_shape(3))
+    c0 = jax.random.normal(jax.random.key(3), cfg.cell_shape(3)) if cfg.has_cell_state else None
+    return cfg, params, x, h0, c0
+
+
+def _loss(cfg, implementation=None):
+    def loss(params, x, h0, c0):
+        y, h_n, _ = jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)
+        return jnp.sum(y ** 2) + jnp.sum(h_n)
+    return loss
+
+
+def _cudnn_calls(text):
+    return [m.group(1) for m in CUDNN_CALL.finditer(text)]
+
+
+def test_what_each_platform_picks(gpu_host):
+    assert jcr.implementation_for("cuda") == "cudnn"
+    assert jcr.implementation_for("cpu") == "xla"
+    assert jcr.implementation_for("tpu") == "xla"
+    assert jcr.implementation_for(jax.devices("cpu")[0]) == "xla"
+    assert backends.resolve(None, backends.Call(), backends.placement.UNKNOWN) == {"cuda": "cudnn", "default": "xla"}
+
+
+def test_one_jitted_function_lowers_for_cpu_and_for_cuda(gpu_host):
+    cfg, params, x, h0, c0 = _problem()
+    grad = jax.jit(jax.grad(_loss(cfg), argnums=(0, 1, 2, 3)))
+    traced = grad.trace(params, x, h0, c0)
+    cpu = traced.lower(lowering_platforms=("cpu",)).as_text()
+    cuda = traced.lower(lowering_platforms=("cuda",)).as_text()
+    assert _cudnn_calls(cpu) == []
+    assert _cudnn_calls(cuda) == ["forward", "backward_data", "backward_weights"]
+    assert "stablehlo.while" in cpu and "stablehlo.while" not in cuda  # the xla implementation's scan: CPU only
+    # And on the CPU it runs, with the xla implementation's numbers.
+    want = jax.grad(_loss(cfg, "xla"), argnums=(0, 1, 2, 3))(params, x, h0, c0)
+    for got, expected in zip(grad(params, x, h0, c0), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_cpu_placed_calls_run_the_xla_implementation_on_a_gpu_host(gpu_host):
+    cfg, params, x, h0, c0 = _problem("gru")
+    want = jcr.rnn(params, x, h0, None, cfg, implementation="xla")
+    cpu = jax.devices("cpu")[0]
+    committed = [jax.device_put(a, cpu) for a in (params, x, h0)]
+    for got in (jcr.rnn(*committed[:3], None, cfg),  # eager, CPU-committed inputs
+                jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg))(*committed)):  # jit over them
+        for a, b in zip(got[:2], want[:2], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    with jax.default_device(cpu):
+        text = jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg)[0]).lower(params, x, h0).as_text()
+    assert _cudnn_calls(text) == []
+
+
+def test_export_for_cpu_on_a_gpu_host(gpu_host):
+    cfg, params, x, h0, c0 = _problem()
+    exported = jax.export.export(jax.jit(jax.grad(_loss(cfg))), platforms=["cpu"])(params, x, h0, c0)
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_allclose(restored.call(params, x, h0, c0), jax.grad(_loss(cfg, "xla"))(params, x, h0, c0),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_requested_cudnn_lowered_for_cpu_is_a_clear_error(gpu_host):
+    cfg, params, x, h0, c0 = _problem()
+    traced = jax.jit(_loss(cfg, "cudnn")).trace(params, x, h0, c0)
+    assert _cudnn_calls(traced.lower(lowering_platforms=("cuda",)).as_text()) == ["forward"]
+    with pytest.raises(RuntimeError, match="implementation='cudnn' runs only on cuda, but this computation is lowered "
+                                           "for another platform"):
+        traced.lower(lowering_platforms=("cpu",))
+    with pytest.raises(RuntimeError, match="implementation='cudnn' needs the arrays on a CUDA device, but this call "
+                                           "runs on CPU"):
+        jcr.rnn(params, jax.device_put(x, jax.devices("cpu")[0]), h0, c0, cfg, implementation="cudnn")
+
+
+def test_closed_over_arrays_do_not_decide_the_platform_under_jit(gpu_host):
+    """A jitted function that closes over concrete (here CPU) weights runs wherever it is lowered: the weights are
+    moved there, so they must not pin the choice. vmap folds the cuDNN call into one."""
+    cfg, params, x, h0, c0 = _problem()
+    traced = jax.jit(jax.vmap(lambda x: jcr.rnn(params, x, h0, c0, cfg)[0])).trace(jnp.stack([x, x]))
+    assert _cudnn_calls(traced.lower(lowering_platforms=("cuda",)).as_text()) == ["forward"]
+    assert _cudnn_calls(traced.lower(lowering_platforms=("cpu",)).as_text()) == []
