@@ -70,10 +70,11 @@ struct RnnNetwork {
 };
 
 // `padded`: the call has seq_lengths, so x and y use the SEQ_MAJOR_UNPACKED layout, which needs cuDNN's padded I/O.
-// Without seq_lengths every sequence is full length, and [T, B, *] is also the SEQ_MAJOR_PACKED layout with padded
-// I/O off: PyTorch's setting for dense input, and the one the persistent algorithms run with (they support no
-// per-sequence lengths, so a padded network must use algo "standard"). Forward and backward of one call must agree on
-// both (both derive them from the same attributes and seq_lengths).
+// Without seq_lengths every sequence is full length, and the same [T, B, *] memory is also the SEQ_MAJOR_PACKED layout
+// with padded I/O off, which this library uses then (PyTorch describes dense input as SEQ_MAJOR_UNPACKED with padded
+// I/O enabled instead; on an H100 both layouts gave the same results and no timing difference beyond noise). The
+// persistent algorithms support no per-sequence lengths, so a padded network must use algo "standard". Forward and
+// backward of one call must agree on both (both derive them from the same attributes and seq_lengths).
 ::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, bool padded,
                                  RnnNetwork* out);
 

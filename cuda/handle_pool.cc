@@ -8,14 +8,14 @@ namespace jax_cudnn_rnn {
 
 BorrowedHandle::BorrowedHandle(BorrowedHandle&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
-      device_(std::exchange(other.device_, -1)),
+      key_(std::exchange(other.key_, HandleKey{-1, nullptr})),
       handle_(std::exchange(other.handle_, nullptr)) {}
 
 BorrowedHandle& BorrowedHandle::operator=(BorrowedHandle&& other) noexcept {
   if (this != &other) {
     Release();
     pool_ = std::exchange(other.pool_, nullptr);
-    device_ = std::exchange(other.device_, -1);
+    key_ = std::exchange(other.key_, HandleKey{-1, nullptr});
     handle_ = std::exchange(other.handle_, nullptr);
   }
   return *this;
@@ -24,42 +24,28 @@ BorrowedHandle& BorrowedHandle::operator=(BorrowedHandle&& other) noexcept {
 BorrowedHandle::~BorrowedHandle() { Release(); }
 
 void BorrowedHandle::Release() {
-  if (pool_ != nullptr && handle_ != nullptr) pool_->Return(device_, handle_);
+  if (pool_ != nullptr && handle_ != nullptr) pool_->Return(key_, handle_);
   pool_ = nullptr;
   handle_ = nullptr;
+}
+
+::xla::ffi::Error ScopedDevice::Activate(int device) {
+  JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    JCR_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    restore_ = true;
+  }
+  return ::xla::ffi::Error::Success();
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (restore_) cudaSetDevice(previous_);
 }
 
 HandlePool& HandlePool::Instance() {
   static HandlePool* pool = new HandlePool();  // never destroyed, see the header
   return *pool;
 }
-
-namespace {
-
-// Makes `device` current for the lifetime of the guard (cudnnCreate binds a handle to the current device).
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ::xla::ffi::Error Activate(int device) {
-    JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      JCR_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-      restore_ = true;
-    }
-    return ::xla::ffi::Error::Success();
-  }
-  ~ScopedDevice() {
-    if (restore_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
-}  // namespace
 
 ::xla::ffi::Error HandlePool::Borrow(cudaStream_t stream, BorrowedHandle* out) {
   int device = 0;
@@ -68,29 +54,43 @@ class ScopedDevice {
   } else {
     JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   }
+  return BorrowFor({device, stream}, out);
+}
+
+::xla::ffi::Error HandlePool::BorrowForDevice(int device, BorrowedHandle* out) {
+  if (device < 0) JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return BorrowFor({device, nullptr}, out);
+}
+
+::xla::ffi::Error HandlePool::BorrowFor(HandleKey key, BorrowedHandle* out) {
   cudnnHandle_t handle = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<cudnnHandle_t>& handles = free_handles_[device];
+    std::vector<cudnnHandle_t>& handles = free_handles_[key];
     if (!handles.empty()) {
       handle = handles.back();
       handles.pop_back();
     }
   }
-  if (handle == nullptr) {
-    ScopedDevice scoped_device;
-    JCR_RETURN_IF_ERROR(scoped_device.Activate(device));
-    JCR_CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle));
+  if (handle != nullptr) {
+    *out = BorrowedHandle(this, key, handle);  // already bound to key.second
+    return ::xla::ffi::Error::Success();
   }
-  // Bound before anything can fail, so the handle goes back to the pool on every path.
-  *out = BorrowedHandle(this, device, handle);
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, stream));
+  ScopedDevice scoped_device;
+  JCR_RETURN_IF_ERROR(scoped_device.Activate(key.first));
+  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle));
+  if (cudnnStatus_t status = cudnnSetStream(handle, key.second); status != CUDNN_STATUS_SUCCESS) {
+    cudnnDestroy(handle);  // never pooled: it is bound to no stream
+    return ::xla::ffi::Error::Internal(CudnnStatusMessage(status, "cudnnSetStream(handle, stream)", __FILE__,
+                                                          __LINE__));
+  }
+  *out = BorrowedHandle(this, key, handle);
   return ::xla::ffi::Error::Success();
 }
 
-void HandlePool::Return(int device, cudnnHandle_t handle) {
+void HandlePool::Return(HandleKey key, cudnnHandle_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  free_handles_[device].push_back(handle);
+  free_handles_[key].push_back(handle);
 }
 
 }  // namespace jax_cudnn_rnn

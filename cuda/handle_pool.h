@@ -1,14 +1,19 @@
-// A pool of cuDNN handles per CUDA device. cudnnCreate is expensive (it loads kernels), so handles are created once
-// per device and reused; a borrowed handle is bound to the caller's stream and returned to the pool by RAII, so two
-// handlers running concurrently never share one.
+// A pool of cuDNN handles keyed by (CUDA device, stream), as jaxlib's gpu/handle_pool.h keys its handles by stream.
+// cudnnCreate is expensive (it loads kernels), so handles are created once and reused; a handle is bound to its stream
+// once, when it is created, and only ever lent out again for that same stream. A handle therefore never moves to
+// another stream while work queued through it on the previous one may still run, and two handlers running at once
+// never share one (a borrowed handle returns to the pool by RAII).
 #ifndef JAX_CUDNN_RNN_HANDLE_POOL_H_
 #define JAX_CUDNN_RNN_HANDLE_POOL_H_
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstddef>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -17,11 +22,14 @@ namespace jax_cudnn_rnn {
 
 class HandlePool;
 
+// The pool's key: a CUDA device and a stream on it (nullptr: that device's legacy default stream).
+using HandleKey = std::pair<int, cudaStream_t>;
+
 // A handle borrowed from the pool; gives it back on destruction.
 class BorrowedHandle {
  public:
   BorrowedHandle() = default;
-  BorrowedHandle(HandlePool* pool, int device, cudnnHandle_t handle) : pool_(pool), device_(device), handle_(handle) {}
+  BorrowedHandle(HandlePool* pool, HandleKey key, cudnnHandle_t handle) : pool_(pool), key_(key), handle_(handle) {}
   BorrowedHandle(BorrowedHandle&& other) noexcept;
   BorrowedHandle& operator=(BorrowedHandle&& other) noexcept;
   BorrowedHandle(const BorrowedHandle&) = delete;
@@ -34,8 +42,23 @@ class BorrowedHandle {
   void Release();
 
   HandlePool* pool_ = nullptr;
-  int device_ = -1;
+  HandleKey key_{-1, nullptr};
   cudnnHandle_t handle_ = nullptr;
+};
+
+// Makes a CUDA device current for the guard's lifetime and restores the previous one after (cudnnCreate binds a handle
+// to the current device, and cudaMalloc allocates there).
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice();
+  ::xla::ffi::Error Activate(int device);
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
 };
 
 class HandlePool {
@@ -43,15 +66,26 @@ class HandlePool {
   // The process-wide pool (handles live as long as the process: destroying them at exit races CUDA's own teardown).
   static HandlePool& Instance();
 
-  // Borrows a handle for the device that owns `stream` (nullptr: the current device) and binds it to `stream`.
+  // Borrows a handle bound to `stream`, for the device that owns it (an FFI handler's stream).
   ::xla::ffi::Error Borrow(cudaStream_t stream, BorrowedHandle* out);
+
+  // Borrows a handle on CUDA device `device` of this process (its legacy default stream), for the questions asked
+  // at trace time; -1 means the current device.
+  ::xla::ffi::Error BorrowForDevice(int device, BorrowedHandle* out);
 
  private:
   friend class BorrowedHandle;
-  void Return(int device, cudnnHandle_t handle);
+  struct KeyHash {
+    size_t operator()(const HandleKey& key) const {
+      return std::hash<int>()(key.first) * 31 + std::hash<const void*>()(key.second);
+    }
+  };
+
+  ::xla::ffi::Error BorrowFor(HandleKey key, BorrowedHandle* out);
+  void Return(HandleKey key, cudnnHandle_t handle);
 
   std::mutex mutex_;
-  std::unordered_map<int, std::vector<cudnnHandle_t>> free_handles_;
+  std::unordered_map<HandleKey, std::vector<cudnnHandle_t>, KeyHash> free_handles_;
 };
 
 }  // namespace jax_cudnn_rnn

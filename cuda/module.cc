@@ -1,12 +1,13 @@
 // The Python module `jax_cudnn_rnn._cudnn_rnn`: the FFI handlers as capsules for jax.ffi.register_ffi_target, and
 // the questions only cuDNN can answer (its weight layout, its work and reserve sizes), which need a live handle and
-// therefore a GPU.
+// therefore a GPU: each is asked on the CUDA device the caller names (the computation's), without the GIL.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -64,8 +65,10 @@ cudnnDataType_t DataTypeFromName(const std::string& dtype) {
   return data_type;
 }
 
-// Every function below asks cuDNN on the current CUDA device; say so plainly where there is none.
-BorrowedHandle BorrowHandleOrThrow(const char* function) {
+// Every function below asks cuDNN on CUDA device `device` of this process (-1: the current one), made current for the
+// question's duration; say so plainly where there is no such device. The caller holds no GIL: the first cudnnCreate
+// on a device can take a second.
+BorrowedHandle BorrowHandleOrThrow(const char* function, int device, ScopedDevice* scoped_device) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
@@ -73,8 +76,13 @@ BorrowedHandle BorrowHandleOrThrow(const char* function) {
                              "but none is usable: " +
                              (status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found"));
   }
+  if (device >= count) {
+    throw std::invalid_argument("device is " + std::to_string(device) + "; this process sees " +
+                                std::to_string(count) + " CUDA device(s)");
+  }
+  if (device >= 0) ThrowIfError(scoped_device->Activate(device));
   BorrowedHandle handle;
-  ThrowIfError(HandlePool::Instance().Borrow(nullptr, &handle));
+  ThrowIfError(HandlePool::Instance().BorrowForDevice(device, &handle));
   return handle;
 }
 
@@ -83,13 +91,30 @@ int LinLayerCount(const RnnAttrs& attrs) {
   return 2 * gates;
 }
 
-py::tuple Dims(cudnnTensorDescriptor_t descriptor) {
+// One weight or bias as cuDNN places it: byte offset in the weight space and descriptor shape (absent: no storage).
+struct Slot {
+  bool present = false;
+  int64_t offset = 0;
+  std::vector<int> shape;
+};
+
+struct WeightParam {
+  int32_t pseudo_layer;
+  int lin_layer_id;
+  Slot matrix, bias;
+};
+
+std::vector<int> Dims(cudnnTensorDescriptor_t descriptor) {
   cudnnDataType_t data_type;
   int rank = 0, dims[8], strides[8];
   JCR_CUDNN_THROW_IF_ERROR(cudnnGetTensorNdDescriptor(descriptor, 8, &data_type, &rank, dims, strides));
-  py::tuple shape(rank);
-  for (int i = 0; i < rank; ++i) shape[i] = dims[i];
-  return shape;
+  return std::vector<int>(dims, dims + rank);
+}
+
+py::object ToPython(const std::vector<int>& shape) {
+  py::tuple tuple(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) tuple[i] = shape[i];
+  return std::move(tuple);
 }
 
 // cuDNN's own account of the weight space: its size in bytes and, per pseudo-layer (layer * D + direction) and
@@ -97,51 +122,65 @@ py::tuple Dims(cudnnTensorDescriptor_t descriptor) {
 // matrix and of the bias, None where cuDNN stores nothing.
 py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
                       std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
-                      std::string dtype) {
+                      std::string dtype, int device) {
   Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
                                 std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype), false,
                                 "standard");
   const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
-  BorrowedHandle handle = BorrowHandleOrThrow("weight_params");
-  RnnNetwork rnn;
-  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, /*padded=*/true, &rnn));
-  // cuDNN reports addresses inside a real weight space.
-  void* weight_space = nullptr;
-  JCR_CUDA_THROW_IF_ERROR(cudaMalloc(&weight_space, rnn.weight_space_bytes));
-  std::unique_ptr<void, cudaError_t (*)(void*)> weight_space_owner(weight_space, cudaFree);
-  TensorDescriptor matrix, bias;
-  ThrowIfError(CreateDescriptor(&matrix));
-  ThrowIfError(CreateDescriptor(&bias));
+  size_t weight_space_bytes = 0;
+  std::vector<WeightParam> params;
+  {
+    py::gil_scoped_release release;
+    ScopedDevice scoped_device;
+    BorrowedHandle handle = BorrowHandleOrThrow("weight_params", device, &scoped_device);
+    RnnNetwork rnn;
+    ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, /*padded=*/true, &rnn));
+    weight_space_bytes = rnn.weight_space_bytes;
+    // cuDNN reports addresses inside a real weight space.
+    void* weight_space = nullptr;
+    JCR_CUDA_THROW_IF_ERROR(cudaMalloc(&weight_space, rnn.weight_space_bytes));
+    std::unique_ptr<void, cudaError_t (*)(void*)> weight_space_owner(weight_space, cudaFree);
+    TensorDescriptor matrix, bias;
+    ThrowIfError(CreateDescriptor(&matrix));
+    ThrowIfError(CreateDescriptor(&bias));
 
-  std::vector<int> lin_layer_ids;
-  for (int id = 0; id < LinLayerCount(network.attrs); ++id) lin_layer_ids.push_back(id);
-  if (network.attrs.proj_size > 0) lin_layer_ids.push_back(8);
-  py::list params;
-  const int64_t pseudo_layers = network.attrs.num_layers * network.attrs.num_directions();
-  for (int32_t pseudo_layer = 0; pseudo_layer < pseudo_layers; ++pseudo_layer) {
-    for (int id : lin_layer_ids) {
-      void* matrix_address = nullptr;
-      void* bias_address = nullptr;
-      JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNWeightParams(handle.get(), rnn.rnn.get(), pseudo_layer,
-                                                       rnn.weight_space_bytes, weight_space, id, matrix.get(),
-                                                       &matrix_address, bias.get(), &bias_address));
-      auto offset = [&](void* address) -> py::object {
-        if (address == nullptr) return py::none();
-        return py::int_(static_cast<char*>(address) - static_cast<char*>(weight_space));
-      };
-      py::dict entry;
-      entry["pseudo_layer"] = pseudo_layer;
-      entry["lin_layer_id"] = id;
-      entry["matrix_offset"] = offset(matrix_address);
-      entry["matrix_shape"] = matrix_address ? py::object(Dims(matrix.get())) : py::none();
-      entry["bias_offset"] = offset(bias_address);
-      entry["bias_shape"] = bias_address ? py::object(Dims(bias.get())) : py::none();
-      params.append(entry);
+    std::vector<int> lin_layer_ids;
+    for (int id = 0; id < LinLayerCount(network.attrs); ++id) lin_layer_ids.push_back(id);
+    if (network.attrs.proj_size > 0) lin_layer_ids.push_back(8);
+    const int64_t pseudo_layers = network.attrs.num_layers * network.attrs.num_directions();
+    for (int32_t pseudo_layer = 0; pseudo_layer < pseudo_layers; ++pseudo_layer) {
+      for (int id : lin_layer_ids) {
+        void* matrix_address = nullptr;
+        void* bias_address = nullptr;
+        JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNWeightParams(handle.get(), rnn.rnn.get(), pseudo_layer,
+                                                         rnn.weight_space_bytes, weight_space, id, matrix.get(),
+                                                         &matrix_address, bias.get(), &bias_address));
+        auto slot = [&](void* address, cudnnTensorDescriptor_t descriptor) {
+          Slot result;
+          if (address == nullptr) return result;
+          result.present = true;
+          result.offset = static_cast<char*>(address) - static_cast<char*>(weight_space);
+          result.shape = Dims(descriptor);
+          return result;
+        };
+        params.push_back({pseudo_layer, id, slot(matrix_address, matrix.get()), slot(bias_address, bias.get())});
+      }
     }
   }
+  py::list entries;
+  for (const WeightParam& param : params) {
+    py::dict entry;
+    entry["pseudo_layer"] = param.pseudo_layer;
+    entry["lin_layer_id"] = param.lin_layer_id;
+    entry["matrix_offset"] = param.matrix.present ? py::object(py::int_(param.matrix.offset)) : py::none();
+    entry["matrix_shape"] = param.matrix.present ? ToPython(param.matrix.shape) : py::none();
+    entry["bias_offset"] = param.bias.present ? py::object(py::int_(param.bias.offset)) : py::none();
+    entry["bias_shape"] = param.bias.present ? ToPython(param.bias.shape) : py::none();
+    entries.append(entry);
+  }
   py::dict result;
-  result["weight_space_size"] = rnn.weight_space_bytes;
-  result["params"] = params;
+  result["weight_space_size"] = weight_space_bytes;
+  result["params"] = entries;
   return result;
 }
 
@@ -152,13 +191,15 @@ std::pair<size_t, size_t> TempSpaceSizes(std::string mode, int64_t num_layers, i
                                          int64_t proj_size, std::string direction, std::string input_mode,
                                          std::string bias_mode, double cell_clip, std::string dtype, bool allow_tf32,
                                          std::string algo, int64_t max_time, int64_t batch, bool padded,
-                                         bool training) {
+                                         bool training, int device) {
   Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
                                 std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype),
                                 allow_tf32, std::move(algo));
   const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
   if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
-  BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes");
+  py::gil_scoped_release release;
+  ScopedDevice scoped_device;
+  BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes", device, &scoped_device);
   RnnNetwork rnn;
   ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, padded, &rnn));
   RnnTensors tensors;
@@ -196,10 +237,10 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
   m.def("weight_params", &WeightParams, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
         py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
-        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"));
+        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("device") = -1);
   m.def("temp_space_sizes", &TempSpaceSizes, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
         py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
         py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("allow_tf32"), py::arg("algo"),
-        py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"));
+        py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"), py::arg("device") = -1);
 }
 

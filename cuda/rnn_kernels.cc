@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -353,7 +354,8 @@ ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scr
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
-  // CUDNN_WGRAD_MODE_ADD accumulates into dweights (the only mode cuDNN 9 offers), so start from zero.
+  // cudnnRNNBackwardWeights_v8 accepts only CUDNN_WGRAD_MODE_ADD (cudnnWgradMode_t also has SET, which this
+  // function refuses): it accumulates into dweights, so start from zero.
   JCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dweights->untyped_data(), 0, dweights->size_bytes(), stream));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
       call.handle.get(), call.network.rnn.get(), CUDNN_WGRAD_MODE_ADD, call.device_seq_lengths,

@@ -360,3 +360,70 @@ def test_batch_sharded_over_local_gpus_matches_unsharded():
     _close(y, forward(params, x, h0, c0)[0], "float32", "sharded y")
     for got, want, name in zip(grad(*sharded), grad(params, x, h0, c0), ("dparams", "dx", "dh0", "dc0")):
         _close(got, want, "float32", f"sharded {name}")
+
+
+_SIZE_FIELDS = dict(mode="lstm", num_layers=2, num_units=32, input_size=16, proj_size=0, direction="unidirectional",
+                    input_mode="linear_input", bias_mode="double", cell_clip=0.0, dtype="float32", allow_tf32=False,
+                    algo="standard", max_time=T, batch=B, padded=False, training=True)
+
+
+def test_trace_time_queries_go_to_the_named_device():
+    """temp_space_sizes asks cuDNN on the CUDA ordinal it is given (the call's device), and refuses one this process
+    does not have."""
+    native = _extension.module()
+    gpus = jax.local_devices(backend="gpu")
+    current = native.temp_space_sizes(**_SIZE_FIELDS)
+    for device in gpus:
+        sizes = native.temp_space_sizes(**_SIZE_FIELDS, device=algorithm.device_info(device).ordinal)
+        if device.device_kind == gpus[0].device_kind:
+            assert sizes == current
+    with pytest.raises(ValueError, match=f"device is {len(gpus) + 7}; this process sees"):
+        native.temp_space_sizes(**_SIZE_FIELDS, device=len(gpus) + 7)
+
+
+@pytest.mark.skipif(len([d for d in jax.devices() if d.platform == "gpu"]) < 2, reason="needs two GPUs")
+def test_a_call_on_the_second_gpu_matches_the_first():
+    """Arrays committed to GPU 1: the plan asks cuDNN there (not on GPU 0) and the results equal GPU 0's."""
+    cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=16, input_size=8, direction="bidirectional")
+    problem = _problem(cfg, lengths=[T, 2, 5, 1])
+
+    def grads(device):
+        params, x, h0, _, lengths = (None if a is None else jax.device_put(a, device) for a in problem)
+        loss = lambda p, x: jnp.sum(jcr.rnn(p, x, h0, None, cfg, seq_lengths=lengths)[0] ** 2)  # noqa: E731
+        eager = jax.grad(loss, argnums=(0, 1))(params, x)
+        jitted = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)
+        assert all(device in a.devices() for a in (*eager, *jitted))
+        return eager, jitted
+
+    gpus = jax.local_devices(backend="gpu")
+    for got, want in zip(grads(gpus[1]), grads(gpus[0]), strict=True):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space():
+    """The first eager backward donates the reserve space to cuDNN's in-place update; a second call of the same vjp
+    function runs the training forward again and gives the same gradients."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=16, input_size=8)
+    params, x, h0, c0, _ = _problem(cfg)
+    y, vjp = jax.vjp(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation="cudnn")[0], params, x)
+    dy = jnp.ones_like(y)
+    first, second = vjp(dy), vjp(dy)
+    want = jax.vjp(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation="xla")[0], params, x)[1](dy)
+    for got in (first, second):
+        for a, b in zip(got, want, strict=True):
+            _close(a, b, "float32", "eager vjp")
+
+
+def test_cpu_placed_calls_on_a_gpu_host_run_the_xla_implementation():
+    """One jitted function: on GPU arrays it runs cuDNN, on CPU-committed arrays (and lowered for the CPU) the xla
+    implementation, with the same numbers."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
+    params, x, h0, c0, _ = _problem(cfg)
+    run = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)[0])
+    cpu = jax.devices("cpu")[0]
+    on_cpu = run(*(jax.device_put(a, cpu) for a in (params, x, h0, c0)))
+    assert on_cpu.devices() == {cpu}
+    _close(on_cpu, run(params, x, h0, c0), "float32", "CPU against GPU")
+    text = run.trace(params, x, h0, c0).lower(lowering_platforms=("cpu",)).as_text()
+    assert "jax_cudnn_rnn_forward" not in text

@@ -90,9 +90,12 @@ def test_weight_params_needs_gpu(native):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
 def test_temp_space_sizes_needs_gpu(native):
-    with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
-        native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algo="standard", max_time=5, batch=2,
-                                padded=False, training=True)
+    for device in ({}, {"device": 0}, {"device": 3}):  # the current device, or a named CUDA ordinal
+        with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
+            native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algo="standard", max_time=5, batch=2,
+                                    padded=False, training=True, **device)
+    with pytest.raises(RuntimeError, match="weight_params needs a CUDA GPU"):
+        native.weight_params(**_CONFIG_FIELDS, device=1)
 
 
 def test_bad_dtype_named(native):
