@@ -106,7 +106,7 @@ def _always(call: Call) -> None:
 
 register(Backend("xla", None, lambda: None, _always, _run_xla(xla.rnn_xla)), candidate_for=(DEFAULT,))
 register(Backend("reference", None, lambda: None, _always, _run_xla(xla.rnn_reference)))
-register(Backend("cudnn", ("cuda",), cudnn.unavailable, _always, _run_cudnn), candidate_for=("cuda",),
+register(Backend("cudnn", ("cuda",), lambda: cudnn.unavailable(), _always, _run_cudnn), candidate_for=("cuda",),
          before="xla")
 
 

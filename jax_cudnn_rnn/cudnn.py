@@ -6,10 +6,15 @@ backward pass runs backward data (dx, dh0, dc0) then backward weights (dparams).
 reserve space in place, so each returns it aliased to its input, which also orders backward weights after backward
 data.
 
+Plan. Each call is planned once, while it is traced (``Plan``): the algorithm (jax_cudnn_rnn/algorithm.py), chosen
+for the batch one device runs on the call's GPU (jax_cudnn_rnn/placement.py says what tracing knows of both), and for
+a differentiated call the reserve rows. The training forward hands its plan to the backward with its residuals, so
+both passes run the same algorithm whatever another thread tunes meanwhile.
+
 Sizes. The reserve space is an output of the training forward, so its size must be known when tracing. cuDNN only
 tells it through ``cudnnGetRNNTempSpaceSizes`` on a live handle, so at trace time this module asks the extension's
-``temp_space_sizes`` (on the current CUDA device, for full-length sequences [T, B]) and caches the answer per
-(config, T, B, allow_tf32, algorithm). Tracing a differentiated call therefore needs a GPU, like
+``temp_space_sizes`` (on the call's GPU by CUDA ordinal, for full-length sequences [T, B]) and caches the answer per
+(config, T, B, allow_tf32, algorithm, device). Tracing a differentiated call therefore needs a GPU, like
 jax.experimental.rnn. At run time each handler asks again for the actual lengths and fails clearly if the buffer is
 too small. The workspace is never an output: each handler takes it from XLA's scratch allocator.
 
@@ -29,11 +34,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.export
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import batching as jax_batching
+from jax.interpreters import mlir
 
 from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout, partitioning, placement
 from jax_cudnn_rnn.config import RNNConfig
@@ -212,6 +223,69 @@ def _forward_call(x, h0, params, *rest, plan: Plan, config: RNNConfig, allow_tf3
     return tuple(outs)
 
 
+# --- jax.export -----------------------------------------------------------------------------------------------------
+# The cuDNN FFI targets are not on JAX's list of custom calls with compatibility guarantees, and a batch-sharded call's
+# custom_partitioning callback lives in the exporting process. A marker on every forward makes exporting them a clear
+# error at lowering time, unless ``export`` below asked for it (single-device, with JAX's check disabled for the
+# targets).
+_exporting = threading.local()
+
+_export_guard_p = jax.extend.core.Primitive("jax_cudnn_rnn_export_guard")
+_export_guard_p.multiple_results = True
+_export_guard_p.def_impl(lambda *args: args)
+_export_guard_p.def_abstract_eval(lambda *avals: avals)
+jax_batching.primitive_batchers[_export_guard_p] = lambda args, dims: (_export_guard_p.bind(*args), dims)
+
+EXPORT_ADVICE = ("use implementation='xla' (it exports for every platform), or jax_cudnn_rnn.cudnn.export(...) for "
+                 "a single-device cuDNN function (docs/lowering.md)")
+
+
+def _export_guard_lowering(ctx, *args):
+    if ctx.module_context.lowering_parameters.for_export:
+        context = ctx.module_context.axis_context
+        devices = getattr(context, "device_assignment", None) or ()
+        if len(devices) > 1:
+            raise ValueError(
+                f"jax.export of a cuDNN RNN call over {len(devices)} devices is not supported: its batch "
+                "partitioning is a custom_partitioning callback that exists only in this process; export the "
+                f"per-device function (inside jax.shard_map), or {EXPORT_ADVICE}")
+        if not getattr(_exporting, "allowed", False):
+            raise ValueError(
+                "jax.export of a cuDNN RNN call: its FFI targets (jax_cudnn_rnn_forward, ..._backward_data, "
+                "..._backward_weights) are not among the custom calls JAX guarantees to stay compatible, and a "
+                "differentiated call's reserve-space size was asked of this machine's GPU and cuDNN; "
+                f"{EXPORT_ADVICE}")
+    return args
+
+
+mlir.register_lowering(_export_guard_p, _export_guard_lowering)
+
+
+def export(fn, *, platforms: Sequence[str] = ("cuda",), disabled_checks: Sequence[Any] = (), **kwargs):
+    """``jax.export.export(fn, ...)`` for a jitted function whose ``rnn()`` calls run cuDNN on one device.
+
+    It disables JAX's compatibility check for this library's FFI targets only. The result runs where this library is
+    imported (that registers the targets) with a cuDNN and a GPU model like the exporting machine's: the reserve-space
+    size of a differentiated call is fixed at export (the handlers check it at run time and fail with the sizes).
+    Calls sharded over several devices cannot be exported (ValueError): export the per-device function.
+
+    Returns the function that ``jax.export.export`` returns (call it with the arguments or their shapes).
+    """
+    checks = [*disabled_checks, *(jax.export.DisabledSafetyCheck.custom_call(target)
+                                  for target in (_extension.FORWARD_TARGET, _extension.BACKWARD_DATA_TARGET,
+                                                 _extension.BACKWARD_WEIGHTS_TARGET))]
+    exporter = jax.export.export(fn, platforms=platforms, disabled_checks=checks, **kwargs)
+
+    def run(*args, **call_kwargs):
+        _exporting.allowed = True
+        try:
+            return exporter(*args, **call_kwargs)
+        finally:
+            _exporting.allowed = False
+
+    return run
+
+
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool, plan: Plan | None,
              training: bool, policy: str = algorithm.HEURISTIC, where: placement.Placement = placement.UNKNOWN):
     """One cuDNN forward: (y, h_n, c_n or None, reserve_space or None), run per batch shard under sharding
@@ -238,9 +312,9 @@ def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, allow_tf32: bool
                                               call_plan.local_batches if training else None)(*args)
 
     if training:
-        y, h_n, *rest = batching.sequential_vmap(kernel)(*args)
+        y, h_n, *rest = _export_guard_p.bind(*batching.sequential_vmap(kernel)(*args))
     else:
-        y, h_n, *rest = batching.fold_vmap(kernel, in_axes, out_axes)(*args)
+        y, h_n, *rest = _export_guard_p.bind(*batching.fold_vmap(kernel, in_axes, out_axes)(*args))
     c_n = rest.pop(0) if lstm else None
     reserve_space = rest.pop(0) if training else None
     return y, h_n, c_n, reserve_space

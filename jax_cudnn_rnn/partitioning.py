@@ -13,6 +13,9 @@ forward follows the sharding that XLA gave its reserve-space output, the backwar
 its operand. Whatever is decided, the followed array keeps its sharding, so XLA never reslices an opaque buffer
 between the two.
 
+A call can also be restricted to the local batch sizes it was planned for (``local_batches``: cuDNN's training
+forward sizes its reserve rows for them); a split into another size runs the call whole.
+
 On a single device (and inside ``jax.shard_map``, where shapes are already local) ``custom_partitioning`` inlines
 the kernel call: nothing changes there.
 """

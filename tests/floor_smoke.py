@@ -90,12 +90,7 @@ assert "jax_cudnn_rnn_forward" in text
 print("cuda lowering ok")
 
 # implementation=None staged out per platform (jax_cudnn_rnn/backends.py), as on a GPU host: CPU and CUDA lowerings.
-import dataclasses  # noqa: E402
-
-from jax_cudnn_rnn import backends  # noqa: E402
-
 cudnn.unavailable = lambda: None
-backends.register(dataclasses.replace(backends.backend("cudnn"), unavailable=lambda: None))
 traced = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg)[0]))).trace(params, x)
 assert "jax_cudnn_rnn_forward" not in traced.lower(lowering_platforms=("cpu",)).as_text()
 assert "jax_cudnn_rnn_backward_weights" in traced.lower(lowering_platforms=("cuda",)).as_text()

@@ -118,6 +118,12 @@ SCRIPT = textwrap.dedent("""
         np.testing.assert_allclose(a, w, atol=2e-5)
     print("dropout local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("), "values equal")
 
+    # A batch-sharded cuDNN call cannot be exported (its partitioning callback lives in this process): a clear error.
+    try:
+        cudnn.export(jax.jit(ours), platforms=["cuda"])(*args)
+    except ValueError as e:
+        print("export refused:", "over 8 devices is not supported" in str(e))
+
     # A training call planned without knowing its placement has reserve rows for the whole batch only: a split would
     # not fit, so it runs whole (the forward, which needs no reserve space, still splits).
     mesh = Mesh(devices, ("batch",))
@@ -166,6 +172,10 @@ def test_cudnn_path_runs_per_batch_shard_without_gathering_activations(sharded_r
 
 def test_dropout_path_runs_per_batch_shard(sharded_run):
     assert "dropout local 2 all-gather 0 values equal" in sharded_run, sharded_run
+
+
+def test_exporting_a_sharded_call_is_a_clear_error(sharded_run):
+    assert "export refused: True" in sharded_run, sharded_run
 
 
 def test_training_call_without_known_placement_runs_whole(sharded_run):
