@@ -115,10 +115,6 @@ def names() -> tuple[str, ...]:
     return tuple(_BACKENDS)
 
 
-def backend(name: str) -> Backend:
-    return _BACKENDS[name]
-
-
 _DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU", "tpu": "TPU"}
 
 
@@ -182,7 +178,7 @@ def resolve(implementation: str | None, call: Call, where: placement.Placement) 
     platform is known or every platform picks the same; raises for an unknown name, and (RuntimeError) for a requested
     implementation that cannot run where the call is known to run."""
     if implementation is not None and implementation not in _BACKENDS:
-        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(_BACKENDS)}")
+        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(names())}")
     if where.platform is not None:
         if implementation is None:
             return {where.platform: implementation_for(where.platform, call)}
