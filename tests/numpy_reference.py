@@ -57,11 +57,15 @@ def _step(mode, w_in, b_in, w_rec, b_rec, w_proj, x_t, h, c, skip, cell_clip):
 
 
 def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirectional, skip_input,
-              seq_lengths=None, dropout_masks=None, proj_size=0, cell_clip=None, bias_mode="double"):
+              seq_lengths=None, dropout_masks=None, proj_size=0, cell_clip=None, bias_mode="double", resets=None):
     """Runs the stacked RNN in float64. Returns (y [T,B,D*hidden], h_n [L*D,B,hidden], c_n [L*D,B,H] or None).
 
-    seq_lengths: optional [B] ints in [1, T], PyTorch packed-sequence semantics.
+    seq_lengths: optional [B] ints in [0, T], PyTorch packed-sequence semantics; 0 is an empty sequence (zero outputs,
+      final state = initial state).
     dropout_masks: optional list of L-1 arrays [T, B, D*hidden] multiplied into layer l's output before layer l+1.
+    resets: optional bool [T, B]; where resets[t, b] a new segment starts at step t: the forward direction's state
+      entering step t is zero, and the backward direction's state entering step t - 1 is zero (it reads each segment
+      from its last valid step, from zero, except the last segment, which starts from h0's backward entries).
     """
     f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
     weights = [f64(w) for w in weights]
@@ -75,7 +79,9 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
     D = 2 if bidirectional else 1
     hidden = proj_size or H
     lengths = np.full((B,), T, dtype=np.int64) if seq_lengths is None else np.asarray(seq_lengths, np.int64)
-    assert np.all(lengths >= 1) and np.all(lengths <= T), lengths
+    assert np.all(lengths >= 0) and np.all(lengths <= T), lengths
+    resets = np.zeros((T, B), bool) if resets is None else np.asarray(resets, bool)
+    assert resets.shape == (T, B), resets.shape
     if mode == "lstm":
         assert c0 is not None
     has_in_bias = bias_mode in ("double", "single_input")
@@ -118,6 +124,11 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
                 c = None if c0 is None else c0[idx, b:b + 1]
                 steps = range(n) if d == 0 else range(n - 1, -1, -1)
                 for t in steps:
+                    # Forward: a segment starts at t. Backward: a segment ends at t (the next starts at t + 1).
+                    start = resets[t, b] if d == 0 else (t + 1 < n and resets[t + 1, b])
+                    if start:
+                        h = np.zeros_like(h)
+                        c = None if c is None else np.zeros_like(c)
                     h, c = _step(mode, w_in, b_in, w_rec, b_rec, w_proj, layer_input[t, b:b + 1], h, c, skip,
                                  cell_clip)
                     out[t, b, d * hidden:(d + 1) * hidden] = h[0]

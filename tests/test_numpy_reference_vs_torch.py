@@ -224,3 +224,67 @@ def test_dropout_masks_match_layer_by_layer_torch(mode):
     # and the masks matter
     plain = numpy_rnn(w, b, x, h0, c0, mode, L, H, True, False, seq_lengths=lengths)
     assert np.abs(plain[0] - ours[0]).max() > 1e-3
+
+
+def segment_bounds(resets_column, length):
+    """[(start, end)] of one row's segments: a segment starts at 0 and wherever a valid step has its reset set."""
+    starts = [0] + [t for t in range(1, length) if resets_column[t]]
+    return list(zip(starts, starts[1:] + [length]))
+
+
+@pytest.mark.parametrize("mode,num_layers,bidirectional",
+                         [("lstm", 2, True), ("gru", 2, False), ("rnn_tanh", 1, True), ("rnn_relu", 3, True),
+                          ("lstm", 1, False)])
+def test_resets_match_torch_run_segment_by_segment(mode, num_layers, bidirectional):
+    """Each segment is an independent sequence through the whole stack: torch runs it on its own, from h0/c0 for the
+    forward direction of the first segment (zero if the row resets at 0), from h0/c0 for the backward direction of the
+    last segment, from zero otherwise. Row 0 resets mid-sequence, row 1 at 0 and on its last step, row 2 also past
+    its length (ignored)."""
+    T, B, H, I = 7, 3, 4, 3
+    D = 2 if bidirectional else 1
+    w, b, x, h0, c0, _ = make_case(num_layers * 5 + bidirectional, mode, num_layers, H, I, bidirectional, False, T=T,
+                                   B=B)
+    lengths = np.array([6, 7, 3])
+    resets = np.zeros((T, B), bool)
+    resets[[2, 3], 0] = True
+    resets[[0, 4, 6], 1] = True
+    resets[[1, 5], 2] = True
+    module = torch_module(w, b, mode, num_layers, H, I, bidirectional, False)
+    ours = numpy_rnn(w, b, x, h0, c0, mode, num_layers, H, bidirectional, False, seq_lengths=lengths, resets=resets)
+
+    y = np.zeros_like(ours[0])
+    h_n = np.zeros_like(h0)
+    c_n = None if c0 is None else np.zeros_like(c0)
+    for row in range(B):
+        bounds = segment_bounds(resets[:, row], lengths[row])
+        for k, (start, end) in enumerate(bounds):
+            first, last = k == 0, k == len(bounds) - 1
+            keep = np.zeros((num_layers * D, 1, 1))
+            keep[0::D] = first and not resets[0, row]  # forward entries
+            if bidirectional:
+                keep[1::D] = last  # backward entries
+            hs = h0[:, row:row + 1] * keep
+            cs = None if c0 is None else c0[:, row:row + 1] * keep
+            ys, hn, cn = run_torch(module, mode, np.ascontiguousarray(x[start:end, row:row + 1]), hs, cs)
+            y[start:end, row] = ys[:, 0]
+            for index in range(num_layers * D):
+                if (index % D == 0 and last) or (index % D == 1 and first):
+                    h_n[index, row] = hn[index, 0]
+                    if c_n is not None:
+                        c_n[index, row] = cn[index, 0]
+    assert_all_close(ours, (y, h_n, c_n))
+    plain = numpy_rnn(w, b, x, h0, c0, mode, num_layers, H, bidirectional, False, seq_lengths=lengths)
+    assert np.abs(plain[0] - ours[0]).max() > 1e-3  # the resets matter
+
+
+def test_zero_length_is_an_empty_sequence():
+    """A length of 0: zero outputs and the initial state as the final state; the other rows are unaffected."""
+    w, b, x, h0, c0, _ = make_case(4, "lstm", 2, 4, 3, True, False)
+    ours = numpy_rnn(w, b, x, h0, c0, "lstm", 2, 4, True, False, seq_lengths=np.array([2, 0, 5]))
+    assert np.all(ours[0][:, 1] == 0)
+    np.testing.assert_array_equal(ours[1][:, 1], h0[:, 1])
+    np.testing.assert_array_equal(ours[2][:, 1], c0[:, 1])
+    rest = numpy_rnn(w, b, x[:, [0, 2]], h0[:, [0, 2]], c0[:, [0, 2]], "lstm", 2, 4, True, False,
+                     seq_lengths=np.array([2, 5]))
+    for got, want in zip(ours, rest):
+        np.testing.assert_array_equal(got[:, [0, 2]], want)
