@@ -406,25 +406,6 @@ def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, where: placement.
 _rnn.defvjp(_rnn_fwd, _rnn_bwd)
 
 
-def layer_config(config: RNNConfig, layer: int) -> RNNConfig:
-    """Layer ``layer`` of ``config`` as a single-layer network (skip input only ever applies to layer 0)."""
-    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
-                               input_mode=config.input_mode if layer == 0 else "linear_input")
-
-
-def layer_params(params: jax.Array, config: RNNConfig, layer: int) -> jax.Array:
-    """The opaque buffer of ``layer_config(config, layer)`` holding layer ``layer``'s weights and biases."""
-    single = layer_config(config, layer)
-    pieces = []
-    for direction in range(config.num_directions):
-        full_groups = layout.layer_slots(config, layer, direction)
-        single_groups = layout.layer_slots(single, 0, direction)
-        for group in layout.GROUP_NAMES:
-            for full, part in zip(full_groups[group], single_groups[group], strict=True):
-                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
-    return layout.assemble(pieces, single)
-
-
 def _compute_dtype(dtype: np.dtype) -> Any:
     return jnp.float64 if dtype == np.float64 else jnp.float32
 
@@ -438,9 +419,9 @@ def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout
     layer_input, h_n, c_n = x, [], []
     for layer in range(config.num_layers):
         states = slice(layer * directions, (layer + 1) * directions)
-        y, h_last, c_last = _rnn(layer_params(params, config, layer), layer_input, h0[states],
-                                 None if c0 is None else c0[states], seq_lengths, layer_config(config, layer),
-                                 allow_tf32, policy, where)
+        y, h_last, c_last = _rnn(layout.sub_params(params, config, layer), layer_input, h0[states],
+                                 None if c0 is None else c0[states], seq_lengths,
+                                 layout.sub_config(config, layer), allow_tf32, policy, where)
         h_n.append(h_last)
         c_n.append(c_last)
         if layer < config.num_layers - 1:

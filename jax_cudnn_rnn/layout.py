@@ -169,6 +169,30 @@ def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -
     return jnp.concatenate(parts)
 
 
+def sub_config(config: RNNConfig, layer: int, direction: int | None = None) -> RNNConfig:
+    """Layer ``layer`` of ``config`` as a one-layer network: both its directions, or with ``direction`` (0 forward,
+    1 backward) that direction alone as a unidirectional network. Skip input only ever applies to layer 0; no dropout
+    (there is no next layer)."""
+    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
+                               input_mode=config.input_mode if layer == 0 else "linear_input",
+                               direction=config.direction if direction is None else "unidirectional")
+
+
+def sub_params(params: jax.Array, config: RNNConfig, layer: int, direction: int | None = None) -> jax.Array:
+    """The opaque buffer of ``sub_config(config, layer, direction)``: those weights and biases of ``params``, sliced
+    (differentiable: gradients flow back to the full buffer)."""
+    single = sub_config(config, layer, direction)
+    sources = range(config.num_directions) if direction is None else (direction,)
+    pieces = []
+    for target, source in enumerate(sources):
+        full_groups = layer_slots(config, layer, source)
+        single_groups = layer_slots(single, 0, target)
+        for group in GROUP_NAMES:
+            for full, part in zip(full_groups[group], single_groups[group], strict=True):
+                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
+    return assemble(pieces, single)
+
+
 def params_to_canonical(params: jax.Array, config: RNNConfig) -> tuple[list[jax.Array], list[jax.Array]]:
     """Splits an opaque buffer into canonical (weights, biases) lists (order in the module docstring)."""
     params = _check_buffer(params, config)

@@ -191,30 +191,6 @@ def test_dropout_runs_layer_by_layer_for_cuda(monkeypatch):
     assert len(calls) == 9
 
 
-@pytest.mark.parametrize("cfg", [
-    jcr.RNNConfig(mode="lstm", num_layers=3, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
-    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input",
-                  bias_mode="single_recurrent"),
-    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=3, input_size=7, direction="bidirectional",
-                  bias_mode="none"),
-], ids=["lstm-bi-proj", "gru-skip-single", "relu-bi-nobias"])
-def test_layer_params_hold_the_layers_canonical_tensors(cfg):
-    """The dropout path's per-layer buffers carry exactly that layer's canonical weights and biases."""
-    params = jcr.init_params(jax.random.key(3), cfg)
-    weights, biases = jcr.params_to_canonical(params, cfg)
-    weight_slots, bias_slots = jcr.param_slots(cfg)
-    for layer in range(cfg.num_layers):
-        single = cudnn.layer_config(cfg, layer)
-        part = cudnn.layer_params(params, cfg, layer)
-        assert part.shape == (jcr.params_size(single),)
-        got_w, got_b = jcr.params_to_canonical(part, single)
-        want_w = [w for w, s in zip(weights, weight_slots) if s.layer == layer]
-        want_b = [b for b, s in zip(biases, bias_slots) if s.layer == layer]
-        assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
-        for got, want in zip(got_w + got_b, want_w + want_b):
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-
-
 def test_installed_without_extension_reports_why():
     """Whatever this installation is, the two status functions agree and the error says something useful."""
     if _extension.extension_loaded():

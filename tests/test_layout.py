@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import RNNConfig
+from jax_cudnn_rnn import RNNConfig, layout
 
 # ----------------------------------------------------------------------------------------------------------------------
 # params_size, hand-computed. Per layer and direction: G*H*in_l (input matrices, absent on layer 0 with skip input)
@@ -331,3 +331,31 @@ def test_random_configs_size_and_concatenation(mode, num_layers, num_units, inpu
     back_w, back_b = jcr.params_to_canonical(jnp.asarray(params), cfg)
     for a, b in zip(weights + biases, list(back_w) + list(back_b)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cfg", [
+    jcr.RNNConfig(mode="lstm", num_layers=3, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
+    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input",
+                  bias_mode="single_recurrent"),
+    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=3, input_size=7, direction="bidirectional",
+                  bias_mode="none"),
+], ids=["lstm-bi-proj", "gru-skip-single", "relu-bi-nobias"])
+def test_sub_params_hold_the_layers_canonical_tensors(cfg):
+    """A layer's buffer (both directions, as the cuDNN dropout path runs it) and one direction's (as the chunked
+    bidirectional path runs it) carry exactly those canonical weights and biases."""
+    params = jcr.init_params(jax.random.key(3), cfg)
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    weight_slots, bias_slots = jcr.param_slots(cfg)
+    for layer, direction in itertools.product(range(cfg.num_layers), (None, *range(cfg.num_directions))):
+        single = layout.sub_config(cfg, layer, direction)
+        assert single.num_layers == 1 and single.input_size == cfg.layer_input_size(layer)
+        assert single.direction == (cfg.direction if direction is None else "unidirectional")
+        part = layout.sub_params(params, cfg, layer, direction)
+        assert part.shape == (jcr.params_size(single),)
+        got_w, got_b = jcr.params_to_canonical(part, single)
+        keep = lambda slot: slot.layer == layer and direction in (None, slot.direction)  # noqa: E731
+        want_w = [w for w, slot in zip(weights, weight_slots) if keep(slot)]
+        want_b = [b for b, slot in zip(biases, bias_slots) if keep(slot)]
+        assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
+        for got, want in zip(got_w + got_b, want_w + want_b):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
