@@ -28,6 +28,10 @@ Dropout. cuDNN's own dropout is never used (its masks cannot match the CPU imple
 network runs layer by layer, each layer a single-layer cuDNN call over its own slice of the opaque buffer, and layer
 l's output is multiplied by ``dropout.dropout_masks(key, ...)[l]`` before entering layer l + 1, as the xla
 implementation does; gradients flow back to the full buffer through the slicing.
+
+What cuDNN cannot do itself, ``backend`` and its callers build around these calls in ordinary JAX: an x longer than
+``MAX_TIME_STEPS`` runs as time chunks with the state carried and a length of 0 as an empty sequence
+(jax_cudnn_rnn/chunking.py).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 from jax.interpreters import batching as jax_batching
 from jax.interpreters import mlir
 
-from jax_cudnn_rnn import _extension, algorithm, batching, dropout, layout, partitioning, placement
+from jax_cudnn_rnn import _extension, algorithm, batching, chunking, dropout, layout, partitioning, placement
 from jax_cudnn_rnn.config import RNNConfig
 
 
@@ -410,11 +414,20 @@ def _compute_dtype(dtype: np.dtype) -> Any:
     return jnp.float64 if dtype == np.float64 else jnp.float32
 
 
+def _dropout_masks(dropout_key, config: RNNConfig, x_shape) -> list[jax.Array]:
+    return dropout.dropout_masks(dropout_key, config, (x_shape[0], x_shape[1], config.output_size),
+                                 _compute_dtype(config.dtype))
+
+
 def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool,
                       policy: str, where: placement.Placement = placement.UNKNOWN):
-    num_steps, batch, _ = x.shape
+    masks = _dropout_masks(dropout_key, config, x.shape)
+    return _rnn_with_masks(params, x, h0, c0, seq_lengths, config, masks, allow_tf32, policy, where)
+
+
+def _rnn_with_masks(params, x, h0, c0, seq_lengths, config: RNNConfig, masks, allow_tf32: bool, policy: str,
+                    where: placement.Placement = placement.UNKNOWN):
     compute_dtype = _compute_dtype(config.dtype)
-    masks = dropout.dropout_masks(dropout_key, config, (num_steps, batch, config.output_size), compute_dtype)
     directions = config.num_directions
     layer_input, h_n, c_n = x, [], []
     for layer in range(config.num_layers):
@@ -454,23 +467,49 @@ def call_placement(params, x, h0, c0, seq_lengths) -> placement.Placement:
     return placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
 
 
+MAX_TIME_STEPS = 65535
+"""The most time steps one cuDNN call is given; a longer x runs as time chunks with the state carried
+(``chunking.run_chunked``). PyTorch's cuDNN LSTM fails with CUDNN_STATUS_NOT_SUPPORTED at 65,536 steps and runs
+65,535 (pytorch issue 133751, PyTorch 2.4). Not yet measured with this library's calls on a GPU: tests/test_cudnn_gpu.py
+checks both sides of it."""
+
+
+def backend(allow_tf32: bool = False, algorithm_policy: str | None = None) -> chunking.Backend:
+    """cuDNN as a fused backend (``chunking.Backend``): ``run(params, x, h0, c0, config, seq_lengths, dropout_masks)``
+    with lengths in [0, T] (0: an empty sequence) and any T (time chunks of at most ``MAX_TIME_STEPS``, read at each
+    call); dropout masks run the network layer by layer. ``allow_tf32`` and ``algorithm_policy`` as ``rnn_cudnn``'s."""
+    check_available()
+    allow_tf32 = bool(allow_tf32)
+    policy = algorithm.check_policy(algorithm_policy)
+
+    def call(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+        where = call_placement(params, x, h0, c0, seq_lengths)
+        if dropout_masks:
+            return _rnn_with_masks(params, x, h0, c0, seq_lengths, config, dropout_masks, allow_tf32, policy, where)
+        return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, where)
+
+    def run(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+        return chunking.run_chunked(call, MAX_TIME_STEPS, params, x, h0, c0, config, seq_lengths, dropout_masks)
+
+    return run
+
+
 def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_training: bool = False, dropout_key=None,
               allow_tf32: bool = False, algorithm_policy: str | None = None):
     """cuDNN's stacked LSTM/GRU/RNN. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
 
-    params 1-D ``params_size(config)`` of config.dtype; x [T, B, input_size]; h0 [L*D, B, hidden_size]; c0
-    [L*D, B, num_units] (LSTM) or None; seq_lengths int32 [B] in [1, T] or None (checked again on the device: an
-    out-of-range length fails the call, naming seq_lengths); dropout_key: a PRNG key when inter-layer dropout applies
-    (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use TF32 tensor cores;
-    algorithm_policy: ``rnn``'s ``algorithm`` (see jax_cudnn_rnn/algorithm.py). The algorithm is chosen once per
-    call, while it is traced, for the batch each device runs and on the call's GPU (``call_placement``).
+    params 1-D ``params_size(config)`` of config.dtype; x [T, B, input_size] (any T: see ``MAX_TIME_STEPS``); h0
+    [L*D, B, hidden_size]; c0 [L*D, B, num_units] (LSTM) or None; seq_lengths int32 [B] in [0, T] or None (0 is an
+    empty sequence; a length above T fails the call on the device, naming seq_lengths); dropout_key: a PRNG key when
+    inter-layer dropout applies (is_training and config.dropout > 0), else None; allow_tf32: let float32 GEMMs use
+    TF32 tensor cores; algorithm_policy: ``rnn``'s ``algorithm`` (see jax_cudnn_rnn/algorithm.py). The algorithm is
+    chosen once per cuDNN call, while it is traced, for the batch each device runs and on the call's GPU
+    (``call_placement``).
 
     Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
     """
-    check_available()
-    allow_tf32 = bool(allow_tf32)
-    policy = algorithm.check_policy(algorithm_policy)
-    where = call_placement(params, x, h0, c0, seq_lengths)
+    run = backend(allow_tf32, algorithm_policy)
+    masks = None
     if dropout_key is not None and is_training and config.dropout > 0 and config.num_layers > 1:
-        return _rnn_with_dropout(params, x, h0, c0, seq_lengths, config, dropout_key, allow_tf32, policy, where)
-    return _rnn(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, where)
+        masks = _dropout_masks(dropout_key, config, x.shape)
+    return run(params, x, h0, c0, config, seq_lengths, masks)

@@ -72,10 +72,10 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
         raise TypeError(f"seq_lengths has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
     if _is_concrete(seq_lengths):
         lengths = np.asarray(seq_lengths)
-        bad = np.flatnonzero((lengths < 1) | (lengths > num_steps))
+        bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))
         if bad.size:
-            raise ValueError(f"seq_lengths[{bad[0]}] is {lengths[bad[0]]}; every length must be in [1, {num_steps}] "
-                             f"= [1, max_time]")
+            raise ValueError(f"seq_lengths[{bad[0]}] is {lengths[bad[0]]}; every length must be in [0, {num_steps}] "
+                             f"= [0, max_time]")
 
 
 _PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
@@ -114,11 +114,11 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         hidden_size is num_units, or proj_size for a projected LSTM.
       c0: LSTM initial cell state [num_layers * num_directions, B, num_units]; must be None for the other modes.
       config: the RNNConfig (optional with RNNParams).
-      seq_lengths: optional int32 [B], each in [1, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
+      seq_lengths: optional int32 [B], each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
-        semantics). Checked when concrete; under ``jax.jit`` the lengths are not checked, the xla implementations treat
-        a length above T as T and a length below 1 as an empty sequence (zero outputs, h_n = h0), the cuDNN
-        implementation raises at run time.
+        semantics). A length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed
+        sequence has no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
+        acts as 0, and one above T acts as T in the xla implementations and fails the cuDNN call at run time.
       is_training: applies inter-layer dropout when ``config.dropout > 0``.
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
       implementation: None (the best implementation available for the platform the computation is lowered for:

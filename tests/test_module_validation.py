@@ -35,7 +35,7 @@ def test_feature_size_differs_from_init(lstm):
 
 def test_seq_lengths_out_of_range(lstm):
     module, variables = lstm
-    with pytest.raises(ValueError, match=re.escape("seq_lengths[1] is 6; every length must be in [1, 5]")):
+    with pytest.raises(ValueError, match=re.escape("seq_lengths[1] is 6; every length must be in [0, 5]")):
         module.apply(variables, jnp.ones((B, T, I)), seq_lengths=jnp.array([5, 6], jnp.int32))
 
 

@@ -114,15 +114,15 @@ def test_seq_lengths_dtype():
             lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])))
 
 
-@pytest.mark.parametrize("lengths, index, value", [([1, 0, 2], 1, 0), ([1, 2, 6], 2, 6), ([-1, 2, 3], 0, -1)])
+@pytest.mark.parametrize("lengths, index, value", [([1, -1, 2], 1, -1), ([1, 2, 6], 2, 6), ([-1, 2, 3], 0, -1)])
 def test_seq_lengths_range(lengths, index, value):
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape(f"seq_lengths[{index}] is {value}; every length must be in [1, 5]"),
+    _raises(ValueError, re.escape(f"seq_lengths[{index}] is {value}; every length must be in [0, 5]"),
             lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array(lengths, jnp.int32)))
 
 
 def test_seq_lengths_under_jit_never_reads_out_of_bounds():
-    """Under jit lengths cannot be checked; the documented behaviour: > T acts as T, < 1 as an empty sequence."""
+    """Under jit lengths cannot be checked; the documented behaviour: > T acts as T, < 0 as 0 (an empty sequence)."""
     cfg, p, x, h0, c0 = _setup()
     run = jax.jit(lambda lengths: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation="xla"))
     y, h_n, c_n = run(jnp.array([9, 0, -4], jnp.int32))
