@@ -20,6 +20,7 @@ forward and backward are compiled together, as in ``jax.jit(jax.grad(...))``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ import jax
 import jax.extend
 from jax.interpreters import mlir
 
-from jax_cudnn_rnn import cudnn, dropout, placement, xla
+from jax_cudnn_rnn import cudnn, dropout, placement, segments, xla
 from jax_cudnn_rnn.config import RNNConfig
 
 DEFAULT = "default"  # the CANDIDATES entry for platforms without their own
@@ -53,9 +54,10 @@ class Backend:
     platforms: the lowering platforms it runs on ("cpu", "cuda", ...); None for every platform.
     unavailable: what it needs that this process lacks ("the cuDNN extension, which is not loaded: ..."), or None.
     unsupported: what it needs that a call lacks, or None when it can run the call.
-    run: ``run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm)`` ->
-      (y, h_n, c_n), with arguments as ``rnn()`` after validation (precision "float32" or "tensorfloat32", dropout_key
-      None unless inter-layer dropout applies).
+    run: ``run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm, resets,
+      max_segments)`` -> (y, h_n, c_n), with arguments as ``rnn()`` after validation (precision "float32" or
+      "tensorfloat32", dropout_key None unless inter-layer dropout applies, resets None or bool [T, B]). A fused
+      backend without resets of its own runs them through ``segments.rnn_segmented``, as cuDNN does.
     """
 
     name: str
@@ -65,23 +67,35 @@ class Backend:
     run: Callable[..., tuple[Any, Any, Any]]
 
 
+def _dropout_masks(dropout_key, config: RNNConfig, x) -> list[Any] | None:
+    """``dropout.dropout_masks`` for x's [T, B] in the dtype the implementations compute in; None without a key."""
+    if dropout_key is None:
+        return None
+    return dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
+                                 xla.compute_dtype(config.dtype))
+
+
 def _run_xla(implementation: Callable[..., Any]) -> Callable[..., tuple[Any, Any, Any]]:
-    def run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm):
-        del is_training, algorithm  # dropout_key is given exactly when dropout applies; no algorithm to choose
-        masks = None
-        if dropout_key is not None:
-            masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
-                                          xla.compute_dtype(config.dtype))
-        return implementation(params, x, h0, c0, config, seq_lengths=seq_lengths, dropout_masks=masks,
-                              precision=precision)
+    def run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm, resets=None,
+            max_segments=None):
+        del is_training, algorithm, max_segments  # dropout_key is given exactly when dropout applies
+        return implementation(params, x, h0, c0, config, seq_lengths=seq_lengths,
+                              dropout_masks=_dropout_masks(dropout_key, config, x), precision=precision,
+                              resets=resets)
 
     return run
 
 
-def _run_cudnn(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm):
-    return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
-                           dropout_key=dropout_key, allow_tf32=precision == "tensorfloat32",
-                           algorithm_policy=algorithm)
+def _run_cudnn(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm,
+               resets=None, max_segments=None):
+    allow_tf32 = precision == "tensorfloat32"
+    if resets is None:
+        return cudnn.rnn_cudnn(params, x, h0, c0, config, seq_lengths=seq_lengths, is_training=is_training,
+                               dropout_key=dropout_key, allow_tf32=allow_tf32, algorithm_policy=algorithm)
+    # cuDNN cannot zero the state mid-sequence: every segment becomes a row of its own, xla beyond max_segments.
+    fallback = functools.partial(xla.rnn_xla, precision=precision)
+    return segments.rnn_segmented(cudnn.backend(allow_tf32, algorithm), fallback, params, x, h0, c0, config,
+                                  seq_lengths, resets, _dropout_masks(dropout_key, config, x), max_segments)
 
 
 _BACKENDS: dict[str, Backend] = {}

@@ -31,7 +31,8 @@ implementation does; gradients flow back to the full buffer through the slicing.
 
 What cuDNN cannot do itself, ``backend`` and its callers build around these calls in ordinary JAX: an x longer than
 ``MAX_TIME_STEPS`` runs as time chunks with the state carried and a length of 0 as an empty sequence
-(jax_cudnn_rnn/chunking.py).
+(jax_cudnn_rnn/chunking.py); ``rnn(..., resets=...)`` runs every segment as a row of its own
+(jax_cudnn_rnn/segments.py).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None) -> None:
+def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None,
+                 resets: Any = None) -> None:
     """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong."""
     if not isinstance(config, RNNConfig):
         raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
@@ -63,6 +64,12 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
         _check_array("c0", c0, cell_shape, cell_meaning, config.dtype)
     elif c0 is not None:
         raise ValueError(f"c0 was given but mode {config.mode!r} has no cell state; pass c0=None")
+    if resets is not None:
+        shape = _shape_of("resets", resets)
+        if shape != (num_steps, batch):
+            raise ValueError(f"resets has shape {shape}; expected ({num_steps}, {batch}) = (max_time, batch) like x")
+        if np.dtype(resets.dtype) != np.bool_:
+            raise TypeError(f"resets has dtype {np.dtype(resets.dtype).name}; expected bool")
     if seq_lengths is None:
         return
     shape = _shape_of("seq_lengths", seq_lengths)
@@ -103,7 +110,7 @@ def resolve_precision(precision: Any) -> str:
 
 def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
         is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
-        precision: Any = None, algorithm: str | None = None):
+        precision: Any = None, algorithm: str | None = None, resets: Any = None, max_segments: int | None = None):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
@@ -137,6 +144,17 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         run for this shape once per process, at trace time, and keep the fastest), or one of "standard",
         "persist_static", "persist_static_small_h" (a ValueError says why when cuDNN cannot run it here). Results
         agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/algorithm.py.
+      resets: optional bool [T, B]. Where ``resets[t, b]``, a new segment starts at step t of sequence b: the state
+        entering step t is zero in every layer (h and c), and each segment is an independent sequence. The forward
+        direction of the first segment starts from h0/c0 (from zero if ``resets[0, b]``); the backward direction
+        runs each segment from its last valid step starting from zero, except the last segment, which starts from
+        h0/c0's backward entries. h_n/c_n: forward entries after the last valid step, backward entries after
+        position 0. Resets at steps >= len change nothing. The xla implementations mask the state inside their scan;
+        cuDNN runs every segment as a row of its own (jax_cudnn_rnn/segments.py).
+      max_segments: implementation="cudnn" with ``resets`` only (the others accept and ignore it): the static number
+        of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (B
+        plus the resets at valid steps > 0) runs the xla implementation instead, with the same results. The packed
+        batch costs memory and time in proportion to max_segments * T.
 
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
@@ -148,7 +166,14 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         params, config = params.buffer, params.config
     elif config is None:
         raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
-    check_inputs(params, x, h0, c0, config, seq_lengths)
+    check_inputs(params, x, h0, c0, config, seq_lengths, resets)
+    if max_segments is not None:
+        if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
+            raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} "
+                            f"{max_segments!r}")
+        if max_segments < x.shape[1]:
+            raise ValueError(f"max_segments is {max_segments}; expected None or an int >= {x.shape[1]} = batch (each "
+                             f"sequence is at least one segment)")
     if not isinstance(is_training, (bool, np.bool_)):
         raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
                         f"{type(is_training).__name__}")
@@ -162,5 +187,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     where = placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
     choices = backends.resolve(implementation, call, where)
     lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
+    resets = None if resets is None else jnp.asarray(resets)
     return backends.run(choices, implementation, params, x, h0, c0, lengths, dropout_key if apply_dropout else None,
-                        config=config, is_training=bool(is_training), precision=precision, algorithm=algorithm)
+                        config=config, is_training=bool(is_training), precision=precision, algorithm=algorithm,
+                        resets=resets, max_segments=max_segments)

@@ -11,6 +11,7 @@ GEMMs, differentiated by JAX itself. It is slower, but it supports every transfo
 
 Both share the cell equations (cuDNN's, see DESIGN.md) and the sequence-length semantics: a step t >= len leaves the
 state unchanged and outputs zero; the backward direction scans t = T-1 .. 0, so it starts at len-1 on each sequence.
+Resets are a second per-step mask: where it is set, the state entering the step is zero (``reset_masks``).
 Half-precision inputs are computed in float32 and cast back.
 """
 
@@ -136,6 +137,13 @@ def _masked(mask_t: Array | None, new: Array | None, old: Array | None) -> Array
     return jnp.where(mask_t, new, old)
 
 
+def _zeroed(reset_t: Array | None, state: Array | None) -> Array | None:
+    """The state (or its gradient) with the rows where ``reset_t`` [B, 1] is set zeroed."""
+    if reset_t is None or state is None:
+        return state
+    return jnp.where(reset_t, jnp.zeros((), state.dtype), state)
+
+
 def _add(a: Array, b: Array | None) -> Array:
     return a if b is None else a + b
 
@@ -153,17 +161,19 @@ def _project(h_full: Array, w_proj: Array | None) -> Array:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
 def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
                 w_rec: Array, b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None,
-                mask: Array | None):
+                mask: Array | None, reset: Array | None):
     """Runs the recurrence over precomputed input projections.
 
     xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
     pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or
-    None, h0 [B, P], c0 [B, H] or None, mask [T, B, 1] bool or None (P = H without projection). ``precision`` is a
-    jax.default_matmul_precision value for every matmul, the backward pass's included.
+    None, h0 [B, P], c0 [B, H] or None, mask [T, B, 1] bool or None (P = H without projection), reset [T, B, 1] bool
+    or None (zero the state entering the step, in scan order). ``precision`` is a jax.default_matmul_precision value
+    for every matmul, the backward pass's included.
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
     with jax.default_matmul_precision(precision):
-        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, save=False)
+        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset,
+                                 save=False)
     return outputs
 
 
@@ -172,13 +182,13 @@ def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
     return lax.dot_general(h, w_rec, (((1,), (1,)), ((), ())))
 
 
-def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, save):
+def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
     b_ins = None if b_in is None else gate_inputs(mode, b_in)
 
     def step(carry, inputs):
-        h, c = carry
-        xps_t, mask_t = inputs
+        xps_t, mask_t, reset_t = inputs
+        h, c = (_zeroed(reset_t, state) for state in carry)
         if b_ins is not None:
             xps_t = tuple(xp_t + b for xp_t, b in zip(xps_t, b_ins, strict=True))
         h_full, c_new, saved = _cell(mode, xps_t, _add(_recurrent_matmul(h, w_rec), b_rec), h, c, cell_clip)
@@ -186,15 +196,15 @@ def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (_masked(mask_t, h_new, h), _masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
 
-    (h_n, c_n), stacked = lax.scan(step, (h0, c0), (gate_inputs(mode, xp), mask), reverse=reverse)
+    (h_n, c_n), stacked = lax.scan(step, (h0, c0), (gate_inputs(mode, xp), mask, reset), reverse=reverse)
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask):
+def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
     with jax.default_matmul_precision(precision):
         outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0,
-                                                       c0, mask, save=True)
-    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask)
+                                                       c0, mask, reset, save=True)
+    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask, reset)
 
 
 def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
@@ -203,12 +213,12 @@ def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
 
 
 def _backward(mode, reverse, cell_clip, residuals, cotangents):
-    has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask = residuals
+    has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask, reset = residuals
     d_ys, dh_n, dc_n = cotangents
 
     def step(carry, inputs):
         dh, dc = carry  # gradient w.r.t. the state after this step
-        d_y, saved_t, h, c, mask_t = inputs
+        d_y, saved_t, h, c, mask_t, reset_t = inputs  # h, c: the state the step read (after any reset)
         dh_new = dh + d_y
         if mask_t is not None:  # a masked step passed the state through unchanged
             dh_new, dh_pass = jnp.where(mask_t, dh_new, 0), jnp.where(mask_t, 0, dh)
@@ -222,9 +232,9 @@ def _backward(mode, reverse, cell_clip, residuals, cotangents):
             if dc_prev is not None:
                 dc_prev = dc_prev + dc_pass
         stacked = (d_xp, d_hp if mode == "gru" else None, None if w_proj is None else (dh_new, h_full))
-        return (dh_prev, dc_prev), stacked
+        return (_zeroed(reset_t, dh_prev), _zeroed(reset_t, dc_prev)), stacked
 
-    (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask),
+    (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset),
                                                      reverse=not reverse)
     # Weight gradients as one GEMM each, contracting time and batch together. Written as einsums over (t, b) rather
     # than reshapes to [T*B, ...], so that a batch-sharded computation reduces partial sums instead of gathering.
@@ -233,7 +243,7 @@ def _backward(mode, reverse, cell_clip, residuals, cotangents):
     d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
     d_w_proj = None if proj_terms is None else jnp.einsum("tbp,tbh->ph", *proj_terms)
     d_b_in = d_xp.sum(axis=(0, 1)) if has_b_in else None
-    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None
+    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None, None
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
@@ -290,20 +300,20 @@ def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: s
     return _input_gemm(x, w_in, precision)
 
 
-def _fast_direction(config, x, weights, h0, c0, mask, reverse, precision):
+def _fast_direction(config, x, weights, h0, c0, mask, reset, reverse, precision):
     w_in, w_rec, w_proj, b_in, b_rec = weights
     xp = _input_projection(x, w_in, config.num_gates, precision)
     return _recurrence(config.mode, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
-                       mask)
+                       mask, reset)
 
 
-def _reference_direction(config, x, weights, h0, c0, mask, reverse, precision):
+def _reference_direction(config, x, weights, h0, c0, mask, reset, reverse, precision):
     del precision  # set around the whole run by _run; autodiff keeps each matmul's precision
     w_in, w_rec, w_proj, b_in, b_rec = weights
 
     def step(carry, inputs):
-        h, c = carry
-        x_t, mask_t = inputs
+        x_t, mask_t, reset_t = inputs
+        h, c = (_zeroed(reset_t, state) for state in carry)
         xp = _add(jnp.tile(x_t, (1, config.num_gates)) if w_in is None else x_t @ w_in.T, b_in)
         hp = _add(h @ w_rec.T, b_rec)
         h_full, c_new, _ = _cell(config.mode, gate_inputs(config.mode, xp), hp, h, c, config.cell_clip)
@@ -311,21 +321,35 @@ def _reference_direction(config, x, weights, h0, c0, mask, reverse, precision):
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (_masked(mask_t, h_new, h), _masked(mask_t, c_new, c)), y
 
-    (h_n, c_n), ys = lax.scan(step, (h0, c0), (x, mask), reverse=reverse)
+    (h_n, c_n), ys = lax.scan(step, (h0, c0), (x, mask, reset), reverse=reverse)
     return ys, h_n, c_n
 
 
-def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision):
+def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]:
+    """Where each direction zeroes the state entering a step, as [T, B, 1] bool masks (forward, backward).
+
+    resets [T, B] bool: a segment starts at step t. The forward direction zeroes the state entering t; the backward
+    direction reads t = T-1 .. 0, so a segment starting at t + 1 zeroes the state entering t. Only valid steps
+    (t < seq_lengths) count: a reset in the padding changes nothing.
+    """
+    if seq_lengths is not None:
+        resets = resets & (jnp.arange(resets.shape[0], dtype=jnp.int32)[:, None] < seq_lengths[None, :])
+    backward = jnp.concatenate([resets[1:], jnp.zeros_like(resets[:1])])
+    return resets[:, :, None], backward[:, :, None]
+
+
+def _run(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
     with jax.default_matmul_precision(precision):
-        return _layers(direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)
+        return _layers(direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
 
 
-def _layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision):
+def _layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
     dtype = compute_dtype(config.dtype)
     num_steps = x.shape[0]
     mask = None
     if seq_lengths is not None:
         mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :])[:, :, None]
+    reset = (None, None) if resets is None else reset_masks(resets, seq_lengths)
     layer_input = x.astype(dtype)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
@@ -334,8 +358,8 @@ def _layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dro
             index = layer * config.num_directions + direction
             weights = _layer_weights(params, config, layer, direction, dtype)
             ys, h_last, c_last = direction_fn(config, layer_input, weights, h0[index].astype(dtype),
-                                              None if c0 is None else c0[index].astype(dtype), mask, direction == 1,
-                                              precision)
+                                              None if c0 is None else c0[index].astype(dtype), mask,
+                                              reset[direction], direction == 1, precision)
             outputs.append(ys)
             h_n.append(h_last)
             c_n.append(c_last)
@@ -347,12 +371,15 @@ def _layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dro
             None if c0 is None else jnp.stack(c_n).astype(out_dtype))
 
 
-def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32"):
+def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32",
+            resets=None):
     """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``;
-    ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul)."""
-    return _run(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)
+    ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul); ``resets``
+    bool [T, B] or None."""
+    return _run(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
 
 
-def rnn_reference(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32"):
+def rnn_reference(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32",
+                  resets=None):
     """The naive per-step version, differentiable in every mode (jvp included)."""
-    return _run(_reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision)
+    return _run(_reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)

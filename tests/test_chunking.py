@@ -1,6 +1,6 @@
 """Sequences of any length (chunking.py): time chunks with the state carried, run over the xla implementation as the
 stand-in fused backend with the step limit lowered, equal one unchunked xla call in values and every gradient; a
-backend that refuses lengths of 0 never sees one.
+backend that refuses lengths of 0 never sees one; resets (segments.py) compose with chunking.
 
 Tolerance 1e-5 (float32): the same arithmetic, only the input GEMMs are split over time.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import chunking, xla
+from jax_cudnn_rnn import chunking, segments, xla
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import draw_inputs, make_config  # noqa: E402
@@ -106,6 +106,35 @@ def test_reverse_rows_reverses_within_each_length():
         np.testing.assert_array_equal(got[:, row], np.concatenate([column[:length][::-1], column[length:]]))
     np.testing.assert_array_equal(chunking.reverse_rows(chunking.reverse_rows(a, lengths), lengths), a)
     np.testing.assert_array_equal(chunking.reverse_rows(a, None), a[::-1])
+
+
+def test_resets_compose_with_chunking():
+    """The segment repacking over a chunked backend (what the cuDNN path runs for a long window with resets) equals
+    the xla implementation's own resets, values and gradients."""
+    cfg = make_config("lstm", 1, "bidirectional")
+    inputs = tuple(jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(5), T, B))
+    lengths = jnp.array([6, 3, 7, 1], jnp.int32)
+    resets = np.zeros((T, B), bool)
+    resets[[2, 5], 0] = True
+    resets[[0, 1, 2], 1] = True
+    resets[3, 2] = True
+    resets = jnp.asarray(resets)
+    chunked = functools.partial(chunking.run_chunked, XLA, 2)
+
+    def packed(params, x, h0, c0, cfg, lengths, masks):
+        return segments.rnn_segmented(chunked, XLA, params, x, h0, c0, cfg, lengths, resets, masks, T * B)
+
+    def own(params, x, h0, c0, cfg, lengths, masks):
+        return xla.rnn_xla(params, x, h0, c0, cfg, lengths, masks, resets=resets)
+
+    @jax.jit
+    def both(inputs):
+        return [jax.value_and_grad(functools.partial(_loss_and_outputs, run, cfg, lengths, None),
+                                   argnums=(0, 1, 2, 3), has_aux=True)(*inputs) for run in (packed, own)]
+
+    ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
+    for a, b in zip((*got, *got_grads), (*want, *want_grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_max_steps_must_be_a_positive_int():

@@ -6,6 +6,7 @@ Without the extension these tests skip; with JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 (
 instead, so a silently skipped build cannot pass.
 """
 
+import functools
 import glob
 import os
 import re
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cudnn
+from jax_cudnn_rnn import _extension, cudnn, segments, xla
 
 EXPECTED_TARGETS = {"jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"}
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
@@ -199,3 +200,46 @@ def test_installed_without_extension_reports_why():
     else:
         assert _extension.registered_targets() == ()
         assert "cuDNN extension" in _extension.extension_error()
+
+
+def _lowered_for_cuda(fn, *args):
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, monkeypatch):
+    """The cuDNN path with resets is one forward over the packed batch of max_segments rows (each segment a row, with
+    the segments' lengths), under a conditional whose other branch is the xla implementation (no custom call)."""
+    monkeypatch.setattr(cudnn, "check_available", lambda: None)
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional")
+    params, x, h0, c0, lengths = _inputs(cfg)
+    resets = jnp.zeros((6, 3), bool).at[2, 0].set(True)
+    fallback = functools.partial(xla.rnn_xla, precision="float32")
+
+    def run(params, x, h0, c0):
+        return segments.rnn_segmented(cudnn.backend(False, "standard"), fallback, params, x, h0, c0, cfg, lengths,
+                                      resets, None, 5)
+
+    text = _lowered_for_cuda(run, params, x, h0, c0)
+    calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
+    assert "tensor<6x5x5xf32>" in calls[0] and "tensor<5xi32>" in calls[0]  # x [T, max_segments, I], lengths
+    assert "stablehlo.case" in text
+
+
+@pytest.mark.parametrize("direction, calls_per_layer", [("unidirectional", None), ("bidirectional", 4)])
+def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, monkeypatch, direction, calls_per_layer):
+    """With the step limit lowered to 4, T = 6 runs as chunks of 4 and 2 steps: the whole unidirectional stack per
+    chunk; a bidirectional network layer by layer and direction by direction, each a unidirectional one-layer call."""
+    monkeypatch.setattr(cudnn, "check_available", lambda: None)
+    monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", 4)
+    cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=8, input_size=5, direction=direction)
+    params, x, h0, c0, lengths = _inputs(cfg)
+    text = _lowered_for_cuda(lambda *a: cudnn.rnn_cudnn(*a, cfg, seq_lengths=lengths, algorithm_policy="standard"),
+                             params, x, h0, c0)
+    calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
+    steps = [int(re.search(r"\(tensor<(\d+)x3x", call).group(1)) for call in calls]
+    if calls_per_layer is None:
+        assert steps == [4, 2] and all("num_layers = 2 : i64" in call for call in calls)
+    else:
+        assert sorted(steps) == [2] * 4 + [4] * 4
+        assert all('direction = "unidirectional"' in call and "num_layers = 1 : i64" in call for call in calls)
