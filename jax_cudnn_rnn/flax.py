@@ -3,6 +3,13 @@
 The parameters are one ``RNNParams`` named ``rnn_params`` (the opaque buffer, ``param_dtype``, cuDNN's layout), so an
 optax state mirrors it and ``checkpoint.CanonicalCheckpointHandler`` writes it in canonical form. Batch-major by
 default like ``flax.linen.RNN``; the input size is taken from the input at init.
+
+Streaming: ``initial_carry`` and ``return_carry`` as in ``flax.linen.RNN``. For a unidirectional network, a sequence fed
+window by window, each window's final carry passed on as the next one's ``initial_carry``, gives exactly the outputs,
+final carry and gradients of one call over the whole sequence, with ``seq_lengths`` counted per window (a window past a
+sequence's end has length 0 and passes its carry through) and ``resets`` sliced per window. ``initialize_carry`` makes
+the zero carry to start from. (A bidirectional network's backward direction reads a window from its end, so it cannot
+stream.)
 """
 
 from __future__ import annotations
@@ -26,12 +33,46 @@ def make_config(mode: str, num_units: int, num_layers: int, input_size: int, dir
                      cell_clip=cell_clip, bias_mode=bias_mode)
 
 
+def zero_carry(config: RNNConfig, batch: int, dtype: Any) -> Any:
+    """The zero carry of ``config`` for ``batch`` sequences in ``dtype``: ``(h, c)`` for LSTM, ``h`` otherwise, with
+    h [num_layers*D, batch, hidden] (hidden = proj_size or num_units) and c [num_layers*D, batch, num_units]."""
+    h = jnp.zeros(config.state_shape(batch), dtype)
+    return (h, jnp.zeros(config.cell_shape(batch), dtype)) if config.has_cell_state else h
+
+
+def carry_batch(input_shape: Any, time_major: bool) -> int:
+    """The batch size in ``input_shape``: the whole input's shape (rank 3, [B, T, I] or time-major [T, B, I]) or one
+    step's (rank 2, (B, I), as Flax's cells take it)."""
+    shape = tuple(input_shape)
+    if len(shape) == 2:
+        return shape[0]
+    if len(shape) == 3:
+        return shape[1] if time_major else shape[0]
+    raise ValueError(f"input_shape is {shape}; expected the input's shape "
+                     f"({'time, batch' if time_major else 'batch, time'}, features) or one step's (batch, features)")
+
+
+def _time_major_resets(resets: Any, x_shape: tuple[int, ...], time_major: bool) -> jax.Array:
+    """``resets`` checked against x's layout and returned time-major [T, B] (the layout ``ops.rnn`` takes)."""
+    resets = jnp.asarray(resets)
+    layout_name = "(time, batch)" if time_major else "(batch, time)"
+    if resets.shape != tuple(x_shape[:2]):
+        raise ValueError(f"resets has shape {resets.shape}; expected {tuple(x_shape[:2])} = {layout_name}, the first "
+                         f"two axes of x")
+    if resets.dtype != jnp.bool_:
+        raise TypeError(f"resets has dtype {resets.dtype}; expected bool")
+    return resets if time_major else resets.T
+
+
 def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
               initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
-              precision: Any = None, algorithm: str | None = None, return_carry: bool = False):
+              precision: Any = None, algorithm: str | None = None, return_carry: bool = False, resets: Any = None,
+              max_segments: int | None = None):
     """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (the buffer is cast).
 
     ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
+    ``seq_lengths``: int [B] in [0, T]. ``resets``: bool [B, T] (or [T, B] when ``time_major``), ``rnn``'s resets;
+    ``max_segments``: ``rnn``'s (cuDNN only).
     Returns y ([B, T, D*H] or time-major), or ``(carry, y)`` with ``return_carry`` (carry shaped like
     ``initial_carry``), as ``flax.linen.RNN`` does.
     """
@@ -51,10 +92,11 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
                          f"the module's parameters were made for")
     xs = x if time_major else jnp.swapaxes(x, 0, 1)
     batch = xs.shape[1]
+    if resets is not None:
+        resets = _time_major_resets(resets, x.shape, time_major)
     if initial_carry is None:
-        h0 = jnp.zeros(run_config.state_shape(batch), compute_dtype)
-        c0 = jnp.zeros(run_config.cell_shape(batch), compute_dtype) if config.has_cell_state else None
-    elif config.has_cell_state:
+        initial_carry = zero_carry(run_config, batch, compute_dtype)
+    if config.has_cell_state:
         h0, c0 = initial_carry
         h0, c0 = jnp.asarray(h0, compute_dtype), jnp.asarray(c0, compute_dtype)
     else:
@@ -63,7 +105,7 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         seq_lengths = jnp.asarray(seq_lengths, jnp.int32)
     y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
                           is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
-                          precision=precision, algorithm=algorithm)
+                          precision=precision, algorithm=algorithm, resets=resets, max_segments=max_segments)
     if not time_major:
         y = jnp.swapaxes(y, 0, 1)
     if not return_carry:
@@ -101,8 +143,9 @@ class RNN(nn.Module):
       implementation: None (cuDNN on GPU, else "xla"), "cudnn", "xla" or "reference".
       deterministic: default for ``__call__``'s argument; True when both are None.
 
-    ``__call__(x, seq_lengths=None, initial_carry=None, *, deterministic=None, return_carry=False)``: see
-    ``apply_rnn``. Parameters: ``{'rnn_params': RNNParams}``.
+    ``__call__(x, seq_lengths=None, initial_carry=None, *, deterministic=None, return_carry=False, resets=None,
+    max_segments=None)``: see ``apply_rnn`` (resets bool [B, T], or [T, B] when time_major). Parameters:
+    ``{'rnn_params': RNNParams}``. ``initialize_carry(rng, input_shape)`` gives the zero carry.
     """
 
     mode: str = "lstm"
@@ -122,9 +165,24 @@ class RNN(nn.Module):
     implementation: str | None = None
     deterministic: bool | None = None
 
+    @nn.nowrap
+    def initialize_carry(self, rng: Any, input_shape: tuple[int, ...]) -> Any:
+        """The zero carry (``initial_carry`` to start a stream from), like Flax cells' ``initialize_carry``.
+
+        ``rng`` is accepted for Flax's signature and unused (the carry is zero); ``input_shape`` is the shape of x or of
+        one step's input (batch, features). Returns ``(h, c)`` for LSTM, ``h`` otherwise: h [num_layers*D, B, hidden],
+        c [num_layers*D, B, num_units], in the module's computation dtype.
+        """
+        del rng
+        config = make_config(self.mode, self.num_units, self.num_layers, input_shape[-1], self.direction,
+                             self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
+                             self.bias_mode)
+        return zero_carry(config, carry_batch(input_shape, self.time_major), self.dtype or self.param_dtype)
+
     @nn.compact
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
-                 deterministic: bool | None = None, return_carry: bool = False):
+                 deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
+                 max_segments: int | None = None):
         config = make_config(self.mode, self.num_units, self.num_layers, x.shape[-1], self.direction,
                              self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
                              self.bias_mode)
@@ -141,7 +199,7 @@ class RNN(nn.Module):
         return apply_rnn(params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
                          implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
-                         return_carry=return_carry)
+                         return_carry=return_carry, resets=resets, max_segments=max_segments)
 
 
 class LSTM(RNN):

@@ -3,7 +3,9 @@
 NNX creates parameters eagerly, so the input size is a constructor argument (``in_features``, as in ``nnx.Linear``).
 The parameter is the opaque buffer itself, ``self.rnn_params = nnx.Param(buffer)``, with the config a static attribute:
 nnx's Optimizer does not accept a custom pytree inside a Variable (flax 0.12), so ``model.params`` gives the
-``RNNParams`` view (for ``to_tree()``, interop or the checkpoint handler). The math is ``flax.apply_rnn``'s.
+``RNNParams`` view (for ``to_tree()``, interop or the checkpoint handler). The math is ``flax.apply_rnn``'s, and so is
+the streaming contract (``initial_carry``/``return_carry``, ``resets``, ``initialize_carry``: see
+jax_cudnn_rnn/flax.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jax_cudnn_rnn.flax import apply_rnn, make_config
+from jax_cudnn_rnn.flax import apply_rnn, carry_batch, make_config, zero_carry
 from jax_cudnn_rnn.params import RNNParams
 
 
@@ -45,8 +47,20 @@ class RNN(nnx.Module):
         """The buffer with its config."""
         return RNNParams.tree_unflatten(self.config, [self.rnn_params[...]])
 
+    def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:
+        """The zero carry (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
+
+        ``input_shape`` is the shape of x or of one step's input (batch, features); ``rngs`` is accepted for nnx's
+        signature and unused (the carry is zero). Returns ``(h, c)`` for LSTM, ``h`` otherwise: h
+        [num_layers*D, B, hidden], c [num_layers*D, B, num_units], in the module's computation dtype.
+        """
+        del rngs
+        return zero_carry(self.config, carry_batch(input_shape, self.time_major), self.dtype or self.param_dtype)
+
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
-                 deterministic: bool | None = None, return_carry: bool = False):
+                 deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
+                 max_segments: int | None = None):
+        """See ``flax.apply_rnn``; ``resets`` bool [B, T] ([T, B] when time_major)."""
         if deterministic is None:
             deterministic = self.deterministic
         dropout_key = None
@@ -55,7 +69,7 @@ class RNN(nnx.Module):
         return apply_rnn(self.params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
                          implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
-                         return_carry=return_carry)
+                         return_carry=return_carry, resets=resets, max_segments=max_segments)
 
 
 class LSTM(RNN):
