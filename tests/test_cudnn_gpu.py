@@ -1,5 +1,6 @@
 """implementation="cudnn" against the pure-JAX implementation on a CUDA GPU: forward, gradients, sequence lengths,
-dropout, projection, clipping, bias modes, every mode x direction x input mode x dtype.
+dropout, projection, clipping, bias modes, every mode x direction x input mode x dtype; resets, empty sequences and
+sequences longer than one cuDNN call takes.
 
 Skipped unless the cuDNN extension is loaded and JAX sees a CUDA device (see scripts/gpu_check.sh).
 """
@@ -213,13 +214,26 @@ def test_outputs_past_length_are_zero():
         assert np.all(np.asarray(y[length:, b]) == 0)
 
 
-@pytest.mark.parametrize("bad", [0, T + 1, -3])
-def test_bad_seq_lengths_under_jit_name_the_argument(bad):
+def test_lengths_above_max_time_under_jit_name_the_argument():
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=6, input_size=5)
     params, x, h0, c0, _ = _problem(cfg)
     run = jax.jit(lambda lengths: cudnn.rnn_cudnn(params, x, h0, c0, cfg, seq_lengths=lengths))
     with pytest.raises(Exception, match=r"seq_lengths\[1\] is"):
-        jax.block_until_ready(run(jnp.array([T, bad, 2, 3], jnp.int32)))
+        jax.block_until_ready(run(jnp.array([T, T + 1, 2, 3], jnp.int32)))
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_empty_sequences_match_xla(direction):
+    """A length of 0 (cuDNN itself refuses it) is an empty sequence: zero outputs, h_n = h0; under jit a negative
+    length acts as 0."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, direction=direction)
+    _compare(cfg, "float32", lengths=[T, 0, 3, 0])
+    params, x, h0, c0, _ = _problem(cfg)
+    run = jax.jit(lambda lengths, impl: jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=impl),
+                  static_argnums=1)
+    lengths = jnp.array([T, -3, 3, 0], jnp.int32)
+    for got, want in zip(run(lengths, "cudnn"), run(lengths, "xla")):
+        _close(got, want, "float32", "negative length under jit")
 
 
 @pytest.mark.parametrize("cfg", [
@@ -427,3 +441,70 @@ def test_cpu_placed_calls_on_a_gpu_host_run_the_xla_implementation():
     _close(on_cpu, run(params, x, h0, c0), "float32", "CPU against GPU")
     text = run.trace(params, x, h0, c0).lower(lowering_platforms=("cpu",)).as_text()
     assert "jax_cudnn_rnn_forward" not in text
+
+
+def _resets(pattern):
+    """[T, B] = [7, 4] resets: "few" (6 segments, including a reset at step 0 and one past a length), "every step" in
+    one row (B - 1 + T = 10 segments)."""
+    resets = np.zeros((T, B), bool)
+    if pattern == "few":
+        resets[[2, 5], 0] = True
+        resets[0, 1] = True
+        resets[6, 2] = True  # past row 2's length 3 in the tests below
+    else:
+        resets[:, 3] = True
+    return jnp.asarray(resets)
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_resets_match_xla(mode, direction):
+    """cuDNN over the packed batch of segments (max_segments leaves room) against xla's masked scan."""
+    cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=6, input_size=5, direction=direction)
+    _compare(cfg, "float32", lengths=[T, 6, 3, 1], resets=_resets("few"), max_segments=12)
+
+
+@pytest.mark.parametrize("max_segments", [None, 10, 2 * T * B])
+def test_resets_beyond_max_segments_match_xla(max_segments):
+    """10 segments: over the default bound 2B = 8 (the xla fallback runs), at 10 and above it (cuDNN runs)."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, direction="bidirectional")
+    _compare(cfg, "float32", resets=_resets("every step"), max_segments=max_segments)
+
+
+def test_resets_with_dropout_and_projection_match_xla():
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=3, num_units=6, input_size=5, direction="bidirectional",
+                        proj_size=3, dropout=0.4)
+    _compare(cfg, "float32", lengths=[T, 3, 1, 5], resets=_resets("few"), is_training=True,
+             dropout_key=jax.random.key(7))
+
+
+@pytest.mark.parametrize("lengths", [None, [T, 0, 3, 5]])
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_sequences_longer_than_max_time_steps_match_xla(monkeypatch, direction, lengths):
+    """The chunked path with the limit lowered to 3 steps (T = 7: chunks of 3, 3 and 1), with resets too."""
+    monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", 3)
+    cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction=direction, dropout=0.3)
+    _compare(cfg, "float32", lengths=lengths, is_training=True, dropout_key=jax.random.key(2))
+    _compare(cfg, "float32", lengths=lengths, resets=_resets("few"), max_segments=12)
+
+
+@pytest.mark.slow
+def test_max_time_steps_in_one_call_and_one_more_chunked():
+    """One cuDNN call of MAX_TIME_STEPS steps runs (inference and training), and rnn() over one step more (chunked)
+    equals the xla implementation. Whether cuDNN would take more in one call is what pytorch issue 133751 says it
+    does not (65,536 fails there): a GPU run of this test with MAX_TIME_STEPS raised tells."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    steps = cudnn.MAX_TIME_STEPS
+    x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
+    h0 = jnp.zeros(cfg.state_shape(2))
+    y, h_n, _ = jax.jit(lambda x: cudnn._rnn(params, x, h0, h0, None, cfg, False, "standard"))(x[:steps])
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(cudnn._rnn(p, x[:steps], h0, h0, None, cfg, False, "standard")[1])))(
+        params)
+    assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
+    want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")
+    _close(h_n, want[1], "float32", f"h_n after {steps} steps in one call")
+    got = jcr.rnn(params, x, h0, h0, cfg, implementation="cudnn")
+    want = jcr.rnn(params, x, h0, h0, cfg, implementation="xla")
+    for name, a, b in zip(("y", "h_n", "c_n"), got, want):
+        _close(a, b, "float32", f"{name} after {steps + 1} steps, chunked")
