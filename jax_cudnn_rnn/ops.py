@@ -152,9 +152,9 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         position 0. Resets at steps >= len change nothing. The xla implementations mask the state inside their scan;
         cuDNN runs every segment as a row of its own (jax_cudnn_rnn/segments.py).
       max_segments: implementation="cudnn" with ``resets`` only (the others accept and ignore it): the static number
-        of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (B
-        plus the resets at valid steps > 0) runs the xla implementation instead, with the same results. The packed
-        batch costs memory and time in proportion to max_segments * T.
+        of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (one
+        per non-empty sequence, plus one per reset at a valid step > 0) runs the xla implementation instead, with the
+        same results. The packed batch's memory grows with max_segments * T.
 
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
