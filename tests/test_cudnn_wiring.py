@@ -69,17 +69,17 @@ RESETS[0, 1] = True
 RESETS[[1, 2, 3], 3] = True
 
 
-@pytest.mark.parametrize("max_segments, chunk", [(None, None), (B, None), (12, 3)],
-                         ids=["default", "fallback", "packed-chunked"])
-def test_resets_through_the_cudnn_path(cpu_cudnn, monkeypatch, max_segments, chunk):
+@pytest.mark.parametrize("max_segments, chunk, num_layers", [(None, None, 2), (B, None, 1), (12, 3, 1)],
+                         ids=["default-dropout", "fallback", "packed-chunked"])
+def test_resets_through_the_cudnn_path(cpu_cudnn, monkeypatch, max_segments, chunk, num_layers):
     """8 segments (an empty row has none): the default bound 2B = 8 and 12 take the packed path, B the fallback."""
     if chunk:
         monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", chunk)
-    cfg = make_config("lstm", 2, "bidirectional", dropout=0.5)
+    cfg = make_config("lstm", num_layers, "bidirectional", dropout=0.5 if num_layers > 1 else 0.0)
     inputs = draw_inputs(cfg, np.random.default_rng(0), T, B)
+    dropout = dict(is_training=True, dropout_key=jax.random.key(1)) if cfg.dropout else {}
     _assert_equal_results(_both(cfg, inputs, seq_lengths=jnp.array([T, 0, 3, 6], jnp.int32),
-                                resets=jnp.asarray(RESETS), max_segments=max_segments, is_training=True,
-                                dropout_key=jax.random.key(1)))
+                                resets=jnp.asarray(RESETS), max_segments=max_segments, **dropout))
 
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])

@@ -134,7 +134,7 @@ def test_projection_clip_and_dropout_with_resets(implementation):
     key = jax.random.key(5)
     lengths = np.array(LENGTHS)
     cfgs = [make_config("lstm", 2, "bidirectional", proj_size=2, cell_clip=0.4),
-            make_config("gru", 3, "unidirectional", dropout=0.5)]
+            make_config("gru", 2, "unidirectional", dropout=0.5)]
     for i, cfg in enumerate(cfgs):
         inputs = draw_inputs(cfg, np.random.default_rng(10 + i), T, B)
         dropout_key = key if cfg.dropout else None
@@ -150,7 +150,7 @@ def test_projection_clip_and_dropout_with_resets(implementation):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_zero_lengths_and_resets_everywhere(implementation):
     """Empty sequences (length 0) next to a row that resets at every step (segments of one step each)."""
-    cfg = make_config("lstm", 2, "bidirectional")
+    cfg = make_config("lstm", 1, "bidirectional")
     inputs = draw_inputs(cfg, np.random.default_rng(3), T, B)
     lengths = np.array([0, T, 4])
     resets = np.zeros((T, B), bool)
