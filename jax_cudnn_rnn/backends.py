@@ -44,6 +44,7 @@ class Call:
     batch: int | None = None
     seq_lengths: bool = False
     is_training: bool = False
+    resets: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +55,11 @@ class Backend:
     platforms: the lowering platforms it runs on ("cpu", "cuda", ...); None for every platform.
     unavailable: what it needs that this process lacks ("the cuDNN extension, which is not loaded: ..."), or None.
     unsupported: what it needs that a call lacks, or None when it can run the call.
-    run: ``run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm, resets,
-      max_segments)`` -> (y, h_n, c_n), with arguments as ``rnn()`` after validation (precision "float32" or
-      "tensorfloat32", dropout_key None unless inter-layer dropout applies, resets None or bool [T, B]). A fused
-      backend without resets of its own runs them through ``segments.rnn_segmented``, as cuDNN does.
+    run: ``run(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm)`` ->
+      (y, h_n, c_n), with arguments as ``rnn()`` after validation (precision "float32" or "tensorfloat32", dropout_key
+      None unless inter-layer dropout applies); for a call with resets (``Call.resets``) also the keywords ``resets``
+      (bool [T, B]) and ``max_segments``. A fused backend without resets of its own runs them through
+      ``segments.rnn_segmented``, as cuDNN does; one that cannot says so in ``unsupported``.
     """
 
     name: str

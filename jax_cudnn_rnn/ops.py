@@ -183,11 +183,12 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     if apply_dropout and dropout_key is None:
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
                          "PRNG key (jax.random.key(seed))")
-    call = backends.Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training))
+    call = backends.Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
+                         resets=resets is not None)
     where = placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
     choices = backends.resolve(implementation, call, where)
     lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
-    resets = None if resets is None else jnp.asarray(resets)
+    with_resets = {} if resets is None else dict(resets=jnp.asarray(resets), max_segments=max_segments)
     return backends.run(choices, implementation, params, x, h0, c0, lengths, dropout_key if apply_dropout else None,
                         config=config, is_training=bool(is_training), precision=precision, algorithm=algorithm,
-                        resets=resets, max_segments=max_segments)
+                        **with_resets)
