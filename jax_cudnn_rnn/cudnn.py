@@ -471,8 +471,8 @@ def call_placement(params, x, h0, c0, seq_lengths) -> placement.Placement:
 MAX_TIME_STEPS = 65535
 """The most time steps one cuDNN call is given; a longer x runs as time chunks with the state carried
 (``chunking.run_chunked``). PyTorch's cuDNN LSTM fails with CUDNN_STATUS_NOT_SUPPORTED at 65,536 steps and runs
-65,535 (pytorch issue 133751, PyTorch 2.4). Not yet measured with this library's calls on a GPU: tests/test_cudnn_gpu.py
-checks both sides of it."""
+65,535 (pytorch issue 133751, PyTorch 2.4). Not yet measured with this library's calls on a GPU:
+tests/test_cudnn_gpu.py runs one call of MAX_TIME_STEPS steps and a chunked call of one step more."""
 
 
 def backend(allow_tf32: bool = False, algorithm_policy: str | None = None) -> chunking.Backend:
