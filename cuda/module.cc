@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "descriptors.h"
+#include "xla/ffi/api/c_api.h"
 #include "ffi_helpers.h"
 #include "handle_pool.h"
 #include "rnn_kernels.h"
@@ -235,6 +236,10 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
         "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
+  // What the module was compiled against (cuda/CMakeLists.txt), compared with what runs by _extension.py.
+  m.attr("JAX_BUILD_VERSION") = JCR_JAX_BUILD_VERSION;
+  m.attr("JAXLIB_BUILD_VERSION") = JCR_JAXLIB_BUILD_VERSION;
+  m.attr("XLA_FFI_API_BUILD_VERSION") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   m.def("weight_params", &WeightParams, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
         py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
         py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("device") = -1);

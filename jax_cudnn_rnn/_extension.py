@@ -7,27 +7,39 @@ The module links ``libcudnn.so.9``. Inside a virtual environment that library co
 wheel (``site-packages/nvidia/cudnn/lib``); the module's RPATH points there, and when that package is importable it
 is also preloaded here (``RTLD_GLOBAL``), so no ``LD_LIBRARY_PATH`` is needed either way. The CUDA runtime is linked
 statically, so importing needs no GPU and no ``libcudart.so``.
+
+The module records what it was compiled against (cuDNN headers, the jax/jaxlib whose XLA FFI headers it used).
+Loading refuses a run-time cuDNN older than the build's headers (cuDNN is compatible with newer libraries of the same
+major version only); a different jaxlib is reported by ``extension_error()`` and ``jax-cudnn-rnn info`` but loads,
+since the XLA FFI's C API is versioned and XLA keeps accepting handlers built for older versions of it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.metadata
 import os
+import re
 from types import ModuleType
+from typing import Any
 
 # Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/cudnn.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
 BACKWARD_DATA_TARGET = "jax_cudnn_rnn_backward_data"
 BACKWARD_WEIGHTS_TARGET = "jax_cudnn_rnn_backward_weights"
 
-BUILD_HINT = ("build it with `pip install --no-build-isolation -e .` (or `pip install .`) in an environment with the "
-              "CUDA 13 toolkit and nvidia-cudnn-cu13 installed; JAX_CUDNN_RNN_CUDA=ON makes a missing dependency "
-              "a build error instead of a silent skip")
+BUILD_HINT = ("build it with `pip install .` on Linux with a C++17 compiler (the isolated build brings cuDNN and the "
+              "CUDA runtime headers from their wheels), or with `pip install --no-build-isolation -e .` in an "
+              "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
+              "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
+              "error instead of a skip")
 
 _module: ModuleType | None = None
 _error: str | None = None
+_warning: str | None = None
 _targets: tuple[str, ...] = ()
+_cudnn_path: str | None = None
 
 
 def _preload_cudnn() -> str | None:
@@ -44,10 +56,92 @@ def _preload_cudnn() -> str | None:
     return None
 
 
-def _load() -> None:
-    global _module, _error, _targets
+def _build_skip_reason() -> str | None:
+    """What the build said was missing when it skipped the extension (jax_cudnn_rnn/_build_info.py, written by CMake),
+    or None where that file is absent (a source checkout that was never built)."""
     try:
-        _preload_cudnn()
+        from jax_cudnn_rnn import _build_info
+    except ImportError:
+        return None
+    return _build_info.SKIP_REASON or None
+
+
+def format_cudnn_version(version: int | None) -> str:
+    """cuDNN's integer version (``CUDNN_VERSION``, ``cudnnGetVersion()``: major*10000 + minor*100 + patch for cuDNN 9)
+    as "9.28.1"; "unknown" for None."""
+    if version is None:
+        return "unknown"
+    return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
+
+
+def running_xla_ffi_api_version() -> tuple[int, int] | None:
+    """The XLA FFI C API version (major, minor) of the running jaxlib, read from its headers; None if unreadable."""
+    try:
+        import jax
+
+        with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h"), encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, AttributeError):
+        return None
+    found = {k: re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.M) for k in ("MAJOR", "MINOR")}
+    if not all(found.values()):
+        return None
+    return int(found["MAJOR"].group(1)), int(found["MINOR"].group(1))
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def runtime_versions(native: ModuleType | None = None) -> dict[str, Any]:
+    """What runs now: jax, jaxlib, their XLA FFI API version, and (given the native module) the cuDNN library."""
+    return {"jax": _distribution_version("jax"), "jaxlib": _distribution_version("jaxlib"),
+            "xla_ffi_api": running_xla_ffi_api_version(),
+            "cudnn": int(native.cudnn_version()) if native is not None else None}
+
+
+def build_versions(native: ModuleType) -> dict[str, Any]:
+    """What ``native`` was compiled against; "unknown"/None for a module built before these were recorded."""
+    ffi_api = getattr(native, "XLA_FFI_API_BUILD_VERSION", None)
+    return {"jax": getattr(native, "JAX_BUILD_VERSION", "unknown"),
+            "jaxlib": getattr(native, "JAXLIB_BUILD_VERSION", "unknown"),
+            "xla_ffi_api": tuple(ffi_api) if ffi_api is not None else None,
+            "cudnn": int(native.CUDNN_BUILD_VERSION)}
+
+
+def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: str | None = None
+                   ) -> tuple[str | None, str | None]:
+    """Compares ``build_versions`` with ``runtime_versions``: (why the extension must not load, or None; a note on a
+    mismatch it can live with, or None)."""
+    if runtime["cudnn"] is not None and runtime["cudnn"] < build["cudnn"]:
+        where = f" ({cudnn_path})" if cudnn_path else ""
+        return (f"the cuDNN extension was built against cuDNN {format_cudnn_version(build['cudnn'])} but the cuDNN "
+                f"library loaded at run time{where} is {format_cudnn_version(runtime['cudnn'])}, which is older and "
+                f"may lack functions or fixes the extension uses; install a newer one with `pip install "
+                f"\"nvidia-cudnn-cu13>={format_cudnn_version(build['cudnn'])}\"` (or rebuild the extension against "
+                f"the cuDNN you have)"), None
+    notes = []
+    if build["jaxlib"] != runtime["jaxlib"]:
+        notes.append(f"it was compiled against the XLA FFI headers of jaxlib {build['jaxlib']} and jaxlib "
+                     f"{runtime['jaxlib']} is running")
+    if build["xla_ffi_api"] and runtime["xla_ffi_api"] and build["xla_ffi_api"] > runtime["xla_ffi_api"]:
+        notes.append("its XLA FFI API version {}.{} is newer than the running jaxlib's {}.{}, which may refuse its "
+                     "handlers".format(*build["xla_ffi_api"], *runtime["xla_ffi_api"]))
+    if not notes:
+        return None, None
+    return None, (f"the cuDNN extension is loaded, but {'; '.join(notes)}. It should work (XLA accepts handlers "
+                  f"built for older FFI API versions); if cuDNN calls fail, rebuild it against this jax: "
+                  f"`pip install --force-reinstall --no-deps --no-build-isolation .` with jax {runtime['jax']} "
+                  f"installed, or install jax/jaxlib {build['jaxlib']}")
+
+
+def _load() -> None:
+    global _module, _error, _warning, _targets, _cudnn_path
+    try:
+        _cudnn_path = _preload_cudnn()
     except OSError as e:  # a broken wheel: the module's own RPATH may still find a libcudnn
         preload_error = f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
     else:
@@ -55,15 +149,29 @@ def _load() -> None:
     try:
         module = importlib.import_module("jax_cudnn_rnn._cudnn_rnn")
     except ModuleNotFoundError as e:
+        skipped = _build_skip_reason()
         if e.name != "jax_cudnn_rnn._cudnn_rnn":
             _error = f"importing the cuDNN extension failed: {e}"
+        elif skipped:
+            _error = (f"the cuDNN extension was not built when this package was installed: {skipped}. Reinstall "
+                      f"after fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build error)")
         else:
             _error = f"the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; {BUILD_HINT}"
         return
     except ImportError as e:
         _error = f"importing the cuDNN extension jax_cudnn_rnn._cudnn_rnn failed: {e}"
+        if "libcudnn" in str(e) and not preload_error:
+            _error += ("; the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
+                       "`pip install nvidia-cudnn-cu13` brings it")
         if preload_error:
             _error += f" ({preload_error})"
+        return
+    try:
+        refusal, _warning = check_versions(build_versions(module), runtime_versions(module), _cudnn_path)
+    except Exception as e:  # noqa: BLE001 - a module that cannot say its versions is not one to trust
+        refusal = f"reading the cuDNN extension's versions failed: {type(e).__name__}: {e}"
+    if refusal:
+        _error = refusal
         return
     try:
         import jax
@@ -84,8 +192,15 @@ def extension_loaded() -> bool:
 
 
 def extension_error() -> str | None:
-    """Why the extension is not loaded (not built, import error, registration error), or None when it is."""
-    return _error
+    """Why the extension is not loaded (not built and why, import error, a run-time cuDNN older than the build's,
+    registration error); when it is loaded, a note if it was built against another jaxlib than the one running;
+    else None."""
+    return _error if _module is None else _warning
+
+
+def cudnn_library_path() -> str | None:
+    """The libcudnn.so.9 preloaded from the nvidia-cudnn-cu13 wheel, or None (then the module's RPATH decides)."""
+    return _cudnn_path
 
 
 def registered_targets() -> tuple[str, ...]:

@@ -243,3 +243,105 @@ def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, monkeypatch
     else:
         assert sorted(steps) == [2] * 4 + [4] * 4
         assert all('direction = "unidirectional"' in call and "num_layers = 1 : i64" in call for call in calls)
+
+
+# ------------------------------------------------------------------------------ build/run-time version coupling
+
+_BUILD = {"jax": "0.10.2", "jaxlib": "0.10.2", "xla_ffi_api": (0, 3), "cudnn": 92801}
+
+
+def test_format_cudnn_version():
+    assert _extension.format_cudnn_version(92801) == "9.28.1"
+    assert _extension.format_cudnn_version(91300) == "9.13.0"
+    assert _extension.format_cudnn_version(None) == "unknown"
+
+
+def test_same_versions_load_silently():
+    assert _extension.check_versions(_BUILD, dict(_BUILD)) == (None, None)
+    # A newer cuDNN at run time is what cuDNN's compatibility promises to work.
+    assert _extension.check_versions(_BUILD, {**_BUILD, "cudnn": 93000}) == (None, None)
+
+
+def test_older_runtime_cudnn_is_refused_with_what_to_install():
+    refusal, note = _extension.check_versions(_BUILD, {**_BUILD, "cudnn": 91900}, "/x/libcudnn.so.9")
+    assert note is None
+    assert "built against cuDNN 9.28.1" in refusal and "is 9.19.0, which is older" in refusal
+    assert "/x/libcudnn.so.9" in refusal and 'pip install "nvidia-cudnn-cu13>=9.28.1"' in refusal
+
+
+def test_other_jaxlib_is_reported_not_refused():
+    refusal, note = _extension.check_versions(_BUILD, {**_BUILD, "jax": "0.11.0", "jaxlib": "0.11.0"})
+    assert refusal is None
+    assert "jaxlib 0.10.2 and jaxlib 0.11.0 is running" in note and "--no-build-isolation" in note
+    _, note = _extension.check_versions(_BUILD, {**_BUILD, "jaxlib": "0.9.0", "xla_ffi_api": (0, 2)})
+    assert "XLA FFI API version 0.3 is newer than the running jaxlib's 0.2" in note
+
+
+def test_running_xla_ffi_api_version_is_read_from_jaxlib_headers():
+    version = _extension.running_xla_ffi_api_version()
+    assert version is not None and version[0] == 0 and version[1] >= 1
+
+
+class _FakeNative:
+    """Stands in for the compiled module: what it was built against, and the cuDNN it finds at run time."""
+
+    JAX_BUILD_VERSION = JAXLIB_BUILD_VERSION = "0.10.2"
+    XLA_FFI_API_BUILD_VERSION = (0, 1)
+
+    def __init__(self, build_cudnn, runtime_cudnn):
+        self.CUDNN_BUILD_VERSION, self._runtime = build_cudnn, runtime_cudnn
+
+    def cudnn_version(self):
+        return self._runtime
+
+    def registrations(self):
+        return {}
+
+
+def _load_with(monkeypatch, importer, skip_reason=None):
+    """Runs the loader again with ``importer`` in place of importing the compiled module; module state is restored
+    after the test."""
+    for name, value in (("_module", None), ("_error", None), ("_warning", None), ("_targets", ())):
+        monkeypatch.setattr(_extension, name, value)
+    monkeypatch.setattr(_extension, "_build_skip_reason", lambda: skip_reason)
+    monkeypatch.setattr(_extension.importlib, "import_module", importer)
+    _extension._load()
+
+
+def test_loading_refuses_an_older_runtime_cudnn(monkeypatch):
+    _load_with(monkeypatch, lambda name: _FakeNative(build_cudnn=92801, runtime_cudnn=91000))
+    assert not _extension.extension_loaded()
+    assert "which is older" in _extension.extension_error()
+    assert 'pip install "nvidia-cudnn-cu13>=9.28.1"' in _extension.extension_error()
+
+
+def test_loading_accepts_a_newer_runtime_cudnn(monkeypatch):
+    _load_with(monkeypatch, lambda name: _FakeNative(build_cudnn=90000, runtime_cudnn=92801))
+    assert _extension.extension_loaded()
+
+
+def test_build_skip_reason_reaches_extension_error(monkeypatch):
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    _load_with(monkeypatch, missing, skip_reason="no C++ compiler was found (install a C++17 compiler)")
+    assert not _extension.extension_loaded()
+    assert _extension.extension_error() == ("the cuDNN extension was not built when this package was installed: no "
+                                            "C++ compiler was found (install a C++17 compiler). Reinstall after "
+                                            "fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
+                                            "error)")
+
+
+def test_missing_libcudnn_says_what_to_install(monkeypatch):
+    def no_cudnn(name):
+        raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(_extension, "_preload_cudnn", lambda: None)
+    _load_with(monkeypatch, no_cudnn)
+    assert 'pip install "jax-cudnn-rnn[cudnn]"' in _extension.extension_error()
+
+
+def test_loaded_module_records_its_build(native):
+    build = _extension.build_versions(native)
+    assert build["jaxlib"] not in ("", "unknown") and build["jax"] not in ("", "unknown")
+    assert len(build["xla_ffi_api"]) == 2 and build["cudnn"] == native.CUDNN_BUILD_VERSION
