@@ -25,6 +25,13 @@ register("demo", "train a character-level LSTM, checkpoint it canonically, rerun
                      "canonical format, reads the last one back with a plain ocp.StandardCheckpointer into a plain "
                      "Flax model (nn.LSTMCell), checks that both give the same logits, and prints generated text. "
                      "Defaults finish in a few minutes on a laptop CPU.")
+register("info", "versions, cuDNN extension status and which implementation rnn() picks on each device",
+         "jax_cudnn_rnn.info",
+         description="Prints this package's, Python's, JAX's and cuDNN's versions (cuDNN at run time and the one the "
+                     "extension was built against), whether the cuDNN extension is loaded and why not, a mismatch "
+                     "between the jax/cuDNN it was built against and the ones running, JAX's devices, and the "
+                     "implementation rnn(implementation=None) picks for arrays on each device. Paste it into bug "
+                     "reports.")
 register("bench", "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
          "jax_cudnn_rnn.bench",
          description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "

@@ -1,0 +1,110 @@
+"""``jax-cudnn-rnn info``: what this installation is and what ``rnn()`` will do here, like
+``jax.print_environment_info()``.
+
+Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time),
+whether the cuDNN extension is loaded and why not, a build/run-time version mismatch, JAX's devices, and for each
+device the implementation that ``rnn(..., implementation=None)`` picks for arrays placed on it, asked of the package's
+own resolver (``ops.resolve_implementation``) so that this report never disagrees with ``rnn()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import _extension, ops
+
+DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
+                 "numpy", "flax", "optax", "orbax-checkpoint", "torch")
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _devices() -> list[jax.Device]:
+    """Every device of every backend JAX can start here (CPU first), each once."""
+    devices: dict[int, jax.Device] = {}
+    for backend in ("cpu", "gpu"):
+        try:
+            found = jax.devices(backend)
+        except RuntimeError:  # backend not present
+            continue
+        for device in found:
+            devices.setdefault(id(device), device)
+    return list(devices.values())
+
+
+def implementation_on(device: jax.Device) -> str:
+    """What ``rnn(..., implementation=None)`` picks for arrays committed to ``device`` (or why asking failed)."""
+    try:
+        x = jax.device_put(jnp.zeros((1, 1, 1), jnp.float32), device)
+        return ops.resolve_implementation(None, x)
+    except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
+        return f"unknown ({type(e).__name__}: {e})"
+
+
+def collect() -> dict[str, Any]:
+    """The report as a JSON-serialisable dict."""
+    native = _extension.module() if _extension.extension_loaded() else None
+    extension: dict[str, Any] = {"loaded": native is not None, "error": _extension.extension_error(),
+                                 "targets": list(_extension.registered_targets()),
+                                 "cudnn_library": _extension.cudnn_library_path()}
+    if native is not None:
+        build = _extension.build_versions(native)
+        runtime = _extension.runtime_versions(native)
+        extension.update(path=native.__file__, built_against={**build, "cudnn": _extension.format_cudnn_version(
+            build["cudnn"])}, cudnn_runtime=_extension.format_cudnn_version(runtime["cudnn"]))
+    return {
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": platform.platform(),
+        "versions": {name: _version(name) for name in DISTRIBUTIONS},
+        "xla_ffi_api": ".".join(map(str, _extension.running_xla_ffi_api_version() or ())) or None,
+        "jax_default_backend": jax.default_backend(),
+        "extension": extension,
+        "devices": [{"device": str(device), "platform": device.platform, "kind": device.device_kind,
+                     "rnn_implementation": implementation_on(device)} for device in _devices()],
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as aligned ``name: value`` lines."""
+    lines = [f"python: {report['python']}", f"platform: {report['platform']}"]
+    lines += [f"{name}: {version}" for name, version in report["versions"].items() if version]
+    lines.append(f"XLA FFI API (running jaxlib): {report['xla_ffi_api'] or 'unknown'}")
+    ext = report["extension"]
+    lines.append(f"cuDNN extension: {'loaded' if ext['loaded'] else 'not loaded'}")
+    if ext["loaded"]:
+        build = ext["built_against"]
+        lines += [f"  module: {ext['path']}",
+                  f"  cuDNN: {ext['cudnn_runtime']} at run time ({ext['cudnn_library'] or 'found through RPATH'}), "
+                  f"{build['cudnn']} at build time",
+                  f"  built against: jax {build['jax']}, jaxlib {build['jaxlib']}, XLA FFI API "
+                  f"{'.'.join(map(str, build['xla_ffi_api'] or ())) or 'unknown'}",
+                  f"  FFI targets for CUDA: {', '.join(ext['targets'])}"]
+    if ext["error"]:
+        lines.append(f"  {'why' if not ext['loaded'] else 'note'}: {ext['error']}")
+    lines.append(f"JAX default backend: {report['jax_default_backend']}")
+    lines.append("devices (rnn(implementation=None) picks):")
+    lines += [f"  {d['device']} [{d['kind']}]: {d['rnn_implementation']}" for d in report["devices"]]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect()
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0

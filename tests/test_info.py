@@ -1,0 +1,60 @@
+"""``jax-cudnn-rnn info``: versions, the extension's status and why, devices, and the implementation rnn() picks."""
+
+import json
+
+import jax
+import numpy as np
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import _extension, cli, info
+
+
+def _report(capsys, *flags):
+    assert cli.main(["info", *flags]) == 0
+    return capsys.readouterr().out
+
+
+def test_json_report_matches_this_process(capsys):
+    report = json.loads(_report(capsys, "--json"))
+    assert report["versions"]["jax"] == jax.__version__
+    assert report["versions"]["jax-cudnn-rnn"] == jcr.__version__
+    assert report["extension"]["loaded"] == jcr.extension_loaded()
+    assert report["extension"]["error"] == jcr.extension_error()
+    cpu = [d for d in report["devices"] if d["platform"] == "cpu"]
+    assert cpu and all(d["rnn_implementation"] == "xla" for d in cpu)  # cuDNN never runs on a CPU device
+    if jcr.extension_loaded():
+        build = _extension.build_versions(_extension.module())
+        assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
+        assert report["extension"]["cudnn_runtime"] == _extension.format_cudnn_version(
+            _extension.module().cudnn_version())
+
+
+def test_the_picked_implementation_is_what_rnn_runs():
+    """Cross-check with what rnn() really does on the CPU: the xla implementation's result, bit for bit."""
+    device = jax.devices("cpu")[0]
+    assert info.implementation_on(device) == "xla"
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=3, input_size=2)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jax.device_put(np.ones((4, 2, 2), np.float32), device)
+    h0 = np.zeros(cfg.state_shape(2), np.float32)
+    picked = jcr.rnn(params, x, h0, None, cfg)[0]
+    xla = jcr.rnn(params, x, h0, None, cfg, implementation="xla")[0]
+    np.testing.assert_array_equal(np.asarray(picked), np.asarray(xla))
+
+
+def test_text_report_says_why_the_extension_is_not_loaded(capsys, monkeypatch):
+    monkeypatch.setattr(_extension, "_module", None)
+    monkeypatch.setattr(_extension, "_error", "the cuDNN extension was not built: no C++ compiler was found")
+    out = _report(capsys)
+    assert "cuDNN extension: not loaded" in out
+    assert "why: the cuDNN extension was not built: no C++ compiler was found" in out
+    assert "cpu:0" in out and ": xla" in out
+
+
+def test_text_report_shows_a_version_mismatch(capsys, monkeypatch):
+    if not jcr.extension_loaded():
+        monkeypatch.setattr(_extension, "_module", None)
+    monkeypatch.setattr(_extension, "_warning", "the cuDNN extension is loaded, but it was compiled against jaxlib 0")
+    monkeypatch.setattr(_extension, "_error", "the cuDNN extension is loaded, but it was compiled against jaxlib 0")
+    out = _report(capsys)
+    assert ("note: " if jcr.extension_loaded() else "why: ") + "the cuDNN extension is loaded, but" in out
