@@ -7,13 +7,22 @@ Flow: train (jit + optax, rich progress bar with loss and characters/s) -> ``Che
 ``ocp.StandardCheckpointer().restore`` (no jax_cudnn_rnn types involved) -> ``interop.canonical_to_flax`` ->
 plain-Flax logits compared with the trained model's (max abs difference printed, error above ``--tolerance``) ->
 sampled text.
+
+The output folder (``--output-dir``, default ``./jax_cudnn_rnn_demo``) holds ``demo_config.json`` (the settings that
+shape the model and its training) and the last two checkpoints as ``<step>/state``. A re-run into the same folder
+resumes from the last checkpoint only when those settings match and ``--steps`` is higher than its step; otherwise it
+removes the previous run's checkpoints and starts fresh. It says which it did, and refuses a folder that holds
+anything else.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.resources
+import json
 import os
+import shutil
 import time
 from typing import Any
 
@@ -24,7 +33,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import checkpoint, interop, layout
+from jax_cudnn_rnn import _extension, checkpoint, interop, layout
 from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.flax_cells import FlaxCellStack
 from jax_cudnn_rnn.params import RNNParams
@@ -55,8 +64,73 @@ class CharLM(nn.Module):
         return nn.Dense(self.vocab_size, name="head")(rnn(x))
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+CONFIG_FILE = "demo_config.json"
+# The settings a checkpoint depends on; the others (--save-every, --sample-length, ...) may change between runs.
+RUN_SETTINGS = ("batch_size", "seq_len", "num_units", "num_layers", "embed_size", "learning_rate", "seed")
+
+
+def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
+    """What a checkpoint of this run depends on: the model/training flags and the text (by hash)."""
+    return {**{name: getattr(args, name) for name in RUN_SETTINGS},
+            "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tuple[int | None, str]:
+    """Decides between resuming and starting fresh in ``directory``: (step to resume from or None, what to tell the
+    user). Starting fresh removes a previous run's checkpoints and settings; a folder holding anything else is refused
+    (SystemExit) rather than emptied."""
+    if not os.path.isdir(directory):
+        return None, f"starting a new run in {directory}"
+    entries = os.listdir(directory)
+    steps_found = sorted(int(name) for name in entries if name.isdigit())
+    foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE]
+    if foreign:
+        raise SystemExit(f"--output-dir {directory} holds files that are not this demo's ({', '.join(sorted(foreign))}"
+                         f"); pass another --output-dir or remove them")
+    if not steps_found:
+        return None, f"starting a new run in {directory}"
+    try:
+        with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        previous = None
+    last = steps_found[-1]
+    if previous == settings and last < steps:
+        return last, f"resuming the run in {directory} from its checkpoint at step {last} (same settings)"
+    if previous is None:
+        reason = f"it has no readable {CONFIG_FILE}"
+    elif previous != settings:
+        changed = [f"{k} {previous.get(k)} -> {settings[k]}" for k in settings if previous.get(k) != settings[k]]
+        reason = f"its settings differ ({', '.join(changed)})"
+    else:
+        reason = f"it already reached step {last} >= --steps {steps}"
+    for step in steps_found:
+        shutil.rmtree(os.path.join(directory, str(step)))
+    return None, (f"starting fresh in {directory}: removed the previous run's checkpoints {steps_found}, as "
+                  f"{reason}")
+
+
+def trained_by(compiled_text: str) -> str:
+    """Which implementation the compiled training step runs, read from its HLO (the cuDNN path is a custom call
+    to the extension's FFI targets), with the reason when it is not cuDNN."""
+    if _extension.FORWARD_TARGET in compiled_text:
+        return "cuDNN (implementation 'cudnn': the step calls cuDNN's fused RNN kernels)"
+    if not _extension.extension_loaded():
+        why = f"the cuDNN extension is not loaded: {_extension.extension_error()}"
+    else:
+        why = f"JAX's backend is {jax.default_backend()!r}, not a CUDA GPU"
+    return f"pure JAX (implementation 'xla'), since {why}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=600, help="training steps (default: %(default)s)")
+    parser.add_argument("--steps", type=_positive, default=600, help="training steps (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: %(default)s)")
     parser.add_argument("--seq-len", type=int, default=64, help="characters per sequence (default: %(default)s)")
     parser.add_argument("--num-units", type=int, default=128, help="LSTM hidden size (default: %(default)s)")
@@ -90,14 +164,16 @@ def run(args: argparse.Namespace) -> int:
                   f"LSTM {args.num_layers}x{args.num_units}")
 
     model = CharLM(vocab, args.embed_size, args.num_units, args.num_layers)
-    rng = np.random.default_rng(args.seed)
 
-    def batch():
+    def batch(step):
+        """Step ``step``'s (inputs, targets), int32 [batch, seq_len]; a function of (seed, step) alone, so a resumed
+        run sees the batches an uninterrupted one would."""
+        rng = np.random.default_rng([args.seed, step])
         starts = rng.integers(0, len(data) - args.seq_len - 1, args.batch_size)
         seqs = np.stack([data[s:s + args.seq_len + 1] for s in starts])
         return jnp.asarray(seqs[:, :-1]), jnp.asarray(seqs[:, 1:])
 
-    params = model.init(jax.random.key(args.seed), batch()[0])["params"]
+    params = model.init(jax.random.key(args.seed), batch(0)[0])["params"]
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(args.learning_rate))
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0)}
 
@@ -113,19 +189,30 @@ def run(args: argparse.Namespace) -> int:
                 "step": state["step"] + 1}, loss
 
     directory = os.path.abspath(args.output_dir)
+    settings = run_settings(args, text)
+    resume_from, decision = prepare_output(directory, settings, args.steps)
+    console.print(decision)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2)
     manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    if resume_from is not None:
+        state = manager.restore(resume_from, args=ocp.args.Composite(state=checkpoint.CanonicalRestore(state)))["state"]
+    first = (resume_from or 0) + 1
+    compiled_step = train_step.lower(state, *batch(first)).compile()
+    console.print(f"training with {trained_by(compiled_step.as_text())}")
     loss = float("nan")
     chars_done, started = 0, time.perf_counter()
     columns = [TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("loss {task.fields[loss]:.3f}"), TextColumn("{task.fields[rate]:,.0f} chars/s"),
                TimeRemainingColumn()]
     with Progress(*columns, console=console, disable=args.no_progress) as progress:
-        task = progress.add_task("train", total=args.steps, loss=float("nan"), rate=0.0)
-        for step in range(1, args.steps + 1):
-            inputs, targets = batch()
-            state, loss_value = train_step(state, inputs, targets)
-            if step == 1:
-                started, chars_done = time.perf_counter(), 0  # leave compilation out of the throughput
+        task = progress.add_task("train", total=args.steps, completed=first - 1, loss=float("nan"), rate=0.0)
+        for step in range(first, args.steps + 1):
+            inputs, targets = batch(step)
+            state, loss_value = compiled_step(state, inputs, targets)
+            if step == first:
+                started, chars_done = time.perf_counter(), 0  # leave the first step's start-up out of the rate
             chars_done += inputs.size
             loss = float(loss_value)
             rate = chars_done / max(time.perf_counter() - started, 1e-9)
@@ -137,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
     manager.wait_until_finished()
     last = manager.latest_step()
     console.print(f"final loss {loss:.4f}; checkpoints {manager.all_steps()} in {directory}")
+    manager.close()
 
     # Read the last checkpoint as someone without this library would: a plain StandardCheckpointer.
     item_dir = os.path.join(directory, str(last), "state")
@@ -144,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     config = state["params"]["lstm"]["rnn_params"].config
     lstm_canonical = raw["params"]["lstm"]["rnn_params"]
     plain_params = {"embed": raw["params"]["embed"], "head": raw["params"]["head"],
-                    "lstm": interop.canonical_to_flax(*layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config)}
+                    "lstm": interop.canonical_to_flax(
+                        *layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config)}
     plain = CharLM(vocab, args.embed_size, args.num_units, args.num_layers, plain=True)
 
     probe = jnp.asarray(data[None, : min(len(data), 4 * args.seq_len)])

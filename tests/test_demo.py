@@ -2,8 +2,10 @@
 
 import re
 
+import jax
 import pytest
 
+import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import cli
 
 
@@ -26,3 +28,56 @@ def test_cli_help_and_unknown_command(capsys):
     assert exit_info.value.code == 0
     assert "--output-dir" in capsys.readouterr().out
     assert cli.main([]) == 2
+
+
+_SMALL = ["--num-units", "16", "--seq-len", "16", "--batch-size", "4", "--save-every", "2", "--sample-length", "5",
+          "--no-progress"]
+
+
+def _demo(capsys, out_dir, *flags):
+    code = cli.main(["demo", *_SMALL, "--output-dir", str(out_dir), *flags])
+    return code, re.sub(r"\s+", " ", capsys.readouterr().out)  # rich wraps long lines at the console's width
+
+
+def _final_loss(out):
+    return float(re.search(r"final loss ([0-9.]+)", out).group(1))
+
+
+def test_rerun_with_other_settings_starts_fresh(tmp_path, capsys):
+    """The issue's failure: a second run with other --steps/--num-units restored the first run's checkpoint."""
+    code, out = _demo(capsys, tmp_path, "--steps", "4")
+    assert code == 0, out
+    assert "starting a new run" in out
+    code, out = _demo(capsys, tmp_path, "--steps", "3", "--num-units", "8")
+    assert code == 0, out
+    assert "starting fresh" in out and "num_units 16 -> 8" in out
+    assert "removed the previous run's checkpoints [2, 4]" in out
+    assert "restored step 3 into plain Flax" in out
+    code, out = _demo(capsys, tmp_path, "--steps", "2", "--num-units", "8")  # same settings, but not further
+    assert code == 0, out
+    assert "already reached step 3 >= --steps 2" in out
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
+    code, straight = _demo(capsys, tmp_path / "straight", "--steps", "5")
+    assert code == 0, straight
+    _demo(capsys, tmp_path / "resumed", "--steps", "3")
+    code, resumed = _demo(capsys, tmp_path / "resumed", "--steps", "5")
+    assert code == 0, resumed
+    assert "resuming the run" in resumed and "from its checkpoint at step 3" in resumed
+    assert _final_loss(resumed) == _final_loss(straight)
+
+
+def test_demo_refuses_a_folder_with_other_files(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="notes.txt"):
+        _demo(capsys, tmp_path, "--steps", "1")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
+    code, out = _demo(capsys, tmp_path, "--steps", "1")
+    assert code == 0, out
+    on_cudnn = jcr.extension_loaded() and jax.default_backend() == "gpu"
+    expected = "cuDNN" if on_cudnn else "pure JAX (implementation 'xla')"
+    assert f"training with {expected}" in out
