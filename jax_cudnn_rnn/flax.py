@@ -102,7 +102,10 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
     else:
         h0, c0 = jnp.asarray(initial_carry, compute_dtype), None
     if seq_lengths is not None:
-        seq_lengths = jnp.asarray(seq_lengths, jnp.int32)
+        seq_lengths = jnp.asarray(seq_lengths)
+        if not jnp.issubdtype(seq_lengths.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
+            raise TypeError(f"seq_lengths has dtype {seq_lengths.dtype.name}; expected integers (int32 [batch])")
+        seq_lengths = seq_lengths.astype(jnp.int32)
     y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
                           is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
                           precision=precision, algorithm=algorithm, resets=resets, max_segments=max_segments)
@@ -116,10 +119,15 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
 def _with_config(params: Any, config: RNNConfig, input_size: int) -> RNNParams:
     """The stored params under this module's config; the buffer must have the same layout and dtype (dropout and
     other run-time fields are the module's)."""
-    if not isinstance(params, RNNParams) or any(getattr(params.config, f) != getattr(config, f)
-                                                for f in (*LAYOUT_FIELDS, "dtype")):
-        got = params.config if isinstance(params, RNNParams) else type(params).__name__
-        raise ValueError(f"rnn_params is {got}; this module with input size {input_size} expects {config}")
+    if not isinstance(params, RNNParams):
+        raise TypeError(f"rnn_params is a {type(params).__name__}; expected an RNNParams for {config}")
+    differing = [f for f in (*LAYOUT_FIELDS, "dtype") if getattr(params.config, f) != getattr(config, f)]
+    if "input_size" in differing:
+        raise ValueError(f"x has {input_size} features (its last axis) but the module's parameters were made for "
+                         f"input_size={params.config.input_size}")
+    if differing:
+        fields = ", ".join(f"{f}={getattr(params.config, f)!r} (module: {getattr(config, f)!r})" for f in differing)
+        raise ValueError(f"rnn_params does not match this module: the parameters have {fields}")
     return RNNParams.tree_unflatten(config, [params.buffer])
 
 

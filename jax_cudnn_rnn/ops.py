@@ -32,9 +32,26 @@ def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
+def _check_not_batch_major(x_shape: tuple[int, ...], h0: Any, config: RNNConfig) -> None:
+    """Blames x, not h0, when h0's batch axis matches x's first axis instead of its second: x is then most likely
+    batch-major [B, T, I], the layout of the Flax modules and of ``flax.linen.RNN``."""
+    h0_shape = getattr(h0, "shape", None)
+    num_steps, batch, _ = x_shape
+    if h0_shape is None or len(h0_shape) != 3 or h0_shape[1] == batch or h0_shape[1] != num_steps:
+        return
+    raise ValueError(f"x has shape {x_shape} and h0 {tuple(h0_shape)}: h0's batch is {h0_shape[1]}, x's first axis. "
+                     f"rnn() takes time-major x [T, B, input_size]; x looks batch-major [B, T, input_size]: pass "
+                     f"jnp.swapaxes(x, 0, 1) (the Flax modules take batch-major x unless time_major=True)")
+
+
 def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None,
                  resets: Any = None) -> None:
     """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong."""
+    if isinstance(config, jax.core.Tracer):
+        raise TypeError(f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
+                        "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
+                        "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
+                        "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata")
     if not isinstance(config, RNNConfig):
         raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
     if config.dtype == np.float64 and not jax.config.jax_enable_x64:
@@ -55,6 +72,7 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     _check_array("params", params, (layout.params_size(config),), "(params_size(config),)", config.dtype)
     state_meaning = ("(num_layers*num_directions, batch, proj_size)" if config.proj_size else
                      "(num_layers*num_directions, batch, num_units)")
+    _check_not_batch_major(x_shape, h0, config)
     _check_array("h0", h0, config.state_shape(batch), state_meaning, config.dtype)
     if config.has_cell_state:
         cell_shape, cell_meaning = config.cell_shape(batch), "(num_layers*num_directions, batch, num_units)"

@@ -5,6 +5,7 @@ import re
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -28,9 +29,37 @@ def test_wrong_rank(lstm):
 
 
 def test_feature_size_differs_from_init(lstm):
+    """Only the cause, not two whole RNNConfigs (the issue's case)."""
     module, variables = lstm
-    with pytest.raises(ValueError, match="this module with input size 7 expects"):
+    with pytest.raises(ValueError) as error:
         module.apply(variables, jnp.ones((B, T, 7)))
+    assert str(error.value) == "x has 7 features (its last axis) but the module's parameters were made for input_size=3"
+
+
+def test_other_module_settings_name_only_the_differing_fields(lstm):
+    _, variables = lstm
+    with pytest.raises(ValueError) as error:
+        LSTM(num_units=H, num_layers=2, direction="bidirectional").apply(variables, jnp.ones((B, T, I)))
+    assert str(error.value) == ("rnn_params does not match this module: the parameters have direction="
+                                "'unidirectional' (module: 'bidirectional')")
+
+
+@pytest.mark.parametrize("lengths", [[5.0, 2.7], np.array([5, 2], np.float32)], ids=["list", "float32"])
+def test_float_seq_lengths_are_rejected_like_rnn_does(lstm, lengths):
+    """They were truncated silently (2.7 -> 2) while rnn() rejects them."""
+    module, variables = lstm
+    with pytest.raises(TypeError, match=r"seq_lengths has dtype float(32|64); expected integers"):
+        module.apply(variables, jnp.ones((B, T, I)), seq_lengths=lengths)
+    model = NNXRNN(in_features=I, mode="gru", num_units=H, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="seq_lengths has dtype float"):
+        model(jnp.ones((B, T, I)), seq_lengths=lengths)
+
+
+def test_integer_seq_lengths_of_any_width_are_accepted(lstm):
+    module, variables = lstm
+    y64 = module.apply(variables, jnp.ones((B, T, I)), seq_lengths=np.array([5, 2], np.int64))
+    y32 = module.apply(variables, jnp.ones((B, T, I)), seq_lengths=jnp.array([5, 2], jnp.int32))
+    np.testing.assert_array_equal(np.asarray(y64), np.asarray(y32))
 
 
 def test_seq_lengths_out_of_range(lstm):

@@ -81,6 +81,27 @@ def test_h0_batch_mismatch():
             lambda: jcr.rnn(p, x, h0[:, :2], c0, cfg))
 
 
+def test_batch_major_x_is_blamed_not_h0():
+    """The issue's case: x given [B, T, I] with a correct h0 used to be reported as a wrong h0."""
+    cfg, p, x, h0, c0 = _setup()
+    x_batch_major = jnp.swapaxes(x, 0, 1)
+    _raises(ValueError, re.escape("x has shape (3, 5, 4) and h0 (2, 3, 6): h0's batch is 3, x's first axis. rnn() "
+                                  "takes time-major x [T, B, input_size]; x looks batch-major"),
+            lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
+    _raises(ValueError, "jnp.swapaxes", lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
+
+
+def test_jit_without_static_config_gives_the_fix():
+    cfg, p, x, h0, c0 = _setup()
+    message = r"config is a traced value .*static_argnames=\('config',\).*RNNParams"
+    _raises(TypeError, message, lambda: jax.jit(jcr.rnn)(p, x, h0, c0, cfg))
+    _raises(TypeError, message, lambda: jax.jit(jcr.rnn)(p, x, h0, c0, config=cfg))
+    # Both fixes the message names work.
+    y_static = jax.jit(jcr.rnn, static_argnames=("config",))(p, x, h0, c0, config=cfg)[0]
+    y_params = jax.jit(jcr.rnn)(jcr.RNNParams(p, cfg), x, h0, c0)[0]
+    np.testing.assert_array_equal(np.asarray(y_static), np.asarray(y_params))
+
+
 def test_h0_dtype():
     cfg, p, x, h0, c0 = _setup()
     _raises(TypeError, "h0 has dtype float16; expected float32", lambda: jcr.rnn(p, x, h0.astype(jnp.float16), c0, cfg))
