@@ -47,6 +47,15 @@ class Timing:
     warmup_seconds: float = 0.0
 
 
+def describe_timing(timing: Timing) -> str:
+    """E.g. "median of 20 timed runs, after 3 warm-up runs lasting at least 0.25 s"."""
+    plural = "s" if timing.warmup != 1 else ""
+    warmup = f"{timing.warmup} warm-up run{plural}" if timing.warmup else "no warm-up run"
+    if timing.warmup_seconds > 0:
+        warmup += f" lasting at least {timing.warmup_seconds:g} s"
+    return f"median of {timing.repeats} timed run{'s' if timing.repeats != 1 else ''}, after {warmup}"
+
+
 DEFAULT_TIMING = Timing(repeats=20, warmup=3, warmup_seconds=0.25)
 QUICK_TIMING = Timing(repeats=3, warmup=1, warmup_seconds=0.0)
 NOTES = (
@@ -287,7 +296,7 @@ def _cudnn_unavailable() -> str | None:
     if not jcr.extension_loaded():
         return f"the cuDNN extension is not loaded: {jcr.extension_error()}"
     if not _on_gpu():
-        return f"JAX's default backend is {jax.default_backend()!r}, not 'gpu'"
+        return f"cuDNN runs only on a GPU, and JAX's backend here is {jax.default_backend()!r}"
     return None
 
 
@@ -304,6 +313,8 @@ def _module_missing(module: str) -> Callable[[], str | None]:
 
 def _jax_exp_unavailable() -> str | None:
     """``jax.experimental.rnn`` only lowers to cuDNN/MIOpen; a tiny probe call tells whether it runs here."""
+    if not _on_gpu():
+        return f"jax.experimental.rnn runs only on a GPU, and JAX's backend here is {jax.default_backend()!r}"
     try:
         from jax.experimental import rnn as exp_rnn
 
@@ -312,7 +323,7 @@ def _jax_exp_unavailable() -> str | None:
         jax.block_until_ready(exp_rnn.lstm(zeros, zeros, zeros, weights, jnp.ones((1,), jnp.int32), input_size=2,
                                            hidden_size=2, num_layers=1, dropout=0.0, bidirectional=False))
     except Exception as e:  # noqa: BLE001 - any failure means it does not run on this backend
-        return f"jax.experimental.rnn.lstm does not run on {jax.default_backend()!r}: {type(e).__name__}: {e}"
+        return f"jax.experimental.rnn failed on a tiny probe call here ({_short(e)})"
     return None
 
 
@@ -487,12 +498,30 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _ratio(value: float | None) -> str:
+    """At most 5 characters, never in scientific notation: 0.42, 3.14, 12.3, 435."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 99.5 else f"{value:.1f}" if value >= 9.995 else f"{value:.2f}"
+
+
 def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.3g}"
 
 
-TABLE_COLUMNS = ("config", "dtype", "contender", "fwd ms", "fwd / torch", "fwd / flax", "fwd+bwd ms",
-                 "fwd+bwd / torch", "fwd+bwd / flax", "op MiB")
+TABLE_COLUMNS = ("config", "dtype", "contender", "fwd ms", "fwd/pt", "fwd/flax", "train ms", "train/pt",
+                 "train/flax", "op MiB")
+# One line per column, printed under the table and the Markdown.
+LEGEND = (
+    "config, dtype: the benchmark problem (listed above) and its dtype; contender: what ran (jcr-* are this library's "
+    "implementations, pt is PyTorch).",
+    "fwd ms: median milliseconds of the forward pass; train ms: of a training step (forward and the gradient of "
+    "sum(y**2) with respect to the parameters and x).",
+    "fwd/pt, train/pt: that time divided by PyTorch's for the same config, dtype and measurement; fwd/flax, "
+    "train/flax: divided by Flax nn.RNN's. Below 1 is faster.",
+    "op MiB: device memory the training step (the forward pass where there is none) needs beyond its inputs: "
+    "outputs, temporaries and cuDNN's workspace; '-' where it is not measured (PyTorch off CUDA).",
+)
 
 
 def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -505,27 +534,33 @@ def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
         cells = [config, dtype, contender]
         for measurement in MEASUREMENTS:
             r = by_measurement.get(measurement, {})
-            cells += [_fmt(r.get("ms"), ".2f")] + [_fmt(r.get(f"ratio_to_{peer}"), ".3g") for peer in (TORCH, FLAX)]
+            cells += [_fmt(r.get("ms"), ".2f")] + [_ratio(r.get(f"ratio_to_{peer}")) for peer in (TORCH, FLAX)]
         last = by_measurement.get(TRAIN) or by_measurement[FWD]
         rows.append(cells + [_mib(last.get("op_bytes"))])
     return rows
 
 
 def print_table(console: Any, rows: Sequence[Sequence[str]], title: str) -> None:
+    """The rows under ``TABLE_COLUMNS`` (a table that fits 100 columns for the configs and contenders here), then
+    the legend."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), title_justify="left", show_edge=False,
+                  pad_edge=False)
     for i, column in enumerate(TABLE_COLUMNS):
-        table.add_column(column, justify="left" if i < 3 else "right")
+        table.add_column(column, justify="left" if i < 3 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    for line in LEGEND:
+        console.print(line, highlight=False)
 
 
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n".join(f"* {line}" for line in LEGEND) + "\n"
 
 
 def markdown_report(rows: Sequence[Sequence[str]], configs: Sequence[BenchConfig], facts: dict[str, Any],
@@ -543,21 +578,25 @@ def _group(record: dict[str, Any]) -> str:
 
 
 def _plot_panel(ax: Any, rated: Sequence[dict[str, Any]], measurement: str) -> None:
-    """One measurement's grouped bars (log scale) with the PyTorch line at 1."""
+    """One measurement's grouped bars on a linear axis from 0, the value on each bar, and PyTorch's time as the
+    dashed line at 1."""
     groups = list(dict.fromkeys(_group(r) for r in rated))
     contenders = list(dict.fromkeys(r["contender"] for r in rated))
     width = 0.8 / max(1, len(contenders))
+    highest = 1.0
     for i, contender in enumerate(contenders):
         ratios = {_group(r): r["ratio_to_torch"] for r in rated
                   if r["contender"] == contender and r["measurement"] == measurement}
         xs = [g + (i - (len(contenders) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, [ratios.get(g, math.nan) for g in groups], width, label=contender)
-        ax.bar_label(bars, fmt="%.2g", fontsize=7)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+        highest = max([highest, *(v for v in ratios.values() if v is not None and math.isfinite(v))])
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="PyTorch = 1")
     ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 1.15 * highest)  # from 0, so that bar heights compare; headroom for the labels
+    ax.set_ylabel("time / PyTorch's time")
     ax.set_title(measurement)
     if rated:
-        ax.set_yscale("log")
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no PyTorch results", ha="center", va="center", transform=ax.transAxes)
@@ -663,8 +702,8 @@ def _console() -> Any:
     from rich.console import Console
 
     console = Console()
-    # Piped output gets rich's default of 80 columns, which would fold the table.
-    return console if console.is_terminal else Console(width=160)
+    # Piped output gets rich's default of 80 columns, which would fold the table; it is made to fit 100.
+    return console if console.is_terminal else Console(width=100)
 
 
 def _logger(console: Any) -> Callable[[str, str], None]:
@@ -710,15 +749,14 @@ def run(args: argparse.Namespace) -> int:
     timing = dataclasses.replace(QUICK_TIMING if args.quick else DEFAULT_TIMING, **overrides)
     facts = machine_facts()
     log("info", f"jax {facts['versions']['jax']} on {facts['jax_backend']} ({facts['jax_device_kind']}), "
-                f"{facts['cpu_count']} CPUs; median of {timing.repeats} after at least {timing.warmup} warm-up runs "
-                f"and {timing.warmup_seconds} s")
+                f"{facts['cpu_count']} CPUs; {describe_timing(timing)}")
     for c in configs:
         log("info", f"  {c.name}: {c.describe()}")
     _set_torch_precision(args.precision)
     with jax.default_matmul_precision(args.precision):
         results = run_all(configs, dtypes, contenders, timing, log)
     rows = table_rows(results.records)
-    print_table(console, rows, f"ms, median of {timing.repeats}; ratio = time / peer's time (< 1 is faster)")
+    print_table(console, rows, f"milliseconds, {describe_timing(timing)}")
     settings = {"configs": [dataclasses.asdict(c) for c in configs], "dtypes": dtypes,
                 "contenders": [c.name for c in contenders], **dataclasses.asdict(timing), "quick": args.quick,
                 "precision": args.precision}

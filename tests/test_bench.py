@@ -57,7 +57,7 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
     data = json.loads(paths["json"].read_text())
     if data["machine"]["jax_backend"] != "gpu":
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
-        assert "not 'gpu'" in skipped["jcr-cudnn"] or "not loaded" in skipped["jcr-cudnn"]
+        assert "runs only on a GPU" in skipped["jcr-cudnn"] or "not loaded" in skipped["jcr-cudnn"]
     assert all(s["reason"] for s in data["skipped"])
 
 
@@ -146,3 +146,62 @@ def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch)
     assert bench._cudnn_workspace(bc, cfg, training=False) == 4096
     problem, algo = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
+
+
+def _widest_rows():
+    """Rows with the longest names and numbers the table can hold."""
+    return [["cpu-lstm", "bfloat16", "jax-exp-rnn", "12345.67", "435", "0.01", "12345.67", "12.3", "0.42", "12345"]]
+
+
+def test_table_fits_100_columns_and_every_column_has_a_legend_line():
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    bench.print_table(console, _widest_rows(), "title")
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if line.startswith("config"))
+    table = lines[lines.index(header) - 1:lines.index(header) + 3]  # title, header, rule, row
+    assert max(len(line.rstrip()) for line in table) <= 100
+    assert "12345.67" in "\n".join(lines) and "…" not in "\n".join(lines)  # nothing cut
+    legend = " ".join(bench.LEGEND)
+    for column in bench.TABLE_COLUMNS:
+        assert f"{column}:" in legend or f"{column}," in legend, column
+
+
+@pytest.mark.parametrize("value, text", [(0.4213, "0.42"), (1.0, "1.00"), (12.34, "12.3"), (435.2, "435"),
+                                         (0.000359, "0.00"), (None, "-")])
+def test_ratios_never_in_scientific_notation(value, text):
+    assert bench._ratio(value) == text
+
+
+def test_timing_header_reads_as_a_sentence():
+    assert bench.describe_timing(bench.Timing(repeats=20, warmup=3, warmup_seconds=0.25)) == (
+        "median of 20 timed runs, after 3 warm-up runs lasting at least 0.25 s")
+    assert bench.describe_timing(bench.Timing(repeats=3, warmup=1)) == "median of 3 timed runs, after 1 warm-up run"
+
+
+def test_skip_reasons_are_plain_sentences():
+    if bench._on_gpu():
+        pytest.skip("checks the CPU skip reasons")
+    assert bench._jax_exp_unavailable() == "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'"
+    assert bench._cudnn_unavailable() in (
+        "cuDNN runs only on a GPU, and JAX's backend here is 'cpu'",
+        f"the cuDNN extension is not loaded: {bench.jcr.extension_error()}")
+
+
+def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [{"config": "A", "dtype": "float32", "contender": "jcr-xla", "measurement": bench.FWD,
+                "ratio_to_torch": 0.65},
+               {"config": "A", "dtype": "float32", "contender": "flax", "measurement": bench.FWD,
+                "ratio_to_torch": 1.05}]
+    fig, ax = plt.subplots()
+    bench._plot_panel(ax, records, bench.FWD)
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 1.05
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == [1.0]
+    assert sorted(t.get_text() for t in ax.texts) == ["0.65", "1.05"]
+    plt.close(fig)
