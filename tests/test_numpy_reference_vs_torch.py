@@ -77,14 +77,21 @@ def run_torch(module, mode, x, h0, c0, seq_lengths=None):
     T = x.shape[0]
     xt = torch.from_numpy(x)
     state = (torch.from_numpy(h0), torch.from_numpy(c0)) if mode == "lstm" else torch.from_numpy(h0)
-    with torch.no_grad():
-        if seq_lengths is None:
-            y, hidden = module(xt, state)
-        else:
-            packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.as_tensor(seq_lengths, dtype=torch.int64),
-                                                             enforce_sorted=False)
-            y, hidden = module(packed, state)
-            y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)
+    # oneDNN's LSTM has no projection: PyTorch would try it, warn, and fall back to its own kernel, which is asked
+    # for directly here (the same computation, without the warning).
+    use_onednn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = use_onednn and not module.proj_size
+    try:
+        with torch.no_grad():
+            if seq_lengths is None:
+                y, hidden = module(xt, state)
+            else:
+                lengths = torch.as_tensor(seq_lengths, dtype=torch.int64)
+                packed = torch.nn.utils.rnn.pack_padded_sequence(xt, lengths, enforce_sorted=False)
+                y, hidden = module(packed, state)
+                y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)
+    finally:
+        torch.backends.mkldnn.enabled = use_onednn
     if mode == "lstm":
         return y.numpy(), hidden[0].numpy(), hidden[1].numpy()
     return y.numpy(), hidden.numpy(), None
