@@ -15,13 +15,14 @@ machinery. The configs (``RNNConfig.to_json``, keyed by tree path) and a format 
 
 Usage::
 
-    ckptr = ocp.Checkpointer(CanonicalCheckpointHandler())
-    ckptr.save(path, args=CanonicalSave(state))
-    state = ckptr.restore(path, args=CanonicalRestore(abstract_state))
+    with ocp.Checkpointer(CanonicalCheckpointHandler()) as ckptr:
+        ckptr.save(path, args=CanonicalSave(state))
+        state = ckptr.restore(path, args=CanonicalRestore(abstract_state))
 
-    mngr = ocp.CheckpointManager(directory)
-    mngr.save(step, args=ocp.args.Composite(state=CanonicalSave(state)))
-    state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
+    with ocp.CheckpointManager(directory) as mngr:
+        mngr.save(step, args=ocp.args.Composite(state=CanonicalSave(state)))
+        mngr.wait_until_finished()
+        state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
 
 Atomicity is Orbax's: the item is written to a temporary directory and renamed when complete, so a save that fails
 midway leaves no step behind and earlier steps intact. Exception: ``Checkpointer.save(path, force=True)`` deletes an

@@ -228,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
 
     # Read the last checkpoint as someone without this library would: a plain StandardCheckpointer.
     item_dir = os.path.join(directory, str(last), "state")
-    raw = ocp.StandardCheckpointer().restore(item_dir)
+    with ocp.StandardCheckpointer() as reader:
+        raw = reader.restore(item_dir)
     config = state["params"]["lstm"]["rnn_params"].config
     lstm_canonical = raw["params"]["lstm"]["rnn_params"]
     plain_params = {"embed": raw["params"]["embed"], "head": raw["params"]["head"],

@@ -39,8 +39,25 @@ def _assert_trees_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+_OPEN = []
+
+
+@pytest.fixture(autouse=True)
+def _close_checkpointers():
+    """Closes every Checkpointer/CheckpointManager a test opened when it ends: one left to the garbage collector
+    shuts its asyncio machinery down after the event loop is gone ("Event loop is closed" warnings)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def _opened(checkpointer):
+    _OPEN.append(checkpointer)
+    return checkpointer
+
+
 def _checkpointer():
-    return ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
+    return _opened(ocp.Checkpointer(ckpt.CanonicalCheckpointHandler()))
 
 
 def test_round_trip_with_adam_state_concrete_and_abstract_targets(tmp_path):
@@ -65,7 +82,7 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
     state = _state()
     path = tmp_path / "ckpt"
     _checkpointer().save(path, args=ckpt.CanonicalSave(state))
-    plain = ocp.StandardCheckpointer().restore(path)  # no target, no jax_cudnn_rnn types involved
+    plain = _opened(ocp.StandardCheckpointer()).restore(path)  # no target, no jax_cudnn_rnn types involved
     for name, config in (("encoder", ENCODER), ("decoder", DECODER)):
         for saved_tree, buffer in ((plain["params"][name], state["params"][name].buffer),
                                    (plain["opt_state"][0]["nu"][name], state["opt_state"][0].nu[name].buffer)):
@@ -87,7 +104,7 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
 
 def test_encoder_and_decoder_kept_apart_in_a_checkpoint_manager(tmp_path):
     state = _state()
-    manager = ocp.CheckpointManager(tmp_path / "run", options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    manager = _opened(ocp.CheckpointManager(tmp_path / "run", options=ocp.CheckpointManagerOptions(max_to_keep=2)))
     manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state),
                                             extra=ocp.args.JsonSave({"vocab": 9})))
     manager.wait_until_finished()
@@ -173,7 +190,7 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     state = _state()
-    manager = ocp.CheckpointManager(tmp_path / "run")
+    manager = _opened(ocp.CheckpointManager(tmp_path / "run"))
     manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state)))
     manager.wait_until_finished()
 
@@ -192,7 +209,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         manager.save(3, args=ocp.args.Composite(state=ckpt.CanonicalSave({**state, "note": "text"})))
         manager.wait_until_finished()
 
-    reopened = ocp.CheckpointManager(tmp_path / "run")
+    reopened = _opened(ocp.CheckpointManager(tmp_path / "run"))
     assert reopened.all_steps() == [1]
     restored = reopened.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(state)))["state"]
     _assert_trees_equal(restored, state)
