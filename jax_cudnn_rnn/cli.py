@@ -21,10 +21,12 @@ def register(name: str, help: str, module: str, description: str = "") -> None:
 register("demo", "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
          "jax_cudnn_rnn.demo",
          description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
-                     "with this library's LSTM (cuDNN on a GPU, pure JAX on CPU), saves Orbax checkpoints in the "
-                     "canonical format, reads the last one back with a plain ocp.StandardCheckpointer into a plain "
-                     "Flax model (nn.LSTMCell), checks that both give the same logits, and prints generated text. "
-                     "Defaults finish in a few minutes on a laptop CPU.")
+                     "with this library's LSTM (cuDNN's kernels on a GPU with the extension loaded, else pure JAX; "
+                     "it prints which), saves Orbax checkpoints in the canonical format into --output-dir, reads the "
+                     "last one back with a plain ocp.StandardCheckpointer into a plain Flax model (nn.LSTMCell), "
+                     "checks that both give the same logits, and prints generated text. A re-run into the same "
+                     "folder resumes only with the same settings and a higher --steps, else starts fresh. Defaults "
+                     "finish in a few minutes on a laptop CPU.")
 register("info", "versions, cuDNN extension status and which implementation rnn() picks on each device",
          "jax_cudnn_rnn.info",
          description="Prints this package's, Python's, JAX's and cuDNN's versions (cuDNN at run time and the one the "
