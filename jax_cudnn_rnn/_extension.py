@@ -56,6 +56,15 @@ def _preload_cudnn() -> str | None:
     return None
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _in_source_checkout() -> bool:
+    """Whether this package is the one in a source tree (next to pyproject.toml and cuda/), not an installed copy."""
+    root = os.path.dirname(_PACKAGE_DIR)
+    return os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "cuda"))
+
+
 def _build_skip_reason() -> str | None:
     """What the build said was missing when it skipped the extension (jax_cudnn_rnn/_build_info.py, written by CMake),
     or None where that file is absent (a source checkout that was never built)."""
@@ -155,6 +164,11 @@ def _load() -> None:
         elif skipped:
             _error = (f"the cuDNN extension was not built when this package was installed: {skipped}. Reinstall "
                       f"after fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build error)")
+        elif _in_source_checkout():
+            _error = (f"this jax_cudnn_rnn was imported from the source checkout {os.path.dirname(_PACKAGE_DIR)}, "
+                      f"which holds no compiled extension (Python looks in the current directory first): run from "
+                      f"another directory to use the installed package, or install it editable (`pip install "
+                      f"--no-build-isolation -e .`); {BUILD_HINT}")
         else:
             _error = f"the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; {BUILD_HINT}"
         return

@@ -345,3 +345,14 @@ def test_loaded_module_records_its_build(native):
     build = _extension.build_versions(native)
     assert build["jaxlib"] not in ("", "unknown") and build["jax"] not in ("", "unknown")
     assert len(build["xla_ffi_api"]) == 2 and build["cudnn"] == native.CUDNN_BUILD_VERSION
+
+
+def test_importing_the_source_checkout_says_so(monkeypatch):
+    """`python -c "import jax_cudnn_rnn"` in the repository imports the uncompiled source tree, not the install."""
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(_extension, "_in_source_checkout", lambda: True)
+    _load_with(monkeypatch, missing)
+    assert "imported from the source checkout" in _extension.extension_error()
+    assert "run from another directory" in _extension.extension_error()
