@@ -4,7 +4,7 @@
 Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time),
 whether the cuDNN extension is loaded and why not, a build/run-time version mismatch, JAX's devices, and for each
 device the implementation that ``rnn(..., implementation=None)`` picks for arrays placed on it, asked of the package's
-own resolver (``ops.resolve_implementation``) so that this report never disagrees with ``rnn()``.
+own chooser (``backends.implementation_for``) so that this report never disagrees with ``rnn()``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import sys
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from jax_cudnn_rnn import _extension, ops
+from jax_cudnn_rnn import _extension, backends
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
                  "numpy", "flax", "optax", "orbax-checkpoint", "torch")
@@ -48,8 +47,7 @@ def _devices() -> list[jax.Device]:
 def implementation_on(device: jax.Device) -> str:
     """What ``rnn(..., implementation=None)`` picks for arrays committed to ``device`` (or why asking failed)."""
     try:
-        x = jax.device_put(jnp.zeros((1, 1, 1), jnp.float32), device)
-        return ops.resolve_implementation(None, x)
+        return backends.implementation_for(device)
     except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
         return f"unknown ({type(e).__name__}: {e})"
 
