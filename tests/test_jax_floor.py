@@ -51,7 +51,7 @@ def test_declared_minimum_jax_runs_the_smoke_test(tmp_path):
     source = tmp_path / "source"
     for name in ("pyproject.toml", "README.md", "CMakeLists.txt"):
         shutil.copy(ROOT / name, source / name if source.exists() else (source.mkdir() or source / name))
-    for name in ("cuda", "jax_cudnn_rnn"):
+    for name in ("cmake", "cuda", "jax_cudnn_rnn"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     _run([*pip, "--no-deps", str(source)], timeout=600, env={**os.environ, "JAX_CUDNN_RNN_CUDA": "OFF"})
     out = _run([python, str(ROOT / "tests" / "floor_smoke.py"), floor], timeout=600, cwd=tmp_path,
