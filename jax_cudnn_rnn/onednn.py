@@ -1,0 +1,225 @@
+"""implementation="onednn": oneDNN's fused RNN primitives on the CPU, over the same opaque buffer as cuDNN.
+
+The FFI targets of ``jax_cudnn_rnn._onednn_rnn`` (C++ in ``onednn/``) run the network layer by layer, each layer
+one oneDNN primitive over both directions: ``lstm_forward``/``lstm_backward`` (with projection), ``lbr_gru`` (cuDNN's
+GRU, whose new gate keeps its recurrent bias inside the reset product) and ``vanilla_rnn`` with tanh or relu, in
+float32 and bfloat16. The weights are read from the opaque buffer's bytes at every call (gate blocks reordered into
+the format the primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation.
+
+``rnn_onednn`` is a ``jax.custom_vjp``: undifferentiated it runs oneDNN's inference forward; under ``jax.grad`` the
+training forward, which also returns a reserve space (oneDNN's workspace per layer and the outputs of all but the last
+layer), and the backward pass runs oneDNN's backward over it.
+
+What oneDNN lacks stays on the xla implementation (``unsupported_reason``): ``seq_lengths``, ``cell_clip``, float16
+and float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero), and
+skip input runs with identity input matrices.
+
+The extension is optional (the ``onednn`` extra: the ``onednn-cpu-gomp`` wheel at run time, ``onednn-devel-cpu-gomp``
+to build): without it ``extension_loaded()`` is False, ``extension_error()`` says why, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import importlib.metadata
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+
+FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
+BACKWARD_TARGET = "jax_cudnn_rnn_onednn_backward"
+DTYPES = ("float32", "bfloat16")
+RUNTIME_DISTRIBUTION = "onednn-cpu-gomp"
+BUILD_HINT = ("install the `onednn` extra (`pip install onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0`) "
+              "and rebuild with `pip install --no-build-isolation -e .`; JAX_CUDNN_RNN_ONEDNN=ON makes a missing "
+              "oneDNN a build error instead of a silent skip")
+
+_module: ModuleType | None = None
+_error: str | None = None
+
+
+def _preload_dnnl() -> None:
+    """Loads the onednn-cpu-gomp wheel's libdnnl.so.3 globally, wherever pip put it (the module's RPATH covers a
+    virtual environment's lib/; this covers --user and other prefixes), and never another oneDNN of that name."""
+    try:
+        files = importlib.metadata.distribution(RUNTIME_DISTRIBUTION).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for file in files:
+        if file.name == "libdnnl.so.3":
+            ctypes.CDLL(str(file.locate()), mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+def _load() -> None:
+    global _module, _error
+    try:
+        _preload_dnnl()
+        module = importlib.import_module("jax_cudnn_rnn._onednn_rnn")
+    except ModuleNotFoundError as e:
+        _error = (f"the oneDNN extension jax_cudnn_rnn._onednn_rnn is not part of this installation; {BUILD_HINT}"
+                  if e.name == "jax_cudnn_rnn._onednn_rnn" else f"importing the oneDNN extension failed: {e}")
+        return
+    except (ImportError, OSError) as e:
+        _error = f"importing the oneDNN extension jax_cudnn_rnn._onednn_rnn failed: {e}; {BUILD_HINT}"
+        return
+    try:
+        for name, capsule in module.registrations().items():
+            jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    except Exception as e:  # noqa: BLE001 - any failure here must become extension_error(), never an import error
+        _error = f"registering the oneDNN extension's FFI targets with JAX failed: {type(e).__name__}: {e}"
+        return
+    _module = module
+
+
+def extension_loaded() -> bool:
+    """True when the oneDNN extension was imported and its FFI targets are registered for platform "cpu"."""
+    return _module is not None
+
+
+def extension_error() -> str | None:
+    """Why the oneDNN extension is not loaded, or None when it is."""
+    return _error
+
+
+def module() -> ModuleType:
+    """The loaded native module; raises RuntimeError saying why it is not loaded and how to get it."""
+    if _module is None:
+        raise RuntimeError(f"the oneDNN extension is not loaded: {_error}")
+    return _module
+
+
+def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None:
+    """Why oneDNN cannot run this call (None if it can): what its RNN primitives lack."""
+    if config.dtype.name not in DTYPES:
+        return f"oneDNN's RNN runs {' and '.join(DTYPES)}, not {config.dtype.name}"
+    if seq_lengths is not None:
+        return "oneDNN's RNN primitives have no per-sequence lengths (seq_lengths)"
+    if config.cell_clip is not None:
+        return "oneDNN's LSTM has no cell clipping (cell_clip)"
+    if config.proj_size and config.dtype.name == "bfloat16":
+        # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and
+        # its backward fails to execute.
+        return "oneDNN 3.2's bfloat16 LSTM with projection gives wrong results"
+    return None
+
+
+def _slot_offsets(config: RNNConfig) -> np.ndarray:
+    """Per pseudo-layer, where w_input, w_recurrent, w_projection, b_input, b_recurrent start in the buffer (elements;
+    -1 where absent). The handlers copy whole gate blocks from there, so each group's gates must be consecutive."""
+    offsets = []
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            groups = layout.layer_slots(config, layer, direction)
+            for group in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"):
+                slots = groups[group]
+                if any(s.offset != slots[0].offset + i * s.size for i, s in enumerate(slots)):
+                    raise AssertionError(f"layout: the gates of {group} are not consecutive")
+                offsets.append(slots[0].offset if slots else -1)
+    return np.asarray(offsets, np.int64)
+
+
+@functools.lru_cache(maxsize=256)
+def _attributes(config: RNNConfig) -> dict[str, Any]:
+    """The handlers' attributes (onednn/rnn_kernels.cc ForwardAttrs/BackwardAttrs)."""
+    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
+                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
+                direction=config.direction, skip_input=np.bool_(config.skip_input),
+                slot_offsets=_slot_offsets(config))
+
+
+@functools.lru_cache(maxsize=256)
+def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
+    """Bytes of the reserve space and of the forward's and backward's scratch for one call (asked of the extension,
+    which builds and caches the call's primitives: the first call of a shape takes milliseconds)."""
+    return dict(module().buffer_sizes(
+        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+        proj_size=config.proj_size, direction=config.direction, skip_input=config.skip_input,
+        dtype=config.dtype.name, max_time=max_time, batch=batch, training=training))
+
+
+def _forward(params, x, h0, c0, config: RNNConfig, training: bool):
+    """(y, h_n, c_n or None, reserve or None)."""
+    num_steps, batch, _ = x.shape
+    lstm = config.has_cell_state
+    sizes = buffer_sizes(config, num_steps, batch, training)
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
+                 jax.ShapeDtypeStruct((sizes["forward_scratch"],), jnp.uint8)]
+    if lstm:
+        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+    if training:
+        out_types.append(jax.ShapeDtypeStruct((sizes["reserve"],), jnp.uint8))
+    y, h_n, _, *rest = jax.ffi.ffi_call(FORWARD_TARGET, out_types)(
+        x, h0, params, *([c0] if lstm else []), training=np.bool_(training), **_attributes(config))
+    c_n = rest.pop(0) if lstm else None
+    reserve = rest.pop(0) if training else None
+    return y, h_n, c_n, reserve
+
+
+def _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config: RNNConfig):
+    """(dparams, dx, dh0, dc0 or None)."""
+    num_steps, batch, _ = x.shape
+    lstm = config.has_cell_state
+    sizes = buffer_sizes(config, num_steps, batch, True)
+    out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
+                 jax.ShapeDtypeStruct((sizes["backward_scratch"],), jnp.uint8)]
+    if lstm:
+        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+    dparams, dx, dh0, _, *dc0 = jax.ffi.ffi_call(BACKWARD_TARGET, out_types)(
+        params, x, h0, y, h_n, dy, dh_n, reserve, *([c0, c_n, dc_n] if lstm else []), **_attributes(config))
+    return dparams, dx, dh0, (dc0[0] if lstm else None)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _rnn(params, x, h0, c0, config: RNNConfig):
+    y, h_n, c_n, _ = _forward(params, x, h0, c0, config, training=False)
+    return y, h_n, c_n
+
+
+def _rnn_fwd(params, x, h0, c0, config: RNNConfig):
+    y, h_n, c_n, reserve = _forward(params, x, h0, c0, config, training=True)
+    return (y, h_n, c_n), (params, x, h0, c0, y, h_n, c_n, reserve)
+
+
+def _rnn_bwd(config: RNNConfig, residuals, cotangents):
+    params, x, h0, c0, y, h_n, c_n, reserve = residuals
+    dy, dh_n, dc_n = cotangents
+    dparams, dx, dh0, dc0 = _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config)
+    return dparams, dx, dh0, dc0
+
+
+_rnn.defvjp(_rnn_fwd, _rnn_bwd)
+
+
+def check_available(config: RNNConfig, seq_lengths: Any = None) -> None:
+    """Raises RuntimeError (extension missing) or ValueError (a call oneDNN cannot run) saying why."""
+    if _module is None:
+        raise RuntimeError(f"implementation='onednn' needs the oneDNN extension, which is not loaded: {_error}")
+    reason = unsupported_reason(config, seq_lengths)
+    if reason is not None:
+        raise ValueError(f"implementation='onednn' cannot run this call: {reason}; use implementation='xla'")
+
+
+def rnn_onednn(params, x, h0, c0, config: RNNConfig, seq_lengths=None):
+    """oneDNN's stacked LSTM/GRU/RNN on the CPU. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
+
+    params 1-D ``params_size(config)`` of config.dtype (float32 or bfloat16); x [T, B, input_size]; h0
+    [L*D, B, hidden_size]; c0 [L*D, B, num_units] (LSTM) or None; seq_lengths must be None.
+
+    Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
+    """
+    check_available(config, seq_lengths)
+    return _rnn(params, x, h0, c0, config)
+
+
+_load()
