@@ -24,6 +24,8 @@ import ctypes
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
+import os
 from types import ModuleType
 from typing import Any
 
@@ -31,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import batching, layout, stacking
 from jax_cudnn_rnn.config import RNNConfig
 
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
@@ -44,6 +46,38 @@ BUILD_HINT = ("install the `onednn` extra (`pip install onednn-cpu-gomp==2023.2.
 
 _module: ModuleType | None = None
 _error: str | None = None
+_wait_policy = "not set: libgomp not loaded by this package"
+
+
+def _libgomp_loaded() -> bool:
+    with open("/proc/self/maps") as maps:
+        return any("libgomp" in line for line in maps)
+
+
+def _choose_wait_policy() -> None:
+    """Makes GNU OpenMP's idle threads sleep instead of spin (OMP_WAIT_POLICY=PASSIVE), unless the user chose a
+    policy or libgomp is already loaded (then its setting stands: libgomp reads it once, when it loads).
+
+    Why: oneDNN's threads are an OpenMP team and XLA's are not. A spinning OpenMP worker keeps a core busy for
+    milliseconds after each parallel region (300,000 spins by default), while XLA's threads run the ops between the
+    RNN calls; on a machine with few cores, or one shared with other processes, the two fight for the cores. Measured on
+    this project's 2-core machine under load (LSTM T100 B32 H256 float32, forward): 222-302 ms of CPU per call spinning,
+    27-31 ms passive, and the wall time 3x lower passive. The setting is process-wide: it also applies to PyTorch when
+    both are loaded (they share libgomp). Set OMP_WAIT_POLICY=ACTIVE before importing to keep spinning."""
+    global _wait_policy
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        _wait_policy = "set by the user: " + ", ".join(
+            f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ)
+    elif _libgomp_loaded():
+        _wait_policy = "libgomp's default (spin): it was loaded before jax_cudnn_rnn, e.g. by PyTorch"
+    else:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        _wait_policy = "PASSIVE, set by jax_cudnn_rnn"
+
+
+def openmp_wait_policy() -> str:
+    """How oneDNN's OpenMP threads wait between parallel regions in this process, and who decided it."""
+    return _wait_policy
 
 
 def _preload_dnnl() -> None:
@@ -62,12 +96,16 @@ def _preload_dnnl() -> None:
 def _load() -> None:
     global _module, _error
     try:
+        spec = importlib.util.find_spec("jax_cudnn_rnn._onednn_rnn")
+    except (ImportError, ValueError):  # ValueError: the module is None in sys.modules (blocked on purpose)
+        spec = None
+    if spec is None:
+        _error = f"the oneDNN extension jax_cudnn_rnn._onednn_rnn is not part of this installation; {BUILD_HINT}"
+        return
+    try:
+        _choose_wait_policy()
         _preload_dnnl()
         module = importlib.import_module("jax_cudnn_rnn._onednn_rnn")
-    except ModuleNotFoundError as e:
-        _error = (f"the oneDNN extension jax_cudnn_rnn._onednn_rnn is not part of this installation; {BUILD_HINT}"
-                  if e.name == "jax_cudnn_rnn._onednn_rnn" else f"importing the oneDNN extension failed: {e}")
-        return
     except (ImportError, OSError) as e:
         _error = f"importing the oneDNN extension jax_cudnn_rnn._onednn_rnn failed: {e}; {BUILD_HINT}"
         return
@@ -112,6 +150,27 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return None
 
 
+# Whether oneDNN beats the xla implementation on the CPU, per (mode, dtype): measured with the two interleaved in one
+# process, T100 B32 I=H=256, one layer, min of 15 runs each, on this project's 2-core Intel Xeon (AVX-512 with
+# AVX512-BF16, no AMX exposed to the VM), shared with other jobs (load 7-9), so +-20 %: oneDNN time / xla time,
+# forward and forward+backward. A differentiated call is what costs, so the forward+backward ratio decides:
+#   float32:  lstm 0.56 / 0.60   gru 0.99 / 0.58   rnn_tanh 0.61 / 1.19 (again: 1.47)   rnn_relu 1.09 / 0.79 (1.59)
+#   bfloat16: lstm 0.89 / 0.86   gru 1.65 / 0.80   rnn_tanh 1.29 / 0.66                  rnn_relu 1.29 / 1.61
+# The vanilla RNNs have one small GEMM per step: oneDNN's per-step overhead is not won back there.
+FASTER_THAN_XLA: dict[tuple[str, str], bool] = {
+    ("lstm", "float32"): True, ("gru", "float32"): True, ("rnn_tanh", "float32"): False,
+    ("rnn_relu", "float32"): False, ("lstm", "bfloat16"): True, ("gru", "bfloat16"): True,
+    ("rnn_tanh", "bfloat16"): False, ("rnn_relu", "bfloat16"): False,
+}
+
+
+def preferred(config: RNNConfig, seq_lengths: Any = None) -> bool:
+    """Whether ``rnn(implementation=None)`` on the CPU runs this call on oneDNN: the extension is loaded, oneDNN runs
+    the call, and it is the faster implementation for the call's mode and dtype (``FASTER_THAN_XLA``)."""
+    return (_module is not None and unsupported_reason(config, seq_lengths) is None
+            and FASTER_THAN_XLA.get((config.mode, config.dtype.name), False))
+
+
 def _slot_offsets(config: RNNConfig) -> np.ndarray:
     """Per pseudo-layer, where w_input, w_recurrent, w_projection, b_input, b_recurrent start in the buffer (elements;
     -1 where absent). The handlers copy whole gate blocks from there, so each group's gates must be consecutive."""
@@ -146,8 +205,8 @@ def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -
         dtype=config.dtype.name, max_time=max_time, batch=batch, training=training))
 
 
-def _forward(params, x, h0, c0, config: RNNConfig, training: bool):
-    """(y, h_n, c_n or None, reserve or None)."""
+def _forward_call(x, h0, params, *c0, config: RNNConfig, training: bool):
+    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); the scratch output is dropped here."""
     num_steps, batch, _ = x.shape
     lstm = config.has_cell_state
     sizes = buffer_sizes(config, num_steps, batch, training)
@@ -155,28 +214,50 @@ def _forward(params, x, h0, c0, config: RNNConfig, training: bool):
                  jax.ShapeDtypeStruct(h0.shape, x.dtype),
                  jax.ShapeDtypeStruct((sizes["forward_scratch"],), jnp.uint8)]
     if lstm:
-        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+        out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
     if training:
         out_types.append(jax.ShapeDtypeStruct((sizes["reserve"],), jnp.uint8))
     y, h_n, _, *rest = jax.ffi.ffi_call(FORWARD_TARGET, out_types)(
-        x, h0, params, *([c0] if lstm else []), training=np.bool_(training), **_attributes(config))
+        x, h0, params, *c0, training=np.bool_(training), **_attributes(config))
+    return (y, h_n, *rest)
+
+
+def _forward(params, x, h0, c0, config: RNNConfig, training: bool):
+    """(y, h_n, c_n or None, reserve or None). Under ``jax.vmap`` the inference forward folds the mapped axis into
+    the batch (``batching.fold_vmap``: one call); the training forward runs once per mapped element, since its weight
+    gradient must stay per element."""
+    lstm = config.has_cell_state
+    args, in_axes = [x, h0, params] + ([c0] if lstm else []), [1, 1, None] + [1] * lstm
+    call = functools.partial(_forward_call, config=config, training=training)
+    if training:
+        y, h_n, *rest = batching.sequential_vmap(call)(*args)
+    else:
+        y, h_n, *rest = batching.fold_vmap(call, in_axes, [1, 1] + [1] * lstm)(*args)
     c_n = rest.pop(0) if lstm else None
     reserve = rest.pop(0) if training else None
     return y, h_n, c_n, reserve
 
 
-def _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config: RNNConfig):
-    """(dparams, dx, dh0, dc0 or None)."""
+def _backward_call(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig):
+    """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
     num_steps, batch, _ = x.shape
-    lstm = config.has_cell_state
     sizes = buffer_sizes(config, num_steps, batch, True)
     out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
                  jax.ShapeDtypeStruct(h0.shape, x.dtype),
                  jax.ShapeDtypeStruct((sizes["backward_scratch"],), jnp.uint8)]
-    if lstm:
-        out_types.append(jax.ShapeDtypeStruct(c0.shape, x.dtype))
+    if lstm_args:
+        out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
     dparams, dx, dh0, _, *dc0 = jax.ffi.ffi_call(BACKWARD_TARGET, out_types)(
-        params, x, h0, y, h_n, dy, dh_n, reserve, *([c0, c_n, dc_n] if lstm else []), **_attributes(config))
+        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, **_attributes(config))
+    return (dparams, dx, dh0, *dc0)
+
+
+def _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config: RNNConfig):
+    """(dparams, dx, dh0, dc0 or None), once per mapped element under ``jax.vmap``."""
+    lstm = config.has_cell_state
+    call = functools.partial(_backward_call, config=config)
+    dparams, dx, dh0, *dc0 = batching.sequential_vmap(call)(
+        params, x, h0, y, h_n, dy, dh_n, reserve, *([c0, c_n, dc_n] if lstm else []))
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
@@ -210,15 +291,18 @@ def check_available(config: RNNConfig, seq_lengths: Any = None) -> None:
         raise ValueError(f"implementation='onednn' cannot run this call: {reason}; use implementation='xla'")
 
 
-def rnn_onednn(params, x, h0, c0, config: RNNConfig, seq_lengths=None):
+def rnn_onednn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_key=None):
     """oneDNN's stacked LSTM/GRU/RNN on the CPU. Arguments as ``jax_cudnn_rnn.rnn`` after validation:
 
     params 1-D ``params_size(config)`` of config.dtype (float32 or bfloat16); x [T, B, input_size]; h0
-    [L*D, B, hidden_size]; c0 [L*D, B, num_units] (LSTM) or None; seq_lengths must be None.
+    [L*D, B, hidden_size]; c0 [L*D, B, num_units] (LSTM) or None; seq_lengths must be None; dropout_key: a PRNG key
+    when inter-layer dropout applies (is_training and config.dropout > 0), else None.
 
     Returns (y [T, B, D*hidden_size], h_n like h0, c_n like c0 or None).
     """
     check_available(config, seq_lengths)
+    if dropout_key is not None and config.dropout > 0 and config.num_layers > 1:
+        return stacking.rnn_with_dropout(_rnn, params, x, h0, c0, config, dropout_key)
     return _rnn(params, x, h0, c0, config)
 
 

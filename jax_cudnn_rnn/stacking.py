@@ -1,0 +1,67 @@
+"""A stacked network run one layer at a time, for the fused-kernel implementations (cuDNN, oneDNN).
+
+Their kernels run all layers in one call without dropout (cuDNN's own dropout masks cannot match the other
+implementations'; oneDNN has none). With inter-layer dropout the network runs layer by layer instead: each layer a
+single-layer call over its own slice of the opaque buffer, and layer l's output multiplied by
+``dropout.dropout_masks(key, ...)[l]`` before entering layer l + 1, as the xla implementation does; gradients flow
+back to the full buffer through the slicing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn import dropout, layout
+from jax_cudnn_rnn.config import RNNConfig
+
+# run_layer(params, x, h0, c0, config) -> (y, h_n, c_n or None) for a single-layer config.
+LayerFn = Callable[[jax.Array, jax.Array, jax.Array, Any, RNNConfig], tuple[jax.Array, jax.Array, Any]]
+
+
+def layer_config(config: RNNConfig, layer: int) -> RNNConfig:
+    """Layer ``layer`` of ``config`` as a single-layer network (skip input only ever applies to layer 0)."""
+    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
+                               input_mode=config.input_mode if layer == 0 else "linear_input")
+
+
+def layer_params(params: jax.Array, config: RNNConfig, layer: int) -> jax.Array:
+    """The opaque buffer of ``layer_config(config, layer)`` holding layer ``layer``'s weights and biases."""
+    single = layer_config(config, layer)
+    pieces = []
+    for direction in range(config.num_directions):
+        full_groups = layout.layer_slots(config, layer, direction)
+        single_groups = layout.layer_slots(single, 0, direction)
+        for group in layout.GROUP_NAMES:
+            for full, part in zip(full_groups[group], single_groups[group], strict=True):
+                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
+    return layout.assemble(pieces, single)
+
+
+def _compute_dtype(dtype: np.dtype) -> Any:
+    return jnp.float64 if dtype == np.float64 else jnp.float32
+
+
+def rnn_with_dropout(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, dropout_key):
+    """``config``'s network with inter-layer dropout, one ``run_layer`` call per layer. Arrays as ``rnn``'s (x
+    [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or None); returns (y, h_n, c_n or None)."""
+    num_steps, batch, _ = x.shape
+    compute_dtype = _compute_dtype(config.dtype)
+    masks = dropout.dropout_masks(dropout_key, config, (num_steps, batch, config.output_size), compute_dtype)
+    directions = config.num_directions
+    layer_input, h_n, c_n = x, [], []
+    for layer in range(config.num_layers):
+        states = slice(layer * directions, (layer + 1) * directions)
+        y, h_last, c_last = run_layer(layer_params(params, config, layer), layer_input, h0[states],
+                                      None if c0 is None else c0[states], layer_config(config, layer))
+        h_n.append(h_last)
+        c_n.append(c_last)
+        if layer < config.num_layers - 1:
+            y = (y.astype(compute_dtype) * masks[layer]).astype(config.dtype)
+        layer_input = y
+    return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
