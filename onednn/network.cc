@@ -47,7 +47,8 @@ ffi::Error DecodeNetwork(std::string_view mode, int64_t num_layers, int64_t num_
   else if (mode == "gru") result.cell = Cell::kGru;
   else if (mode == "rnn_tanh") result.cell = Cell::kRnnTanh;
   else if (mode == "rnn_relu") result.cell = Cell::kRnnRelu;
-  else return ffi::Error::InvalidArgument("mode is '" + std::string(mode) + "'; expected lstm, gru, rnn_tanh or rnn_relu");
+  else return ffi::Error::InvalidArgument("mode is '" + std::string(mode) +
+                                          "'; expected lstm, gru, rnn_tanh or rnn_relu");
   if (direction == "unidirectional") result.num_directions = 1;
   else if (direction == "bidirectional") result.num_directions = 2;
   else return ffi::Error::InvalidArgument("direction is '" + std::string(direction) +

@@ -149,7 +149,9 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, ForwardAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
     auto x_dims = x.dimensions();
-    if (x_dims.size() != 3) return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+    if (x_dims.size() != 3) {
+      return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+    }
     Network network;
     JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size,
                                       attrs.proj_size, attrs.direction, attrs.skip_input, x.element_type(),
@@ -244,7 +246,9 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
                            ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, BackwardAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
     auto x_dims = x.dimensions();
-    if (x_dims.size() != 3) return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+    if (x_dims.size() != 3) {
+      return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+    }
     Network network;
     JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size,
                                       attrs.proj_size, attrs.direction, attrs.skip_input, x.element_type(),
