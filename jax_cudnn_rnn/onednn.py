@@ -6,9 +6,10 @@ GRU, whose new gate keeps its recurrent bias inside the reset product) and ``van
 float32 and bfloat16. The weights are read from the opaque buffer's bytes at every call (gate blocks reordered into
 the format the primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation.
 
-``rnn_onednn`` is a ``jax.custom_vjp``: undifferentiated it runs oneDNN's inference forward; under ``jax.grad`` the
-training forward, which also returns a reserve space (oneDNN's workspace per layer and the outputs of all but the last
-layer), and the backward pass runs oneDNN's backward over it.
+``rnn_onednn`` is a ``jax.custom_vjp`` (``fused.fused_rnn``, shared with the cuDNN implementation): undifferentiated
+it runs oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space
+(oneDNN's workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's
+backward over it.
 
 What oneDNN lacks stays on the xla implementation (``unsupported_reason``): ``seq_lengths``, ``cell_clip``, float16
 and float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero), and
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import batching, layout, stacking
+from jax_cudnn_rnn import batching, fused, layout, stacking
 from jax_cudnn_rnn.config import RNNConfig
 
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
@@ -222,10 +223,11 @@ def _forward_call(x, h0, params, *c0, config: RNNConfig, training: bool):
     return (y, h_n, *rest)
 
 
-def _forward(params, x, h0, c0, config: RNNConfig, training: bool):
+def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
     """(y, h_n, c_n or None, reserve or None). Under ``jax.vmap`` the inference forward folds the mapped axis into
     the batch (``batching.fold_vmap``: one call); the training forward runs once per mapped element, since its weight
-    gradient must stay per element."""
+    gradient must stay per element. ``seq_lengths`` is always None here (``unsupported_reason``)."""
+    del seq_lengths
     lstm = config.has_cell_state
     args, in_axes = [x, h0, params] + ([c0] if lstm else []), [1, 1, None] + [1] * lstm
     call = functools.partial(_forward_call, config=config, training=training)
@@ -252,34 +254,22 @@ def _backward_call(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config:
     return (dparams, dx, dh0, *dc0)
 
 
-def _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config: RNNConfig):
+def _backward(config: RNNConfig, res: fused.Residuals, dy, dh_n, dc_n):
     """(dparams, dx, dh0, dc0 or None), once per mapped element under ``jax.vmap``."""
     lstm = config.has_cell_state
     call = functools.partial(_backward_call, config=config)
     dparams, dx, dh0, *dc0 = batching.sequential_vmap(call)(
-        params, x, h0, y, h_n, dy, dh_n, reserve, *([c0, c_n, dc_n] if lstm else []))
+        res.params, res.x, res.h0, res.y, res.h_n, dy, dh_n, res.reserve, *([res.c0, res.c_n, dc_n] if lstm else []))
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+# The custom_vjp shared with the cuDNN implementation; oneDNN's kernels are specialised on the config alone.
+_fused_rnn = fused.fused_rnn(_forward, _backward)
+
+
 def _rnn(params, x, h0, c0, config: RNNConfig):
-    y, h_n, c_n, _ = _forward(params, x, h0, c0, config, training=False)
-    return y, h_n, c_n
-
-
-def _rnn_fwd(params, x, h0, c0, config: RNNConfig):
-    y, h_n, c_n, reserve = _forward(params, x, h0, c0, config, training=True)
-    return (y, h_n, c_n), (params, x, h0, c0, y, h_n, c_n, reserve)
-
-
-def _rnn_bwd(config: RNNConfig, residuals, cotangents):
-    params, x, h0, c0, y, h_n, c_n, reserve = residuals
-    dy, dh_n, dc_n = cotangents
-    dparams, dx, dh0, dc0 = _backward(params, x, h0, c0, y, h_n, c_n, reserve, dy, dh_n, dc_n, config)
-    return dparams, dx, dh0, dc0
-
-
-_rnn.defvjp(_rnn_fwd, _rnn_bwd)
+    """oneDNN's network as a differentiable call: (y, h_n, c_n or None)."""
+    return _fused_rnn(params, x, h0, c0, None, config)
 
 
 def check_available(config: RNNConfig, seq_lengths: Any = None) -> None:
