@@ -1,4 +1,5 @@
-"""Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets.
+"""Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets
+(``_native.NativeExtension``, shared with the oneDNN extension).
 
 Importing this module never raises: when the extension is absent or broken, ``extension_loaded()`` is False and
 ``extension_error()`` says why, and the package runs its pure-JAX implementation.
@@ -12,9 +13,10 @@ statically, so importing needs no GPU and no ``libcudart.so``.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 from types import ModuleType
+
+from jax_cudnn_rnn import _native
 
 # Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/cudnn.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
@@ -24,10 +26,7 @@ BACKWARD_WEIGHTS_TARGET = "jax_cudnn_rnn_backward_weights"
 BUILD_HINT = ("build it with `pip install --no-build-isolation -e .` (or `pip install .`) in an environment with the "
               "CUDA 13 toolkit and nvidia-cudnn-cu13 installed; JAX_CUDNN_RNN_CUDA=ON makes a missing dependency "
               "a build error instead of a silent skip")
-
-_module: ModuleType | None = None
-_error: str | None = None
-_targets: tuple[str, ...] = ()
+EXTENSION = _native.NativeExtension("jax_cudnn_rnn._cudnn_rnn", "cuDNN extension", "CUDA", BUILD_HINT)
 
 
 def _preload_cudnn() -> str | None:
@@ -44,60 +43,34 @@ def _preload_cudnn() -> str | None:
     return None
 
 
-def _load() -> None:
-    global _module, _error, _targets
+def _preload() -> str | None:
+    """Preloads the wheel's libcudnn; returns a note for an import error if that failed (the module's own RPATH may
+    still find a libcudnn)."""
     try:
         _preload_cudnn()
-    except OSError as e:  # a broken wheel: the module's own RPATH may still find a libcudnn
-        preload_error = f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
-    else:
-        preload_error = None
-    try:
-        module = importlib.import_module("jax_cudnn_rnn._cudnn_rnn")
-    except ModuleNotFoundError as e:
-        if e.name != "jax_cudnn_rnn._cudnn_rnn":
-            _error = f"importing the cuDNN extension failed: {e}"
-        else:
-            _error = f"the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; {BUILD_HINT}"
-        return
-    except ImportError as e:
-        _error = f"importing the cuDNN extension jax_cudnn_rnn._cudnn_rnn failed: {e}"
-        if preload_error:
-            _error += f" ({preload_error})"
-        return
-    try:
-        import jax
-
-        registered = []
-        for name, capsule in module.registrations().items():
-            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
-            registered.append(name)
-    except Exception as e:  # noqa: BLE001 - any failure here must become extension_error(), never an import error
-        _error = f"registering the cuDNN extension's FFI targets with JAX failed: {type(e).__name__}: {e}"
-        return
-    _module, _targets = module, tuple(registered)
+    except OSError as e:
+        return f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
+    return None
 
 
 def extension_loaded() -> bool:
     """True when the cuDNN extension was imported and all its FFI targets are registered for platform "CUDA"."""
-    return _module is not None
+    return EXTENSION.loaded()
 
 
 def extension_error() -> str | None:
     """Why the extension is not loaded (not built, import error, registration error), or None when it is."""
-    return _error
+    return EXTENSION.error()
 
 
 def registered_targets() -> tuple[str, ...]:
     """Names of the FFI targets registered for platform "CUDA" (empty when the extension is not loaded)."""
-    return _targets
+    return EXTENSION.targets()
 
 
 def module() -> ModuleType:
     """The loaded native module; raises RuntimeError with the reason and how to build it when it is not loaded."""
-    if _module is None:
-        raise RuntimeError(f"the cuDNN extension is not loaded: {_error}")
-    return _module
+    return EXTENSION.module()
 
 
-_load()
+EXTENSION.load(_preload)

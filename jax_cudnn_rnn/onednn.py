@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib
 import importlib.metadata
-import importlib.util
 import os
 from types import ModuleType
 from typing import Any
@@ -34,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import batching, fused, layout, stacking
+from jax_cudnn_rnn import _native, batching, fused, layout, stacking
 from jax_cudnn_rnn.config import RNNConfig
 
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
@@ -45,8 +43,7 @@ BUILD_HINT = ("install the `onednn` extra (`pip install onednn-cpu-gomp==2023.2.
               "and rebuild with `pip install --no-build-isolation -e .`; JAX_CUDNN_RNN_ONEDNN=ON makes a missing "
               "oneDNN a build error instead of a silent skip")
 
-_module: ModuleType | None = None
-_error: str | None = None
+EXTENSION = _native.NativeExtension("jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", BUILD_HINT)
 _wait_policy = "not set: libgomp not loaded by this package"
 
 
@@ -94,46 +91,24 @@ def _preload_dnnl() -> None:
             return
 
 
-def _load() -> None:
-    global _module, _error
-    try:
-        spec = importlib.util.find_spec("jax_cudnn_rnn._onednn_rnn")
-    except (ImportError, ValueError):  # ValueError: the module is None in sys.modules (blocked on purpose)
-        spec = None
-    if spec is None:
-        _error = f"the oneDNN extension jax_cudnn_rnn._onednn_rnn is not part of this installation; {BUILD_HINT}"
-        return
-    try:
-        _choose_wait_policy()
-        _preload_dnnl()
-        module = importlib.import_module("jax_cudnn_rnn._onednn_rnn")
-    except (ImportError, OSError) as e:
-        _error = f"importing the oneDNN extension jax_cudnn_rnn._onednn_rnn failed: {e}; {BUILD_HINT}"
-        return
-    try:
-        for name, capsule in module.registrations().items():
-            jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    except Exception as e:  # noqa: BLE001 - any failure here must become extension_error(), never an import error
-        _error = f"registering the oneDNN extension's FFI targets with JAX failed: {type(e).__name__}: {e}"
-        return
-    _module = module
+def _before_import() -> None:
+    _choose_wait_policy()
+    _preload_dnnl()
 
 
 def extension_loaded() -> bool:
     """True when the oneDNN extension was imported and its FFI targets are registered for platform "cpu"."""
-    return _module is not None
+    return EXTENSION.loaded()
 
 
 def extension_error() -> str | None:
     """Why the oneDNN extension is not loaded, or None when it is."""
-    return _error
+    return EXTENSION.error()
 
 
 def module() -> ModuleType:
     """The loaded native module; raises RuntimeError saying why it is not loaded and how to get it."""
-    if _module is None:
-        raise RuntimeError(f"the oneDNN extension is not loaded: {_error}")
-    return _module
+    return EXTENSION.module()
 
 
 def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None:
@@ -168,7 +143,7 @@ FASTER_THAN_XLA: dict[tuple[str, str], bool] = {
 def preferred(config: RNNConfig, seq_lengths: Any = None) -> bool:
     """Whether ``rnn(implementation=None)`` on the CPU runs this call on oneDNN: the extension is loaded, oneDNN runs
     the call, and it is the faster implementation for the call's mode and dtype (``FASTER_THAN_XLA``)."""
-    return (_module is not None and unsupported_reason(config, seq_lengths) is None
+    return (EXTENSION.loaded() and unsupported_reason(config, seq_lengths) is None
             and FASTER_THAN_XLA.get((config.mode, config.dtype.name), False))
 
 
@@ -274,8 +249,9 @@ def _rnn(params, x, h0, c0, config: RNNConfig):
 
 def check_available(config: RNNConfig, seq_lengths: Any = None) -> None:
     """Raises RuntimeError (extension missing) or ValueError (a call oneDNN cannot run) saying why."""
-    if _module is None:
-        raise RuntimeError(f"implementation='onednn' needs the oneDNN extension, which is not loaded: {_error}")
+    if not EXTENSION.loaded():
+        raise RuntimeError(f"implementation='onednn' needs the oneDNN extension, which is not loaded: "
+                           f"{EXTENSION.error()}")
     reason = unsupported_reason(config, seq_lengths)
     if reason is not None:
         raise ValueError(f"implementation='onednn' cannot run this call: {reason}; use implementation='xla'")
@@ -296,4 +272,4 @@ def rnn_onednn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_k
     return _rnn(params, x, h0, c0, config)
 
 
-_load()
+EXTENSION.load(_before_import)

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ffi_checks.h"
 #include "network.h"
 #include "plan.h"
 #include "threading.h"
@@ -62,28 +63,6 @@ namespace {
 
 using Args = std::unordered_map<int, dnnl::memory>;
 
-std::string ShapeString(ffi::Span<const int64_t> dims) {
-  std::string text = "(";
-  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + (dims.size() == 1 ? ",)" : ")");
-}
-
-// Checks a buffer's element type and shape before oneDNN reads or writes it through a descriptor built from the
-// attributes: a mismatch is a bug in the caller, never undefined behaviour here.
-ffi::Error CheckBuffer(const char* name, ffi::DataType dtype, ffi::Span<const int64_t> dims,
-                       ffi::DataType expected_dtype, std::vector<int64_t> expected_dims) {
-  if (dtype != expected_dtype) {
-    return ffi::Error::InvalidArgument(std::string(name) + " has XLA element type " +
-                                       std::to_string(static_cast<int>(dtype)) + "; expected " +
-                                       std::to_string(static_cast<int>(expected_dtype)));
-  }
-  if (!(dims.size() == expected_dims.size() && std::equal(dims.begin(), dims.end(), expected_dims.begin()))) {
-    return ffi::Error::InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) + "; expected " +
-                                       ShapeString(ffi::Span<const int64_t>(expected_dims)));
-  }
-  return ffi::Error::Success();
-}
-
 ffi::Error CheckBytes(const char* name, const ffi::AnyBuffer& buffer, size_t needed) {
   if (buffer.size_bytes() < needed) {
     return ffi::Error::InvalidArgument(std::string(name) + " has " + std::to_string(buffer.size_bytes()) +
@@ -91,12 +70,6 @@ ffi::Error CheckBytes(const char* name, const ffi::AnyBuffer& buffer, size_t nee
   }
   return ffi::Error::Success();
 }
-
-#define JCR_RETURN_IF_ERROR(expr)                \
-  do {                                           \
-    ::xla::ffi::Error jcr_error_ = (expr);       \
-    if (jcr_error_.failure()) return jcr_error_; \
-  } while (0)
 
 dnnl::memory Memory(const dnnl::memory::desc& desc, void* data) { return dnnl::memory(desc, Engine(), data); }
 
@@ -144,48 +117,65 @@ ffi::Error Guarded(const char* handler, Fn&& body) {
   }
 }
 
+// The network of a call from its attributes and x [T, B, input_size], and the slot offsets checked against params
+// (1-D, x's element type): what both handlers start with.
+template <typename Attrs>
+ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const Attrs& attrs, bool training,
+                      Network* network, std::vector<SlotOffsets>* slots) {
+  auto x_dims = x.dimensions();
+  if (x_dims.size() != 3) {
+    return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+  }
+  JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size, attrs.proj_size,
+                                    attrs.direction, attrs.skip_input, x.element_type(), x_dims[0], x_dims[1],
+                                    training, network));
+  JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
+  if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
+    return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
+  }
+  return DecodeSlotOffsets(*network, attrs.slot_offsets, params.element_count(), slots);
+}
+
+// The optional argument or result `index` of `remaining`, checked; its data in `*data`.
+ffi::Error ExtraBuffer(const ffi::RemainingArgs& remaining, size_t index, const char* name, ffi::DataType dtype,
+                       std::vector<int64_t> dims, void** data) {
+  auto buffer = remaining.get<ffi::AnyBuffer>(index);
+  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
+  JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, std::move(dims)));
+  *data = buffer->untyped_data();
+  return ffi::Error::Success();
+}
+ffi::Error ExtraBuffer(const ffi::RemainingRets& remaining, size_t index, const char* name, ffi::DataType dtype,
+                       std::vector<int64_t> dims, void** data) {
+  auto buffer = remaining.get<ffi::AnyBuffer>(index);
+  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
+  JCR_RETURN_IF_ERROR(CheckBuffer(name, **buffer, dtype, std::move(dims)));
+  *data = (*buffer)->untyped_data();
+  return ffi::Error::Success();
+}
+
 ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs rest,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, ForwardAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
-    auto x_dims = x.dimensions();
-    if (x_dims.size() != 3) {
-      return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
-    }
     Network network;
-    JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size,
-                                      attrs.proj_size, attrs.direction, attrs.skip_input, x.element_type(),
-                                      x_dims[0], x_dims[1], attrs.training, &network));
+    std::vector<SlotOffsets> slots;
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, attrs.training, &network, &slots));
     const ffi::DataType dtype = x.element_type();
-    const int64_t T = network.max_time, B = network.batch, LD = network.num_layers * network.num_directions;
+    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
     const bool lstm = network.has_cell_state();
-    JCR_RETURN_IF_ERROR(CheckBuffer("x", dtype, x_dims, dtype, {T, B, network.input_size}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0.element_type(), h0.dimensions(), dtype, {LD, B, network.hidden_size()}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("y", y->element_type(), y->dimensions(), dtype, {T, B, network.output_size()}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", h_n->element_type(), h_n->dimensions(), dtype,
-                                    {LD, B, network.hidden_size()}));
-    if (params.element_type() != dtype || params.dimensions().size() != 1) {
-      return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
-    }
+    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, {LD, B, network.hidden_size()}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {network.max_time, B, network.output_size()}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, {LD, B, network.hidden_size()}));
     const size_t expected_args = lstm ? 1 : 0, expected_rets = (lstm ? 1 : 0) + (network.training ? 1 : 0);
     if (rest.size() != expected_args || rest_rets.size() != expected_rets) {
       return ffi::Error::InvalidArgument("the forward takes [c0] and returns [c_n], [reserve] for an LSTM/training");
     }
-    void* c0 = nullptr;
-    void* c_n = nullptr;
+    void *c0 = nullptr, *c_n = nullptr;
     if (lstm) {
-      auto c0_buffer = rest.get<ffi::AnyBuffer>(0);
-      auto c_n_buffer = rest_rets.get<ffi::AnyBuffer>(0);
-      if (c0_buffer.has_error() || c_n_buffer.has_error()) return ffi::Error::InvalidArgument("c0/c_n must be buffers");
-      JCR_RETURN_IF_ERROR(CheckBuffer("c0", c0_buffer->element_type(), c0_buffer->dimensions(), dtype,
-                                      {LD, B, network.num_units}));
-      JCR_RETURN_IF_ERROR(CheckBuffer("c_n", (*c_n_buffer)->element_type(), (*c_n_buffer)->dimensions(), dtype,
-                                      {LD, B, network.num_units}));
-      c0 = c0_buffer->untyped_data();
-      c_n = (*c_n_buffer)->untyped_data();
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, {LD, B, network.num_units}, &c0));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "c_n", dtype, {LD, B, network.num_units}, &c_n));
     }
-    std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeSlotOffsets(network, attrs.slot_offsets, params.element_count(), &slots));
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();
@@ -245,53 +235,34 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
                            ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, BackwardAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
-    auto x_dims = x.dimensions();
-    if (x_dims.size() != 3) {
-      return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
-    }
     Network network;
-    JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size,
-                                      attrs.proj_size, attrs.direction, attrs.skip_input, x.element_type(),
-                                      x_dims[0], x_dims[1], /*training=*/true, &network));
+    std::vector<SlotOffsets> slots;
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, /*training=*/true, &network, &slots));
     const ffi::DataType dtype = x.element_type();
-    const int64_t T = network.max_time, B = network.batch, LD = network.num_layers * network.num_directions;
+    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
     const int64_t hidden = network.hidden_size(), units = network.num_units;
     const bool lstm = network.has_cell_state(), bf16 = network.data_type == dnnl::memory::data_type::bf16;
     const std::vector<int64_t> state_dims{LD, B, hidden}, cell_dims{LD, B, units};
-    const std::vector<int64_t> y_dims{T, B, network.output_size()};
-    JCR_RETURN_IF_ERROR(CheckBuffer("x", dtype, x_dims, dtype, {T, B, network.input_size}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dx", dx->element_type(), dx->dimensions(), dtype, {T, B, network.input_size}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0.element_type(), h0.dimensions(), dtype, state_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", h_n.element_type(), h_n.dimensions(), dtype, state_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dh_n", dh_n.element_type(), dh_n.dimensions(), dtype, state_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dh0", dh0->element_type(), dh0->dimensions(), dtype, state_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("y", y.element_type(), y.dimensions(), dtype, y_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy.element_type(), dy.dimensions(), dtype, y_dims));
-    if (params.element_type() != dtype || params.dimensions().size() != 1 ||
-        dparams->element_type() != dtype || dparams->element_count() != params.element_count()) {
-      return ffi::Error::InvalidArgument("params and dparams must be 1-D of x's element type and the same size");
+    const std::vector<int64_t> y_dims{network.max_time, B, network.output_size()};
+    const std::pair<const char*, const ffi::AnyBuffer*> states[] = {{"h0", &h0}, {"h_n", &h_n}, {"dh_n", &dh_n},
+                                                                    {"dh0", &*dh0}};
+    for (const auto& [name, buffer] : states) JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, state_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, dtype, {network.max_time, B, network.input_size}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, y_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, y_dims));
+    if (dparams->element_type() != dtype || dparams->element_count() != params.element_count()) {
+      return ffi::Error::InvalidArgument("dparams must be like params");
     }
     if (rest.size() != (lstm ? 3u : 0u) || rest_rets.size() != (lstm ? 1u : 0u)) {
       return ffi::Error::InvalidArgument("the backward takes [c0, c_n, dc_n] and returns [dc0] for an LSTM");
     }
     void *c0 = nullptr, *c_n = nullptr, *dc_n = nullptr, *dc0 = nullptr;
     if (lstm) {
-      const char* names[] = {"c0", "c_n", "dc_n"};
-      void** pointers[] = {&c0, &c_n, &dc_n};
-      for (int i = 0; i < 3; ++i) {
-        auto buffer = rest.get<ffi::AnyBuffer>(i);
-        if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(names[i]) + " must be a buffer");
-        JCR_RETURN_IF_ERROR(CheckBuffer(names[i], buffer->element_type(), buffer->dimensions(), dtype, cell_dims));
-        *pointers[i] = buffer->untyped_data();
-      }
-      auto dc0_buffer = rest_rets.get<ffi::AnyBuffer>(0);
-      if (dc0_buffer.has_error()) return ffi::Error::InvalidArgument("dc0 must be a buffer");
-      JCR_RETURN_IF_ERROR(CheckBuffer("dc0", (*dc0_buffer)->element_type(), (*dc0_buffer)->dimensions(), dtype,
-                                      cell_dims));
-      dc0 = (*dc0_buffer)->untyped_data();
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, cell_dims, &c0));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 1, "c_n", dtype, cell_dims, &c_n));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 2, "dc_n", dtype, cell_dims, &dc_n));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "dc0", dtype, cell_dims, &dc0));
     }
-    std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeSlotOffsets(network, attrs.slot_offsets, params.element_count(), &slots));
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();

@@ -21,6 +21,9 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _extension, cudnn, segments, xla
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import require_extension  # noqa: E402
+
 EXPECTED_TARGETS = {"jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"}
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 
@@ -28,11 +31,7 @@ HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 @pytest.fixture
 def native():
     """The loaded native module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_EXTENSION=1) without it."""
-    if not _extension.extension_loaded():
-        reason = f"cuDNN extension not loaded: {_extension.extension_error()}"
-        if os.environ.get("JAX_CUDNN_RNN_REQUIRE_EXTENSION") == "1":
-            pytest.fail(f"JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 but {reason}")
-        pytest.skip(reason)
+    require_extension(_extension.EXTENSION, "JAX_CUDNN_RNN_REQUIRE_EXTENSION")
     return _extension.module()
 
 
@@ -124,8 +123,8 @@ def test_rnn_cudnn_without_gpu_is_a_clear_error(native):
 
 
 def test_rnn_cudnn_without_extension_says_how_to_build(monkeypatch):
-    monkeypatch.setattr(_extension, "_module", None)
-    monkeypatch.setattr(_extension, "_error", "the cuDNN extension is not part of this installation; "
+    monkeypatch.setattr(_extension.EXTENSION, "_module", None)
+    monkeypatch.setattr(_extension.EXTENSION, "_error", "the cuDNN extension is not part of this installation; "
                         + _extension.BUILD_HINT)
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, c0, _ = _inputs(cfg)

@@ -24,7 +24,7 @@ from jax_cudnn_rnn import interop, onednn, ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import numpy_rnn  # noqa: E402
-from support import draw_inputs, make_config, torch_module  # noqa: E402
+from support import draw_inputs, make_config, require_extension, torch_module  # noqa: E402
 
 T, B = 5, 3
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -33,11 +33,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 @pytest.fixture
 def native():
     """The loaded oneDNN module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_ONEDNN=1) without it."""
-    if not onednn.extension_loaded():
-        reason = f"oneDNN extension not loaded: {onednn.extension_error()}"
-        if os.environ.get("JAX_CUDNN_RNN_REQUIRE_ONEDNN") == "1":
-            pytest.fail(f"JAX_CUDNN_RNN_REQUIRE_ONEDNN=1 but {reason}")
-        pytest.skip(reason)
+    require_extension(onednn.EXTENSION, "JAX_CUDNN_RNN_REQUIRE_ONEDNN")
     return onednn.module()
 
 
