@@ -164,7 +164,7 @@ def _slot_offsets(config: RNNConfig) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _attributes(config: RNNConfig) -> dict[str, Any]:
-    """The handlers' attributes (onednn/rnn_kernels.cc ForwardAttrs/BackwardAttrs)."""
+    """The handlers' attributes but ``training`` (onednn/rnn_kernels.cc CallAttrs)."""
     return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
                 input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
                 direction=config.direction, skip_input=np.bool_(config.skip_input),
@@ -225,7 +225,7 @@ def _backward_call(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config:
     if lstm_args:
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
     dparams, dx, dh0, _, *dc0 = jax.ffi.ffi_call(BACKWARD_TARGET, out_types)(
-        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, **_attributes(config))
+        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **_attributes(config))
     return (dparams, dx, dh0, *dc0)
 
 

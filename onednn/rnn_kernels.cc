@@ -23,7 +23,8 @@
 #include "weights.h"
 
 namespace jax_cudnn_rnn::onednn {
-struct ForwardAttrs {
+// Both handlers' attributes (jax_cudnn_rnn/onednn.py `_attributes`); `training` is always true for the backward.
+struct CallAttrs {
   std::string_view mode;
   int64_t num_layers, num_units, input_size, proj_size;
   std::string_view direction;
@@ -31,29 +32,15 @@ struct ForwardAttrs {
   xla::ffi::Span<const int64_t> slot_offsets;
   bool training;
 };
-struct BackwardAttrs {
-  std::string_view mode;
-  int64_t num_layers, num_units, input_size, proj_size;
-  std::string_view direction;
-  bool skip_input;
-  xla::ffi::Span<const int64_t> slot_offsets;
-};
 }  // namespace jax_cudnn_rnn::onednn
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::onednn::ForwardAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
+    ::jax_cudnn_rnn::onednn::CallAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
     ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
     ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
     ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<bool>("skip_input"),
     ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
     ::xla::ffi::StructMember<bool>("training"));
-
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::onednn::BackwardAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<bool>("skip_input"),
-    ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -84,15 +71,17 @@ char* StateSlice(void* states, const Network& network, int64_t layer, int64_t wi
   return static_cast<char*>(states) + layer * network.num_directions * network.batch * width * element_bytes;
 }
 
-// The weights of layer `layer` in the formats `formats`: gathered from the buffer into `plain`, then reordered into
-// `formatted` unless the primitive takes the plain layout as it is. Returns where each tensor is.
+// The weights of layer `layer` in the formats of `reorders`: gathered from the buffer into `plain`, then reordered
+// into `formatted` unless the primitive takes the plain layout as it is; and the summed bias, in `bias`. Returns where
+// each tensor is.
 struct WeightPointers {
   void *layer, *iter, *projection;
+  float* bias;
 };
 WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network, int64_t layer,
                               const std::vector<SlotOffsets>& slots, const void* params, const Reorder (&reorders)[3],
-                              const WeightRegions& plain, const WeightRegions& formatted, Region scratchpad,
-                              void* scratch) {
+                              const WeightRegions& plain, const WeightRegions& formatted, Region bias,
+                              Region scratchpad, void* scratch) {
   void* plain_data[] = {plain.layer.in(scratch), plain.iter.in(scratch), plain.projection.in(scratch)};
   GatherWeights(network, layer, slots, params, plain_data[0], plain_data[1],
                 network.proj_size > 0 ? plain_data[2] : nullptr);
@@ -102,7 +91,9 @@ WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network
     reorders[i].Run(stream, plain_data[i], formatted_data[i], scratchpad.in(scratch));
     result[i] = reorders[i].needed ? formatted_data[i] : plain_data[i];
   }
-  return {result[0], result[1], result[2]};
+  float* summed_bias = reinterpret_cast<float*>(bias.in(scratch));
+  GatherBias(network, layer, slots, params, summed_bias);
+  return {result[0], result[1], result[2], summed_bias};
 }
 
 template <typename Fn>
@@ -119,8 +110,7 @@ ffi::Error Guarded(const char* handler, Fn&& body) {
 
 // The network of a call from its attributes and x [T, B, input_size], and the slot offsets checked against params
 // (1-D, x's element type): what both handlers start with.
-template <typename Attrs>
-ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const Attrs& attrs, bool training,
+ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const CallAttrs& attrs,
                       Network* network, std::vector<SlotOffsets>* slots) {
   auto x_dims = x.dimensions();
   if (x_dims.size() != 3) {
@@ -128,7 +118,7 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, con
   }
   JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size, attrs.proj_size,
                                     attrs.direction, attrs.skip_input, x.element_type(), x_dims[0], x_dims[1],
-                                    training, network));
+                                    attrs.training, network));
   JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
   if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
     return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
@@ -156,11 +146,11 @@ ffi::Error ExtraBuffer(const ffi::RemainingRets& remaining, size_t index, const 
 
 ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs rest,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
-                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, ForwardAttrs attrs) {
+                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, attrs.training, &network, &slots));
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
     const ffi::DataType dtype = x.element_type();
     const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
     const bool lstm = network.has_cell_state();
@@ -197,9 +187,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
         const LayerPlan& layer = *plan->layers[l];
         const bool last = l + 1 == network.num_layers;
         WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_forward,
-                                                f.plain, f.weights, f.scratchpad, work);
-        float* bias = reinterpret_cast<float*>(f.bias.in(work));
-        GatherBias(network, l, slots, params.untyped_data(), bias);
+                                                f.plain, f.weights, f.bias, f.scratchpad, work);
         void* layer_output = last ? y->untyped_data()
                              : network.training ? plan->layer_output[l].in(reserve)
                                                 : f.outputs[l % 2].in(work);
@@ -208,7 +196,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
                   {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
                   {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.forward_weights.layer, weights.layer)},
                   {DNNL_ARG_WEIGHTS_ITER, Memory(layer.forward_weights.iter, weights.iter)},
-                  {DNNL_ARG_BIAS, Memory(layer.bias, bias)},
+                  {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
                   {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, layer_output)},
                   {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n->untyped_data(), network, l, hidden, eb))},
                   {DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work)}};
@@ -233,11 +221,12 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
                            ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve,
                            ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> dparams,
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
-                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, BackwardAttrs attrs) {
+                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, /*training=*/true, &network, &slots));
+    if (!attrs.training) return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve)");
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
     const ffi::DataType dtype = x.element_type();
     const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
     const int64_t hidden = network.hidden_size(), units = network.num_units;
@@ -298,9 +287,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
         const LayerPlan& layer = *plan->layers[l];
         const bool last = l + 1 == network.num_layers;
         WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_backward,
-                                                b.plain, b.weights, b.scratchpad, work);
-        float* bias = reinterpret_cast<float*>(b.bias.in(work));
-        GatherBias(network, l, slots, params.untyped_data(), bias);
+                                                b.plain, b.weights, b.bias, b.scratchpad, work);
         // oneDNN's backward adds into the weight gradients.
         void* diff_weights[] = {b.diff_weights.layer.in(work), b.diff_weights.iter.in(work),
                                 b.diff_weights.projection.in(work)};
@@ -319,7 +306,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
             {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
             {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.backward_weights.layer, weights.layer)},
             {DNNL_ARG_WEIGHTS_ITER, Memory(layer.backward_weights.iter, weights.iter)},
-            {DNNL_ARG_BIAS, Memory(layer.bias, bias)},
+            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
             {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
             {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n.untyped_data(), network, l, hidden, eb))},
             {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve.untyped_data()))},
@@ -376,7 +363,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // h_n
                                   .Ret<ffi::AnyBuffer>()  // scratch
                                   .RemainingRets()        // [c_n], [reserve]
-                                  .Attrs<ForwardAttrs>());
+                                  .Attrs<CallAttrs>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                               ffi::Ffi::Bind()
@@ -394,6 +381,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // dh0
                                   .Ret<ffi::AnyBuffer>()  // scratch
                                   .RemainingRets()        // [dc0]
-                                  .Attrs<BackwardAttrs>());
+                                  .Attrs<CallAttrs>());
 
 }  // namespace jax_cudnn_rnn::onednn
