@@ -1,4 +1,5 @@
-"""The ``jax.custom_vjp`` that the fused-kernel implementations share (cuDNN on the GPU, oneDNN on the CPU).
+"""A ``jax.custom_vjp`` for a fused-kernel implementation (today oneDNN's; cuDNN's own carries more: a per-call plan
+in its residuals, a donated reserve space when its backward runs eagerly, and is not built on this yet).
 
 A fused RNN library has an inference forward, a training forward that also returns an opaque reserve space (what its
 backward pass reads: cuDNN's reserve space, oneDNN's workspaces), and a backward pass that gives every gradient at

@@ -126,10 +126,11 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return None
 
 
-# Whether oneDNN beats the xla implementation on the CPU, per (mode, dtype): measured with the two interleaved in one
-# process, T100 B32 I=H=256, one layer, min of 15 runs each, on this project's 2-core Intel Xeon (AVX-512 with
-# AVX512-BF16, no AMX exposed to the VM), shared with other jobs (load 7-9), so +-20 %: oneDNN time / xla time,
-# forward and forward+backward. A differentiated call is what costs, so the forward+backward ratio decides:
+# Whether oneDNN beats the xla implementation on the CPU, per (mode, dtype), which rnn(implementation=None) follows
+# there (jax_cudnn_rnn/backends.py). Measured with the two interleaved in one process, T100 B32 I=H=256, one layer,
+# min of 15 runs each, on this project's 2-core Intel Xeon (AVX-512 with AVX512-BF16, no AMX exposed to the VM),
+# shared with other jobs (load 7-9), so +-20 %: oneDNN time / xla time, forward and forward+backward. A
+# differentiated call is what costs, so the forward+backward ratio decides:
 #   float32:  lstm 0.56 / 0.60   gru 0.99 / 0.58   rnn_tanh 0.61 / 1.19 (again: 1.47)   rnn_relu 1.09 / 0.79 (1.59)
 #   bfloat16: lstm 0.89 / 0.86   gru 1.65 / 0.80   rnn_tanh 1.29 / 0.66                  rnn_relu 1.29 / 1.61
 # The vanilla RNNs have one small GEMM per step: oneDNN's per-step overhead is not won back there.
@@ -140,11 +141,9 @@ FASTER_THAN_XLA: dict[tuple[str, str], bool] = {
 }
 
 
-def preferred(config: RNNConfig, seq_lengths: Any = None) -> bool:
-    """Whether ``rnn(implementation=None)`` on the CPU runs this call on oneDNN: the extension is loaded, oneDNN runs
-    the call, and it is the faster implementation for the call's mode and dtype (``FASTER_THAN_XLA``)."""
-    return (EXTENSION.loaded() and unsupported_reason(config, seq_lengths) is None
-            and FASTER_THAN_XLA.get((config.mode, config.dtype.name), False))
+def unavailable() -> str | None:
+    """What implementation="onednn" needs that this process lacks (jax_cudnn_rnn/backends.py), or None."""
+    return None if EXTENSION.loaded() else f"the oneDNN extension, which is not loaded: {EXTENSION.error()}"
 
 
 def _slot_offsets(config: RNNConfig) -> np.ndarray:
@@ -250,8 +249,7 @@ def _rnn(params, x, h0, c0, config: RNNConfig):
 def check_available(config: RNNConfig, seq_lengths: Any = None) -> None:
     """Raises RuntimeError (extension missing) or ValueError (a call oneDNN cannot run) saying why."""
     if not EXTENSION.loaded():
-        raise RuntimeError(f"implementation='onednn' needs the oneDNN extension, which is not loaded: "
-                           f"{EXTENSION.error()}")
+        raise RuntimeError(f"implementation='onednn' needs {unavailable()}")
     reason = unsupported_reason(config, seq_lengths)
     if reason is not None:
         raise ValueError(f"implementation='onednn' cannot run this call: {reason}; use implementation='xla'")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import interop, onednn, ops
+from jax_cudnn_rnn import backends, interop, onednn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import numpy_rnn  # noqa: E402
@@ -236,9 +236,10 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
     cfg = make_config("lstm", 1, "unidirectional", **extra)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(5))
     lengths = jnp.asarray([2, 5, 1], jnp.int32) if seq_lengths else None
-    with pytest.raises(ValueError, match=reason):
+    with pytest.raises(RuntimeError, match=reason):
         jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation="onednn")
-    assert ops.resolve_implementation(None, x, config=cfg, seq_lengths=lengths) == "xla"
+    call = backends.Call(cfg, T, B, seq_lengths=seq_lengths)
+    assert backends.implementation_for("cpu", call) == "xla"
 
 
 def test_default_implementation_follows_the_measured_table(native):
@@ -246,7 +247,8 @@ def test_default_implementation_follows_the_measured_table(native):
         for dtype in (np.float32, BF16):
             cfg = make_config(mode, 1, "unidirectional", dtype=dtype)
             expected = "onednn" if onednn.FASTER_THAN_XLA[(mode, np.dtype(dtype).name)] else "xla"
-            assert ops.resolve_implementation(None, jnp.zeros(1), config=cfg) == expected
+            assert backends.implementation_for("cpu", backends.Call(cfg, T, B)) == expected
+            assert jcr.implementation_for(jnp.zeros(1), backends.Call(cfg, T, B)) == expected
 
 
 def test_plan_cache_stays_bounded(native):
@@ -277,11 +279,11 @@ import sys
 sys.modules["jax_cudnn_rnn._onednn_rnn"] = None  # an import of it fails, as without the build
 import os, jax.numpy as jnp, numpy as np
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import onednn, ops
+from jax_cudnn_rnn import backends, onednn
 assert not onednn.extension_loaded(), onednn.extension_error()
 assert "OMP_WAIT_POLICY" not in os.environ
 cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=4, input_size=3)
-assert ops.resolve_implementation(None, jnp.zeros(1), config=cfg) == "xla"
+assert backends.implementation_for("cpu", backends.Call(cfg, 2, 1)) == "xla"
 p = jcr.init_params(__import__("jax").random.key(0), cfg)
 y = jcr.rnn(p, jnp.ones((2, 1, 3)), jnp.zeros((1, 1, 4)), jnp.zeros((1, 1, 4)), cfg)[0]
 assert y.shape == (2, 1, 4)
