@@ -1,15 +1,13 @@
-"""A stacked network run one layer at a time, for the fused-kernel implementations (cuDNN, oneDNN).
+"""A stacked network run one layer at a time with inter-layer dropout, for a fused-kernel implementation (oneDNN's).
 
-Their kernels run all layers in one call without dropout (cuDNN's own dropout masks cannot match the other
-implementations'; oneDNN has none). With inter-layer dropout the network runs layer by layer instead: each layer a
-single-layer call over its own slice of the opaque buffer, and layer l's output multiplied by
-``dropout.dropout_masks(key, ...)[l]`` before entering layer l + 1, as the xla implementation does; gradients flow
-back to the full buffer through the slicing.
+Its kernels run all layers in one call without dropout (oneDNN has none). With inter-layer dropout the network runs
+layer by layer instead: each layer a single-layer call over its own slice of the opaque buffer
+(``layout.sub_params``), and layer l's output multiplied by ``dropout.dropout_masks(key, ...)[l]`` before entering
+layer l + 1, as the xla implementation does; gradients flow back to the full buffer through the slicing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -22,25 +20,6 @@ from jax_cudnn_rnn.config import RNNConfig
 
 # run_layer(params, x, h0, c0, config) -> (y, h_n, c_n or None) for a single-layer config.
 LayerFn = Callable[[jax.Array, jax.Array, jax.Array, Any, RNNConfig], tuple[jax.Array, jax.Array, Any]]
-
-
-def layer_config(config: RNNConfig, layer: int) -> RNNConfig:
-    """Layer ``layer`` of ``config`` as a single-layer network (skip input only ever applies to layer 0)."""
-    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
-                               input_mode=config.input_mode if layer == 0 else "linear_input")
-
-
-def layer_params(params: jax.Array, config: RNNConfig, layer: int) -> jax.Array:
-    """The opaque buffer of ``layer_config(config, layer)`` holding layer ``layer``'s weights and biases."""
-    single = layer_config(config, layer)
-    pieces = []
-    for direction in range(config.num_directions):
-        full_groups = layout.layer_slots(config, layer, direction)
-        single_groups = layout.layer_slots(single, 0, direction)
-        for group in layout.GROUP_NAMES:
-            for full, part in zip(full_groups[group], single_groups[group], strict=True):
-                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
-    return layout.assemble(pieces, single)
 
 
 def _compute_dtype(dtype: np.dtype) -> Any:
@@ -57,8 +36,8 @@ def rnn_with_dropout(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, d
     layer_input, h_n, c_n = x, [], []
     for layer in range(config.num_layers):
         states = slice(layer * directions, (layer + 1) * directions)
-        y, h_last, c_last = run_layer(layer_params(params, config, layer), layer_input, h0[states],
-                                      None if c0 is None else c0[states], layer_config(config, layer))
+        y, h_last, c_last = run_layer(layout.sub_params(params, config, layer), layer_input, h0[states],
+                                      None if c0 is None else c0[states], layout.sub_config(config, layer))
         h_n.append(h_last)
         c_n.append(c_last)
         if layer < config.num_layers - 1:
