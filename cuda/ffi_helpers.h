@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "ffi_checks.h"  // JCR_RETURN_IF_ERROR
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {
@@ -44,13 +45,6 @@ inline std::string CudaStatusMessage(cudaError_t status, const char* expr, const
       return ::xla::ffi::Error::Internal(                                                               \
           ::jax_cudnn_rnn::CudaStatusMessage(jcr_status_, #expr, __FILE__, __LINE__));                  \
     }                                                                                                   \
-  } while (0)
-
-// Propagates an ffi::Error returned by a helper.
-#define JCR_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::xla::ffi::Error jcr_error_ = (expr);         \
-    if (jcr_error_.failure()) return jcr_error_;   \
   } while (0)
 
 #endif  // JAX_CUDNN_RNN_FFI_HELPERS_H_

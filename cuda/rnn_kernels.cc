@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "descriptors.h"
+#include "ffi_checks.h"
 #include "ffi_helpers.h"
 #include "handle_pool.h"
 
@@ -62,33 +63,6 @@ ffi::Error AllocateScratch(ffi::ScratchAllocator& scratch, size_t bytes, const s
   const uintptr_t address = reinterpret_cast<uintptr_t>(*memory);
   *out = reinterpret_cast<void*>((address + kAlignment - 1) / kAlignment * kAlignment);
   return ffi::Error::Success();
-}
-
-std::string ShapeString(ffi::Span<const int64_t> dims) {
-  std::string text = "(";
-  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + (dims.size() == 1 ? ",)" : ")");
-}
-
-// Checks a buffer's dtype and shape before cuDNN reads or writes it through a descriptor built from the attributes.
-ffi::Error CheckBuffer(const char* name, ffi::DataType dtype, ffi::Span<const int64_t> dims,
-                       ffi::DataType expected_dtype, std::vector<int64_t> expected_dims) {
-  if (dtype != expected_dtype) {
-    return ffi::Error::InvalidArgument(std::string(name) + " has XLA element type " +
-                                       std::to_string(static_cast<int>(dtype)) + "; expected " +
-                                       std::to_string(static_cast<int>(expected_dtype)));
-  }
-  if (!(dims.size() == expected_dims.size() && std::equal(dims.begin(), dims.end(), expected_dims.begin()))) {
-    return ffi::Error::InvalidArgument(std::string(name) + " has shape " + ShapeString(dims) + "; expected " +
-                                       ShapeString(ffi::Span<const int64_t>(expected_dims.data(),
-                                                                            expected_dims.size())));
-  }
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckBuffer(const char* name, const ffi::AnyBuffer& buffer, ffi::DataType expected_dtype,
-                       std::vector<int64_t> expected_dims) {
-  return CheckBuffer(name, buffer.element_type(), buffer.dimensions(), expected_dtype, std::move(expected_dims));
 }
 
 ffi::Error TakeArg(const ffi::RemainingArgs& args, size_t index, const char* name,

@@ -1,4 +1,5 @@
-"""Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets.
+"""Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets
+(``_native.NativeExtension``, shared with the oneDNN extension).
 
 Importing this module never raises: when the extension is absent or broken, ``extension_loaded()`` is False and
 ``extension_error()`` says why, and the package runs its pure-JAX implementation.
@@ -17,12 +18,13 @@ since the XLA FFI's C API is versioned and XLA keeps accepting handlers built fo
 from __future__ import annotations
 
 import ctypes
-import importlib
 import importlib.metadata
 import os
 import re
 from types import ModuleType
 from typing import Any
+
+from jax_cudnn_rnn import _native
 
 # Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/cudnn.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
@@ -34,11 +36,10 @@ BUILD_HINT = ("build it with `pip install .` on Linux with a C++17 compiler (the
               "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
               "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
               "error instead of a skip")
-
-_module: ModuleType | None = None
-_error: str | None = None
-_warning: str | None = None
-_targets: tuple[str, ...] = ()
+EXTENSION = _native.NativeExtension(
+    "jax_cudnn_rnn._cudnn_rnn", "cuDNN extension", "CUDA", BUILD_HINT, "JAX_CUDNN_RNN_CUDA",
+    library=("libcudnn", "the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
+                         "`pip install nvidia-cudnn-cu13` brings it"))
 _cudnn_path: str | None = None
 
 
@@ -56,23 +57,15 @@ def _preload_cudnn() -> str | None:
     return None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _in_source_checkout() -> bool:
-    """Whether this package is the one in a source tree (next to pyproject.toml and cuda/), not an installed copy."""
-    root = os.path.dirname(_PACKAGE_DIR)
-    return os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "cuda"))
-
-
-def _build_skip_reason() -> str | None:
-    """What the build said was missing when it skipped the extension (jax_cudnn_rnn/_build_info.py, written by CMake),
-    or None where that file is absent (a source checkout that was never built)."""
+def _preload() -> str | None:
+    """Preloads the wheel's libcudnn; returns a note for an import error if that failed (the module's own RPATH may
+    still find a libcudnn)."""
+    global _cudnn_path
     try:
-        from jax_cudnn_rnn import _build_info
-    except ImportError:
-        return None
-    return _build_info.SKIP_REASON or None
+        _cudnn_path = _preload_cudnn()
+    except OSError as e:
+        return f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
+    return None
 
 
 def format_cudnn_version(version: int | None) -> str:
@@ -147,69 +140,26 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
                   f"installed, or install jax/jaxlib {build['jaxlib']}")
 
 
-def _load() -> None:
-    global _module, _error, _warning, _targets, _cudnn_path
-    try:
-        _cudnn_path = _preload_cudnn()
-    except OSError as e:  # a broken wheel: the module's own RPATH may still find a libcudnn
-        preload_error = f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
-    else:
-        preload_error = None
-    try:
-        module = importlib.import_module("jax_cudnn_rnn._cudnn_rnn")
-    except ModuleNotFoundError as e:
-        skipped = _build_skip_reason()
-        if e.name != "jax_cudnn_rnn._cudnn_rnn":
-            _error = f"importing the cuDNN extension failed: {e}"
-        elif skipped:
-            _error = (f"the cuDNN extension was not built when this package was installed: {skipped}. Reinstall "
-                      f"after fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build error)")
-        elif _in_source_checkout():
-            _error = (f"this jax_cudnn_rnn was imported from the source checkout {os.path.dirname(_PACKAGE_DIR)}, "
-                      f"which holds no compiled extension (Python looks in the current directory first): run from "
-                      f"another directory to use the installed package, or install it editable (`pip install "
-                      f"--no-build-isolation -e .`); {BUILD_HINT}")
-        else:
-            _error = f"the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; {BUILD_HINT}"
-        return
-    except ImportError as e:
-        _error = f"importing the cuDNN extension jax_cudnn_rnn._cudnn_rnn failed: {e}"
-        if "libcudnn" in str(e) and not preload_error:
-            _error += ("; the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
-                       "`pip install nvidia-cudnn-cu13` brings it")
-        if preload_error:
-            _error += f" ({preload_error})"
-        return
-    try:
-        refusal, _warning = check_versions(build_versions(module), runtime_versions(module), _cudnn_path)
-    except Exception as e:  # noqa: BLE001 - a module that cannot say its versions is not one to trust
-        refusal = f"reading the cuDNN extension's versions failed: {type(e).__name__}: {e}"
-    if refusal:
-        _error = refusal
-        return
-    try:
-        import jax
+def _check(native: ModuleType) -> tuple[str | None, str | None]:
+    """``check_versions`` for the imported module (``_native.NativeExtension.load``'s check)."""
+    return check_versions(build_versions(native), runtime_versions(native), _cudnn_path)
 
-        registered = []
-        for name, capsule in module.registrations().items():
-            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
-            registered.append(name)
-    except Exception as e:  # noqa: BLE001 - any failure here must become extension_error(), never an import error
-        _error = f"registering the cuDNN extension's FFI targets with JAX failed: {type(e).__name__}: {e}"
-        return
-    _module, _targets = module, tuple(registered)
+
+def load() -> None:
+    """(Re)loads the extension: imports it, checks its versions and registers its targets; never raises."""
+    EXTENSION.load(_preload, _check)
 
 
 def extension_loaded() -> bool:
     """True when the cuDNN extension was imported and all its FFI targets are registered for platform "CUDA"."""
-    return _module is not None
+    return EXTENSION.loaded()
 
 
 def extension_error() -> str | None:
     """Why the extension is not loaded (not built and why, import error, a run-time cuDNN older than the build's,
     registration error); when it is loaded, a note if it was built against another jaxlib than the one running;
     else None."""
-    return _error if _module is None else _warning
+    return EXTENSION.error()
 
 
 def cudnn_library_path() -> str | None:
@@ -219,14 +169,12 @@ def cudnn_library_path() -> str | None:
 
 def registered_targets() -> tuple[str, ...]:
     """Names of the FFI targets registered for platform "CUDA" (empty when the extension is not loaded)."""
-    return _targets
+    return EXTENSION.targets()
 
 
 def module() -> ModuleType:
     """The loaded native module; raises RuntimeError with the reason and how to build it when it is not loaded."""
-    if _module is None:
-        raise RuntimeError(f"the cuDNN extension is not loaded: {_error}")
-    return _module
+    return EXTENSION.module()
 
 
-_load()
+load()

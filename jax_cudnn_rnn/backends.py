@@ -28,7 +28,7 @@ import jax
 import jax.extend
 from jax.interpreters import mlir
 
-from jax_cudnn_rnn import cudnn, dropout, placement, segments, xla
+from jax_cudnn_rnn import cudnn, dropout, onednn, placement, segments, xla
 from jax_cudnn_rnn.config import RNNConfig
 
 DEFAULT = "default"  # the CANDIDATES entry for platforms without their own
@@ -100,6 +100,27 @@ def _run_cudnn(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_traini
                                   seq_lengths, resets, _dropout_masks(dropout_key, config, x), max_segments)
 
 
+def _run_onednn(params, x, h0, c0, seq_lengths, dropout_key, *, config, is_training, precision, algorithm,
+                resets=None, max_segments=None):
+    # oneDNN's float32 is strict and it has no algorithms to choose; a call with resets never comes here
+    # (_onednn_unsupported).
+    del is_training, precision, algorithm, resets, max_segments
+    return onednn.rnn_onednn(params, x, h0, c0, config, seq_lengths=seq_lengths, dropout_key=dropout_key)
+
+
+def _onednn_unsupported(call: Call) -> str | None:
+    if call.resets:
+        return "no resets (oneDNN's RNN primitives cannot zero the state mid-sequence)"
+    return None if call.config is None else onednn.unsupported_reason(call.config, True if call.seq_lengths else None)
+
+
+def _onednn_where_faster(call: Call) -> str:
+    """The CPU's first candidate: "onednn" where it is measured faster than "xla" for the call's mode and dtype
+    (``onednn.FASTER_THAN_XLA``), else "xla"."""
+    faster = call.config is not None and onednn.FASTER_THAN_XLA.get((call.config.mode, call.config.dtype.name), False)
+    return "onednn" if faster else "xla"
+
+
 _BACKENDS: dict[str, Backend] = {}
 CANDIDATES: dict[str, list[str | Callable[[Call], str]]] = {}
 
@@ -124,6 +145,8 @@ register(Backend("xla", None, lambda: None, _always, _run_xla(xla.rnn_xla)), can
 register(Backend("reference", None, lambda: None, _always, _run_xla(xla.rnn_reference)))
 register(Backend("cudnn", ("cuda",), lambda: cudnn.unavailable(), _always, _run_cudnn), candidate_for=("cuda",),
          before="xla")
+register(Backend("onednn", ("cpu",), lambda: onednn.unavailable(), _onednn_unsupported, _run_onednn))
+CANDIDATES.setdefault("cpu", list(CANDIDATES[DEFAULT])).insert(0, _onednn_where_faster)
 
 
 def names() -> tuple[str, ...]:
@@ -212,11 +235,10 @@ def resolve(implementation: str | None, call: Call, where: placement.Placement) 
         if entry.platforms is None:
             return {DEFAULT: implementation}
         return {**{p: implementation for p in entry.platforms}, DEFAULT: ""}  # "": refused when lowered elsewhere
-    choices = {p: implementation_for(p, call) for p in _platforms()}
-    choices[DEFAULT] = implementation_for(DEFAULT, call)
-    if len(set(choices.values())) == 1:
-        return {DEFAULT: choices[DEFAULT]}
-    return choices
+    default = implementation_for(DEFAULT, call)
+    # Platforms that pick what the rest pick need no branch of their own.
+    choices = {p: name for p in _platforms() if (name := implementation_for(p, call)) != default}
+    return {**choices, DEFAULT: default}
 
 
 def run(choices: dict[str, str], requested: str | None, params, x, h0, c0, seq_lengths, dropout_key,

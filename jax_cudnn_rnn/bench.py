@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import algorithm, cudnn, ops
+from jax_cudnn_rnn import algorithm, cudnn, onednn, ops
 
 FWD, TRAIN = "fwd", "fwd+bwd"
 MEASUREMENTS = (FWD, TRAIN)
@@ -300,6 +300,18 @@ def _cudnn_unavailable() -> str | None:
     return None
 
 
+def _onednn_unavailable() -> str | None:
+    if not onednn.extension_loaded():
+        return f"the oneDNN extension is not loaded: {onednn.extension_error()}"
+    if _on_gpu():
+        return "oneDNN runs on the CPU; JAX's default backend is 'gpu'"
+    return None
+
+
+def _onednn_unsupported(bc: BenchConfig, dtype: str) -> str | None:
+    return onednn.unsupported_reason(bc.rnn_config(dtype))
+
+
 def _module_missing(module: str) -> Callable[[], str | None]:
     def check() -> str | None:
         try:
@@ -348,7 +360,11 @@ class Contender:
 
 CONTENDERS = {c.name: c for c in (
     Contender("jcr-cudnn", lambda bc, dt: _build_jcr(bc, dt, "cudnn"), _cudnn_unavailable, ours=True),
+    Contender("jcr-onednn", lambda bc, dt: _build_jcr(bc, dt, "onednn"), _onednn_unavailable, _onednn_unsupported,
+              ours=True),
     Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True),
+    # What rnn(implementation=None) picks for the call (backends.implementation_for), for comparison with the peers.
+    Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True),
     Contender(FLAX, _build_flax, _module_missing("flax.linen")),
     Contender("jax-exp-rnn", _build_jax_exp, _jax_exp_unavailable, _lstm_only),
     Contender(TORCH, _build_torch, _module_missing("torch")),
@@ -476,6 +492,9 @@ def machine_facts() -> dict[str, Any]:
         "jax_device_kind": device.device_kind,
         "jax_device_count": jax.device_count(),
         "cudnn_extension_loaded": jcr.extension_loaded(),
+        "onednn_extension_loaded": onednn.extension_loaded(),
+        "onednn_version": list(onednn.module().onednn_version()) if onednn.extension_loaded() else None,
+        "openmp_wait_policy": onednn.openmp_wait_policy() if onednn.extension_loaded() else None,
         "torch_cuda_device": None,
         "torch_num_threads": None,
         "xla_python_client_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),

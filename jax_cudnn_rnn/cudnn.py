@@ -51,7 +51,7 @@ import numpy as np
 from jax.interpreters import batching as jax_batching
 from jax.interpreters import mlir
 
-from jax_cudnn_rnn import _extension, algorithm, batching, chunking, dropout, layout, partitioning, placement
+from jax_cudnn_rnn import _extension, algorithm, batching, chunking, dropout, layout, partitioning, placement, stacking
 from jax_cudnn_rnn.config import RNNConfig
 
 
@@ -428,20 +428,11 @@ def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout
 
 def _rnn_with_masks(params, x, h0, c0, seq_lengths, config: RNNConfig, masks, allow_tf32: bool, policy: str,
                     where: placement.Placement = placement.UNKNOWN):
-    compute_dtype = _compute_dtype(config.dtype)
-    directions = config.num_directions
-    layer_input, h_n, c_n = x, [], []
-    for layer in range(config.num_layers):
-        states = slice(layer * directions, (layer + 1) * directions)
-        y, h_last, c_last = _rnn(layout.sub_params(params, config, layer), layer_input, h0[states],
-                                 None if c0 is None else c0[states], seq_lengths,
-                                 layout.sub_config(config, layer), allow_tf32, policy, where)
-        h_n.append(h_last)
-        c_n.append(c_last)
-        if layer < config.num_layers - 1:
-            y = (y.astype(compute_dtype) * masks[layer]).astype(config.dtype)
-        layer_input = y
-    return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
+    """Layer by layer (``stacking.rnn_with_masks``), each layer one cuDNN call."""
+    def run_layer(params, x, h0, c0, single: RNNConfig):
+        return _rnn(params, x, h0, c0, seq_lengths, single, allow_tf32, policy, where)
+
+    return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, masks)
 
 
 def unavailable() -> str | None:

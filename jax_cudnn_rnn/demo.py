@@ -33,7 +33,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import _extension, checkpoint, interop, layout
+from jax_cudnn_rnn import _extension, checkpoint, interop, layout, onednn
 from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.flax_cells import FlaxCellStack
 from jax_cudnn_rnn.params import RNNParams
@@ -118,14 +118,18 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
 
 
 def trained_by(compiled_text: str) -> str:
-    """Which implementation the compiled training step runs, read from its HLO (the cuDNN path is a custom call
-    to the extension's FFI targets), with the reason when it is not cuDNN."""
+    """Which implementation the compiled training step runs, read from its HLO (the cuDNN and oneDNN paths are custom
+    calls to their extensions' FFI targets), with the reason when it is the pure-JAX one."""
     if _extension.FORWARD_TARGET in compiled_text:
         return "cuDNN (implementation 'cudnn': the step calls cuDNN's fused RNN kernels)"
-    if not _extension.extension_loaded():
+    if onednn.FORWARD_TARGET in compiled_text:
+        return "oneDNN (implementation 'onednn': the step calls oneDNN's fused RNN kernels on the CPU)"
+    if jax.default_backend() == "gpu":
         why = f"the cuDNN extension is not loaded: {_extension.extension_error()}"
+    elif not onednn.extension_loaded():
+        why = f"the oneDNN extension is not loaded: {onednn.extension_error()}"
     else:
-        why = f"JAX's backend is {jax.default_backend()!r}, not a CUDA GPU"
+        why = f"JAX's backend is {jax.default_backend()!r} and oneDNN is not the faster choice there"
     return f"pure JAX (implementation 'xla'), since {why}"
 
 

@@ -148,7 +148,8 @@ class RNN(nn.Module):
       dtype: computation dtype (default: param_dtype); the buffer is cast to it.
       param_dtype: dtype of the opaque buffer.
       time_major: False (default): x is [B, T, I]; True: [T, B, I].
-      implementation: None (cuDNN on GPU, else "xla"), "cudnn", "xla" or "reference".
+      implementation: None (cuDNN on GPU, oneDNN on the CPU where installed and faster, else "xla"), "cudnn",
+        "onednn", "xla" or "reference".
       deterministic: default for ``__call__``'s argument; True when both are None.
 
     ``__call__(x, seq_lengths=None, initial_carry=None, *, deterministic=None, return_carry=False, resets=None,

@@ -1,10 +1,11 @@
 """``jax-cudnn-rnn info``: what this installation is and what ``rnn()`` will do here, like
 ``jax.print_environment_info()``.
 
-Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time),
-whether the cuDNN extension is loaded and why not, a build/run-time version mismatch, JAX's devices, and for each
-device the implementation that ``rnn(..., implementation=None)`` picks for arrays placed on it, asked of the package's
-own chooser (``backends.implementation_for``) so that this report never disagrees with ``rnn()``.
+Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time,
+oneDNN), whether the cuDNN and oneDNN extensions are loaded and why not, a build/run-time version mismatch, JAX's
+devices, and for each device the implementation that ``rnn(..., implementation=None)`` picks for a float32 call of
+each mode on arrays placed there, asked of the package's own chooser (``backends.implementation_for``) so that this
+report never disagrees with ``rnn()``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from typing import Any
 
 import jax
 
-from jax_cudnn_rnn import _extension, backends
+from jax_cudnn_rnn import _extension, backends, onednn
+from jax_cudnn_rnn.config import MODES, RNNConfig
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
-                 "numpy", "flax", "optax", "orbax-checkpoint", "torch")
+                 "onednn-cpu-gomp", "numpy", "flax", "optax", "orbax-checkpoint", "torch")
+# The call each device's pick is asked for: one float32 layer of each mode, a typical training shape.
+_PROBE_UNITS, _PROBE_STEPS, _PROBE_BATCH = 128, 100, 32
 
 
 def _version(distribution: str) -> str | None:
@@ -44,12 +48,24 @@ def _devices() -> list[jax.Device]:
     return list(devices.values())
 
 
-def implementation_on(device: jax.Device) -> str:
-    """What ``rnn(..., implementation=None)`` picks for arrays committed to ``device`` (or why asking failed)."""
+def implementation_on(device: jax.Device, mode: str = "lstm") -> str:
+    """What ``rnn(..., implementation=None)`` picks for a float32 call of ``mode`` on arrays committed to ``device``
+    (or why asking failed)."""
+    call = backends.Call(RNNConfig(mode, 1, _PROBE_UNITS, _PROBE_UNITS), _PROBE_STEPS, _PROBE_BATCH)
     try:
-        return backends.implementation_for(device)
+        return backends.implementation_for(device, call)
     except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
         return f"unknown ({type(e).__name__}: {e})"
+
+
+def _picks(picked: dict[str, str]) -> str:
+    """{mode: implementation} as "onednn (lstm, gru), xla (rnn_tanh, rnn_relu)", or one name when all agree."""
+    by_name: dict[str, list[str]] = {}
+    for mode, name in picked.items():
+        by_name.setdefault(name, []).append(mode)
+    if len(by_name) == 1:
+        return next(iter(by_name))
+    return ", ".join(f"{name} ({', '.join(modes)})" for name, modes in by_name.items())
 
 
 def collect() -> dict[str, Any]:
@@ -70,8 +86,11 @@ def collect() -> dict[str, Any]:
         "xla_ffi_api": ".".join(map(str, _extension.running_xla_ffi_api_version() or ())) or None,
         "jax_default_backend": jax.default_backend(),
         "extension": extension,
+        "onednn_extension": {"loaded": onednn.extension_loaded(), "error": onednn.extension_error(),
+                             "openmp_wait_policy": onednn.openmp_wait_policy()},
         "devices": [{"device": str(device), "platform": device.platform, "kind": device.device_kind,
-                     "rnn_implementation": implementation_on(device)} for device in _devices()],
+                     "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES}}
+                    for device in _devices()],
     }
 
 
@@ -92,9 +111,15 @@ def format_report(report: dict[str, Any]) -> str:
                   f"  FFI targets for CUDA: {', '.join(ext['targets'])}"]
     if ext["error"]:
         lines.append(f"  {'why' if not ext['loaded'] else 'note'}: {ext['error']}")
+    one = report["onednn_extension"]
+    lines.append(f"oneDNN extension: {'loaded' if one['loaded'] else 'not loaded'}")
+    if one["error"]:
+        lines.append(f"  {'why' if not one['loaded'] else 'note'}: {one['error']}")
+    if one["loaded"]:
+        lines.append(f"  OpenMP wait policy: {one['openmp_wait_policy']}")
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
-    lines.append("devices (rnn(implementation=None) picks):")
-    lines += [f"  {d['device']} [{d['kind']}]: {d['rnn_implementation']}" for d in report["devices"]]
+    lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
+    lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]
     return "\n".join(lines)
 
 

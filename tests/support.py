@@ -1,12 +1,13 @@
 """Helpers shared by the test modules (imported like numpy_reference, from this directory): the small random problems
-the oracle comparisons run on, a walk over a jaxpr's equations, sub-jaxprs included, the PyTorch module that a
-config describes, and what the interop tests share: running ``rnn`` on NumPy inputs, comparing its three outputs with a
-peer's, importing an optional peer library."""
+the oracle comparisons run on, the skip-or-fail rule for the native extensions, a walk over a jaxpr's equations,
+sub-jaxprs included, the PyTorch module that a config describes, and what the interop tests share: running ``rnn`` on
+NumPy inputs, comparing its three outputs with a peer's, importing an optional peer library."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Iterator
 
 import jax.extend
@@ -40,6 +41,16 @@ def draw_inputs(cfg, rng: np.random.Generator, steps: int = T, batch: int = B):
     h0 = (0.5 * rng.normal(size=cfg.state_shape(batch))).astype(dt)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(batch))).astype(dt) if cfg.mode == "lstm" else None
     return params, x, h0, c0
+
+
+def require_extension(extension, env_var: str) -> None:
+    """Skips the calling test when ``extension`` (a ``_native.NativeExtension``) is not loaded, or fails it when
+    ``env_var`` is "1" (CI sets it where it builds the extension, so that a silently skipped build cannot pass)."""
+    if not extension.loaded():
+        reason = f"{extension.what} not loaded: {extension.error()}"
+        if os.environ.get(env_var) == "1":
+            pytest.fail(f"{env_var}=1 but {reason}")
+        pytest.skip(reason)
 
 
 def jaxpr_eqns(jaxpr) -> Iterator:

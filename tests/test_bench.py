@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from jax_cudnn_rnn import bench, cli
+from jax_cudnn_rnn import bench, cli, onednn
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 CPU_CONFIGS = {"cpu-lstm", "cpu-gru"}
@@ -35,7 +35,9 @@ def test_json_records(quick_run):
     assert data["settings"]["warmup_seconds"] == bench.QUICK_TIMING.warmup_seconds
     assert data["settings"]["precision"] == "float32"
     assert all(c["time"] <= 10 and c["hidden"] <= 32 for c in data["settings"]["configs"])
-    expected = {"jcr-xla", "flax"} | ({"torch"} if HAS_TORCH else set())
+    expected = {"jcr-xla", "jcr-default", "flax"} | ({"torch"} if HAS_TORCH else set())
+    if onednn.extension_loaded():
+        expected.add("jcr-onednn")
     measured = {(r["config"], r["contender"], r["measurement"]) for r in data["records"]}
     for config in CPU_CONFIGS:
         for contender in expected:

@@ -24,10 +24,10 @@ def _configure(build_dir, *defines, env=None):
     return result.returncode, re.sub(r"\s+", " ", result.stdout + result.stderr)
 
 
-def _skip_reason(build_dir):
+def _skip_reason(build_dir, option="JAX_CUDNN_RNN_CUDA"):
     namespace = {}
     exec((build_dir / "_build_info.py").read_text(), namespace)  # noqa: S102 - the file CMake just wrote
-    return namespace["SKIP_REASON"]
+    return namespace["SKIP_REASONS"][option]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,9 @@ def test_no_compiler_skips_with_the_fix(tmp_path):
     code, log = _configure(tmp_path, env={"CXX": "/nonexistent/c++"})
     assert code == 0, log
     assert "skipping the cuDNN extension" in log and "no C++ compiler was found" in log
+    assert "skipping the oneDNN extension" in log
     assert "install a C++17 compiler" in _skip_reason(tmp_path)
+    assert "install a C++17 compiler" in _skip_reason(tmp_path, "JAX_CUDNN_RNN_ONEDNN")
 
 
 def test_no_cuda_runtime_skips_with_the_fix(tmp_path, bare_python):
@@ -55,6 +57,8 @@ def test_no_cuda_runtime_skips_with_the_fix(tmp_path, bare_python):
     assert "CUDA runtime headers and static runtime were not found" in reason
     assert "pip install nvidia-cuda-runtime nvidia-cuda-crt" in reason
     assert reason in log
+    onednn_reason = _skip_reason(tmp_path, "JAX_CUDNN_RNN_ONEDNN")
+    assert "oneDNN 3.2 was not found" in onednn_reason and "onednn-devel-cpu-gomp" in onednn_reason
 
 
 def test_on_turns_the_skip_into_an_error(tmp_path, bare_python):
@@ -65,9 +69,10 @@ def test_on_turns_the_skip_into_an_error(tmp_path, bare_python):
 
 
 def test_off_records_why(tmp_path):
-    code, log = _configure(tmp_path, "-DJAX_CUDNN_RNN_CUDA=OFF")
+    code, log = _configure(tmp_path, "-DJAX_CUDNN_RNN_CUDA=OFF", "-DJAX_CUDNN_RNN_ONEDNN=OFF")
     assert code == 0, log
     assert "JAX_CUDNN_RNN_CUDA=OFF" in _skip_reason(tmp_path)
+    assert "JAX_CUDNN_RNN_ONEDNN=OFF" in _skip_reason(tmp_path, "JAX_CUDNN_RNN_ONEDNN")
 
 
 def _importable(name):

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import cli
+from jax_cudnn_rnn import cli, onednn
 
 
 def test_demo_cli_short_run(tmp_path, capsys):
@@ -78,6 +78,10 @@ def test_demo_refuses_a_folder_with_other_files(tmp_path, capsys):
 def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
     code, out = _demo(capsys, tmp_path, "--steps", "1")
     assert code == 0, out
-    on_cudnn = jcr.extension_loaded() and jax.default_backend() == "gpu"
-    expected = "cuDNN" if on_cudnn else "pure JAX (implementation 'xla')"
+    if jcr.extension_loaded() and jax.default_backend() == "gpu":
+        expected = "cuDNN"
+    elif jax.default_backend() == "cpu" and onednn.extension_loaded() and onednn.FASTER_THAN_XLA[("lstm", "float32")]:
+        expected = "oneDNN (implementation 'onednn'"  # the demo's LSTM, where oneDNN is the CPU's faster choice
+    else:
+        expected = "pure JAX (implementation 'xla')"
     assert f"training with {expected}" in out

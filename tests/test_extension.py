@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cudnn, segments, xla
+from jax_cudnn_rnn import _extension, _native, cudnn, segments, xla
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import require_extension  # noqa: E402
 
 EXPECTED_TARGETS = {"jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"}
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
@@ -28,11 +31,7 @@ HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 @pytest.fixture
 def native():
     """The loaded native module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_EXTENSION=1) without it."""
-    if not _extension.extension_loaded():
-        reason = f"cuDNN extension not loaded: {_extension.extension_error()}"
-        if os.environ.get("JAX_CUDNN_RNN_REQUIRE_EXTENSION") == "1":
-            pytest.fail(f"JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 but {reason}")
-        pytest.skip(reason)
+    require_extension(_extension.EXTENSION, "JAX_CUDNN_RNN_REQUIRE_EXTENSION")
     return _extension.module()
 
 
@@ -124,8 +123,8 @@ def test_rnn_cudnn_without_gpu_is_a_clear_error(native):
 
 
 def test_rnn_cudnn_without_extension_says_how_to_build(monkeypatch):
-    monkeypatch.setattr(_extension, "_module", None)
-    monkeypatch.setattr(_extension, "_error", "the cuDNN extension is not part of this installation; "
+    monkeypatch.setattr(_extension.EXTENSION, "_module", None)
+    monkeypatch.setattr(_extension.EXTENSION, "_error", "the cuDNN extension is not part of this installation; "
                         + _extension.BUILD_HINT)
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, c0, _ = _inputs(cfg)
@@ -298,14 +297,16 @@ class _FakeNative:
         return {}
 
 
-def _load_with(monkeypatch, importer, skip_reason=None):
-    """Runs the loader again with ``importer`` in place of importing the compiled module; module state is restored
-    after the test."""
-    for name, value in (("_module", None), ("_error", None), ("_warning", None), ("_targets", ())):
-        monkeypatch.setattr(_extension, name, value)
-    monkeypatch.setattr(_extension, "_build_skip_reason", lambda: skip_reason)
-    monkeypatch.setattr(_extension.importlib, "import_module", importer)
-    _extension._load()
+def _load_with(monkeypatch, importer, skip_reason=None, available=True):
+    """Loads a fresh cuDNN ``NativeExtension`` in place of ``_extension.EXTENSION`` (restored after the test), with
+    ``importer`` in place of importing the compiled module and ``skip_reason`` as what the build recorded."""
+    extension = _native.NativeExtension(_extension.EXTENSION.name, _extension.EXTENSION.what, "CUDA",
+                                        _extension.BUILD_HINT, "JAX_CUDNN_RNN_CUDA", _extension.EXTENSION.library)
+    monkeypatch.setattr(extension, "available", lambda: available)
+    monkeypatch.setattr(_native, "build_skip_reason", lambda option: skip_reason)
+    monkeypatch.setattr(_native.importlib, "import_module", importer)
+    monkeypatch.setattr(_extension, "EXTENSION", extension)
+    _extension.load()
 
 
 def test_loading_refuses_an_older_runtime_cudnn(monkeypatch):
@@ -324,7 +325,8 @@ def test_build_skip_reason_reaches_extension_error(monkeypatch):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
-    _load_with(monkeypatch, missing, skip_reason="no C++ compiler was found (install a C++17 compiler)")
+    _load_with(monkeypatch, missing, skip_reason="no C++ compiler was found (install a C++17 compiler)",
+               available=False)
     assert not _extension.extension_loaded()
     assert _extension.extension_error() == ("the cuDNN extension was not built when this package was installed: no "
                                             "C++ compiler was found (install a C++17 compiler). Reinstall after "
@@ -352,7 +354,7 @@ def test_importing_the_source_checkout_says_so(monkeypatch):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
-    monkeypatch.setattr(_extension, "_in_source_checkout", lambda: True)
-    _load_with(monkeypatch, missing)
+    monkeypatch.setattr(_native, "in_source_checkout", lambda: True)
+    _load_with(monkeypatch, missing, available=False)
     assert "imported from the source checkout" in _extension.extension_error()
     assert "run from another directory" in _extension.extension_error()

@@ -4,9 +4,10 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cli, info
+from jax_cudnn_rnn import _extension, cli, info, onednn
 
 
 def _report(capsys, *flags):
@@ -20,8 +21,14 @@ def test_json_report_matches_this_process(capsys):
     assert report["versions"]["jax-cudnn-rnn"] == jcr.__version__
     assert report["extension"]["loaded"] == jcr.extension_loaded()
     assert report["extension"]["error"] == jcr.extension_error()
+    assert report["onednn_extension"]["loaded"] == onednn.extension_loaded()
     cpu = [d for d in report["devices"] if d["platform"] == "cpu"]
-    assert cpu and all(d["rnn_implementation"] == "xla" for d in cpu)  # cuDNN never runs on a CPU device
+    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and faster for the mode.
+    assert cpu and all(set(d["rnn_implementation"].values()) <= {"xla", "onednn"} for d in cpu)
+    for d in cpu:
+        for mode, picked in d["rnn_implementation"].items():
+            faster = onednn.extension_loaded() and onednn.FASTER_THAN_XLA[(mode, "float32")]
+            assert picked == ("onednn" if faster else "xla"), (mode, picked)
     if jcr.extension_loaded():
         build = _extension.build_versions(_extension.module())
         assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
@@ -29,32 +36,35 @@ def test_json_report_matches_this_process(capsys):
             _extension.module().cudnn_version())
 
 
-def test_the_picked_implementation_is_what_rnn_runs():
-    """Cross-check with what rnn() really does on the CPU: the xla implementation's result, bit for bit."""
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_the_picked_implementation_is_what_rnn_runs(mode):
+    """Cross-check with what rnn() really does on the CPU: the named implementation's result, bit for bit."""
     device = jax.devices("cpu")[0]
-    assert info.implementation_on(device) == "xla"
-    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=3, input_size=2)
+    picked_name = info.implementation_on(device, mode)
+    assert picked_name in ("xla", "onednn")
+    cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2)
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jax.device_put(np.ones((4, 2, 2), np.float32), device)
     h0 = np.zeros(cfg.state_shape(2), np.float32)
-    picked = jcr.rnn(params, x, h0, None, cfg)[0]
-    xla = jcr.rnn(params, x, h0, None, cfg, implementation="xla")[0]
-    np.testing.assert_array_equal(np.asarray(picked), np.asarray(xla))
+    c0 = h0 if mode == "lstm" else None
+    picked = jcr.rnn(params, x, h0, c0, cfg)[0]
+    named = jcr.rnn(params, x, h0, c0, cfg, implementation=picked_name)[0]
+    np.testing.assert_array_equal(np.asarray(picked), np.asarray(named))
 
 
 def test_text_report_says_why_the_extension_is_not_loaded(capsys, monkeypatch):
-    monkeypatch.setattr(_extension, "_module", None)
-    monkeypatch.setattr(_extension, "_error", "the cuDNN extension was not built: no C++ compiler was found")
+    monkeypatch.setattr(_extension.EXTENSION, "_module", None)
+    monkeypatch.setattr(_extension.EXTENSION, "_error",
+                        "the cuDNN extension was not built: no C++ compiler was found")
     out = _report(capsys)
     assert "cuDNN extension: not loaded" in out
     assert "why: the cuDNN extension was not built: no C++ compiler was found" in out
-    assert "cpu:0" in out and ": xla" in out
+    assert "cpu:0" in out and "xla" in out
 
 
 def test_text_report_shows_a_version_mismatch(capsys, monkeypatch):
-    if not jcr.extension_loaded():
-        monkeypatch.setattr(_extension, "_module", None)
-    monkeypatch.setattr(_extension, "_warning", "the cuDNN extension is loaded, but it was compiled against jaxlib 0")
-    monkeypatch.setattr(_extension, "_error", "the cuDNN extension is loaded, but it was compiled against jaxlib 0")
+    note = "the cuDNN extension is loaded, but it was compiled against jaxlib 0"
+    monkeypatch.setattr(_extension.EXTENSION, "_warning", note)
+    monkeypatch.setattr(_extension.EXTENSION, "_error", note)
     out = _report(capsys)
     assert ("note: " if jcr.extension_loaded() else "why: ") + "the cuDNN extension is loaded, but" in out

@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import backends, cudnn
+from jax_cudnn_rnn import backends, cudnn, onednn
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")
 
 
 @pytest.fixture
 def gpu_host(monkeypatch):
-    """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in."""
+    """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in. The CPU's choice is the xla
+    implementation here, oneDNN's extension or not (tests/test_onednn.py covers when the CPU picks oneDNN)."""
     monkeypatch.setattr(cudnn, "unavailable", lambda: None)
+    monkeypatch.setattr(onednn, "FASTER_THAN_XLA", {})
     monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 256)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
 

@@ -1,6 +1,6 @@
 """The binary wheel: ``scripts/build_wheel.sh`` builds and auditwheel-repairs it, and it installs into a fresh virtual
-environment with no compiler, CMake or nvcc on the PATH, loads its cuDNN extension and runs a CPU problem that matches
-the NumPy oracle.
+environment with no compiler, CMake or nvcc on the PATH, loads its cuDNN extension (and on x86_64 its oneDNN
+extension) and runs a CPU problem, on every CPU implementation, that matches the NumPy oracle.
 
 Minutes (an isolated build, then a fresh environment with cuDNN's wheel): marked ``wheel`` so that a developer can
 deselect it with ``-m "not wheel"``. Where it cannot run (no C++ compiler, no bash) it skips, except in CI (``CI`` set),
@@ -31,6 +31,11 @@ tools = {name: shutil.which(name) for name in ("cc", "c++", "gcc", "g++", "clang
 assert not any(tools.values()), tools
 assert jcr.extension_loaded(), jcr.extension_error()
 assert jcr.extension_error() is None, jcr.extension_error()
+from jax_cudnn_rnn import onednn
+implementations = ["xla"]
+if os.uname().machine == "x86_64":
+    assert onednn.extension_loaded(), onednn.extension_error()
+    implementations.append("onednn")
 
 cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 rng = np.random.default_rng(0)
@@ -38,14 +43,15 @@ weights = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.param
 biases = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.param_slots(cfg)[1]]
 x = rng.normal(size=(5, 2, 3)).astype(np.float32)
 h0 = np.zeros(cfg.state_shape(2), np.float32)
-y, h_n, c_n = jax.jit(jcr.rnn, static_argnames="config")(jcr.canonical_to_params(weights, biases, cfg), x, h0, h0,
-                                                          config=cfg)
 want = numpy_reference.numpy_rnn([w.astype(np.float64) for w in weights], [b.astype(np.float64) for b in biases],
                                   x.astype(np.float64), h0.astype(np.float64), h0.astype(np.float64), "lstm", 2, 4,
                                   True, False)
-for got, ref in zip((y, h_n, c_n), want):
-    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-5)
-print("wheel smoke run OK:", jcr.__file__)
+for implementation in implementations:
+    y, h_n, c_n = jax.jit(jcr.rnn, static_argnames=("config", "implementation"))(
+        jcr.canonical_to_params(weights, biases, cfg), x, h0, h0, config=cfg, implementation=implementation)
+    for got, ref in zip((y, h_n, c_n), want):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-5)
+print("wheel smoke run OK:", jcr.__file__, implementations)
 """
 
 
@@ -73,7 +79,8 @@ def test_wheel_installs_and_runs_without_compilers(tmp_path):
     # Nothing but the new environment on the PATH: no compiler, CMake or nvcc can be found, and none is needed.
     env = {**os.environ, "PATH": bin_dir, "CC": "/nonexistent/cc", "CXX": "/nonexistent/c++"}
     env.pop("PYTHONPATH", None)
-    install = subprocess.run([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:", f"{wheel}[cudnn]"],
+    install = subprocess.run([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:",
+                              f"{wheel}[cudnn,onednn]"],
                              capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path, check=False)
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
     smoke = subprocess.run([os.path.join(bin_dir, "python"), "-c", SMOKE, TESTS], capture_output=True, text=True,

@@ -1,0 +1,137 @@
+"""Loading an optional native module of FFI handlers (the cuDNN and the oneDNN extensions) and registering its targets.
+
+Loading never raises: when the module is absent or broken, ``loaded()`` is False and ``error()`` says why and how to
+fix it, and the package runs its pure-JAX implementation. Why a module is absent is told as precisely as is known: the
+reason the build recorded when it skipped it (``jax_cudnn_rnn/_build_info.py``, written by CMake), or that the
+package was imported from an uncompiled source checkout, or else how to build it. A module exports
+``registrations()``, a dict of target name -> FFI capsule, registered with ``jax.ffi.register_ffi_target`` for one
+platform.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def build_skip_reason(option: str) -> str | None:
+    """What the build said was missing when it skipped the extension of CMake option ``option`` (e.g.
+    "JAX_CUDNN_RNN_CUDA"), or None where the build recorded nothing (a source checkout that was never built)."""
+    try:
+        from jax_cudnn_rnn import _build_info
+    except ImportError:
+        return None
+    return getattr(_build_info, "SKIP_REASONS", {}).get(option) or None
+
+
+def in_source_checkout() -> bool:
+    """Whether this package is the one in a source tree (next to pyproject.toml and cuda/), not an installed copy."""
+    root = os.path.dirname(_PACKAGE_DIR)
+    return os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "cuda"))
+
+
+class NativeExtension:
+    """One optional native module.
+
+    name: its import name ("jax_cudnn_rnn._cudnn_rnn"); what: how messages call it ("cuDNN extension"); platform: the
+    platform its targets are registered for; build_hint: how to build it; option: its CMake AUTO/ON/OFF option
+    (whose recorded skip reason ``error()`` repeats); library: (a substring of a missing shared library's name in an
+    import error, what to install to get that library), or None.
+    """
+
+    def __init__(self, name: str, what: str, platform: str, build_hint: str, option: str,
+                 library: tuple[str, str] | None = None):
+        self.name, self.what, self.platform, self.build_hint = name, what, platform, build_hint
+        self.option, self.library = option, library
+        self._module: ModuleType | None = None
+        self._error: str | None = "not loaded yet"
+        self._warning: str | None = None
+        self._targets: tuple[str, ...] = ()
+
+    def available(self) -> bool:
+        """Whether the module is part of this installation (without importing it)."""
+        try:
+            return importlib.util.find_spec(self.name) is not None
+        except (ImportError, ValueError):  # ValueError: the module is None in sys.modules (blocked on purpose)
+            return False
+
+    def _absent(self) -> str:
+        """Why the module is not part of this installation, as precisely as is known."""
+        skipped = build_skip_reason(self.option)
+        if skipped:
+            return (f"the {self.what} was not built when this package was installed: {skipped}. Reinstall after "
+                    f"fixing that ({self.option}=ON makes a missing dependency a build error)")
+        if in_source_checkout():
+            return (f"this jax_cudnn_rnn was imported from the source checkout {os.path.dirname(_PACKAGE_DIR)}, "
+                    f"which holds no compiled {self.what} (Python looks in the current directory first): run from "
+                    f"another directory to use the installed package, or install it editable (`pip install "
+                    f"--no-build-isolation -e .`); {self.build_hint}")
+        return f"the {self.what} {self.name} is not part of this installation; {self.build_hint}"
+
+    def load(self, before_import: Callable[[], str | None] = lambda: None,
+             check: Callable[[ModuleType], tuple[str | None, str | None]] = lambda module: (None, None)) -> None:
+        """Imports the module and registers its targets.
+
+        ``before_import`` runs first when the module is there (e.g. preloading its libraries) and returns a note to
+        add to an import error, or None. ``check(module)`` runs after the import and returns (why the module must not
+        be used, or None; a note on something it can live with, which ``error()`` reports while it is loaded, or
+        None)."""
+        self._module, self._targets, self._warning = None, (), None
+        if not self.available():
+            self._error = self._absent()
+            return
+        note = before_import()
+        try:
+            module = importlib.import_module(self.name)
+        except ModuleNotFoundError as e:
+            self._error = self._absent() if e.name == self.name else f"importing the {self.what} failed: {e}"
+            return
+        except (ImportError, OSError) as e:
+            self._error = f"importing the {self.what} {self.name} failed: {e}"
+            if self.library and self.library[0] in str(e) and not note:
+                self._error += f"; {self.library[1]}"
+            if note:
+                self._error += f" ({note})"
+            return
+        try:
+            refusal, warning = check(module)
+        except Exception as e:  # noqa: BLE001 - a module that cannot answer its checks is not one to trust
+            refusal, warning = f"checking the {self.what} failed: {type(e).__name__}: {e}", None
+        if refusal:
+            self._error = refusal
+            return
+        try:
+            import jax
+
+            registered = []
+            for name, capsule in module.registrations().items():
+                jax.ffi.register_ffi_target(name, capsule, platform=self.platform)
+                registered.append(name)
+        except Exception as e:  # noqa: BLE001 - any failure here must become error(), never an import error
+            self._error = f"registering the {self.what}'s FFI targets with JAX failed: {type(e).__name__}: {e}"
+            return
+        self._module, self._targets, self._error, self._warning = module, tuple(registered), None, warning
+
+    def loaded(self) -> bool:
+        """True when the module was imported and all its FFI targets are registered."""
+        return self._module is not None
+
+    def error(self) -> str | None:
+        """Why the module is not loaded (not built and why, import error, a failed check, registration error); when
+        it is loaded, the note its check left (e.g. built against another jaxlib than the one running), else None."""
+        return self._error if self._module is None else self._warning
+
+    def targets(self) -> tuple[str, ...]:
+        """Names of the registered FFI targets (empty when the module is not loaded)."""
+        return self._targets
+
+    def module(self) -> ModuleType:
+        """The loaded module; raises RuntimeError with the reason and how to build it when it is not loaded."""
+        if self._module is None:
+            raise RuntimeError(f"the {self.what} is not loaded: {self._error}")
+        return self._module

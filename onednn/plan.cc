@@ -1,0 +1,362 @@
+#include "plan.h"
+
+#include <algorithm>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+namespace jax_cudnn_rnn::onednn {
+
+namespace {
+
+using dnnl::memory;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+constexpr size_t kRegionAlignment = 64;
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  // oneDNN's default (library) scratchpad is per thread and ties a primitive to the threads that ran it; the user
+  // mode takes the scratchpad from each call's XLA-provided scratch, so one primitive serves every thread at once.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+memory::desc ArgDesc(const dnnl::primitive_desc& pd, int arg) {
+  return pd.query_md(dnnl::query::exec_arg_md, arg);
+}
+
+// The forward primitive descriptor of `prop` (and, for training, the backward one that uses it as a hint) for one
+// layer. Each cell kind has its own C++ types, so both are built in the same branch.
+void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::prop_kind prop,
+                        dnnl::primitive_desc* forward, dnnl::primitive_desc* backward) {
+  const auto& engine = Engine();
+  const auto direction = network.num_directions == 2 ? dnnl::rnn_direction::bidirectional_concat
+                                                     : dnnl::rnn_direction::unidirectional_left2right;
+  const memory::dim directions = network.num_directions, gates = network.gates(), units = network.num_units;
+  const memory::dim hidden = network.hidden_size();
+  const dt data = network.data_type;
+  const memory::desc any_layer({1, directions, layer.input_size, gates, units}, data, tag::any);
+  const memory::desc any_iter({1, directions, hidden, gates, units}, data, tag::any);
+  const memory::desc any_projection =
+      network.proj_size > 0 ? memory::desc({1, directions, units, hidden}, data, tag::any) : memory::desc();
+  const memory::desc diff_any_layer({1, directions, layer.input_size, gates, units}, dt::f32, tag::any);
+  const memory::desc diff_any_iter({1, directions, hidden, gates, units}, dt::f32, tag::any);
+  const memory::desc diff_any_projection =
+      network.proj_size > 0 ? memory::desc({1, directions, units, hidden}, dt::f32, tag::any) : memory::desc();
+  const dnnl::primitive_attr attr = UserScratchpad();
+  const bool training = prop == dnnl::prop_kind::forward_training;
+
+  switch (network.cell) {
+    case Cell::kLstm: {
+      dnnl::lstm_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter,
+                                             layer.src_iter_c, any_layer, any_iter, memory::desc(), any_projection,
+                                             layer.bias, layer.dst_layer, layer.dst_iter, layer.dst_iter_c, attr);
+      *forward = fwd;
+      if (training) {
+        *backward = dnnl::lstm_backward::primitive_desc(
+            engine, dnnl::prop_kind::backward, direction, layer.src_layer, layer.src_iter, layer.src_iter_c,
+            any_layer, any_iter, memory::desc(), any_projection, layer.bias, layer.dst_layer, layer.dst_iter,
+            layer.dst_iter_c, layer.diff_src_layer, layer.diff_src_iter, layer.diff_src_iter_c, diff_any_layer,
+            diff_any_iter, memory::desc(), diff_any_projection, layer.diff_bias, layer.diff_dst_layer,
+            layer.diff_dst_iter, layer.diff_dst_iter_c, fwd, attr);
+      }
+      return;
+    }
+    case Cell::kGru: {
+      dnnl::lbr_gru_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter, any_layer,
+                                                any_iter, layer.bias, layer.dst_layer, layer.dst_iter, attr);
+      *forward = fwd;
+      if (training) {
+        *backward = dnnl::lbr_gru_backward::primitive_desc(
+            engine, dnnl::prop_kind::backward, direction, layer.src_layer, layer.src_iter, any_layer, any_iter,
+            layer.bias, layer.dst_layer, layer.dst_iter, layer.diff_src_layer, layer.diff_src_iter, diff_any_layer,
+            diff_any_iter, layer.diff_bias, layer.diff_dst_layer, layer.diff_dst_iter, fwd, attr);
+      }
+      return;
+    }
+    case Cell::kRnnTanh:
+    case Cell::kRnnRelu: {
+      const auto activation =
+          network.cell == Cell::kRnnTanh ? dnnl::algorithm::eltwise_tanh : dnnl::algorithm::eltwise_relu;
+      dnnl::vanilla_rnn_forward::primitive_desc fwd(engine, prop, activation, direction, layer.src_layer,
+                                                    layer.src_iter, any_layer, any_iter, layer.bias, layer.dst_layer,
+                                                    layer.dst_iter, attr);
+      *forward = fwd;
+      if (training) {
+        *backward = dnnl::vanilla_rnn_backward::primitive_desc(
+            engine, dnnl::prop_kind::backward, activation, direction, layer.src_layer, layer.src_iter, any_layer,
+            any_iter, layer.bias, layer.dst_layer, layer.dst_iter, layer.diff_src_layer, layer.diff_src_iter,
+            diff_any_layer, diff_any_iter, layer.diff_bias, layer.diff_dst_layer, layer.diff_dst_iter, fwd, attr);
+      }
+      return;
+    }
+  }
+  throw std::invalid_argument("unknown cell kind");
+}
+
+WeightDescs ArgWeights(const dnnl::primitive_desc& pd, bool diff) {
+  return {ArgDesc(pd, diff ? DNNL_ARG_DIFF_WEIGHTS_LAYER : DNNL_ARG_WEIGHTS_LAYER),
+          ArgDesc(pd, diff ? DNNL_ARG_DIFF_WEIGHTS_ITER : DNNL_ARG_WEIGHTS_ITER),
+          ArgDesc(pd, diff ? DNNL_ARG_DIFF_WEIGHTS_PROJECTION : DNNL_ARG_WEIGHTS_PROJECTION)};
+}
+
+std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_size) {
+  auto layer = std::make_shared<LayerPlan>();
+  layer->input_size = input_size;
+  const memory::dim steps = network.max_time, batch = network.batch, directions = network.num_directions;
+  const memory::dim units = network.num_units, hidden = network.hidden_size(), gates = network.gates();
+  const dt data = network.data_type;
+  const bool lstm = network.has_cell_state();
+  layer->src_layer = memory::desc({steps, batch, input_size}, data, tag::tnc);
+  layer->src_iter = memory::desc({1, directions, batch, hidden}, data, tag::ldnc);
+  layer->src_iter_c = lstm ? memory::desc({1, directions, batch, units}, data, tag::ldnc) : memory::desc();
+  layer->dst_layer = memory::desc({steps, batch, directions * hidden}, data, tag::tnc);
+  layer->dst_iter = layer->src_iter;
+  layer->dst_iter_c = layer->src_iter_c;
+  // The summed bias is computed in float32 whatever the data type (oneDNN accepts it with bf16 data too).
+  layer->bias = memory::desc({1, directions, network.bias_gates(), units}, dt::f32, tag::ldgo);
+  layer->plain = {memory::desc({1, directions, input_size, gates, units}, data, tag::ldgoi),
+                  memory::desc({1, directions, hidden, gates, units}, data, tag::ldgoi),
+                  network.proj_size > 0 ? memory::desc({1, directions, units, hidden}, data, tag::ldoi)
+                                        : memory::desc()};
+  if (network.training) {
+    auto f32 = [](const memory::desc& md) {
+      return md.is_zero() ? md : memory::desc(md.get_dims(), dt::f32, md.get_strides());
+    };
+    layer->diff_src_layer = f32(layer->src_layer);
+    layer->diff_src_iter = f32(layer->src_iter);
+    layer->diff_src_iter_c = f32(layer->src_iter_c);
+    layer->diff_dst_layer = f32(layer->dst_layer);
+    layer->diff_dst_iter = f32(layer->dst_iter);
+    layer->diff_dst_iter_c = f32(layer->dst_iter_c);
+    layer->diff_bias = layer->bias;
+  }
+
+  dnnl::primitive_desc forward, backward;
+  MakePrimitiveDescs(network, *layer, network.training ? dnnl::prop_kind::forward_training
+                                                       : dnnl::prop_kind::forward_inference,
+                     &forward, &backward);
+  layer->forward = dnnl::primitive(forward);
+  layer->forward_weights = ArgWeights(forward, false);
+  layer->forward_scratchpad_bytes = forward.scratchpad_desc().get_size();
+  const memory::desc* plain[] = {&layer->plain.layer, &layer->plain.iter, &layer->plain.projection};
+  const memory::desc* fwd_formats[] = {&layer->forward_weights.layer, &layer->forward_weights.iter,
+                                       &layer->forward_weights.projection};
+  for (int i = 0; i < 3; ++i) layer->to_forward[i] = Reorder::Make(*plain[i], *fwd_formats[i]);
+  if (network.training) {
+    layer->workspace = ArgDesc(forward, DNNL_ARG_WORKSPACE);
+    layer->backward = dnnl::primitive(backward);
+    layer->backward_weights = ArgWeights(backward, false);
+    layer->diff_weights = ArgWeights(backward, true);
+    layer->backward_scratchpad_bytes = backward.scratchpad_desc().get_size();
+    const memory::desc* bwd_formats[] = {&layer->backward_weights.layer, &layer->backward_weights.iter,
+                                         &layer->backward_weights.projection};
+    const memory::desc* diff_formats[] = {&layer->diff_weights.layer, &layer->diff_weights.iter,
+                                          &layer->diff_weights.projection};
+    for (int i = 0; i < 3; ++i) {
+      layer->to_backward[i] = Reorder::Make(*plain[i], *bwd_formats[i]);
+      layer->from_diff[i] = Reorder::Make(*diff_formats[i], *plain[i]);
+    }
+  }
+  return layer;
+}
+
+size_t MaxScratchpad(size_t bytes, const Reorder (&reorders)[3]) {
+  for (const Reorder& reorder : reorders) bytes = std::max(bytes, reorder.scratchpad_bytes);
+  return bytes;
+}
+
+Reorder Conversion(int64_t elements, dt from, dt to) {
+  return Reorder::Make(memory::desc({elements}, from, tag::a), memory::desc({elements}, to, tag::a));
+}
+
+std::shared_ptr<const CallPlan> BuildPlan(const Network& network) {
+  auto plan = std::make_shared<CallPlan>();
+  plan->network = network;
+  const int64_t num_layers = network.num_layers;
+  std::shared_ptr<LayerPlan> first = BuildLayerPlan(network, network.input_size);
+  std::shared_ptr<LayerPlan> rest = first;
+  if (num_layers > 1 && network.output_size() != network.input_size) {
+    rest = BuildLayerPlan(network, network.output_size());
+  }
+  for (int64_t l = 0; l < num_layers; ++l) plan->layers.push_back(l == 0 ? first : rest);
+
+  const size_t eb = network.element_bytes();
+  const size_t output_bytes = static_cast<size_t>(network.max_time * network.batch * network.output_size()) * eb;
+  if (network.training) {
+    RegionAllocator reserve;
+    for (int64_t l = 0; l < num_layers; ++l) {
+      plan->workspace.push_back(reserve.Add(plan->layers[l]->workspace.get_size()));
+      plan->layer_output.push_back(reserve.Add(l + 1 < num_layers ? output_bytes : 0));
+    }
+    plan->reserve_bytes = reserve.total();
+  }
+
+  auto max_over_layers = [&](auto size_of) {
+    size_t bytes = 0;
+    for (const auto& layer : {first, rest}) bytes = std::max(bytes, static_cast<size_t>(size_of(*layer)));
+    return bytes;
+  };
+  auto weight_regions = [&](RegionAllocator& arena, WeightDescs LayerPlan::*descs) {
+    WeightRegions regions;
+    regions.layer = arena.Add(max_over_layers([&](const LayerPlan& l) { return (l.*descs).layer.get_size(); }));
+    regions.iter = arena.Add(max_over_layers([&](const LayerPlan& l) { return (l.*descs).iter.get_size(); }));
+    regions.projection =
+        arena.Add(max_over_layers([&](const LayerPlan& l) { return (l.*descs).projection.get_size(); }));
+    return regions;
+  };
+
+  RegionAllocator forward;
+  plan->forward.scratchpad = forward.Add(
+      max_over_layers([](const LayerPlan& l) { return MaxScratchpad(l.forward_scratchpad_bytes, l.to_forward); }));
+  plan->forward.bias = forward.Add(first->bias.get_size());
+  plan->forward.plain = weight_regions(forward, &LayerPlan::plain);
+  plan->forward.weights = weight_regions(forward, &LayerPlan::forward_weights);
+  if (!network.training) {  // training keeps the intermediate outputs in the reserve space
+    plan->forward.outputs[0] = forward.Add(num_layers > 1 ? output_bytes : 0);
+    plan->forward.outputs[1] = forward.Add(num_layers > 2 ? output_bytes : 0);
+  }
+  plan->forward.bytes = forward.total();
+
+  if (network.training) {
+    const bool bf16 = network.data_type == dt::bf16;
+    const int64_t states = num_layers * network.num_directions * network.batch;
+    const int64_t y_elements = network.max_time * network.batch * network.output_size();
+    const int64_t x_elements = network.max_time * network.batch * network.input_size;
+    const int64_t h_elements = states * network.hidden_size();
+    const int64_t c_elements = network.has_cell_state() ? states * network.num_units : 0;
+    if (bf16) {
+      plan->dy_to_f32 = Conversion(y_elements, dt::bf16, dt::f32);
+      plan->dh_n_to_f32 = Conversion(h_elements, dt::bf16, dt::f32);
+      plan->dx_from_f32 = Conversion(x_elements, dt::f32, dt::bf16);
+      plan->dh0_from_f32 = Conversion(h_elements, dt::f32, dt::bf16);
+      if (c_elements > 0) {
+        plan->dc_n_to_f32 = Conversion(c_elements, dt::bf16, dt::f32);
+        plan->dc0_from_f32 = Conversion(c_elements, dt::f32, dt::bf16);
+      }
+    }
+    size_t scratchpad = max_over_layers([](const LayerPlan& l) {
+      return MaxScratchpad(MaxScratchpad(l.backward_scratchpad_bytes, l.to_backward), l.from_diff);
+    });
+    for (const Reorder* r : {&plan->dy_to_f32, &plan->dh_n_to_f32, &plan->dc_n_to_f32, &plan->dx_from_f32,
+                             &plan->dh0_from_f32, &plan->dc0_from_f32}) {
+      scratchpad = std::max(scratchpad, r->scratchpad_bytes);
+    }
+    RegionAllocator backward;
+    auto& b = plan->backward;
+    b.scratchpad = backward.Add(scratchpad);
+    b.bias = backward.Add(first->bias.get_size());
+    b.diff_bias = backward.Add(first->diff_bias.get_size());
+    b.plain = weight_regions(backward, &LayerPlan::plain);
+    b.weights = weight_regions(backward, &LayerPlan::backward_weights);
+    b.diff_weights = weight_regions(backward, &LayerPlan::diff_weights);
+    const size_t diff_output_bytes = output_bytes / eb * sizeof(float);
+    b.diff_outputs[0] = backward.Add(num_layers > 1 ? diff_output_bytes : 0);
+    b.diff_outputs[1] = backward.Add(num_layers > 2 ? diff_output_bytes : 0);
+    if (bf16) {
+      b.dy = backward.Add(y_elements * sizeof(float));
+      b.dx = backward.Add(x_elements * sizeof(float));
+      b.dh_n = backward.Add(h_elements * sizeof(float));
+      b.dh0 = backward.Add(h_elements * sizeof(float));
+      b.dc_n = backward.Add(c_elements * sizeof(float));
+      b.dc0 = backward.Add(c_elements * sizeof(float));
+    }
+    b.bytes = backward.total();
+  }
+  return plan;
+}
+
+// A small LRU cache: plans hold JIT-compiled kernels, and shapes that change without end must not grow memory.
+class PlanCache {
+ public:
+  std::shared_ptr<const CallPlan> Get(const Network& network) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = index_.find(network);
+      if (it != index_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+    }
+    // Built outside the lock: creation takes milliseconds and other shapes must not wait for it. Two threads that
+    // build the same plan at once keep the first one stored.
+    std::shared_ptr<const CallPlan> plan = BuildPlan(network);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(network);
+    if (it != index_.end()) return it->second->second;
+    order_.emplace_front(network, plan);
+    index_[network] = order_.begin();
+    while (order_.size() > kPlanCacheCapacity) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return plan;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return order_.size();
+  }
+
+ private:
+  using Entry = std::pair<Network, std::shared_ptr<const CallPlan>>;
+  std::mutex mutex_;
+  std::list<Entry> order_;
+  std::unordered_map<Network, std::list<Entry>::iterator, NetworkHash> index_;
+};
+
+PlanCache& Cache() {
+  static PlanCache* cache = new PlanCache();  // never destroyed: calls may still run while the process exits
+  return *cache;
+}
+
+}  // namespace
+
+const dnnl::engine& Engine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+Region RegionAllocator::Add(size_t bytes) {
+  Region region{total_, bytes};
+  total_ += (bytes + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
+  return region;
+}
+
+Reorder Reorder::Make(const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
+  Reorder reorder;
+  reorder.src = src;
+  reorder.dst = dst;
+  reorder.needed = !src.is_zero() && src != dst;
+  if (reorder.needed) {
+    dnnl::reorder::primitive_desc pd(Engine(), src, Engine(), dst, UserScratchpad());
+    reorder.scratchpad_bytes = pd.scratchpad_desc().get_size();
+    reorder.primitive = dnnl::reorder(pd);
+  }
+  return reorder;
+}
+
+void Reorder::Run(const dnnl::stream& stream, void* src_data, void* dst_data, void* scratchpad) const {
+  if (!needed) return;
+  dnnl::memory from(src, Engine(), src_data), to(dst, Engine(), dst_data);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  if (scratchpad_bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory({{static_cast<memory::dim>(scratchpad_bytes)}, dt::u8, tag::a},
+                                                   Engine(), scratchpad));
+  }
+  try {
+    primitive.execute(stream, args);
+  } catch (const dnnl::error& e) {
+    throw dnnl::error(e.status, "reorder failed");
+  }
+}
+
+std::shared_ptr<const CallPlan> GetPlan(const Network& network) { return Cache().Get(network); }
+
+size_t CachedPlanCount() { return Cache().size(); }
+
+}  // namespace jax_cudnn_rnn::onednn

@@ -1,0 +1,386 @@
+// The handlers. Argument lists (names as in jax_cudnn_rnn/onednn.py; [..] only when the condition holds):
+//
+//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm]) -> (y, h_n, scratch, [c_n: lstm], [reserve: training])
+//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve, [c0, c_n, dc_n: lstm])
+//       -> (dparams, dx, dh0, scratch, [dc0: lstm])
+//
+// The network runs layer by layer, each layer one oneDNN primitive over both directions (bidirectional_concat).
+// `scratch` is an output that only serves as the call's temporary memory (XLA's CPU runtime has no scratch
+// allocator for FFI handlers); its size and the reserve's come from `buffer_sizes` in module.cc, the same plan.
+#include "rnn_kernels.h"
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ffi_checks.h"
+#include "network.h"
+#include "plan.h"
+#include "threading.h"
+#include "weights.h"
+
+namespace jax_cudnn_rnn::onednn {
+// Both handlers' attributes (jax_cudnn_rnn/onednn.py `_attributes`); `training` is always true for the backward.
+struct CallAttrs {
+  std::string_view mode;
+  int64_t num_layers, num_units, input_size, proj_size;
+  std::string_view direction;
+  bool skip_input;
+  xla::ffi::Span<const int64_t> slot_offsets;
+  bool training;
+};
+}  // namespace jax_cudnn_rnn::onednn
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    ::jax_cudnn_rnn::onednn::CallAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
+    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
+    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
+    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<bool>("skip_input"),
+    ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
+    ::xla::ffi::StructMember<bool>("training"));
+
+namespace jax_cudnn_rnn::onednn {
+
+namespace ffi = ::xla::ffi;
+
+namespace {
+
+using Args = std::unordered_map<int, dnnl::memory>;
+
+ffi::Error CheckBytes(const char* name, const ffi::AnyBuffer& buffer, size_t needed) {
+  if (buffer.size_bytes() < needed) {
+    return ffi::Error::InvalidArgument(std::string(name) + " has " + std::to_string(buffer.size_bytes()) +
+                                       " bytes; this call needs " + std::to_string(needed));
+  }
+  return ffi::Error::Success();
+}
+
+dnnl::memory Memory(const dnnl::memory::desc& desc, void* data) { return dnnl::memory(desc, Engine(), data); }
+
+dnnl::memory Bytes(Region region, void* base) {
+  return Memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(region.bytes)}, dnnl::memory::data_type::u8,
+                                   dnnl::memory::format_tag::a),
+                region.in(base));
+}
+
+// Pointer to layer `layer`'s slice [D, B, width] of a state array [L*D, B, width] of `element_bytes` elements.
+char* StateSlice(void* states, const Network& network, int64_t layer, int64_t width, size_t element_bytes) {
+  return static_cast<char*>(states) + layer * network.num_directions * network.batch * width * element_bytes;
+}
+
+// The weights of layer `layer` in the formats of `reorders`: gathered from the buffer into `plain`, then reordered
+// into `formatted` unless the primitive takes the plain layout as it is; and the summed bias, in `bias`. Returns where
+// each tensor is.
+struct WeightPointers {
+  void *layer, *iter, *projection;
+  float* bias;
+};
+WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network, int64_t layer,
+                              const std::vector<SlotOffsets>& slots, const void* params, const Reorder (&reorders)[3],
+                              const WeightRegions& plain, const WeightRegions& formatted, Region bias,
+                              Region scratchpad, void* scratch) {
+  void* plain_data[] = {plain.layer.in(scratch), plain.iter.in(scratch), plain.projection.in(scratch)};
+  GatherWeights(network, layer, slots, params, plain_data[0], plain_data[1],
+                network.proj_size > 0 ? plain_data[2] : nullptr);
+  void* formatted_data[] = {formatted.layer.in(scratch), formatted.iter.in(scratch), formatted.projection.in(scratch)};
+  void* result[3];
+  for (int i = 0; i < 3; ++i) {
+    reorders[i].Run(stream, plain_data[i], formatted_data[i], scratchpad.in(scratch));
+    result[i] = reorders[i].needed ? formatted_data[i] : plain_data[i];
+  }
+  float* summed_bias = reinterpret_cast<float*>(bias.in(scratch));
+  GatherBias(network, layer, slots, params, summed_bias);
+  return {result[0], result[1], result[2], summed_bias};
+}
+
+template <typename Fn>
+ffi::Error Guarded(const char* handler, Fn&& body) {
+  try {
+    return body();
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string(handler) + ": oneDNN failed: " + e.what() + " (dnnl_status_t " +
+                                std::to_string(static_cast<int>(e.status)) + ")");
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string(handler) + " failed: " + e.what());
+  }
+}
+
+// The network of a call from its attributes and x [T, B, input_size], and the slot offsets checked against params
+// (1-D, x's element type): what both handlers start with.
+ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const CallAttrs& attrs,
+                      Network* network, std::vector<SlotOffsets>* slots) {
+  auto x_dims = x.dimensions();
+  if (x_dims.size() != 3) {
+    return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
+  }
+  JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size, attrs.proj_size,
+                                    attrs.direction, attrs.skip_input, x.element_type(), x_dims[0], x_dims[1],
+                                    attrs.training, network));
+  JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
+  if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
+    return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
+  }
+  return DecodeSlotOffsets(*network, attrs.slot_offsets, params.element_count(), slots);
+}
+
+// The optional argument or result `index` of `remaining`, checked; its data in `*data`.
+ffi::Error ExtraBuffer(const ffi::RemainingArgs& remaining, size_t index, const char* name, ffi::DataType dtype,
+                       std::vector<int64_t> dims, void** data) {
+  auto buffer = remaining.get<ffi::AnyBuffer>(index);
+  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
+  JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, std::move(dims)));
+  *data = buffer->untyped_data();
+  return ffi::Error::Success();
+}
+ffi::Error ExtraBuffer(const ffi::RemainingRets& remaining, size_t index, const char* name, ffi::DataType dtype,
+                       std::vector<int64_t> dims, void** data) {
+  auto buffer = remaining.get<ffi::AnyBuffer>(index);
+  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
+  JCR_RETURN_IF_ERROR(CheckBuffer(name, **buffer, dtype, std::move(dims)));
+  *data = (*buffer)->untyped_data();
+  return ffi::Error::Success();
+}
+
+ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs rest,
+                          ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
+                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
+  return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
+    Network network;
+    std::vector<SlotOffsets> slots;
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
+    const ffi::DataType dtype = x.element_type();
+    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
+    const bool lstm = network.has_cell_state();
+    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, {LD, B, network.hidden_size()}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {network.max_time, B, network.output_size()}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, {LD, B, network.hidden_size()}));
+    const size_t expected_args = lstm ? 1 : 0, expected_rets = (lstm ? 1 : 0) + (network.training ? 1 : 0);
+    if (rest.size() != expected_args || rest_rets.size() != expected_rets) {
+      return ffi::Error::InvalidArgument("the forward takes [c0] and returns [c_n], [reserve] for an LSTM/training");
+    }
+    void *c0 = nullptr, *c_n = nullptr;
+    if (lstm) {
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, {LD, B, network.num_units}, &c0));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "c_n", dtype, {LD, B, network.num_units}, &c_n));
+    }
+
+    std::shared_ptr<const CallPlan> plan = GetPlan(network);
+    void* work = scratch->untyped_data();
+    JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->forward.bytes));
+    void* reserve = nullptr;
+    if (network.training) {
+      auto reserve_buffer = rest_rets.get<ffi::AnyBuffer>(lstm ? 1 : 0);
+      if (reserve_buffer.has_error()) return ffi::Error::InvalidArgument("reserve must be a buffer");
+      JCR_RETURN_IF_ERROR(CheckBytes("reserve", **reserve_buffer, plan->reserve_bytes));
+      reserve = (*reserve_buffer)->untyped_data();
+    }
+
+    const auto& f = plan->forward;
+    const size_t eb = network.element_bytes();
+    return RunOnOnednnThread([&]() -> ffi::Error {
+      dnnl::stream stream(Engine());
+      void* layer_input = x.untyped_data();
+      for (int64_t l = 0; l < network.num_layers; ++l) {
+        const LayerPlan& layer = *plan->layers[l];
+        const bool last = l + 1 == network.num_layers;
+        WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_forward,
+                                                f.plain, f.weights, f.bias, f.scratchpad, work);
+        void* layer_output = last ? y->untyped_data()
+                             : network.training ? plan->layer_output[l].in(reserve)
+                                                : f.outputs[l % 2].in(work);
+        const int64_t hidden = network.hidden_size(), units = network.num_units;
+        Args args{{DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, layer_input)},
+                  {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
+                  {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.forward_weights.layer, weights.layer)},
+                  {DNNL_ARG_WEIGHTS_ITER, Memory(layer.forward_weights.iter, weights.iter)},
+                  {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
+                  {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, layer_output)},
+                  {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n->untyped_data(), network, l, hidden, eb))},
+                  {DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work)}};
+        if (lstm) {
+          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0, network, l, units, eb)));
+          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n, network, l, units, eb)));
+        }
+        if (network.proj_size > 0) {
+          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.forward_weights.projection, weights.projection));
+        }
+        if (network.training) args.emplace(DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve)));
+        layer.forward.execute(stream, args);
+        layer_input = layer_output;
+      }
+      stream.wait();
+      return ffi::Error::Success();
+    });
+  });
+}
+
+ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y,
+                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve,
+                           ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> dparams,
+                           ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
+                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
+  return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
+    Network network;
+    std::vector<SlotOffsets> slots;
+    if (!attrs.training) return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve)");
+    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
+    const ffi::DataType dtype = x.element_type();
+    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
+    const int64_t hidden = network.hidden_size(), units = network.num_units;
+    const bool lstm = network.has_cell_state(), bf16 = network.data_type == dnnl::memory::data_type::bf16;
+    const std::vector<int64_t> state_dims{LD, B, hidden}, cell_dims{LD, B, units};
+    const std::vector<int64_t> y_dims{network.max_time, B, network.output_size()};
+    const std::pair<const char*, const ffi::AnyBuffer*> states[] = {{"h0", &h0}, {"h_n", &h_n}, {"dh_n", &dh_n},
+                                                                    {"dh0", &*dh0}};
+    for (const auto& [name, buffer] : states) JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, state_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, dtype, {network.max_time, B, network.input_size}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, y_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, y_dims));
+    if (dparams->element_type() != dtype || dparams->element_count() != params.element_count()) {
+      return ffi::Error::InvalidArgument("dparams must be like params");
+    }
+    if (rest.size() != (lstm ? 3u : 0u) || rest_rets.size() != (lstm ? 1u : 0u)) {
+      return ffi::Error::InvalidArgument("the backward takes [c0, c_n, dc_n] and returns [dc0] for an LSTM");
+    }
+    void *c0 = nullptr, *c_n = nullptr, *dc_n = nullptr, *dc0 = nullptr;
+    if (lstm) {
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, cell_dims, &c0));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 1, "c_n", dtype, cell_dims, &c_n));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 2, "dc_n", dtype, cell_dims, &dc_n));
+      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "dc0", dtype, cell_dims, &dc0));
+    }
+
+    std::shared_ptr<const CallPlan> plan = GetPlan(network);
+    void* work = scratch->untyped_data();
+    JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->backward.bytes));
+    JCR_RETURN_IF_ERROR(CheckBytes("reserve", reserve, plan->reserve_bytes));
+    const auto& b = plan->backward;
+    const size_t eb = network.element_bytes();
+
+    return RunOnOnednnThread([&]() -> ffi::Error {
+      dnnl::stream stream(Engine());
+      void* scratchpad = b.scratchpad.in(work);
+      // oneDNN's bf16 backward takes and gives float32 gradients.
+      void* dy32 = dy.untyped_data();
+      void* dh_n32 = dh_n.untyped_data();
+      void* dc_n32 = dc_n;
+      void* dx32 = dx->untyped_data();
+      void* dh0_32 = dh0->untyped_data();
+      void* dc0_32 = dc0;
+      if (bf16) {
+        dy32 = b.dy.in(work);
+        dh_n32 = b.dh_n.in(work);
+        dx32 = b.dx.in(work);
+        dh0_32 = b.dh0.in(work);
+        plan->dy_to_f32.Run(stream, dy.untyped_data(), dy32, scratchpad);
+        plan->dh_n_to_f32.Run(stream, dh_n.untyped_data(), dh_n32, scratchpad);
+        if (lstm) {
+          dc_n32 = b.dc_n.in(work);
+          dc0_32 = b.dc0.in(work);
+          plan->dc_n_to_f32.Run(stream, dc_n, dc_n32, scratchpad);
+        }
+      }
+      for (int64_t l = network.num_layers - 1; l >= 0; --l) {
+        const LayerPlan& layer = *plan->layers[l];
+        const bool last = l + 1 == network.num_layers;
+        WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_backward,
+                                                b.plain, b.weights, b.bias, b.scratchpad, work);
+        // oneDNN's backward adds into the weight gradients.
+        void* diff_weights[] = {b.diff_weights.layer.in(work), b.diff_weights.iter.in(work),
+                                b.diff_weights.projection.in(work)};
+        std::memset(diff_weights[0], 0, layer.diff_weights.layer.get_size());
+        std::memset(diff_weights[1], 0, layer.diff_weights.iter.get_size());
+        if (network.proj_size > 0) std::memset(diff_weights[2], 0, layer.diff_weights.projection.get_size());
+        float* diff_bias = reinterpret_cast<float*>(b.diff_bias.in(work));
+        std::memset(diff_bias, 0, layer.diff_bias.get_size());
+
+        void* src_layer = l == 0 ? x.untyped_data() : plan->layer_output[l - 1].in(reserve.untyped_data());
+        void* dst_layer = last ? y.untyped_data() : plan->layer_output[l].in(reserve.untyped_data());
+        void* diff_dst_layer = last ? dy32 : b.diff_outputs[l % 2].in(work);
+        void* diff_src_layer = l == 0 ? dx32 : b.diff_outputs[(l - 1) % 2].in(work);
+        Args args{
+            {DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, src_layer)},
+            {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
+            {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.backward_weights.layer, weights.layer)},
+            {DNNL_ARG_WEIGHTS_ITER, Memory(layer.backward_weights.iter, weights.iter)},
+            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
+            {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
+            {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n.untyped_data(), network, l, hidden, eb))},
+            {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve.untyped_data()))},
+            {DNNL_ARG_DIFF_SRC_LAYER, Memory(layer.diff_src_layer, diff_src_layer)},
+            {DNNL_ARG_DIFF_SRC_ITER, Memory(layer.diff_src_iter, StateSlice(dh0_32, network, l, hidden, 4))},
+            {DNNL_ARG_DIFF_WEIGHTS_LAYER, Memory(layer.diff_weights.layer, diff_weights[0])},
+            {DNNL_ARG_DIFF_WEIGHTS_ITER, Memory(layer.diff_weights.iter, diff_weights[1])},
+            {DNNL_ARG_DIFF_BIAS, Memory(layer.diff_bias, diff_bias)},
+            {DNNL_ARG_DIFF_DST_LAYER, Memory(layer.diff_dst_layer, diff_dst_layer)},
+            {DNNL_ARG_DIFF_DST_ITER, Memory(layer.diff_dst_iter, StateSlice(dh_n32, network, l, hidden, 4))},
+            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}};
+        if (lstm) {
+          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0, network, l, units, eb)));
+          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n, network, l, units, eb)));
+          args.emplace(DNNL_ARG_DIFF_SRC_ITER_C,
+                       Memory(layer.diff_src_iter_c, StateSlice(dc0_32, network, l, units, 4)));
+          args.emplace(DNNL_ARG_DIFF_DST_ITER_C,
+                       Memory(layer.diff_dst_iter_c, StateSlice(dc_n32, network, l, units, 4)));
+        }
+        if (network.proj_size > 0) {
+          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.backward_weights.projection, weights.projection));
+          args.emplace(DNNL_ARG_DIFF_WEIGHTS_PROJECTION, Memory(layer.diff_weights.projection, diff_weights[2]));
+        }
+        layer.backward.execute(stream, args);
+
+        // Gradients back into the buffer's layout (the plain staging is free again once the primitive ran).
+        void* plain[] = {b.plain.layer.in(work), b.plain.iter.in(work), b.plain.projection.in(work)};
+        for (int i = 0; i < 3; ++i) layer.from_diff[i].Run(stream, diff_weights[i], plain[i], scratchpad);
+        stream.wait();
+        ScatterWeights(network, l, slots, plain[0], plain[1], network.proj_size > 0 ? plain[2] : nullptr,
+                       dparams->untyped_data());
+        ScatterBias(network, l, slots, diff_bias, dparams->untyped_data());
+      }
+      if (bf16) {
+        plan->dx_from_f32.Run(stream, dx32, dx->untyped_data(), scratchpad);
+        plan->dh0_from_f32.Run(stream, dh0_32, dh0->untyped_data(), scratchpad);
+        if (lstm) plan->dc0_from_f32.Run(stream, dc0_32, dc0, scratchpad);
+      }
+      stream.wait();
+      return ffi::Error::Success();
+    });
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // h0
+                                  .Arg<ffi::AnyBuffer>()  // params
+                                  .RemainingArgs()        // [c0]
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // h_n
+                                  .Ret<ffi::AnyBuffer>()  // scratch
+                                  .RemainingRets()        // [c_n], [reserve]
+                                  .Attrs<CallAttrs>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // params
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // h0
+                                  .Arg<ffi::AnyBuffer>()  // y
+                                  .Arg<ffi::AnyBuffer>()  // h_n
+                                  .Arg<ffi::AnyBuffer>()  // dy
+                                  .Arg<ffi::AnyBuffer>()  // dh_n
+                                  .Arg<ffi::AnyBuffer>()  // reserve
+                                  .RemainingArgs()        // [c0, c_n, dc_n]
+                                  .Ret<ffi::AnyBuffer>()  // dparams
+                                  .Ret<ffi::AnyBuffer>()  // dx
+                                  .Ret<ffi::AnyBuffer>()  // dh0
+                                  .Ret<ffi::AnyBuffer>()  // scratch
+                                  .RemainingRets()        // [dc0]
+                                  .Attrs<CallAttrs>());
+
+}  // namespace jax_cudnn_rnn::onednn

@@ -1,0 +1,39 @@
+// Between the opaque buffer (cuDNN's weight space: per pseudo-layer, gate blocks in cuDNN's order, an input and a
+// recurrent bias) and oneDNN's plain per-layer tensors:
+// - gate order: LSTM's and the vanilla RNN's are the same as cuDNN's; lbr_gru's is (update, reset, new), cuDNN's is
+//   (reset, update, new), so the first two blocks swap;
+// - bias: oneDNN takes one bias per gate, the sum of the input and recurrent biases, except lbr_gru's new gate,
+//   whose recurrent bias stays apart (multiplied by the reset gate) as a fourth block. The gradient of a summed bias
+//   is the gradient of each of its terms, so it is written to both;
+// - skip input: oneDNN always multiplies the input by a matrix, so layer 0 gets identity matrices and their
+//   gradient is dropped.
+#ifndef JAX_CUDNN_RNN_ONEDNN_WEIGHTS_H_
+#define JAX_CUDNN_RNN_ONEDNN_WEIGHTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "network.h"
+
+namespace jax_cudnn_rnn::onednn {
+
+// Layer `layer`'s matrices (both directions) from `params` into the plain tensors: `w_layer` and `w_iter` ldgoi in
+// oneDNN's gate order, `w_projection` ldoi (nullptr without projection); elements of the network's data type.
+void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
+                   void* w_layer, void* w_iter, void* w_projection);
+
+// Layer `layer`'s oneDNN bias [D, bias_gates, num_units] in float32; absent biases count as zero.
+void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
+                float* bias);
+
+// The inverse of GatherWeights for gradients: plain tensors (network's data type) into `dparams`.
+void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                    const void* w_layer, const void* w_iter, const void* w_projection, void* dparams);
+
+// The bias gradient [D, bias_gates, num_units] (float32) into the input and recurrent bias gradients of `dparams`.
+void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                 const float* diff_bias, void* dparams);
+
+}  // namespace jax_cudnn_rnn::onednn
+
+#endif  // JAX_CUDNN_RNN_ONEDNN_WEIGHTS_H_
