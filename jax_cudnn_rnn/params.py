@@ -51,6 +51,10 @@ class RNNParams:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"RNNParams is immutable; build a new one (tried to set {name!r})")
 
+    def __reduce__(self):
+        # pickle's default sets the slots through __setattr__, which refuses; rebuild the way pytrees do instead
+        return RNNParams.tree_unflatten, (self.config, (self.buffer,))
+
     # Pytree protocol: the buffer is the only child, the config the aux data.
     def tree_flatten_with_keys(self):
         return ((jax.tree_util.GetAttrKey("buffer"), self.buffer),), self.config

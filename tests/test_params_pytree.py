@@ -73,3 +73,15 @@ def test_adam_state_mirrors_params_and_jit_step_matches_manual_adam():
     expected = params["rnn"].buffer - 0.1 * jnp.sign(2.0 * 2.0 * params["rnn"].buffer)
     np.testing.assert_allclose(new["rnn"].buffer, expected, atol=1e-6)
     np.testing.assert_allclose(state[0].mu["rnn"].buffer, 0.1 * 4.0 * params["rnn"].buffer, rtol=1e-6)
+
+
+def test_pickles_with_its_config():
+    """Results of multi-process workers, multiprocessing and cloudpickle'd closures carry RNNParams as pickles."""
+    import pickle
+
+    params = RNNParams(np.arange(layout.params_size(CONFIG), dtype=np.float32), CONFIG)
+    again = pickle.loads(pickle.dumps(params))
+    assert isinstance(again, RNNParams) and again.config == CONFIG
+    np.testing.assert_array_equal(again.buffer, params.buffer)
+    abstract = pickle.loads(pickle.dumps(jax.eval_shape(lambda: params)))
+    assert abstract.buffer == jax.ShapeDtypeStruct(params.shape, params.dtype)
