@@ -13,6 +13,16 @@ machinery. The configs (``RNNConfig.to_json``, keyed by tree path) and a format 
   disagrees raises ``ValueError`` naming the tree path, the tensor and both shapes. Fields that do not change the
   weights (dtype, dropout, cell_clip) may differ: the target's win, values are cast to its dtype.
 
+Sharding (``sharded_canonical.py`` has the rules and their costs). Saving converts each buffer where it lives, in every
+process: a replicated buffer gives replicated canonical tensors, a buffer split over mesh axes gives tensors split over
+the same axes (a tensor that no split divides is replicated), so in a multi-process job each process writes the shards
+it holds and no buffer is gathered onto one device or process. A ``NamedSharding`` buffer's sharding is recorded in
+the metadata. Restoring puts every canonical tensor and the rebuilt buffer on the target buffer's sharding (any
+``jax.sharding.Sharding``: a concrete array's, or a ``jax.ShapeDtypeStruct``'s ``sharding``), as Orbax does for plain
+arrays, and Orbax reads from disk only what each process's devices hold. A target without a sharding (e.g. from
+``jax.eval_shape``) gets the recorded sharding when its devices all exist here, as Orbax does for plain arrays, else
+the first local device (never ``jax.devices()[0]``, which belongs to process 0 alone).
+
 Usage::
 
     with ocp.Checkpointer(CanonicalCheckpointHandler()) as ckptr:
@@ -32,6 +42,7 @@ existing ``path`` *before* writing; use a CheckpointManager (a new directory per
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +50,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import layout, sharded_canonical
 from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams, is_rnn_params
 
@@ -73,21 +84,53 @@ def _is_array_like(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def to_canonical_tree(tree: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """(tree with each RNNParams replaced by its canonical named tree, {path: config json}). Exposed for tests and
-    for writing the same format with other tools."""
+def _convert(tree: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(canonical tree, {path: config json}, {path: the buffer's NamedSharding as Orbax's JSON metadata})."""
     configs: dict[str, dict[str, Any]] = {}
+    shardings: dict[str, dict[str, Any]] = {}
 
     def convert(keypath, leaf):
         if not isinstance(leaf, RNNParams):
             return leaf
         if not _is_array_like(leaf.buffer):  # e.g. optax.MaskedNode inside a masked state: nothing to store
             return leaf.buffer
-        configs[path_str(keypath)] = leaf.config.to_json()
-        return leaf.to_tree()
+        path = path_str(keypath)
+        configs[path] = leaf.config.to_json()
+        sharding = getattr(leaf.buffer, "sharding", None)
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            shardings[path] = json.loads(ocp.metadata.NamedShardingMetadata.from_jax_sharding(sharding)
+                                         .to_serialized_string())
+        return sharded_canonical.params_to_tree_sharded(leaf.buffer, leaf.config)
 
     converted = jax.tree_util.tree_map_with_path(convert, tree, is_leaf=is_rnn_params)
+    return converted, configs, shardings
+
+
+def to_canonical_tree(tree: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """(tree with each RNNParams replaced by its canonical named tree, {path: config json}). Exposed for tests and
+    for writing the same format with other tools. Each canonical tensor is placed as ``sharded_canonical.py`` says."""
+    converted, configs, _ = _convert(tree)
     return converted, configs
+
+
+def _recorded_sharding(fields: Any) -> jax.sharding.Sharding | None:
+    """The buffer's NamedSharding as recorded at save time, or None if none was recorded or its devices are not all
+    here (another topology)."""
+    if not isinstance(fields, Mapping):
+        return None
+    try:
+        return ocp.metadata.NamedShardingMetadata.from_deserialized_dict(dict(fields)).to_jax_sharding()
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _buffer_sharding(target_buffer: Any, recorded: jax.sharding.Sharding | None) -> jax.sharding.Sharding:
+    """Where a restored buffer goes: the target's sharding, else the recorded one, else the first local device (in a
+    multi-process job ``jax.devices()[0]`` belongs to process 0 alone)."""
+    sharding = getattr(target_buffer, "sharding", None)
+    if sharding is not None:
+        return sharding
+    return recorded or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
 def _canonical_shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -139,18 +182,19 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             custom = None
         if item is None:
             raise ValueError("CanonicalSave needs an item: the pytree to save")
-        converted, configs = to_canonical_tree(item)
+        converted, configs, shardings = _convert(item)
         metadata = dict(custom or {})
-        metadata[METADATA_KEY] = {"format_version": FORMAT_VERSION, "rnn_params": configs}
+        metadata[METADATA_KEY] = {"format_version": FORMAT_VERSION, "rnn_params": configs,
+                                  "buffer_shardings": shardings}
         return await super().async_save(directory, args=ocp.args.StandardSave(converted, custom_metadata=metadata))
 
     # -------------------------------------------------------------------------------------------------- reading
     def saved_configs(self, directory) -> dict[str, RNNConfig]:
         """{tree path: RNNConfig} of every RNNParams in the checkpoint at ``directory``."""
-        return {path: config for path, (config, _) in self._read_metadata(directory).items()}
+        return {path: saved.config for path, saved in self._read_metadata(directory).items()}
 
-    def _read_metadata(self, directory) -> dict[str, tuple[RNNConfig, dict[str, Any]]]:
-        """{path: (saved config, {tensor name: saved shape/dtype metadata})}, checked for consistency."""
+    def _read_metadata(self, directory) -> dict[str, _Saved]:
+        """{path: what the checkpoint holds there}, checked for consistency."""
         try:
             metadata = super().metadata(directory)
         except Exception as e:  # noqa: BLE001 - Orbax raises many types for a missing/damaged _METADATA
@@ -166,6 +210,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             raise CheckpointError(f"checkpoint in {directory} has jax_cudnn_rnn format_version {version!r}; this "
                                   f"library reads version {FORMAT_VERSION}")
         tree = metadata.tree
+        recorded = ours.get("buffer_shardings") or {}  # absent in checkpoints written before it was recorded
         result = {}
         for path, fields in ours.get("rnn_params", {}).items():
             try:
@@ -188,7 +233,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
                 if got != shape:
                     raise CheckpointError(f"checkpoint in {directory} is inconsistent at {path!r}: tensor {name} "
                                           f"has shape {got} but its stored config {config} implies {shape}")
-            result[path] = (config, tensors)
+            result[path] = _Saved(config, _recorded_sharding(recorded.get(path)))
         return result
 
     def restore(self, directory, item=None, args=None):
@@ -202,7 +247,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             return _rebuild_untargeted(raw, saved)
 
         leaves, treedef = jax.tree_util.tree_flatten_with_path(target, is_leaf=is_rnn_params)
-        converted_leaves = []
+        converted_leaves, buffer_shardings = [], []
         for keypath, leaf in leaves:
             if not isinstance(leaf, RNNParams):
                 converted_leaves.append(leaf)
@@ -211,17 +256,24 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             if path not in saved:
                 raise ValueError(f"target has RNNParams at {path!r} but the checkpoint has none there; it has "
                                  f"RNNParams at {sorted(saved)}")
-            config, tensors = saved[path]
-            _compare(path, config, leaf.config)
+            _compare(path, saved[path].config, leaf.config)
             dtype = leaf.config.dtype
-            sharding = _single_device_sharding(leaf.buffer)
+            sharding = _buffer_sharding(leaf.buffer, saved[path].buffer_sharding)
+            size = layout.params_size(leaf.config)
+            try:
+                sharding.shard_shape((size,))
+            except ValueError as e:
+                raise ValueError(f"RNNParams at {path!r}: the target's sharding {sharding} cannot hold its buffer of "
+                                 f"{size} elements: {e}") from e
+            buffer_shardings.append(sharding)
             converted_leaves.append(layout.unflatten_tree({
-                name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+                name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharded_canonical.canonical_sharding(sharding, shape))
                 for name, shape in _canonical_shapes(leaf.config).items()}))
         abstract = jax.tree_util.tree_unflatten(treedef, converted_leaves)
         restored = self._restore_standard(directory, abstract, strict)
         restored_leaves = treedef.flatten_up_to(restored)
-        rebuilt = [RNNParams.from_tree(sub, leaf.config) if isinstance(leaf, RNNParams) else sub
+        placements = iter(buffer_shardings)
+        rebuilt = [_rebuild(sub, leaf.config, next(placements)) if isinstance(leaf, RNNParams) else sub
                    for (_, leaf), sub in zip(leaves, restored_leaves)]
         return jax.tree_util.tree_unflatten(treedef, rebuilt)
 
@@ -237,18 +289,25 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
                                   f"{type(e).__name__}: {e}") from e
 
 
-def _single_device_sharding(buffer: Any):
-    sharding = getattr(buffer, "sharding", None)
-    if sharding is not None and len(sharding.device_set) == 1:
-        return jax.sharding.SingleDeviceSharding(next(iter(sharding.device_set)))
-    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+@dataclasses.dataclass(frozen=True)
+class _Saved:
+    """One RNNParams in a checkpoint: its config and where its buffer was (None: not recorded or not here)."""
+
+    config: RNNConfig
+    buffer_sharding: jax.sharding.Sharding | None
 
 
-def _rebuild_untargeted(raw: Any, saved: Mapping[str, tuple[RNNConfig, Any]]) -> Any:
-    """Puts RNNParams back at the recorded paths of a tree restored without a target (dicts and lists)."""
+def _rebuild(tree: Any, config: RNNConfig, sharding: jax.sharding.Sharding | None) -> RNNParams:
+    """RNNParams from restored canonical tensors, its buffer placed on ``sharding``."""
+    return RNNParams(sharded_canonical.tree_to_params_sharded(tree, config, sharding), config)
+
+
+def _rebuild_untargeted(raw: Any, saved: Mapping[str, _Saved]) -> Any:
+    """Puts RNNParams back at the recorded paths of a tree restored without a target (dicts and lists), each buffer
+    on its recorded sharding (the tensors are on theirs, Orbax's choice without a target)."""
     def walk(node: Any, path: str) -> Any:
         if path in saved and isinstance(node, Mapping):
-            return RNNParams.from_tree(dict(node), saved[path][0])
+            return _rebuild(dict(node), saved[path].config, _buffer_sharding(None, saved[path].buffer_sharding))
         if isinstance(node, Mapping):
             return {k: walk(v, f"{path}/{k}" if path else str(k)) for k, v in node.items()}
         if isinstance(node, (list, tuple)):

@@ -8,12 +8,14 @@ NumPy results that the tests compare across processes and with a one-process run
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import jax_cudnn_rnn as jcr
@@ -24,6 +26,8 @@ from numpy_reference import numpy_rnn  # noqa: E402
 
 T, B = 5, 16  # 2 sequences per device
 ENCODER = jcr.RNNConfig("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")
+DECODER = jcr.RNNConfig("gru", num_layers=1, num_units=5, input_size=4)  # 165 elements: no split divides it
+OPTIMIZER = optax.adam(1e-2)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +105,6 @@ def _flax_training(num_steps: int):
     """A Flax LSTM + Dense head trained with Adam for ``num_steps`` batch-sharded steps (params replicated), and the
     same training on one local device. Returns both parameter trees and both loss curves."""
     import flax.linen as nn
-    import optax
     from jax.sharding import PartitionSpec as P
 
     from jax_cudnn_rnn.flax import LSTM
@@ -159,3 +162,188 @@ def test_flax_module_trained_with_optax_across_processes(cluster):
     assert isinstance(rnn_params, jcr.RNNParams) and rnn_params.config.num_units == 8
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), first["params"],
                  first["one_device_params"])
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def _host_state():
+    """A whole training state, the same NumPy-valued tree in every process: two RNNs and a dense kernel, Adam's state
+    after one step (so mu and nu hold RNNParams with non-trivial values), a step counter and the encoder's carried
+    (h, c) [4, B, 8] for truncated backpropagation through time."""
+    _, h0, c0, _ = _batch()
+
+    @jax.jit  # one compilation instead of an eager dispatch per optax operation
+    def make():
+        params = {"encoder": jcr.RNNParams.init(jax.random.key(0), ENCODER),
+                  "decoder": jcr.RNNParams.init(jax.random.key(1), DECODER),
+                  "dense": jnp.linspace(-1, 1, 2 * ENCODER.num_units * DECODER.input_size).reshape(16, 4)}
+        grads = jax.tree.map(jnp.cos, params)
+        updates, opt_state = OPTIMIZER.update(grads, OPTIMIZER.init(params), params)
+        return {"params": optax.apply_updates(params, updates), "opt_state": opt_state, "step": jnp.int32(1),
+                "carry": (jnp.asarray(h0), jnp.asarray(c0))}
+
+    return jax.tree.map(np.asarray, make())
+
+
+def _state_shardings(state, layout: str):
+    """"replicated": every leaf on every device. "sharded": the carry split along its batch axis, every other array
+    along its first axis where 8 divides it (params and Adam moments ZeRO-style), replicated where not."""
+    from jax.sharding import PartitionSpec as P
+
+    def place(path, leaf):
+        if layout == "replicated" or np.ndim(leaf) == 0:
+            return _sharding(P())
+        if jax.tree_util.keystr(path).startswith("['carry']"):
+            return _sharding(P(None, "batch"))
+        return _sharding(P("batch") if np.shape(leaf)[0] % jax.device_count() == 0 else P())
+
+    return jax.tree_util.tree_map_with_path(place, state)
+
+
+def _placed(state, layout: str):
+    return jax.tree.map(multiprocess.global_array, state, _state_shardings(state, layout))
+
+
+def _abstract(state):
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
+
+
+def _check_placed(restored, host, shardings) -> int:
+    """Every leaf of ``restored`` is on its sharding and holds ``host``'s values bit for bit in each shard this
+    process holds; returns the number of shards checked."""
+    assert jax.tree.structure(restored) == jax.tree.structure(host)
+    checked = 0
+    for (path, got), want, sharding in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host),
+                                           jax.tree.leaves(shardings)):
+        where = jax.tree_util.keystr(path)
+        assert got.sharding.is_equivalent_to(sharding, np.ndim(want)), (where, got.sharding, sharding)
+        assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
+        for shard in got.addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), want[shard.index], err_msg=where)
+            checked += 1
+    return checked
+
+
+def _checkpoint_round_trip(directory: str, layout: str):
+    """Saves the state placed as ``layout`` from both processes, then restores it into concrete and abstract
+    targets of both layouts, into a target without shardings, and without a target."""
+    import orbax.checkpoint as ocp
+
+    from jax_cudnn_rnn import checkpoint as ckpt
+    from jax_cudnn_rnn import layout as buffer_layout
+
+    host = _host_state()
+    state = _placed(host, layout)
+    canonical, _ = ckpt.to_canonical_tree(state)
+    specs = {path: tuple(leaf.sharding.spec) for path, leaf in buffer_layout.flatten_tree(canonical["params"]).items()
+             if isinstance(leaf, jax.Array)}
+    checkpointer = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
+    checkpointer.save(directory, args=ckpt.CanonicalSave(state))
+
+    checked = {}
+    other = "replicated" if layout == "sharded" else "sharded"
+    for name, target in (("concrete", state), ("abstract", _abstract(state)), (other, _abstract(_placed(host, other)))):
+        restored = checkpointer.restore(directory, args=ckpt.CanonicalRestore(target))
+        assert isinstance(restored["opt_state"][0].nu["encoder"], jcr.RNNParams)
+        checked[name] = _check_placed(restored, host, _state_shardings(host, layout if name != other else other))
+    # no shardings in the target (jax.eval_shape): every leaf where it was saved, as Orbax does for plain arrays
+    restored = checkpointer.restore(directory, args=ckpt.CanonicalRestore(jax.eval_shape(lambda: host)))
+    checked["recorded"] = _check_placed(restored, host, _state_shardings(host, layout))
+    # without a target and without rebuilding: the canonical tensors as plain Orbax gives them
+    raw = checkpointer.restore(directory, args=ckpt.CanonicalRestore(rebuild=False))
+    for name in ("encoder", "decoder"):
+        want = buffer_layout.flatten_tree(host["opt_state"][0].mu[name].to_tree())
+        got = buffer_layout.flatten_tree(raw["opt_state"][0]["mu"][name])
+        assert sorted(got) == sorted(want)
+        for tensor, value in got.items():
+            for shard in value.addressable_shards:
+                np.testing.assert_array_equal(np.asarray(shard.data), np.asarray(want[tensor])[shard.index])
+    return {"specs": specs, "checked": checked, "process": jax.process_index()}
+
+
+@pytest.mark.parametrize("layout", ["replicated", "sharded"])
+def test_train_state_round_trips_through_the_handler_in_every_process(cluster, tmp_path, layout):
+    results = cluster.run(_checkpoint_round_trip, str(tmp_path / "ckpt"), layout)
+    assert [r["process"] for r in results] == [0, 1]
+    for result in results:
+        # each process checked its own shards of every leaf (13 leaves; a replicated leaf has 4 local shards)
+        assert set(result["checked"]) == {"concrete", "abstract", "replicated", "sharded", "recorded"} - {layout}
+        assert result["checked"]["replicated" if layout == "sharded" else "concrete"] == 4 * 13
+    specs = results[0]["specs"]
+    if layout == "replicated":
+        assert set(specs.values()) == {()}
+    else:  # the encoder's canonical tensors are saved split like its buffer, the decoder's replicated like its own
+        assert {s for p, s in specs.items() if p.startswith("encoder")} == {("batch",)}
+        assert {s for p, s in specs.items() if p.startswith("decoder")} == {()}
+    assert results[1]["specs"] == specs
+
+
+def _train_step(state, x, lengths):
+    """One Adam step of encoder -> dense -> decoder, carrying the encoder's final state into the next step."""
+    def loss_fn(params):
+        h0, c0 = state["carry"]
+        y, h_n, c_n = jcr.rnn(params["encoder"], x, h0, c0, seq_lengths=lengths)
+        z = jnp.tanh(y @ params["dense"])
+        y, _, _ = jcr.rnn(params["decoder"], z, jnp.zeros(DECODER.state_shape(x.shape[1])), None,
+                          seq_lengths=lengths)
+        return jnp.mean(y ** 2), (h_n, c_n)
+
+    (loss, carry), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+    updates, opt_state = OPTIMIZER.update(grads, state["opt_state"], state["params"])
+    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
+            "step": state["step"] + 1, "carry": jax.lax.stop_gradient(carry)}, loss
+
+
+def _assert_same_shards(got, want):
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (jax.tree_util.keystr(path), a.sharding, b.sharding)
+        for shard_a, shard_b in zip(a.addressable_shards, b.addressable_shards):
+            np.testing.assert_array_equal(np.asarray(shard_a.data), np.asarray(shard_b.data),
+                                          err_msg=jax.tree_util.keystr(path))
+
+
+def _checkpoint_manager_steps(directory: str, num_steps: int):
+    """Trains ``num_steps`` batch-sharded steps of a ZeRO-sharded state, saving each with a CheckpointManager that
+    keeps two; then restores both kept steps in a new manager and trains on from the earlier one."""
+    import orbax.checkpoint as ocp
+    from jax.sharding import PartitionSpec as P
+
+    from jax_cudnn_rnn import checkpoint as ckpt
+
+    host = _host_state()
+    shardings = _state_shardings(host, "sharded")
+    state = _placed(host, "sharded")
+    x, _, _, lengths = _batch(seed=2)
+    x, lengths = (multiprocess.global_array(x, _sharding(P(None, "batch"))),
+                  multiprocess.global_array(lengths, _sharding(P("batch"))))
+    step = jax.jit(_train_step, out_shardings=(shardings, _sharding(P())))
+    options = ocp.CheckpointManagerOptions(max_to_keep=2)
+    states, losses = {}, []
+    with ocp.CheckpointManager(directory, options=options) as manager:
+        for _ in range(num_steps):
+            state, loss = step(state, x, lengths)
+            number = int(multiprocess.local_copy(state["step"]))
+            manager.save(number, args=ocp.args.Composite(state=ckpt.CanonicalSave(state)))
+            states[number] = state
+            losses.append(float(multiprocess.local_copy(loss)))
+        manager.wait_until_finished()
+
+    with ocp.CheckpointManager(directory, options=options) as manager:
+        kept = manager.all_steps()
+        restored = {number: manager.restore(number, args=ocp.args.Composite(
+            state=ckpt.CanonicalRestore(_abstract(states[number]))))["state"] for number in kept}
+    for number, state in restored.items():
+        _assert_same_shards(state, states[number])
+    resumed, _ = step(restored[kept[0]], x, lengths)  # training goes on from a restored step exactly as it went
+    _assert_same_shards(resumed, states[kept[1]])
+    return {"kept": kept, "losses": losses}
+
+
+def test_checkpoint_manager_keeps_and_restores_steps_of_a_sharded_state(cluster, tmp_path):
+    results = cluster.run(_checkpoint_manager_steps, str(tmp_path / "run"), 3)
+    assert results[0]["kept"] == results[1]["kept"] == [3, 4]  # the state starts at step 1
+    assert results[0]["losses"] == results[1]["losses"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["3", "4"]
+    meta = json.loads((tmp_path / "run" / "4" / "state" / "_METADATA").read_text())["custom_metadata"]
+    recorded = meta["jax_cudnn_rnn"]["buffer_shardings"]
+    assert recorded["params/encoder"]["partition_spec"] == ["batch"]
+    assert recorded["opt_state/0/nu/decoder"]["partition_spec"] == []
