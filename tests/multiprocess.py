@@ -107,8 +107,10 @@ class _Worker:
 class Cluster:
     """``num_processes`` JAX processes with ``local_devices`` CPU devices each; see the module docstring."""
 
-    def __init__(self, num_processes: int = 2, local_devices: int = 4, start_timeout: float = START_TIMEOUT_S):
+    def __init__(self, num_processes: int = 2, local_devices: int = 4, start_timeout: float = START_TIMEOUT_S,
+                 grace: float = GRACE_S):
         self.num_processes, self.local_devices, self.start_timeout = num_processes, local_devices, start_timeout
+        self.grace = grace
         self._workers: list[_Worker] = []
         self._logs = tempfile.TemporaryDirectory(prefix="jax-cluster-")
 
@@ -175,7 +177,7 @@ class Cluster:
                     answers[index] = (status, value)
                     pending.discard(index)
                     if status != "ok":  # the others may be stuck waiting for this one in a collective
-                        deadline = min(deadline, time.monotonic() + GRACE_S)
+                        deadline = min(deadline, time.monotonic() + self.grace)
         if all(status == "ok" for status, _ in answers):
             return [value for _, value in answers]
         report = [f"{what} failed in a cluster of {self.num_processes} process(es) x {self.local_devices} CPU devices"]

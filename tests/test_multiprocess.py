@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +57,36 @@ def _batch(seed: int = 1):
     c0 = (0.5 * rng.normal(size=ENCODER.cell_shape(B))).astype(np.float32)
     lengths = (np.arange(B) % T + 1).astype(np.int32)
     return x, h0, c0, lengths
+
+
+# ------------------------------------------------------------------------------------------------ the harness
+def _whoami():
+    return jax.process_index(), jax.process_count(), jax.device_count(), jax.local_device_count()
+
+
+def _raise_in_process_1_while_process_0_hangs():
+    if jax.process_index() == 1:
+        raise ValueError("planted failure in process 1")
+    time.sleep(600)  # as a process waiting forever in a collective for its failed peer
+
+
+def _sleep(seconds: float):
+    time.sleep(seconds)
+
+
+def test_a_failure_or_a_timeout_is_an_error_with_every_process_story_never_a_hang(cluster, monkeypatch):
+    assert cluster.run(_whoami) == [(0, 2, 8, 4), (1, 2, 8, 4)]
+    monkeypatch.setattr(cluster, "grace", 3)
+    started = time.monotonic()
+    with pytest.raises(multiprocess.ClusterError, match=r"(?s)process 0 did not answer in time \(killed\).*"
+                                                         r"process 1 raised:.*ValueError: planted failure"):
+        cluster.run(_raise_in_process_1_while_process_0_hangs, timeout=120)
+    assert time.monotonic() - started < 60  # process 0 was killed after the grace period, not after 120 s
+    with pytest.raises(multiprocess.ClusterError, match=r"(?s)_sleep failed.*process 0 did not answer in time"):
+        cluster.run(_sleep, 60, timeout=2)
+    assert cluster.run(_whoami) == [(0, 2, 8, 4), (1, 2, 8, 4)]  # fresh processes
+    with pytest.raises(ValueError, match="module-level function"):
+        cluster.run(lambda: None)
 
 
 # ------------------------------------------------------------------------------------------------ rnn() step
