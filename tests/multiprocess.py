@@ -53,7 +53,8 @@ class ClusterError(RuntimeError):
     """A call failed in some process, timed out, or a process died; the message has every process's story."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a coordinator address)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -122,7 +123,7 @@ class Cluster:
 
     # ------------------------------------------------------------------------------------------------ lifecycle
     def _start(self) -> None:
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
         env.pop("XLA_FLAGS", None)  # a forced host device count there would override local_devices
         self._workers = [
@@ -189,6 +190,39 @@ class Cluster:
                           f"{worker.output()}")
         self._workers = []
         raise ClusterError("\n".join(report))
+
+
+def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, grace: float = GRACE_S,
+                 env: dict[str, str] | None = None) -> list[str]:
+    """Runs ``commands`` (argv lists, e.g. the processes of one multi-process program) at once and returns each one's
+    output (stdout and stderr together). Raises ClusterError with every output, after killing them all, if one exits
+    with an error (the others get ``grace`` seconds to finish) or they have not all finished within ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="jax-commands-") as logs:
+        outputs = [open(os.path.join(logs, f"command{i}.log"), "wb+") for i in range(len(commands))]
+        processes = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+                     for argv, out in zip(commands, outputs)]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+            if any(p.poll() not in (None, 0) for p in processes):
+                deadline = min(deadline, time.monotonic() + grace)
+            time.sleep(0.2)
+        codes = []
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            codes.append(process.wait(timeout=30) if process.returncode is None else process.returncode)
+        texts = []
+        for out in outputs:
+            out.seek(0)
+            texts.append(out.read().decode("utf-8", "replace"))
+            out.close()
+    if all(code == 0 for code in codes):
+        return texts
+    report = [f"{len(commands)} command(s) did not all succeed within {timeout} s"]
+    for argv, code, text in zip(commands, codes, texts):
+        report.append(f"--- {' '.join(argv)}\n--- exit code {code} (-9: killed); output:\n"
+                      f"{text if len(text) <= OUTPUT_TAIL else '...' + text[-OUTPUT_TAIL:]}")
+    raise ClusterError("\n".join(report))
 
 
 # ---------------------------------------------------------------------------------------------------- worker side
