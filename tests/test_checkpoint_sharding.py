@@ -181,3 +181,29 @@ def test_unrecorded_sharding_and_a_sharding_that_cannot_hold_the_buffer(eight_de
     assert result["refused"] is not None
     assert "RNNParams at 'odd': the target's sharding" in result["refused"]
     assert "cannot hold its buffer of 165 elements" in result["refused"]
+
+
+def _other_sharding(directory: str):
+    """A sharding that is neither named nor single-device (JAX's internal GSPMDSharding, when it still exists)."""
+    try:
+        from jax._src.sharding_impls import GSPMDSharding
+    except ImportError:
+        return None
+    from jax_cudnn_rnn import sharded_canonical
+
+    sharding = GSPMDSharding.get_replicated(jax.devices())
+    host = {name: _host_state()[name] for name in ("rows", "mixed")}  # Orbax records no such sharding for a plain array
+    state = jax.tree.map(lambda a: jax.device_put(a, sharding), host)
+    canonical = sharded_canonical.canonical_sharding(sharding, (6, 8))
+    checkpointer = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
+    checkpointer.save(f"{directory}/gspmd", args=ckpt.CanonicalSave(state))
+    restored = checkpointer.restore(f"{directory}/gspmd", args=ckpt.CanonicalRestore(state))
+    _check(restored, host, sharding, "saved and restored on a GSPMDSharding:")
+    return {"canonical": (type(canonical).__name__, tuple(canonical.spec), canonical.device_set == set(jax.devices()))}
+
+
+def test_any_other_sharding_gives_tensors_replicated_over_its_devices(eight_devices, tmp_path):
+    result = eight_devices.run(_other_sharding, str(tmp_path))[0]
+    if result is None:
+        pytest.skip("this JAX has no GSPMDSharding to build such a sharding with")
+    assert result["canonical"] == ("NamedSharding", (), True)
