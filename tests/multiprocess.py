@@ -113,7 +113,7 @@ class Cluster:
         self.num_processes, self.local_devices, self.start_timeout = num_processes, local_devices, start_timeout
         self.grace = grace
         self._workers: list[_Worker] = []
-        self._logs = tempfile.TemporaryDirectory(prefix="jax-cluster-")
+        self._logs: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> Cluster:
         return self
@@ -123,6 +123,8 @@ class Cluster:
 
     # ------------------------------------------------------------------------------------------------ lifecycle
     def _start(self) -> None:
+        if self._logs is None:
+            self._logs = tempfile.TemporaryDirectory(prefix="jax-cluster-")
         port = free_port()
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
         env.pop("XLA_FLAGS", None)  # a forced host device count there would override local_devices
@@ -148,7 +150,9 @@ class Cluster:
                 pass
             worker.stop(kill=True)
         self._workers = []
-        self._logs.cleanup()
+        if self._logs is not None:
+            self._logs.cleanup()
+            self._logs = None
 
     # ------------------------------------------------------------------------------------------------ calls
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float = CALL_TIMEOUT_S) -> list[Any]:
