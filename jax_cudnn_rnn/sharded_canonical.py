@@ -65,11 +65,11 @@ def canonical_shardings(buffer_sharding: jax.sharding.Sharding | None, config: R
     return {slot.name(config): canonical_sharding(buffer_sharding, slot.shape) for slot in weights + biases}
 
 
-def _local_part(tensor: jax.Array, spec: PartitionSpec) -> jax.Array:
+def _local_part(tensor: jax.Array, spec: PartitionSpec, mesh: jax.sharding.Mesh) -> jax.Array:
     """Inside ``shard_map``: this device's block of a whole ``tensor`` split as ``spec`` says."""
     for dim, axes in enumerate(spec):
         if axes is not None:
-            size = tensor.shape[dim] // jax.lax.axis_size(axes)
+            size = tensor.shape[dim] // math.prod(mesh.shape[name] for name in _split_axes(PartitionSpec(axes)))
             return jax.lax.dynamic_slice_in_dim(tensor, jax.lax.axis_index(axes) * size, size, axis=dim)
     return tensor
 
@@ -84,8 +84,9 @@ def _to_tree(config: RNNConfig, buffer_sharding: jax.sharding.Sharding):
     # many seconds of compilation); gathering the buffer once, as a training step that uses it does anyway, and
     # keeping each device's block of each tensor compiles in a fraction of that and sends every byte once.
     specs = layout.unflatten_tree({name: sharding.spec for name, sharding in shardings.items()})
-    local = lambda buffer: jax.tree.map(_local_part, to_tree(buffer), specs)  # noqa: E731
-    return jax.jit(jax.shard_map(local, mesh=buffer_sharding.mesh, in_specs=PartitionSpec(), out_specs=specs))
+    mesh = buffer_sharding.mesh
+    local = lambda buffer: jax.tree.map(lambda t, s: _local_part(t, s, mesh), to_tree(buffer), specs)  # noqa: E731
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=PartitionSpec(), out_specs=specs))
 
 
 @functools.lru_cache(maxsize=64)
