@@ -136,6 +136,99 @@ def test_batch_sharded_rnn_step_equals_one_process(cluster):
     assert first["collectives"]["all-reduce"] >= 1
 
 
+# ------------------------------------------------------------------------------------------------ cuDNN path
+def _cudnn_path_with_stand_ins():
+    """cudnn.py's own code (the plan, custom_vjp, reserve-space layout, partitioning) across both processes, its two
+    kernel calls replaced by the xla implementation (test_partitioning.py's stand-ins: the forward writes its local
+    batch size into every reserve byte, the backward adds (byte - its local batch) to dx, so a backward handed another
+    shard's or a gathered reserve space changes the numbers) and every process given the same kind of fake H100."""
+    import dataclasses
+
+    from jax.sharding import PartitionSpec as P
+
+    from jax_cudnn_rnn import cudnn, xla
+
+    @dataclasses.dataclass(frozen=True)
+    class FakeGPU:  # what the plan reads of a GPU: each process's own first GPU, of one model
+        id: int
+        local_hardware_id: int = 0
+        device_kind: str = "NVIDIA H100 80GB HBM3"
+        compute_capability: str = "9.0"
+        core_count: int = 132
+        platform: str = "gpu"
+
+    plans, local_batches = [], []
+
+    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
+        plans.append(plan)
+        local_batches.append(x.shape[1])
+        y, h_n, c_n = xla.rnn_xla(params, x, h0, rest[0], config)
+        reserve = (jnp.full((x.shape[1], plan.row_bytes), x.shape[1], jnp.uint8),) if training else ()
+        return (y, h_n, c_n) + reserve
+
+    def backward_call(params, x, h0, y, dy, dh_n, reserve, c0, dc_n, *, plan, config, allow_tf32):
+        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config), params, x, h0, c0)
+        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
+        dx = dx + (jnp.max(reserve) - jnp.min(reserve)).astype(dx.dtype) + (reserve[0, 0] - x.shape[1]).astype(
+            dx.dtype)
+        return dparams, dx, dh0, dc0, reserve
+
+    saved = cudnn._forward_call, cudnn._backward_call, cudnn.reserve_space_size, cudnn._target_device
+    cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
+    cudnn.reserve_space_size = lambda problem, algo, device=-1: 1000 * problem.batch + 37  # not proportional to B
+    cudnn._target_device = lambda where: FakeGPU(id=jax.process_index())
+    try:
+        params = np.asarray(jcr.init_params(jax.random.key(0), ENCODER))
+        x, h0, c0, _ = _batch()
+
+        def loss(policy, p, x, h, c):
+            y, h_n, c_n = cudnn._rnn(p, x, h, c, None, ENCODER, False, policy, cudnn.call_placement(p, x, h, c, None))
+            return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+
+        batch = _sharding(P(None, "batch"))
+        args = (multiprocess.global_array(params, _sharding(P())), multiprocess.global_array(x, batch),
+                multiprocess.global_array(h0, batch), multiprocess.global_array(c0, batch))
+        grad = jax.jit(jax.grad(lambda *a: loss("heuristic", *a), argnums=(0, 1, 2, 3)))
+        hlo = grad.lower(*args).compile().as_text()
+        got = grad(*args)
+        want = jax.grad(lambda p, x, h, c: jnp.sum((lambda y, h_n, c_n: jnp.sum(y ** 2) + jnp.sum(h_n * c_n))(
+            *xla.rnn_xla(p, x, h, c, ENCODER))), argnums=(0, 1, 2, 3))(params, x, h0, c0)
+        np.testing.assert_allclose(multiprocess.local_copy(got[0]), want[0], rtol=1e-5, atol=2e-6)
+        for array, expected in zip(got[1:], want[1:]):  # dx, dh0, dc0: this process's rows
+            for shard in array.addressable_shards:
+                np.testing.assert_allclose(np.asarray(shard.data), np.asarray(expected)[shard.index], atol=2e-5)
+        try:
+            jax.jit(jax.grad(lambda *a: loss("autotune", *a))).lower(*args)
+            refused = None
+        except ValueError as e:
+            refused = str(e)
+    finally:
+        cudnn._forward_call, cudnn._backward_call, cudnn.reserve_space_size, cudnn._target_device = saved
+    return {"plans": sorted({(p.algorithm, p.row_bytes, p.local_batches) for p in plans}),
+            "local_batch": min(local_batches), "refused": refused,
+            "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")}}
+
+
+def test_cudnn_path_plans_alike_in_every_process_and_runs_per_shard(cluster):
+    """Every process makes the same plan (the heuristic's algorithm for the per-device batch, the same reserve rows),
+    each device runs its own 2 rows with its own reserve space, and autotune, which would time each process's own GPU,
+    is refused."""
+    from jax_cudnn_rnn import algorithm
+
+    results = cluster.run(_cudnn_path_with_stand_ins)
+    assert results[0]["plans"] == results[1]["plans"]
+    facts = algorithm.DeviceInfo(9, 0, 132, "NVIDIA H100 80GB HBM3", 0)
+    chosen = algorithm.heuristic(algorithm.Problem(ENCODER, T, B // 8, False, True, False), facts)
+    assert chosen == algorithm.PERSIST_STATIC_SMALL_H  # H = 8: a persistent kernel, not the default
+    # reserve rows fit the per-device call (2 rows: 2037 bytes) and the whole batch (16037 bytes)
+    assert results[0]["plans"] == [(chosen, -(-2037 // 2), (2, 16))]
+    for result in results:
+        assert result["local_batch"] == 2
+        assert result["collectives"]["all-gather"] == result["collectives"]["all-to-all"] == 0
+        assert result["collectives"]["all-reduce"] >= 1
+        assert "algorithm='autotune' is refused with 2 JAX processes" in result["refused"]
+
+
 # ------------------------------------------------------------------------------------------------ Flax + optax
 def _flax_training(num_steps: int):
     """A Flax LSTM + Dense head trained with Adam for ``num_steps`` batch-sharded steps (params replicated), and the
