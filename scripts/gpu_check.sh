@@ -89,7 +89,8 @@ if has_stage tests; then
   # Workers share the GPU: no preallocation. Collection errors in unrelated test files (a missing optional
   # dependency) must not hide the GPU results.
   # shellcheck disable=SC2086
-  XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
+    "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
     "${plugins[@]}" -rfEs --continue-on-collection-errors \
     ${PYTEST_EXTRA:-tests} 2>&1 | tee "$LOG_DIR/pytest-gpu.log"
   test_status=${PIPESTATUS[0]}

@@ -1,11 +1,15 @@
-"""Guards against testing a stale copy. After a non-editable install (the README's test command) the tests import the
-installed package; if its Python files differ from this checkout's, the run stops and says how to reinstall."""
+"""Guards against testing a stale copy: after a non-editable install (the README's test command) the tests import the
+installed package; if its Python files differ from this checkout's, the run stops and says how to reinstall. And tests
+marked ``gpu`` need the cuDNN extension and a CUDA device: they skip without them, or fail where the run requires them
+(tests/skips.py: JAX_CUDNN_RNN_REQUIRE_EXTENSION, JAX_CUDNN_RNN_REQUIRE_GPU)."""
 
 import filecmp
 import glob
 import os
 
 import pytest
+
+from skips import REQUIRE_EXTENSION, REQUIRE_GPU, skip_or_fail
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jax_cudnn_rnn")
 
@@ -25,3 +29,23 @@ def pytest_sessionstart(session):
         pytest.exit(f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: {', '.join(stale + missing)} "
                     f"differ. Reinstall it (`.venv/bin/pip install \".[test]\"`), or develop with an editable install "
                     f"(README, Fresh machine)", returncode=4)
+
+
+def cudnn_gpu_missing() -> tuple[str, str] | None:
+    """(what is missing, the flag that requires it), or None when cuDNN can run here."""
+    import jax
+
+    from jax_cudnn_rnn import _extension
+
+    if not _extension.extension_loaded():
+        return f"the cuDNN extension is not loaded: {_extension.extension_error()}", REQUIRE_EXTENSION
+    if not any(device.platform == "gpu" for device in jax.devices()):
+        return "JAX sees no CUDA device", REQUIRE_GPU
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None:
+        missing = cudnn_gpu_missing()
+        if missing is not None:
+            skip_or_fail(*missing)

@@ -1,22 +1,22 @@
 """Helpers shared by the test modules (imported like numpy_reference, from this directory): the small random problems
-the oracle comparisons run on, the skip-or-fail rule for the native extensions, a walk over a jaxpr's equations,
-sub-jaxprs included, the PyTorch module that a config describes, and what the interop tests share: running ``rnn`` on
-NumPy inputs, comparing its three outputs with a peer's, importing an optional peer library."""
+the oracle comparisons run on, the NumPy oracle applied to an opaque buffer, the inter-layer dropout masks built from
+their documented recipe, the skip-or-fail rule for the native extensions, a walk over a jaxpr's equations, sub-jaxprs
+included, the PyTorch module that a config describes, and what the interop tests share: running ``rnn`` on NumPy
+inputs, comparing its three outputs with a peer's, importing an optional peer library (tests/skips.py)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
 from collections.abc import Iterator
 
+import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
+from numpy_reference import numpy_rnn
+from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: the interop tests take it from here
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 T, B = 5, 3
@@ -47,10 +47,29 @@ def require_extension(extension, env_var: str) -> None:
     """Skips the calling test when ``extension`` (a ``_native.NativeExtension``) is not loaded, or fails it when
     ``env_var`` is "1" (CI sets it where it builds the extension, so that a silently skipped build cannot pass)."""
     if not extension.loaded():
-        reason = f"{extension.what} not loaded: {extension.error()}"
-        if os.environ.get(env_var) == "1":
-            pytest.fail(f"{env_var}=1 but {reason}")
-        pytest.skip(reason)
+        skip_or_fail(f"{extension.what} not loaded: {extension.error()}", env_var)
+
+
+def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None):
+    """The float64 NumPy oracle (numpy_reference.numpy_rnn) run on the canonical lists of the opaque buffer ``params``
+    under ``cfg``: (y, h_n, c_n or None) as float64 arrays."""
+    weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
+    up = lambda a: None if a is None else np.asarray(a).astype(np.float64)  # noqa: E731
+    return numpy_rnn([up(w) for w in weights], [up(b) for b in biases], up(x), up(h0), up(c0), cfg.mode,
+                     cfg.num_layers, cfg.num_units, cfg.num_directions == 2, cfg.skip_input,
+                     seq_lengths=None if seq_lengths is None else np.asarray(seq_lengths),
+                     dropout_masks=dropout_masks, proj_size=cfg.proj_size, cell_clip=cfg.cell_clip,
+                     bias_mode=cfg.bias_mode)
+
+
+def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:
+    """The inter-layer dropout masks as docs/architecture.md describes them, built here rather than taken from the
+    package: mask l (l < num_layers - 1) keeps each entry with probability 1 - dropout, drawn as
+    ``jax.random.bernoulli(jax.random.fold_in(key, l), 1 - dropout, shape)``, and scales kept entries by
+    1 / (1 - dropout). float64 [T, B, D*H] arrays."""
+    keep = 1.0 - cfg.dropout
+    return [np.asarray(jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape), np.float64) / keep
+            for layer in range(cfg.num_layers - 1)]
 
 
 def jaxpr_eqns(jaxpr) -> Iterator:
@@ -63,21 +82,14 @@ def jaxpr_eqns(jaxpr) -> Iterator:
 
 def torch_module(config, state_dict=None, seed=0):
     """The ``torch.nn`` module ``interop.torch_module_kwargs(config)`` builds (float32, CPU), with ``state_dict`` (NumPy
-    arrays, e.g. from ``interop.canonical_to_torch``) loaded, or seeded random weights; skips without PyTorch."""
-    torch = pytest.importorskip("torch")
+    arrays, e.g. from ``interop.canonical_to_torch``) loaded, or seeded random weights; skips without PyTorch (fails
+    under JAX_CUDNN_RNN_REQUIRE_PEERS)."""
+    torch = import_or_skip("torch")
     torch.manual_seed(seed)
     module = getattr(torch.nn, interop.torch_module_name(config))(**interop.torch_module_kwargs(config))
     if state_dict is not None:
         module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict.items()})
     return module
-
-
-def import_or_skip(name: str):
-    """The module ``name``; skips the calling test module when the package is not installed, and lets an installed
-    package that fails to import fail the run (CI installs the test extra: a skip there would hide the breakage)."""
-    if importlib.util.find_spec(name) is None:
-        pytest.skip(f"{name} is not installed", allow_module_level=True)
-    return importlib.import_module(name)
 
 
 def run_xla(params, config, x, h0, c0, seq_lengths=None):

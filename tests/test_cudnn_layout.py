@@ -1,13 +1,13 @@
 """layout.py against cuDNN itself: the weight-space size and the offset and shape of every matrix and bias that
 cudnnGetRNNWeightParams reports, for every mode x direction x input mode x dtype and the projection and bias modes.
 
-Skipped unless the cuDNN extension is loaded and JAX sees a CUDA device. A failure here is a bug in layout.py.
+Marked ``gpu`` (tests/conftest.py: skipped without the cuDNN extension and a CUDA device). A failure here is a bug in
+layout.py.
 """
 
 import itertools
 import math
 
-import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -15,11 +15,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _extension, layout
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _extension.extension_loaded(), reason=f"{_extension.extension_error()}"),
-    pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="no CUDA device"),
-]
+pytestmark = pytest.mark.gpu  # tests/conftest.py: skips without cuDNN and a GPU, fails where the run requires them
 
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 

@@ -13,7 +13,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.flax_cells import FlaxCellStack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import assert_outputs_close, run_xla, torch_module  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, torch_module  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).
@@ -32,7 +32,7 @@ def _inputs(config, seed=0):
 # ------------------------------------------------------------------------------------------------------- PyTorch
 
 def _torch_run(module, config, x, h0, c0):
-    torch = pytest.importorskip("torch")
+    torch = import_or_skip("torch")
     # oneDNN's LSTM has no projection: PyTorch would try it, warn, and fall back to its own kernel, which is asked
     # for directly here (the same computation, without the warning).
     onednn = torch.backends.mkldnn.enabled

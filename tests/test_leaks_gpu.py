@@ -6,17 +6,9 @@ import re
 import subprocess
 import sys
 
-import jax
 import pytest
 
-from jax_cudnn_rnn import _extension
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.slow,
-    pytest.mark.skipif(not _extension.extension_loaded() or jax.default_backend() != "gpu",
-                       reason="needs the cuDNN extension and a CUDA device"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # tests/conftest.py: skips without cuDNN and a GPU
 
 SCRIPT = pathlib.Path(__file__).parents[1] / "benchmarks" / "leak_check.py"
 

@@ -18,8 +18,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import GATES, numpy_rnn, random_canonical  # noqa: E402
+from skips import import_or_skip  # noqa: E402
 
-torch = pytest.importorskip("torch")
+torch = import_or_skip("torch")
 
 TORCH_MODES = {"lstm": ("LSTM", {}), "gru": ("GRU", {}), "rnn_tanh": ("RNN", {"nonlinearity": "tanh"}),
                "rnn_relu": ("RNN", {"nonlinearity": "relu"})}

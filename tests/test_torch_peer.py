@@ -17,9 +17,11 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 
-torch = pytest.importorskip("torch")
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from skips import import_or_skip  # noqa: E402
+
+torch = import_or_skip("torch")
+
 from test_numpy_reference_vs_torch import run_torch, torch_module  # noqa: E402
 
 T, B = 6, 3
