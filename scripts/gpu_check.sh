@@ -16,6 +16,7 @@
 #   GPU_CHECK_STAGES  stages to run, in this order (default "build tests bench sanitizer")
 #   PYTEST_SELECT     the pytest -m expression (default "gpu"; e.g. "gpu and not slow")
 #   PYTEST_EXTRA      more pytest arguments (e.g. "-k lstm" or a test file)
+#   PYTEST_WHOLE      test files run whole, unfiltered by marker, on the GPU (implementation=None picks cuDNN there)
 #   PYTEST_WORKERS    pytest-xdist workers (default 4; a crashing test then costs one worker, not the run)
 #   BENCH_ARGS        arguments of `jax-cudnn-rnn bench` (default: every GPU configuration, f32 and bf16)
 #   SANITIZER_TOOLS   compute-sanitizer tools (default "memcheck racecheck")
@@ -89,11 +90,29 @@ if has_stage tests; then
   # Workers share the GPU: no preallocation. Collection errors in unrelated test files (a missing optional
   # dependency) must not hide the GPU results.
   # shellcheck disable=SC2086
+  # Every comparison of test_cudnn_gpu.py records its error and bound (JSON lines, appended to the log below).
+  errors="$LOG_DIR/gpu-errors.jsonl"
+  rm -f "$errors"
   XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
-    "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
+    JAX_CUDNN_RNN_GPU_ERRORS="$errors" "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
     "${plugins[@]}" -rfEs --continue-on-collection-errors \
     ${PYTEST_EXTRA:-tests} 2>&1 | tee "$LOG_DIR/pytest-gpu.log"
   test_status=${PIPESTATUS[0]}
+  # The module, demo and example tests leave implementation=None, which is cuDNN on a GPU: run them whole here too.
+  section "pytest ${PYTEST_WHOLE:-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py}" \
+    | tee -a "$LOG_DIR/pytest-gpu.log"
+  # shellcheck disable=SC2086
+  XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
+    "$PYTHON" -m pytest "${plugins[@]}" -rfEs \
+    ${PYTEST_WHOLE:-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py} 2>&1 \
+    | tee -a "$LOG_DIR/pytest-gpu.log"
+  whole_status=${PIPESTATUS[0]}
+  [ "$test_status" -eq 0 ] && test_status=$whole_status
+  if [ -f "$errors" ]; then
+    section "measured errors (test, quantity, error, bound)" | tee -a "$LOG_DIR/pytest-gpu.log"
+    cat "$errors" >> "$LOG_DIR/pytest-gpu.log"
+    rm -f "$errors"
+  fi
 fi
 
 if has_stage bench; then

@@ -38,7 +38,7 @@ def main():
         ref = t._upcast(cfg, params, x, h0, None)
         (y_ref, _, _), grads_ref = t._forward_and_grads("xla", *ref, None)
         dpar = t.relative_error(t.canonical_float32(grads[0], cfg), t.canonical_float32(grads_ref[0], ref[0]))
-        (ty, _, _), (tdx, tdh0) = t.torch_forward_and_grads(cfg, params, x, h0, None)
+        (ty, _, _), (tdx, tdh0), _ = t.torch_forward_and_grads(cfg, params, x, h0, None)
         case = f"{mode} {dtype_name} {direction} I={input_size} L={layers} {algo}"
         pairs = [(y, y_ref), (grads[1], grads_ref[1]), (grads[2], grads_ref[2])]  # ours vs the reference
         pairs += [(ty, y_ref), (tdx, grads_ref[1]), (tdh0, grads_ref[2]), (grads[1], tdx), (grads[2], tdh0)]

@@ -1,12 +1,16 @@
 """implementation="cudnn" against the pure-JAX implementation on a CUDA GPU: forward, gradients, sequence lengths,
 dropout, projection, clipping, bias modes, every mode x direction x input mode x dtype; resets, empty sequences and
-sequences longer than one cuDNN call takes.
+sequences longer than one cuDNN call takes; half-precision outputs and gradients, weight gradients included, against
+PyTorch's cuDNN RNN.
 
-Skipped unless the cuDNN extension is loaded and JAX sees a CUDA device (see scripts/gpu_check.sh).
+Marked ``gpu``: skipped without the cuDNN extension and a CUDA device, failed instead where the run requires them
+(tests/conftest.py; scripts/gpu_check.sh requires both). With JAX_CUDNN_RNN_GPU_ERRORS=path every comparison appends
+its measured error and bound to ``path`` as a JSON line, the numbers the bounds below are tightened from.
 """
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 
@@ -20,14 +24,38 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _extension, algorithm, cudnn, interop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from skips import REQUIRE_GPU, import_or_skip, skip_or_fail  # noqa: E402
 from support import torch_module  # noqa: E402
 
-pytestmark = pytest.mark.gpu  # tests/conftest.py: skips without cuDNN and a GPU, fails where the run requires them
+pytestmark = pytest.mark.gpu
 
 T, B = 7, 4
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-# (rtol, atol) of cuDNN against the xla implementation; f32 is strict FMA math (allow_tf32=False).
+HALF = ("float16", "bfloat16")
+# Outputs and float32/float64 input gradients: (rtol, atol) of cuDNN against the xla implementation (float32 for the
+# half dtypes). float32 is strict FMA math (allow_tf32=False). Every bound here passed on an H100; the half ones were
+# set before the first GPU run and have not been measured since (docs/gpu-verification.md): tighten them from a
+# recorded run.
 TOLERANCES = {"float32": (2e-5, 2e-5), "float64": (1e-11, 1e-11), "float16": (1e-2, 1e-2), "bfloat16": (4e-2, 4e-2)}
+# float32 weight gradients, per canonical tensor: the persistent algorithms sum every entry's T*B products in another
+# order than the standard one; entries moved by up to 8e-5 on an H100, so atol is 3x that.
+FLOAT32_DPARAMS_TOLERANCE = (2e-5, 2.4e-4)
+# Half-precision gradients, relative error in norm (dx, dh0, dc0, and each canonical tensor of dparams): cuDNN keeps
+# states between steps and layers in the half dtype and the backward pass compounds that; a wrong layout or gate order
+# is off by order 1. Measured on an H100 (docs/gpu-verification.md, session 7): 0.2-0.4 % for every case but the one
+# below, hence 3x 0.4 %; ReLU, whose states grow without a squashing nonlinearity, gets twice that. float16 carries
+# three more mantissa bits than bfloat16 and was not measured apart: bfloat16's bounds hold for it and a recorded run
+# would tighten them, as it would the per-tensor bounds (the measurement was over whole gradients).
+HALF_GRADIENT_BOUND = 1.2e-2
+RELU_FACTOR = 2
+# The one case measured far from the reference: the two-layer unidirectional ReLU with linear input in bfloat16,
+# dparams 5.1 %, dx 9.8 %, dh0 49.5 % in norm, PyTorch's cuDNN RNN bit for bit the same (cuDNN's own arithmetic).
+# Its bounds are 3x those; dh0 is an expected failure that must keep failing. Everything else in it stays checked.
+RELU_BF16 = ("rnn_relu", "unidirectional", "linear_input", "bfloat16")
+CASE_BOUNDS = {RELU_BF16: {"dparams": 0.15, "dx": 0.3}}
+EXPECTED_FAILURES = {RELU_BF16: {"dh0": "cuDNN's bfloat16 ReLU dh0 is 49.5 % off the float32 reference on this "
+                                        "problem, PyTorch's cuDNN RNN bit for bit the same (H100, cuDNN 9.19; "
+                                        "test_half_gradients_match_pytorch_cudnn checks that agreement)"}}
 
 
 def _x64(dtype_name):
@@ -50,35 +78,44 @@ def _problem(cfg, key=0, lengths=None):
     return params, x, h0, c0, seq_lengths
 
 
-def _close(got, want, dtype_name, what):
-    rtol, atol = TOLERANCES[dtype_name]
-    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol,
-                               err_msg=what)
-
-
-# Relative error in norm allowed for gradients compared as a whole (see _close_in_norm).
-NORM_TOLERANCES = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
-
-
 def relative_error(got, want) -> float:
     """||got - want|| / ||want|| over all entries, in float64."""
     got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
-def _close_in_norm(got, want, dtype_name, what, unbounded=False):
-    """Gradients compared as a whole where single entries may move by more than the dtype's rounding:
-    - float32 dparams: every entry sums T*B products, and the persistent algorithms sum them in another order than
-      the standard one (entries differed by up to 8e-5 on an H100, 1e-6 of the gradient's norm);
-    - half dtypes: cuDNN's half RNNs round differently from the float32 reference (states kept in the half dtype
-      between steps and layers), and the backward pass compounds that over steps and layers (a wrong layout or gate
-      order is off by order 1).
-    ``unbounded``: ReLU RNNs, whose states grow without a squashing nonlinearity, get twice the tolerance (a two-layer
-    bfloat16 case measured 5.1% in dparams and 9.8% in dx on an H100, identical for both algorithms and bit for bit
-    PyTorch's cuDNN RNN; its dh0, 50% off, is test_matches_xla's expected failure)."""
-    rtol = NORM_TOLERANCES[dtype_name] * (2 if unbounded else 1)
+def _record(quantity: str, error: float, bound: float) -> None:
+    """Appends one measurement to $JAX_CUDNN_RNN_GPU_ERRORS (a JSON line per comparison; appends stay whole when
+    pytest-xdist workers share the file)."""
+    path = os.environ.get("JAX_CUDNN_RNN_GPU_ERRORS")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+        with open(path, "a") as log:
+            log.write(json.dumps({"test": test, "quantity": quantity, "error": error, "bound": bound}) + "\n")
+
+
+def _allclose(got, want, rtol, atol, what) -> str | None:
+    """None when every entry is within atol + rtol * |want|, else why not. Records the largest entry error."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    excess = np.abs(got - want) - rtol * np.abs(want)
+    _record(what, float(np.max(np.abs(got - want))), atol)
+    if np.all(excess <= atol):
+        return None
+    worst = np.unravel_index(np.argmax(excess), excess.shape)
+    return (f"{what}: entry {tuple(int(i) for i in worst)} is {got[worst]:.6g}, expected {want[worst]:.6g} "
+            f"(rtol {rtol}, atol {atol})")
+
+
+def _in_norm(got, want, bound, what) -> str | None:
+    """None when the relative error in norm is within ``bound``, else why not. Records it."""
     error = relative_error(got, want)
-    assert error <= rtol, f"{what}: relative error in norm {error:.3g} > {rtol}"
+    _record(what, error, bound)
+    return None if error <= bound else f"{what}: relative error in norm {error:.3g} > {bound}"
+
+
+def _close(got, want, dtype_name, what):
+    message = _allclose(got, want, *TOLERANCES[dtype_name], what)
+    assert message is None, message
 
 
 def _forward_and_grads(impl, cfg, params, x, h0, c0, seq_lengths, **kwargs):
@@ -109,26 +146,60 @@ def canonical_float32(params, cfg):
     return jnp.concatenate([t.ravel().astype(jnp.float32) for t in sum(jcr.params_to_canonical(params, cfg), [])])
 
 
+def canonical_tensors(weights, biases, cfg) -> dict[str, np.ndarray]:
+    """{canonical name (layer_0/forward/w_input/i ...): float64 array} of a canonical (weights, biases) pair."""
+    slots = jcr.param_slots(cfg)
+    return {s.name(cfg): np.asarray(t, np.float64) for s, t in zip(slots[0] + slots[1], list(weights) + list(biases),
+                                                                   strict=True)}
+
+
+def gradient_bound(mode, direction, input_mode, dtype_name, quantity) -> float:
+    """The relative error in norm allowed for a half-precision gradient (``quantity``: dparams, dx, dh0 or dc0)."""
+    case = CASE_BOUNDS.get((mode, direction, input_mode, dtype_name), {})
+    if quantity in case:
+        return case[quantity]
+    return HALF_GRADIENT_BOUND * (RELU_FACTOR if mode == "rnn_relu" else 1)
+
+
 def _compare(cfg, dtype_name, lengths=None, **kwargs):
+    """cuDNN against the xla implementation on one problem: y, h_n, c_n, dx, dh0, dc0 and every canonical tensor of
+    dparams. Every comparison runs; the quantities listed for this case in EXPECTED_FAILURES must still be out of
+    bound (the test then counts as an expected failure) and every other one within."""
     params, x, h0, c0, seq_lengths = _problem(cfg, lengths=lengths)
     (y, h_n, c_n), grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, seq_lengths, **kwargs)
-    ref_problem = _upcast(cfg, params, x, h0, c0) if dtype_name in ("float16", "bfloat16") else (cfg, params, x, h0,
-                                                                                                   c0)
+    half = dtype_name in HALF
+    ref_problem = _upcast(cfg, params, x, h0, c0) if half else (cfg, params, x, h0, c0)
     (y_ref, h_ref, c_ref), grads_ref = _forward_and_grads("xla", *ref_problem, seq_lengths, **kwargs)
-    if ref_problem[0] is not cfg:  # dparams of a half buffer against a float32 one: compare canonical tensors
-        grads = (canonical_float32(grads[0], cfg), *grads[1:])
-        grads_ref = (canonical_float32(grads_ref[0], ref_problem[0]), *grads_ref[1:])
-    _close(y, y_ref, dtype_name, "y")
-    _close(h_n, h_ref, dtype_name, "h_n")
-    if cfg.has_cell_state:
-        _close(c_n, c_ref, dtype_name, "c_n")
-    else:
-        assert c_n is None
-    for name, got, want in zip(("dparams", "dx", "dh0", "dc0"), grads, grads_ref):
-        if dtype_name in ("float16", "bfloat16") or (name == "dparams" and dtype_name == "float32"):
-            _close_in_norm(got, want, dtype_name, name, unbounded=cfg.mode == "rnn_relu")
+    case = (cfg.mode, cfg.direction, cfg.input_mode, dtype_name)
+    problems = {}
+    for name, got, want in (("y", y, y_ref), ("h_n", h_n, h_ref), ("c_n", c_n, c_ref)):
+        if want is None:
+            assert got is None, name
         else:
-            _close(got, want, dtype_name, name)
+            problems[name] = _allclose(got, want, *TOLERANCES[dtype_name], name)
+    got_tensors = canonical_tensors(*jcr.params_to_canonical(grads[0], cfg), cfg)
+    want_tensors = canonical_tensors(*jcr.params_to_canonical(grads_ref[0], ref_problem[0]), cfg)
+    for tensor, got in got_tensors.items():
+        name = f"dparams[{tensor}]"
+        if half:
+            bound = gradient_bound(*case, "dparams")
+            problems[name] = _in_norm(got, want_tensors[tensor], bound, name)
+        else:
+            tolerance = FLOAT32_DPARAMS_TOLERANCE if dtype_name == "float32" else TOLERANCES[dtype_name]
+            problems[name] = _allclose(got, want_tensors[tensor], *tolerance, name)
+    for name, got, want in zip(("dx", "dh0", "dc0"), grads[1:], grads_ref[1:]):
+        if half:
+            problems[name] = _in_norm(got, want, gradient_bound(*case, name), name)
+        else:
+            problems[name] = _allclose(got, want, *TOLERANCES[dtype_name], name)
+    expected = EXPECTED_FAILURES.get(case, {})
+    unexpected = [message for name, message in problems.items() if message is not None and name not in expected]
+    assert not unexpected, "\n".join(unexpected)
+    now_passing = [name for name in expected if problems[name] is None]
+    if now_passing:
+        pytest.fail(f"{now_passing} of {case} are now within bounds: remove them from EXPECTED_FAILURES")
+    if expected:
+        pytest.xfail("; ".join(f"{name} ({problems[name]}): {why}" for name, why in expected.items()))
 
 
 @pytest.mark.parametrize("algo", ["heuristic", "standard"])  # heuristic: PERSIST_STATIC_SMALL_H at these sizes
@@ -136,13 +207,8 @@ def _compare(cfg, dtype_name, lengths=None, **kwargs):
 @pytest.mark.parametrize("input_mode", ["linear_input", "skip_input"])
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
-def test_matches_xla(mode, direction, input_mode, dtype_name, algo, request):
+def test_matches_xla(mode, direction, input_mode, dtype_name, algo):
     _skip_unsupported(dtype_name)
-    if (mode, direction, input_mode, dtype_name) == ("rnn_relu", "unidirectional", "linear_input", "bfloat16"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "cuDNN's bfloat16 ReLU gradients on this problem are 9.8% (dx) and 50% (dh0) off the float32 reference, "
-            "PyTorch's cuDNN RNN bit for bit the same (H100, cuDNN 9.19; test_half_gradients_match_pytorch_cudnn "
-            "checks that agreement)")))
     with _x64(dtype_name):
         _compare(_matches_xla_config(mode, direction, input_mode, dtype_name), dtype_name, algorithm=algo)
 
@@ -155,14 +221,16 @@ def _matches_xla_config(mode, direction, input_mode, dtype_name):
 
 def torch_forward_and_grads(cfg, params, x, h0, c0):
     """PyTorch's cuDNN RNN on the GPU with ``params``' weights, in cfg.dtype, under _forward_and_grads' loss:
-    (y, h_n, c_n or None), (dx, dh0, dc0 or None) as float32 NumPy arrays."""
-    torch = pytest.importorskip("torch")
+    (y, h_n, c_n or None), (dx, dh0, dc0 or None) as float32 NumPy arrays, and the weight gradient as canonical
+    (weights, biases) float32 lists (read from the module's parameters by interop.torch_to_canonical). Fails instead
+    of skipping without PyTorch or its CUDA under JAX_CUDNN_RNN_REQUIRE_GPU."""
+    torch = import_or_skip("torch", REQUIRE_GPU)
     if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device")
+        skip_or_fail("PyTorch sees no CUDA device (a CPU-only torch build?)", REQUIRE_GPU)
+    cfg32 = dataclasses.replace(cfg, dtype=np.float32)
     weights, biases = jcr.params_to_canonical(params, cfg)
     state = interop.canonical_to_torch([np.asarray(w, np.float32) for w in weights],
-                                       [np.asarray(b, np.float32) for b in biases],
-                                       dataclasses.replace(cfg, dtype=np.float32))
+                                       [np.asarray(b, np.float32) for b in biases], cfg32)
     dtype = getattr(torch, np.dtype(cfg.dtype).name)
     module = torch_module(cfg, state).to(device="cuda", dtype=dtype)
     leaves = [torch.from_numpy(np.asarray(a, np.float32)).to("cuda", dtype).requires_grad_() for a in (x, h0, c0)
@@ -172,7 +240,9 @@ def torch_forward_and_grads(cfg, params, x, h0, c0):
     loss = torch.sin(y.float()).sum() + (h_n.float() ** 2).sum() + (0 if c_n is None else (c_n.float() * 0.3).sum())
     loss.backward()
     as_numpy = lambda a: None if a is None else a.detach().float().cpu().numpy()  # noqa: E731
-    return tuple(map(as_numpy, (y, h_n, c_n))), tuple(as_numpy(a.grad) for a in leaves)
+    weight_grads = {name: as_numpy(p.grad) for name, p in module.named_parameters()}
+    dweights = interop.torch_to_canonical(weight_grads, cfg32, dtype=np.float32)
+    return tuple(map(as_numpy, (y, h_n, c_n))), tuple(as_numpy(a.grad) for a in leaves), dweights
 
 
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
@@ -181,18 +251,23 @@ def torch_forward_and_grads(cfg, params, x, h0, c0):
 def test_half_gradients_match_pytorch_cudnn(mode, direction, dtype_name):
     """Half-precision cuDNN gradients can sit far from the float32 reference (test_matches_xla's ReLU bfloat16 case);
     PyTorch's cuDNN RNN, given the same weights, inputs and loss and the same algorithm (both use PyTorch's heuristic),
-    is the peer they must agree with."""
+    is the peer they must agree with: outputs, input gradients and every canonical tensor of the weight gradient."""
     _skip_unsupported(dtype_name)
     cfg = _matches_xla_config(mode, direction, "linear_input", dtype_name)
     params, x, h0, c0, _ = _problem(cfg)
     outputs, grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, None, algorithm="heuristic")
-    outputs_torch, grads_torch = torch_forward_and_grads(cfg, params, x, h0, c0)
+    outputs_torch, grads_torch, dweights_torch = torch_forward_and_grads(cfg, params, x, h0, c0)
     tolerance = {"float16": 2e-3, "bfloat16": 1e-2}[dtype_name]  # a few roundings; a layout error is order 1
+    problems = []
     for name, got, want in zip(("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]),
                                (*outputs_torch, *grads_torch)):
         if want is not None:
-            error = relative_error(got, want)
-            assert error <= tolerance, f"{name}: {error:.3g} from PyTorch's cuDNN RNN, over {tolerance}"
+            problems.append(_in_norm(got, want, tolerance, f"{name} against PyTorch"))
+    want_tensors = canonical_tensors(*dweights_torch, cfg)
+    for tensor, got in canonical_tensors(*jcr.params_to_canonical(grads[0], cfg), cfg).items():
+        problems.append(_in_norm(got, want_tensors[tensor], tolerance, f"dparams[{tensor}] against PyTorch"))
+    problems = [p for p in problems if p is not None]
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
@@ -286,21 +361,33 @@ def test_heuristic_and_autotune_on_this_gpu(monkeypatch):
     monkeypatch.setattr(algorithm, "_TUNED", {})
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=128, input_size=64)  # config F's network
     training = algorithm.Problem(cfg, 1000, 32, padded=False, training=True, allow_tf32=False)
-    assert algorithm.heuristic(training, algorithm.device_info()) == "persist_static_small_h"
+    device = algorithm.device_info()
+    # PyTorch's rule for this network (H = 128 is within SMALL_H's backward limit): SMALL_H from sm 6.0 on.
+    assert algorithm.heuristic(training, device) == ("persist_static_small_h" if device.major >= 6 else "standard")
     _compare(cfg, "float32", algorithm="autotune")
     tuned = algorithm.tuned()
     assert sorted(p.training for p in tuned) == [False, True]  # the inference call and the differentiated one
     assert set(tuned.values()) <= set(algorithm.ALGORITHMS)
 
 
-def test_allow_tf32_runs_close():
-    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
-    params, x, h0, c0, _ = _problem(cfg)
-    strict = cudnn.rnn_cudnn(params, x, h0, c0, cfg)
-    fast = cudnn.rnn_cudnn(params, x, h0, c0, cfg, allow_tf32=True)
+def test_allow_tf32_changes_the_result():
+    """precision="tensorfloat32" reaches cuDNN (its lowering is checked on the CPU in test_precision.py): with the
+    standard algorithm's GEMMs on a GPU with TF32 tensor cores (sm >= 8.0) the result moves, by about TF32's rounding
+    (10 mantissa bits), and the public argument gives exactly allow_tf32=True."""
+    cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=128, input_size=128)
+    k = jax.random.split(jax.random.key(4), 3)
+    params = jcr.init_params(k[0], cfg)
+    x = jax.random.normal(k[1], (16, 32, cfg.input_size))
+    h0 = c0 = 0.5 * jax.random.normal(k[2], cfg.state_shape(32))
+    strict = cudnn.rnn_cudnn(params, x, h0, c0, cfg, algorithm_policy="standard")
+    fast = cudnn.rnn_cudnn(params, x, h0, c0, cfg, allow_tf32=True, algorithm_policy="standard")
     np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
-    public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32")
+    public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32", algorithm="standard")
     np.testing.assert_array_equal(np.asarray(public[0]), np.asarray(fast[0]))
+    if algorithm.device_info().major < 8:
+        pytest.skip("no TF32 tensor cores before sm 8.0: nothing for the flag to change")
+    difference = float(jnp.max(jnp.abs(fast[0] - strict[0])))
+    assert difference > 1e-6, f"allow_tf32=True left y unchanged (max difference {difference:g}): no TF32 in cuDNN"
 
 
 def test_default_implementation_on_gpu_is_cudnn():
