@@ -12,6 +12,7 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
@@ -21,6 +22,11 @@ from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: t
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 T, B = 5, 3
 LENGTHS = (2, 5, 1)  # unsorted, includes 1 and T
+# The implementations the value tests of the wrappers (seed classes, Flax/NNX modules, checkpoints) run under: the
+# xla one everywhere, cuDNN where there is a GPU (marked gpu: tests/conftest.py), with their float32 tolerances
+# against the float64 oracle (cuDNN's strict float32 math sums in another order than XLA's).
+IMPLEMENTATIONS = ("xla", pytest.param("cudnn", marks=pytest.mark.gpu))
+ORACLE_TOLERANCE = {"xla": 1e-5, "cudnn": 2e-5}
 
 
 def make_config(mode, num_layers, direction, input_mode="linear_input", dtype=np.float32, **kw) -> jcr.RNNConfig:
