@@ -1,7 +1,9 @@
 """Every bad argument of rnn() and the seed-style classes gives a ValueError/TypeError naming it, what was expected
 and what came."""
 
+import os
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +11,9 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import oracle  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 
@@ -193,6 +198,14 @@ def test_non_finite_inputs_pass_through():
     y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
     assert np.isnan(np.asarray(y[2:, 1])).all()  # NaN enters batch 1 at t=2 and stays
     assert np.isfinite(np.asarray(y[:, 2])).all()  # batch 2 never saw a non-finite value
+    # Batch 0 got +inf at t=0: every gate's pre-activation is +-inf there and the sigmoids and tanhs saturate, so the
+    # states stay finite, with exactly the values IEEE arithmetic gives in the float64 oracle.
+    with np.errstate(over="ignore", invalid="ignore"):
+        want_y, want_h, want_c = oracle(cfg, p, x, h0, c0)
+    assert np.isfinite(want_y[:, 0]).all()
+    for name, got, want in (("y", y[:, 0], want_y[:, 0]), ("h_n", h_n[:, 0], want_h[:, 0]),
+                            ("c_n", c_n[:, 0], want_c[:, 0])):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 # Seed-style classes.
