@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,11 @@ import pytest
 from jax_cudnn_rnn import checkpoint as ckpt
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.params import RNNParams
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle  # noqa: E402
 
 ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)
@@ -31,6 +36,14 @@ def _state():
     grads = jax.tree_util.tree_map(lambda x: jnp.cos(x), params)
     updates, opt_state = opt.update(grads, opt_state, params)
     return {"params": optax.apply_updates(params, updates), "opt_state": opt_state, "step": jnp.int32(7)}
+
+
+def _fresh(tree):
+    """A target with ``tree``'s structure, shapes, dtypes and configs but other values (zeros), so that a restore that
+    handed back its target, or any part of it, fails the comparison with what was saved."""
+    fresh = jax.tree_util.tree_map(jnp.zeros_like, tree)
+    assert all(np.any(np.asarray(a) != 0) for a in jax.tree_util.tree_leaves(tree) if np.asarray(a).size > 1)
+    return fresh
 
 
 def _assert_trees_equal(a, b):
@@ -64,7 +77,7 @@ def test_round_trip_with_adam_state_concrete_and_abstract_targets(tmp_path):
     state = _state()
     path = tmp_path / "ckpt"
     _checkpointer().save(path, args=ckpt.CanonicalSave(state))
-    restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(state))
+    restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(_fresh(state)))
     _assert_trees_equal(restored, state)
     restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(jax.eval_shape(lambda: state)))
     _assert_trees_equal(restored, state)
@@ -211,7 +224,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
     reopened = _opened(ocp.CheckpointManager(tmp_path / "run"))
     assert reopened.all_steps() == [1]
-    restored = reopened.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(state)))["state"]
+    restored = reopened.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(_fresh(state))))["state"]
     _assert_trees_equal(restored, state)
 
     # The plain Checkpointer on a fresh path is atomic too: nothing is left at the final path.
@@ -220,3 +233,38 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         with pytest.raises(OSError):
             _checkpointer().save(tmp_path / "single", args=ckpt.CanonicalSave(state))
     assert not (tmp_path / "single").exists()
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_trained_module_restores_into_a_fresh_model(tmp_path, implementation):
+    """A Flax LSTM trained a few Adam steps under ``implementation`` (cuDNN on a GPU), saved with its optimizer state
+    and restored into a freshly initialised model and optimizer: the saved values come back, and the restored model's
+    outputs are the NumPy oracle's for the saved weights."""
+    batch, steps, features = 3, 6, 5
+    model = LSTM(num_units=4, num_layers=2, direction="bidirectional", implementation=implementation)
+    x = jax.random.normal(jax.random.key(0), (batch, steps, features))
+    opt = optax.adam(1e-2)
+
+    @jax.jit
+    def train_step(params, opt_state):
+        grads = jax.grad(lambda p: jnp.mean(model.apply({"params": p}, x) ** 2))(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    params = model.init(jax.random.key(1), x)["params"]
+    opt_state = opt.init(params)
+    for _ in range(3):
+        params, opt_state = train_step(params, opt_state)
+    state = {"params": params, "opt_state": opt_state}
+    _checkpointer().save(tmp_path / "ckpt", args=ckpt.CanonicalSave(state))
+    fresh_params = model.init(jax.random.key(2), x)["params"]
+    target = {"params": fresh_params, "opt_state": opt.init(fresh_params)}
+    restored = _checkpointer().restore(tmp_path / "ckpt", args=ckpt.CanonicalRestore(target))
+    _assert_trees_equal(restored, state)
+    rnn_params = restored["params"]["rnn_params"]
+    assert np.any(np.asarray(rnn_params.buffer) != np.asarray(fresh_params["rnn_params"].buffer))
+    config = rnn_params.config
+    zeros = np.zeros(config.state_shape(batch), np.float32)
+    want = np.swapaxes(oracle(config, rnn_params.buffer, np.swapaxes(np.asarray(x), 0, 1), zeros, zeros)[0], 0, 1)
+    tol = ORACLE_TOLERANCE[implementation]
+    np.testing.assert_allclose(np.asarray(model.apply({"params": restored["params"]}, x)), want, rtol=tol, atol=tol)
