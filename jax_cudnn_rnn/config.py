@@ -145,7 +145,7 @@ class RNNConfig:
         object.__setattr__(self, "dropout", float(self.dropout))
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
 
-    # Derived quantities, named as in DESIGN.md.
+    # Derived quantities, named as in docs/architecture.md.
     @property
     def num_gates(self) -> int:
         """G: 4 for LSTM, 3 for GRU, 1 for the vanilla RNNs."""

@@ -78,7 +78,8 @@ class RNNParams:
 
     @classmethod
     def from_canonical(cls, weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> RNNParams:
-        """From canonical (weights, biases) lists (DESIGN.md order); errors name the first tensor that is wrong."""
+        """From canonical (weights, biases) lists (docs/architecture.md's order); errors name the first tensor that
+        is wrong."""
         return cls(layout.canonical_to_params(weights, biases, config), config)
 
     @classmethod

@@ -9,9 +9,9 @@ steps (the input-side gradients follow from autodiff of the outer GEMM, also one
 GEMMs, differentiated by JAX itself. It is slower, but it supports every transformation, forward mode (``jax.jvp``,
 ``jax.jacfwd``, Hessians) included, which a custom_vjp cannot.
 
-Both share the cell equations (cuDNN's, see DESIGN.md) and the sequence-length semantics: a step t >= len leaves the
-state unchanged and outputs zero; the backward direction scans t = T-1 .. 0, so it starts at len-1 on each sequence.
-Resets are a second per-step mask: where it is set, the state entering the step is zero (``reset_masks``).
+Both share the cell equations (cuDNN's, see docs/architecture.md) and the sequence-length semantics: a step t >= len
+leaves the state unchanged and outputs zero; the backward direction scans t = T-1 .. 0, so it starts at len-1 on each
+sequence. Resets are a second per-step mask: where it is set, the state entering the step is zero (``reset_masks``).
 Half-precision inputs are computed in float32 and cast back.
 """
 

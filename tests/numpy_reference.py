@@ -1,4 +1,5 @@
-"""An independent float64 NumPy implementation of the stacked RNN, written from the cell equations in DESIGN.md.
+"""An independent float64 NumPy implementation of the stacked RNN, written from the cell equations in
+docs/architecture.md.
 
 It walks one time step at a time, per layer and direction, over the CANONICAL (weights, biases) lists, and knows
 nothing of the opaque buffer: it deliberately imports nothing from ``jax_cudnn_rnn`` so that it can serve as an
@@ -145,7 +146,7 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
 
 def random_canonical(rng, mode, num_layers, num_units, input_size, bidirectional, skip_input, proj_size=0,
                      bias_mode="double", scale=0.5):
-    """Random canonical (weights, biases) lists in float64 with the shapes of DESIGN.md (for tests)."""
+    """Random canonical (weights, biases) lists in float64 with the shapes of docs/architecture.md (for tests)."""
     G = GATES[mode]
     H = num_units
     D = 2 if bidirectional else 1

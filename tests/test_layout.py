@@ -1,5 +1,5 @@
 """The opaque buffer layout and the canonical format, checked against numbers and orders derived by hand from
-DESIGN.md (never from the layout code), plus RNNConfig validation."""
+docs/architecture.md (never from the layout code), plus RNNConfig validation."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_params_size_hand_computed(kwargs, expected, dtype):
 
 
 def hand_shapes(mode, L, H, I, D, skip, proj=0):
-    """Canonical (weight shapes, bias shapes) written out from DESIGN.md."""
+    """Canonical (weight shapes, bias shapes) written out from docs/architecture.md."""
     G = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[mode]
     hidden = proj or H
     w, b = [], []
@@ -312,7 +312,8 @@ def test_init_params_range_and_determinism():
        num_units=st.integers(1, 6), input_size=st.integers(1, 6), bidirectional=st.booleans(), skip=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_random_configs_size_and_concatenation(mode, num_layers, num_units, input_size, bidirectional, skip, seed):
-    """params_size is the DESIGN.md formula and canonical_to_params is plain concatenation, for random configs."""
+    """params_size is the formula of docs/architecture.md and canonical_to_params is plain concatenation, for random
+    configs."""
     if skip:
         input_size = num_units
     cfg = RNNConfig(mode, num_layers, num_units, input_size, direction="bidirectional" if bidirectional else

@@ -154,7 +154,7 @@ def test_half_precision_matches_numpy(dtype, tol, implementation):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Projection, cell clipping and bias modes (config features beyond DESIGN.md's first cut).
+# Projection, cell clipping and bias modes.
 # ----------------------------------------------------------------------------------------------------------------------
 
 EXTRA_CASES = [
