@@ -22,7 +22,7 @@ from jax_cudnn_rnn.placement import Placement
 import jax_cudnn_rnn as jcr
 
 SCRIPT = textwrap.dedent("""
-    import os, sys
+    import os, sys, traceback
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -68,6 +68,15 @@ SCRIPT = textwrap.dedent("""
         y, h_n, c_n = run(p, x, h, c, n)
         return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
+    def case(name):
+        # Runs the decorated case at once; a failure is printed under its name and the next case still runs.
+        def run(body):
+            try:
+                body()
+            except Exception:
+                print(name, "FAILED:", traceback.format_exc().replace(chr(10), " | "))
+        return run
+
     ours = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard", cudnn.call_placement(p, x, h, c, n))
     unplanned = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard")  # placement unknown
     ref = lambda p, x, h, c, n: xla.rnn_xla(p, x, h, c, cfg, n)
@@ -79,111 +88,138 @@ SCRIPT = textwrap.dedent("""
              "2d-data": (Mesh(devices.reshape(4, 2), ("data", "model")), "data"),
              "2d-both": (Mesh(devices.reshape(4, 2), ("data", "model")), ("data", "model"))}
     for name, (mesh, axes) in cases.items():
+        @case(name)
+        def _():
+            on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+            args = (on(params, P()), on(x, P(None, axes)), on(h0, P(None, axes)), on(c0, P(None, axes)),
+                    on(lengths, P(axes)))
+            forward = jax.jit(ours)
+            grad = jax.jit(jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3)))
+            for label, fn in (("forward", forward), ("grad", grad)):
+                LOCAL_BATCHES.clear()
+                hlo = fn.lower(*args).compile().as_text()
+                print(name, label, "local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("),
+                      "all-to-all", hlo.count("all-to-all("), "all-reduce", hlo.count("all-reduce("))
+            y = forward(*args)[0]
+            assert y.sharding.spec == P(None, axes), y.sharding
+            np.testing.assert_allclose(y, want_y, atol=1e-6)
+            got = grad(*args)
+            assert got[0].sharding.is_fully_replicated
+            for a, b in zip(got, want_grad):
+                np.testing.assert_allclose(a, b, atol=2e-5)
+            print(name, "values equal")
+
+    # Inter-layer dropout: one single-layer call per layer, each partitioned; the masks are drawn whole and split.
+    @case("dropout")
+    def _():
+        dcfg = jcr.RNNConfig("gru", 3, 6, 4, dropout=0.5)
+        dparams = jcr.init_params(jax.random.key(4), dcfg)
+        dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
+        key = jax.random.key(6)
+        masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
+        dropped = lambda p, x, h: jnp.sum(
+            cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard",
+                                    cudnn.call_placement(p, x, h, None, None))[0] ** 2)
+        dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
+        mesh = Mesh(devices, ("batch",))
+        on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+        grad = jax.jit(jax.grad(dropped, argnums=(0, 1, 2)))
+        LOCAL_BATCHES.clear()
+        hlo = grad.lower(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch"))).compile().as_text()
+        got = grad(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch")))
+        for a, w in zip(got, jax.grad(dropped_ref, argnums=(0, 1, 2))(dparams, x, dh0)):
+            np.testing.assert_allclose(a, w, atol=2e-5)
+        print("dropout local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("), "values equal")
+
+    # A batch-sharded cuDNN call cannot be exported (its partitioning callback lives in this process): a clear error.
+    @case("export")
+    def _():
+        mesh, axes = cases["2d-both"]
         on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
         args = (on(params, P()), on(x, P(None, axes)), on(h0, P(None, axes)), on(c0, P(None, axes)),
                 on(lengths, P(axes)))
-        forward = jax.jit(ours)
-        grad = jax.jit(jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3)))
-        for label, fn in (("forward", forward), ("grad", grad)):
-            LOCAL_BATCHES.clear()
-            hlo = fn.lower(*args).compile().as_text()
-            print(name, label, "local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("),
-                  "all-to-all", hlo.count("all-to-all("), "all-reduce", hlo.count("all-reduce("))
-        y = forward(*args)[0]
-        assert y.sharding.spec == P(None, axes), y.sharding
-        np.testing.assert_allclose(y, want_y, atol=1e-6)
-        got = grad(*args)
-        assert got[0].sharding.is_fully_replicated
-        for a, b in zip(got, want_grad):
-            np.testing.assert_allclose(a, b, atol=2e-5)
-        print(name, "values equal")
-
-    # Inter-layer dropout: one single-layer call per layer, each partitioned; the masks are drawn whole and split.
-    dcfg = jcr.RNNConfig("gru", 3, 6, 4, dropout=0.5)
-    dparams = jcr.init_params(jax.random.key(4), dcfg)
-    dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
-    key = jax.random.key(6)
-    masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
-    dropped = lambda p, x, h: jnp.sum(
-        cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard",
-                                cudnn.call_placement(p, x, h, None, None))[0] ** 2)
-    dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
-    mesh = Mesh(devices, ("batch",))
-    on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
-    grad = jax.jit(jax.grad(dropped, argnums=(0, 1, 2)))
-    LOCAL_BATCHES.clear()
-    hlo = grad.lower(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch"))).compile().as_text()
-    got = grad(on(dparams, P()), on(x, P(None, "batch")), on(dh0, P(None, "batch")))
-    for a, w in zip(got, jax.grad(dropped_ref, argnums=(0, 1, 2))(dparams, x, dh0)):
-        np.testing.assert_allclose(a, w, atol=2e-5)
-    print("dropout local", min(LOCAL_BATCHES), "all-gather", hlo.count("all-gather("), "values equal")
-
-    # A batch-sharded cuDNN call cannot be exported (its partitioning callback lives in this process): a clear error.
-    try:
-        cudnn.export(jax.jit(ours), platforms=["cuda"])(*args)
-    except ValueError as e:
-        print("export refused:", "over 8 devices is not supported" in str(e))
+        try:
+            cudnn.export(jax.jit(ours), platforms=["cuda"])(*args)
+        except ValueError as e:
+            print("export refused:", "over 8 devices is not supported" in str(e))
 
     # A training call planned without knowing its placement has reserve rows for the whole batch only: a split would
     # not fit, so it runs whole (the forward, which needs no reserve space, still splits).
-    mesh = Mesh(devices, ("batch",))
-    on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
-    args = (on(params, P()), on(x, P(None, "batch")), on(h0, P(None, "batch")), on(c0, P(None, "batch")),
-            on(lengths, P("batch")))
-    LOCAL_BATCHES.clear()
-    got = jax.jit(jax.grad(lambda *a: loss(unplanned, *a), argnums=(0, 1, 2, 3)))(*args)
-    for a, w in zip(got, want_grad):
-        np.testing.assert_allclose(a, w, atol=2e-5)
-    print("unplanned local", min(LOCAL_BATCHES), "values equal")
+    @case("unplanned")
+    def _():
+        mesh = Mesh(devices, ("batch",))
+        on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+        args = (on(params, P()), on(x, P(None, "batch")), on(h0, P(None, "batch")), on(c0, P(None, "batch")),
+                on(lengths, P("batch")))
+        LOCAL_BATCHES.clear()
+        got = jax.jit(jax.grad(lambda *a: loss(unplanned, *a), argnums=(0, 1, 2, 3)))(*args)
+        for a, w in zip(got, want_grad):
+            np.testing.assert_allclose(a, w, atol=2e-5)
+        print("unplanned local", min(LOCAL_BATCHES), "values equal")
 
     # A batch the mesh does not divide: the call runs whole, the reserve space stays consistent.
-    mesh = Mesh(devices, ("batch",))
-    @jax.jit
-    def uneven(p, x, h, c, n):
-        constrain = lambda a, spec: jax.lax.with_sharding_constraint(a, NamedSharding(mesh, spec))
-        x, h, c = constrain(x, P(None, "batch")), constrain(h, P(None, "batch")), constrain(c, P(None, "batch"))
-        return jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3))(p, x, h, c, n)
-    b = 12
-    LOCAL_BATCHES.clear()
-    got = uneven(params, x[:, :b], h0[:, :b], c0[:, :b], lengths[:b])
-    want = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x[:, :b], h0[:, :b], c0[:, :b], lengths[:b])
-    for a, w in zip(got, want):
-        np.testing.assert_allclose(a, w, atol=2e-5)
-    print("uneven local", min(LOCAL_BATCHES), "values equal")
+    @case("uneven")
+    def _():
+        mesh = Mesh(devices, ("batch",))
+        @jax.jit
+        def uneven(p, x, h, c, n):
+            constrain = lambda a, spec: jax.lax.with_sharding_constraint(a, NamedSharding(mesh, spec))
+            x, h, c = constrain(x, P(None, "batch")), constrain(h, P(None, "batch")), constrain(c, P(None, "batch"))
+            return jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3))(p, x, h, c, n)
+        b = 12
+        LOCAL_BATCHES.clear()
+        got = uneven(params, x[:, :b], h0[:, :b], c0[:, :b], lengths[:b])
+        want = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x[:, :b], h0[:, :b], c0[:, :b],
+                                                                         lengths[:b])
+        for a, w in zip(got, want):
+            np.testing.assert_allclose(a, w, atol=2e-5)
+        print("uneven local", min(LOCAL_BATCHES), "values equal")
 """)
 
 
 @pytest.fixture(scope="module", params=["shardy", "gspmd"])
 def sharded_run(request):
-    result = subprocess.run([sys.executable, "-c", SCRIPT, request.param], capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout.splitlines()
+    """The script's run, shared by the tests below; each case in it reports its own lines (or its failure), so one
+    failing case fails one test, and a crash of the whole script fails each test with the script's stderr."""
+    return subprocess.run([sys.executable, "-c", SCRIPT, request.param], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def _assert_reported(run, case, *expected):
+    lines = run.stdout.splitlines()
+    missing = [line for line in expected if line not in lines]
+    if missing:
+        reported = [line for line in lines if line.split(" ", 1)[0] == case]
+        context = reported if reported else [f"the script exited with status {run.returncode}:", run.stderr[-4000:]]
+        pytest.fail(f"{case}: expected {missing}; the script said:\n" + "\n".join(context), pytrace=False)
 
 
 @pytest.mark.parametrize("mesh, local", [("1d", 2), ("2d-data", 4), ("2d-both", 2)])
 def test_cudnn_path_runs_per_batch_shard_without_gathering_activations(sharded_run, mesh, local):
     """Forward and gradient: each device runs the kernels on its own rows; the only collective is the weight
     gradient's all-reduce (the forward has none)."""
-    assert f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0" in sharded_run, sharded_run
-    assert f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1" in sharded_run, sharded_run
-    assert f"{mesh} values equal" in sharded_run
+    _assert_reported(sharded_run, mesh, f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0",
+                     f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1", f"{mesh} values equal")
 
 
 def test_dropout_path_runs_per_batch_shard(sharded_run):
-    assert "dropout local 2 all-gather 0 values equal" in sharded_run, sharded_run
+    _assert_reported(sharded_run, "dropout", "dropout local 2 all-gather 0 values equal")
 
 
 def test_exporting_a_sharded_call_is_a_clear_error(sharded_run):
-    assert "export refused: True" in sharded_run, sharded_run
+    _assert_reported(sharded_run, "export", "export refused: True")
 
 
 def test_training_call_without_known_placement_runs_whole(sharded_run):
-    assert "unplanned local 16 values equal" in sharded_run, sharded_run
+    _assert_reported(sharded_run, "unplanned", "unplanned local 16 values equal")
 
 
 def test_uneven_batch_runs_whole_with_a_consistent_reserve_space(sharded_run):
-    assert "uneven local 12 values equal" in sharded_run, sharded_run
+    _assert_reported(sharded_run, "uneven", "uneven local 12 values equal")
+
+
+def test_the_script_ran_to_its_end(sharded_run):
+    assert sharded_run.returncode == 0, sharded_run.stderr[-4000:]
 
 
 @pytest.mark.parametrize("where, local_batches", [
