@@ -17,6 +17,7 @@
 #   PYTEST_SELECT     the pytest -m expression (default "gpu"; e.g. "gpu and not slow")
 #   PYTEST_EXTRA      more pytest arguments (e.g. "-k lstm" or a test file)
 #   PYTEST_WHOLE      test files run whole, unfiltered by marker, on the GPU (implementation=None picks cuDNN there)
+#   FUZZ_EXAMPLES     examples of the GPU fuzz property in tests/test_fuzz.py (default 100; CI's CPU run draws 12)
 #   PYTEST_WORKERS    pytest-xdist workers (default 4; a crashing test then costs one worker, not the run)
 #   BENCH_ARGS        arguments of `jax-cudnn-rnn bench` (default: every GPU configuration, f32 and bf16)
 #   SANITIZER_TOOLS   compute-sanitizer tools (default "memcheck racecheck")
@@ -89,12 +90,13 @@ if has_stage tests; then
   "$PYTHON" -c "import pytest_timeout" 2>/dev/null && plugins+=(--timeout 600)
   # Workers share the GPU: no preallocation. Collection errors in unrelated test files (a missing optional
   # dependency) must not hide the GPU results.
-  # shellcheck disable=SC2086
   # Every comparison of test_cudnn_gpu.py records its error and bound (JSON lines, appended to the log below).
   errors="$LOG_DIR/gpu-errors.jsonl"
   rm -f "$errors"
+  # shellcheck disable=SC2086
   XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
-    JAX_CUDNN_RNN_GPU_ERRORS="$errors" "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
+    JAX_CUDNN_RNN_GPU_ERRORS="$errors" JAX_CUDNN_RNN_FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-100}" \
+    "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
     "${plugins[@]}" -rfEs --continue-on-collection-errors \
     ${PYTEST_EXTRA:-tests} 2>&1 | tee "$LOG_DIR/pytest-gpu.log"
   test_status=${PIPESTATUS[0]}
