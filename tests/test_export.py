@@ -65,7 +65,6 @@ def test_the_recipe_exports_a_single_device_cudnn_call(cudnn_traceable):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDNN, reason="needs a CUDA GPU and the cuDNN extension")
 def test_the_recipes_export_runs_on_the_gpu():
     args = _args()
     restored = jax.export.deserialize(cudnn.export(_grad("cudnn"), platforms=["cuda"])(*args).serialize())

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cudnn, ops
+from jax_cudnn_rnn import _extension, cudnn
 from skips import REQUIRE_EXTENSION, skip_or_fail
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5)
@@ -40,12 +40,12 @@ CASES = [
 @pytest.fixture
 def lowers_for_cuda(monkeypatch):
     """Lets rnn(implementation="cudnn") trace on this machine: the extension must be loaded (its targets are what the
-    lowering names); the checks for a GPU are replaced, since the call is lowered for CUDA but never run."""
+    lowering names); cuDNN counts as available and the reserve size (asked of cuDNN on a GPU) comes from a stand-in,
+    since the call is lowered for CUDA but never run."""
     if not _extension.extension_loaded():
         skip_or_fail(f"the cuDNN extension is not loaded: {_extension.extension_error()}", REQUIRE_EXTENSION)
-    monkeypatch.setattr(ops, "_on_cuda", lambda *arrays: True)
-    monkeypatch.setattr(cudnn, "check_available", lambda: None)
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 4096)  # asked of cuDNN on a GPU
+    monkeypatch.setattr(cudnn, "unavailable", lambda: None)
+    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 4096)
 
 
 def _allow_tf32_attributes(fn, *args) -> list[str]:
@@ -64,19 +64,17 @@ def _inputs():
 
 @pytest.mark.parametrize("precision,config,tf32", CASES, ids=str)
 def test_precision_sets_allow_tf32_on_every_cudnn_call(lowers_for_cuda, precision, config, tf32):
-    params, x, h0, c0 = _inputs()
-
-    def forward(params, x):
+    def forward(params, x, h0, c0):
         return jcr.rnn(params, x, h0, c0, CFG, implementation="cudnn", precision=precision)[0]
 
-    def gradient(params, x):
-        return jax.grad(lambda p: jnp.sum(forward(p, x)))(params)
+    def gradient(params, x, h0, c0):
+        return jax.grad(lambda p: jnp.sum(forward(p, x, h0, c0)))(params)
 
     want = "true" if tf32 else "false"
     with jax.default_matmul_precision(config):
-        assert _allow_tf32_attributes(forward, params, x) == [want]
+        assert _allow_tf32_attributes(forward, *_inputs()) == [want]
         # forward (training), backward data, backward weights
-        assert _allow_tf32_attributes(gradient, params, x) == [want] * 3
+        assert _allow_tf32_attributes(gradient, *_inputs()) == [want] * 3
 
 
 def test_dropout_path_passes_allow_tf32_to_every_layer(lowers_for_cuda):
@@ -84,9 +82,9 @@ def test_dropout_path_passes_allow_tf32_to_every_layer(lowers_for_cuda):
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((T, B, 5)), jnp.zeros(cfg.state_shape(B))
 
-    def forward(params, precision):
+    def forward(params, x, h0, precision):
         return jcr.rnn(params, x, h0, None, cfg, is_training=True, dropout_key=jax.random.key(1),
                        implementation="cudnn", precision=precision)[0]
 
-    assert _allow_tf32_attributes(lambda p: forward(p, "tensorfloat32"), params) == ["true"] * 3
-    assert _allow_tf32_attributes(lambda p: forward(p, "highest"), params) == ["false"] * 3
+    assert _allow_tf32_attributes(lambda *a: forward(*a, "tensorfloat32"), params, x, h0) == ["true"] * 3
+    assert _allow_tf32_attributes(lambda *a: forward(*a, "highest"), params, x, h0) == ["false"] * 3
