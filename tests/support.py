@@ -107,13 +107,14 @@ def run_xla(params, config, x, h0, c0, seq_lengths=None):
     return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
 
 
-def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5):
-    """(y, h_n, c_n) against a peer's, c_n None on both sides unless LSTM."""
-    for name, a, b in zip(("y", "h_n", "c_n"), ours, theirs):
-        if a is None:
-            assert b is None, name
+def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
+    """(y, h_n, c_n) against a peer's or the oracle's, compared in float64; c_n None on both sides unless LSTM."""
+    for name, a, b in zip(("y", "h_n", "c_n"), ours, theirs, strict=True):
+        if a is None or b is None:
+            assert a is None and b is None, f"{what} {name}"
             continue
-        np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=name)
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=atol, rtol=rtol,
+                                   err_msg=f"{what} {name}")
 
 
 def summed_biases(config, biases, exact_gates=()):
