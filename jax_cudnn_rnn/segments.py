@@ -1,7 +1,7 @@
 """Mid-sequence resets on a fused backend that cannot zero the state inside a sequence (cuDNN): one row per segment.
 
-``resets[t, b]`` starts a new segment at step t of row b, and segments are independent sequences (DESIGN.md,
-"Resets"). A fused backend (``chunking.Backend``) runs independent sequences, each from its own initial state and up
+``resets[t, b]`` starts a new segment at step t of row b, and segments are independent sequences
+(docs/architecture.md, "Resets"). A fused backend (``chunking.Backend``) runs independent sequences, each from its own initial state and up
 to its own length, so ``rnn_segmented`` repacks the batch:
 
 1. ``plan_segments`` numbers the segments row by row: a segment starts at step 0 and at every valid step whose reset

@@ -56,7 +56,7 @@ def require_extension(extension, env_var: str) -> None:
         skip_or_fail(f"{extension.what} not loaded: {extension.error()}", env_var)
 
 
-def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None):
+def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None, resets=None):
     """The float64 NumPy oracle (numpy_reference.numpy_rnn) run on the canonical lists of the opaque buffer ``params``
     under ``cfg``: (y, h_n, c_n or None) as float64 arrays."""
     weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
@@ -65,7 +65,7 @@ def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None):
                      cfg.num_layers, cfg.num_units, cfg.num_directions == 2, cfg.skip_input,
                      seq_lengths=None if seq_lengths is None else np.asarray(seq_lengths),
                      dropout_masks=dropout_masks, proj_size=cfg.proj_size, cell_clip=cfg.cell_clip,
-                     bias_mode=cfg.bias_mode)
+                     bias_mode=cfg.bias_mode, resets=None if resets is None else np.asarray(resets))
 
 
 def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:

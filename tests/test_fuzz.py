@@ -1,5 +1,5 @@
-"""Property-based tests: random configurations, shapes (T and B down to 1), dtypes, sequence lengths and options
-against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the oracle), and
+"""Property-based tests: random configurations, shapes (T and B down to 1), dtypes, sequence lengths (0 included),
+resets and options against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the oracle), and
 PyTorch's modules run on the converted weights — plus exact canonical round trips.
 
 Examples are drawn afresh each run (a failure prints the example and a reproduction blob). Compiling each new shape is
@@ -67,13 +67,20 @@ def configs(draw, dtypes=tuple(DTYPES), torch_expressible=False):
 
 @st.composite
 def problems(draw, dtypes=tuple(DTYPES), torch_expressible=False):
-    """(config, T, B, seq_lengths or None, seed): T in [1, 6], B in [1, 4], lengths in [1, T] about half the time."""
+    """(config, T, B, seq_lengths or None, seed): T in [1, 6], B in [1, 4], lengths in [0, T] (1 for PyTorch, whose
+    packed sequences have no empty one) about half the time."""
     cfg = draw(configs(dtypes, torch_expressible))
     steps, batch = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     lengths = None
     if draw(st.booleans()):
-        lengths = np.asarray(draw(st.lists(st.integers(1, steps), min_size=batch, max_size=batch)), np.int32)
+        shortest = 1 if torch_expressible else 0
+        lengths = np.asarray(draw(st.lists(st.integers(shortest, steps), min_size=batch, max_size=batch)), np.int32)
     return cfg, steps, batch, lengths, draw(st.integers(0, 2 ** 16))
+
+
+def _resets(rng, steps, batch, with_resets):
+    """bool [T, B] with a reset at about a third of the steps, or None."""
+    return (rng.random((steps, batch)) < 0.3) if with_resets else None
 
 
 def _x64(cfg):
@@ -85,46 +92,52 @@ def _assert_close(got, want, dtype_name, what):
     assert_outputs_close(got, want, atol=tol, rtol=tol, what=what)
 
 
-def _run(cfg, params, x, h0, c0, lengths, implementation):
+def _run(cfg, params, x, h0, c0, lengths, implementation, resets=None):
     return jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None if c0 is None else jnp.asarray(c0),
-                   cfg, seq_lengths=None if lengths is None else jnp.asarray(lengths), implementation=implementation)
+                   cfg, seq_lengths=None if lengths is None else jnp.asarray(lengths), implementation=implementation,
+                   resets=None if resets is None else jnp.asarray(resets))
 
 
 @_settings(12)
-@given(problem=problems(), implementation=st.sampled_from(["xla", "reference"]))
-def test_outputs_match_the_oracle(problem, implementation):
+@given(problem=problems(), implementation=st.sampled_from(["xla", "reference"]), with_resets=st.booleans())
+def test_outputs_match_the_oracle(problem, implementation, with_resets):
     cfg, steps, batch, lengths, seed = problem
+    rng = np.random.default_rng(seed)
     with _x64(cfg):
-        params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(seed), steps, batch)
-        got = _run(cfg, params, x, h0, c0, lengths, implementation)
+        params, x, h0, c0 = draw_inputs(cfg, rng, steps, batch)
+        resets = _resets(rng, steps, batch, with_resets)
+        got = _run(cfg, params, x, h0, c0, lengths, implementation, resets)
         assert got[0].dtype == cfg.dtype and got[0].shape == (steps, batch, cfg.output_size)
-        _assert_close(got, oracle(cfg, params, x, h0, c0, seq_lengths=lengths), cfg.dtype.name, implementation)
+        want = oracle(cfg, params, x, h0, c0, seq_lengths=lengths, resets=resets)
+        _assert_close(got, want, cfg.dtype.name, implementation)
         if lengths is not None:  # zero past each sequence's end
             for b, n in enumerate(lengths):
                 assert np.all(np.asarray(got[0])[n:, b] == 0)
 
 
-def _oracle_loss(cfg, weights, biases, x, h0, c0, lengths, loss_weights):
-    y, h_n, c_n = oracle(cfg, jcr.canonical_to_params(weights, biases, cfg), x, h0, c0, seq_lengths=lengths)
+def _oracle_loss(cfg, weights, biases, x, h0, c0, lengths, resets, loss_weights):
+    y, h_n, c_n = oracle(cfg, jcr.canonical_to_params(weights, biases, cfg), x, h0, c0, seq_lengths=lengths,
+                         resets=resets)
     total = np.sum(y * loss_weights[0]) + np.sum(h_n * loss_weights[1])
     return total if c_n is None else total + np.sum(c_n * loss_weights[2])
 
 
 @_settings(6)
-@given(problem=problems(dtypes=("float64",)), implementation=st.sampled_from(["xla", "reference"]))
-def test_gradients_are_the_oracles_directional_derivatives(problem, implementation):
+@given(problem=problems(dtypes=("float64",)), implementation=st.sampled_from(["xla", "reference"]),
+       with_resets=st.booleans())
+def test_gradients_are_the_oracles_directional_derivatives(problem, implementation, with_resets):
     """The gradient of a random weighted sum of (y, h_n, c_n) w.r.t. params, x, h0 and c0, in float64, dotted with a
     random direction equals the oracle's central difference along it (step 1e-6: error ~1e-10)."""
     cfg, steps, batch, lengths, seed = problem
     rng = np.random.default_rng(seed)
     with _x64(cfg):
         params, x, h0, c0 = draw_inputs(cfg, rng, steps, batch)
+        resets = _resets(rng, steps, batch, with_resets)
         loss_weights = [rng.normal(size=shape) for shape in ((steps, batch, cfg.output_size), cfg.state_shape(batch),
                                                              cfg.cell_shape(batch))]
 
         def loss(params, x, h0, c0):
-            y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg, implementation=implementation,
-                                  seq_lengths=None if lengths is None else jnp.asarray(lengths))
+            y, h_n, c_n = _run(cfg, params, x, h0, c0, lengths, implementation, resets)
             total = jnp.sum(y * loss_weights[0]) + jnp.sum(h_n * loss_weights[1])
             return total if c_n is None else total + jnp.sum(c_n * loss_weights[2])
 
@@ -138,7 +151,7 @@ def test_gradients_are_the_oracles_directional_derivatives(problem, implementati
             weights, biases = jcr.params_to_canonical(jnp.asarray(moved[0]), cfg)
             rest = moved[1:] + [None] * (4 - len(moved))
             return _oracle_loss(cfg, [np.asarray(w) for w in weights], [np.asarray(b) for b in biases], *rest[:3],
-                                lengths, loss_weights)
+                                lengths, resets, loss_weights)
 
         step = 1e-6
         numeric = (at(step) - at(-step)) / (2 * step)
