@@ -24,7 +24,7 @@ from jax_cudnn_rnn import backends, interop, onednn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from numpy_reference import numpy_rnn  # noqa: E402
-from support import draw_inputs, make_config, require_extension, torch_module  # noqa: E402
+from support import draw_inputs, import_or_skip, make_config, require_extension, torch_module  # noqa: E402
 
 T, B = 5, 3
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -72,7 +72,7 @@ TORCH_CASES = [(mode, layers, direction) for mode in ("lstm", "gru", "rnn_tanh",
 @pytest.mark.parametrize("mode,num_layers,direction", TORCH_CASES, ids=str)
 def test_values_and_every_gradient_match_torch(native, mode, num_layers, direction):
     """float32 against PyTorch's CPU module loaded with the same canonical weights (its LSTM is oneDNN's kernel too)."""
-    torch = pytest.importorskip("torch")
+    torch = import_or_skip("torch")
     cfg = make_config(mode, num_layers, direction)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(0))
     (y, h, c), (dparams, dx, dh0, dc0) = _value_and_grads("onednn", cfg, params, x, h0, c0)
