@@ -115,10 +115,9 @@ def _onednn_unsupported(call: Call) -> str | None:
 
 
 def _onednn_where_faster(call: Call) -> str:
-    """The CPU's first candidate: "onednn" where it is measured faster than "xla" for the call's mode and dtype
-    (``onednn.FASTER_THAN_XLA``), else "xla"."""
-    faster = call.config is not None and onednn.FASTER_THAN_XLA.get((call.config.mode, call.config.dtype.name), False)
-    return "onednn" if faster else "xla"
+    """The CPU's first candidate: "onednn" where it is measured faster than "xla" for the call's network and batch
+    (``onednn.faster_than_xla``), else "xla"."""
+    return "onednn" if call.config is not None and onednn.faster_than_xla(call.config, call.batch) else "xla"
 
 
 _BACKENDS: dict[str, Backend] = {}

@@ -129,7 +129,7 @@ def trained_by(compiled_text: str) -> str:
     elif not onednn.extension_loaded():
         why = f"the oneDNN extension is not loaded: {onednn.extension_error()}"
     else:
-        why = f"JAX's backend is {jax.default_backend()!r} and oneDNN is not the faster choice there"
+        why = f"JAX's backend is {jax.default_backend()!r} and oneDNN is not the faster choice for this shape"
     return f"pure JAX (implementation 'xla'), since {why}"
 
 

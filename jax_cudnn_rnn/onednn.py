@@ -131,19 +131,29 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return None
 
 
-# Whether oneDNN beats the xla implementation on the CPU, per (mode, dtype), which rnn(implementation=None) follows
-# there (jax_cudnn_rnn/backends.py). Measured with the two interleaved in one process, T100 B32 I=H=256, one layer,
-# min of 15 runs each, on this project's 2-core Intel Xeon (AVX-512 with AVX512-BF16, no AMX exposed to the VM),
-# shared with other jobs (load 7-9), so +-20 %: oneDNN time / xla time, forward and forward+backward. A
-# differentiated call is what costs, so the forward+backward ratio decides:
-#   float32:  lstm 0.56 / 0.60   gru 0.99 / 0.58   rnn_tanh 0.61 / 1.19 (again: 1.47)   rnn_relu 1.09 / 0.79 (1.59)
-#   bfloat16: lstm 0.89 / 0.86   gru 1.65 / 0.80   rnn_tanh 1.29 / 0.66                  rnn_relu 1.29 / 1.61
-# The vanilla RNNs have one small GEMM per step: oneDNN's per-step overhead is not won back there.
-FASTER_THAN_XLA: dict[tuple[str, str], bool] = {
-    ("lstm", "float32"): True, ("gru", "float32"): True, ("rnn_tanh", "float32"): False,
-    ("rnn_relu", "float32"): False, ("lstm", "bfloat16"): True, ("gru", "bfloat16"): True,
-    ("rnn_tanh", "bfloat16"): False, ("rnn_relu", "bfloat16"): False,
-}
+# Where oneDNN beats the xla implementation on the CPU, which rnn(implementation=None) follows there
+# (jax_cudnn_rnn/backends.py). Measured 2026-11-23 on this project's 2-core Intel Xeon (family 6 model 207, AVX-512
+# with AVX512-BF16, no AMX exposed to the VM), quiet, jax 0.10.2, oneDNN 3.2, one layer unless said, the two
+# implementations alternating in one process, best of two medians of 9: oneDNN time / xla time, forward and
+# forward+backward, against the step's multiply-adds B * G * H * (I + H) (G gates):
+#   float32   lstm H64 B8 (0.26M) 16.9 / 10.1    H256 B1 (0.52M) 4.9 / 6.3    H256 B32 (16.8M) 1.17 / 1.13
+#             lstm H512 B64 (134M) 0.97 / 0.86   2 layers H1024 B64 (537M) 0.98 / 0.90
+#             gru H64 B8 8.7 / 15.1   H512 B64 (101M) 1.03 / 0.97   H1024 B64 (403M) 1.23 / 0.90
+#             rnn_tanh H512 B64 (33.6M) 1.01 / 1.31
+#   bfloat16  every one of those 1.2-25 (both modes): oneDNN 3.2's bf16 RNN never wins here.
+# oneDNN pays a floor of milliseconds per call (small shapes), and wins only where each step's GEMMs are large: the
+# float32 LSTM from about 1e8 multiply-adds per step, both modes. The float32 GRU's gain in training comes with a
+# slower forward (1.23 at H1024), so it stays on xla, as do the vanilla RNNs and bfloat16.
+ONEDNN_MIN_STEP_MACS = 10**8
+
+
+def faster_than_xla(config: RNNConfig, batch: int | None) -> bool:
+    """Whether oneDNN is the faster implementation on the CPU for ``config`` at ``batch`` sequences (False where the
+    batch is not known): a float32 LSTM whose first layer's step costs at least ``ONEDNN_MIN_STEP_MACS``."""
+    if config.mode != "lstm" or config.dtype.name != "float32" or batch is None:
+        return False
+    step_macs = batch * config.num_gates * config.num_units * (config.input_size + config.hidden_size)
+    return step_macs >= ONEDNN_MIN_STEP_MACS
 
 
 def unavailable() -> str | None:

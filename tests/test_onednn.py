@@ -242,13 +242,30 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
     assert backends.implementation_for("cpu", call) == "xla"
 
 
-def test_default_implementation_follows_the_measured_table(native):
-    for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
-        for dtype in (np.float32, BF16):
-            cfg = make_config(mode, 1, "unidirectional", dtype=dtype)
-            expected = "onednn" if onednn.FASTER_THAN_XLA[(mode, np.dtype(dtype).name)] else "xla"
-            assert backends.implementation_for("cpu", backends.Call(cfg, T, B)) == expected
-            assert jcr.implementation_for(jnp.zeros(1), backends.Call(cfg, T, B)) == expected
+@pytest.mark.parametrize("mode, dtype, units, batch, expected", [
+    ("lstm", np.float32, 512, 64, "onednn"),   # 64 * 4 * 512 * 1024 = 134M multiply-adds per step
+    ("lstm", np.float32, 256, 32, "xla"),      # 16.8M: below the measured break-even
+    ("lstm", np.float32, 512, 47, "xla"),      # 98.6M: just below 1e8
+    ("lstm", np.float32, 512, 48, "onednn"),   # 100.7M: just above
+    ("lstm", BF16, 1024, 64, "xla"),           # oneDNN's bfloat16 never wins
+    ("gru", np.float32, 1024, 64, "xla"),      # its training gain came with a slower forward
+    ("rnn_tanh", np.float32, 1024, 64, "xla"),
+    ("rnn_relu", np.float32, 1024, 64, "xla"),
+])
+def test_default_implementation_follows_the_measured_rule(native, mode, dtype, units, batch, expected):
+    cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
+    call = backends.Call(cfg, 10, batch)
+    assert backends.implementation_for("cpu", call) == expected
+    assert jcr.implementation_for(jnp.zeros(1), call) == expected
+    # the chooser rnn() itself runs: its compiled call is oneDNN's custom call exactly where the rule says so
+    params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
+    x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
+    h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
+    c0 = h0 if mode == "lstm" else None
+    text = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)).lower(params, x, h0, c0).as_text()
+    assert (onednn.FORWARD_TARGET in text) == (expected == "onednn")
+    # without a batch (asking what the platform picks in general) the answer is xla
+    assert backends.implementation_for("cpu", backends.Call(cfg)) == "xla"
 
 
 def test_plan_cache_stays_bounded(native):

@@ -20,7 +20,7 @@ def gpu_host(monkeypatch):
     """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in. The CPU's choice is the xla
     implementation here, oneDNN's extension or not (tests/test_onednn.py covers when the CPU picks oneDNN)."""
     monkeypatch.setattr(cudnn, "unavailable", lambda: None)
-    monkeypatch.setattr(onednn, "FASTER_THAN_XLA", {})
+    monkeypatch.setattr(onednn, "faster_than_xla", lambda config, batch: False)
     monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 256)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
 
