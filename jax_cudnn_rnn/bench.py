@@ -478,12 +478,24 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def _cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux, where ``platform.processor()`` is empty), with its family and
+    model numbers, which a VM's generic name ("Intel(R) Xeon(R) Processor") leaves out; "" elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return ""
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return f"{fields.get('model name', '')} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
+
+
 def machine_facts() -> dict[str, Any]:
     """Date, CPU, OS, library versions, JAX backend and device kind (and the CUDA device PyTorch sees, if any)."""
     device = jax.devices()[0]
     facts = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "processor": platform.processor(),
+        "processor": platform.processor() or _cpu_model(),
         "uname": platform.uname()._asdict(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),

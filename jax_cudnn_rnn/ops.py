@@ -148,7 +148,8 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
       implementation: None (the best implementation available for the platform the computation is lowered for:
         "cudnn" on CUDA when the extension is loaded and this process sees a GPU; on the CPU "onednn" when its
-        extension is loaded, it runs the call and it is measured faster for the call's mode and dtype; else "xla";
+        extension is loaded, it runs the call and it is measured faster for the call's shape
+        (``onednn.faster_than_xla``); else "xla";
         under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends.py and
         ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
         seq_lengths or cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan;
