@@ -70,11 +70,8 @@ class Backend:
 
 
 def _dropout_masks(dropout_key, config: RNNConfig, x) -> list[Any] | None:
-    """``dropout.dropout_masks`` for x's [T, B] in the dtype the implementations compute in; None without a key."""
-    if dropout_key is None:
-        return None
-    return dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
-                                 xla.compute_dtype(config.dtype))
+    """``dropout.masks_for`` x; None without a key."""
+    return None if dropout_key is None else dropout.masks_for(dropout_key, config, x.shape)
 
 
 def _run_xla(implementation: Callable[..., Any]) -> Callable[..., tuple[Any, Any, Any]]:

@@ -47,7 +47,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from jax_cudnn_rnn import layout, sharded_canonical

@@ -411,18 +411,9 @@ def _rnn_bwd(config: RNNConfig, allow_tf32: bool, policy: str, where: placement.
 _rnn.defvjp(_rnn_fwd, _rnn_bwd)
 
 
-def _compute_dtype(dtype: np.dtype) -> Any:
-    return jnp.float64 if dtype == np.float64 else jnp.float32
-
-
-def _dropout_masks(dropout_key, config: RNNConfig, x_shape) -> list[jax.Array]:
-    return dropout.dropout_masks(dropout_key, config, (x_shape[0], x_shape[1], config.output_size),
-                                 _compute_dtype(config.dtype))
-
-
 def _rnn_with_dropout(params, x, h0, c0, seq_lengths, config: RNNConfig, dropout_key, allow_tf32: bool,
                       policy: str, where: placement.Placement = placement.UNKNOWN):
-    masks = _dropout_masks(dropout_key, config, x.shape)
+    masks = dropout.masks_for(dropout_key, config, x.shape)
     return _rnn_with_masks(params, x, h0, c0, seq_lengths, config, masks, allow_tf32, policy, where)
 
 
@@ -503,5 +494,5 @@ def rnn_cudnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None, is_trainin
     run = backend(allow_tf32, algorithm_policy)
     masks = None
     if dropout_key is not None and is_training and config.dropout > 0 and config.num_layers > 1:
-        masks = _dropout_masks(dropout_key, config, x.shape)
+        masks = dropout.masks_for(dropout_key, config, x.shape)
     return run(params, x, h0, c0, config, seq_lengths, masks)

@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jax_cudnn_rnn import dropout, layout
 from jax_cudnn_rnn.config import RNNConfig
@@ -23,15 +22,11 @@ from jax_cudnn_rnn.config import RNNConfig
 LayerFn = Callable[[jax.Array, jax.Array, jax.Array, Any, RNNConfig], tuple[jax.Array, jax.Array, Any]]
 
 
-def _compute_dtype(dtype: np.dtype) -> Any:
-    return jnp.float64 if dtype == np.float64 else jnp.float32
-
-
 def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, masks):
     """``config``'s network one ``run_layer`` call per layer, layer l's output times ``masks[l]`` (float32/64
-    [T, B, D*hidden]) before layer l + 1. Arrays as ``rnn``'s (x [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or
+    [T, B, D*hidden]; None or [] for no dropout) before layer l + 1. Arrays as ``rnn``'s (x [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or
     None); returns (y, h_n, c_n or None)."""
-    compute_dtype = _compute_dtype(config.dtype)
+    compute_dtype = dropout.compute_dtype(config.dtype)
     directions = config.num_directions
     layer_input, h_n, c_n = x, [], []
     for layer in range(config.num_layers):
@@ -40,7 +35,7 @@ def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, mas
                                       None if c0 is None else c0[states], layout.sub_config(config, layer))
         h_n.append(h_last)
         c_n.append(c_last)
-        if layer < config.num_layers - 1:
+        if masks and layer < config.num_layers - 1:
             y = (y.astype(compute_dtype) * masks[layer]).astype(config.dtype)
         layer_input = y
     return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
@@ -48,6 +43,5 @@ def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, mas
 
 def rnn_with_dropout(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, dropout_key):
     """``rnn_with_masks`` with ``dropout.dropout_masks(dropout_key, ...)``, the xla implementation's masks."""
-    masks = dropout.dropout_masks(dropout_key, config, (x.shape[0], x.shape[1], config.output_size),
-                                  _compute_dtype(config.dtype))
+    masks = dropout.masks_for(dropout_key, config, x.shape)
     return rnn_with_masks(run_layer, params, x, h0, c0, config, masks)

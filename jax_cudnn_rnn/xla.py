@@ -22,18 +22,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.dropout import compute_dtype
 
 Array = jax.Array
-
-
-def compute_dtype(dtype: Any) -> Any:
-    """float64 stays float64; everything else is computed in float32."""
-    return jnp.float64 if np.dtype(dtype) == np.float64 else jnp.float32
 
 
 # ----------------------------------------------------------------------------------------------------------------------
