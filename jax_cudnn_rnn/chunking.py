@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import layout, stacking
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
@@ -81,23 +81,23 @@ def _forward_chunks(run: Backend, max_steps: int, params, x, h0, c0, config: RNN
 
 def _bidirectional_chunks(run: Backend, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
                           dropout_masks: Sequence[Array] | None):
-    layer_input, h_n, c_n = x, [], []
-    for layer in range(config.num_layers):
-        outputs = []
+    """Layer by layer (``stacking.rnn_with_masks``), each direction of a layer a unidirectional one-layer network over
+    its own slice of the buffer, run as ``_forward_chunks``; the backward one over the rows reversed."""
+
+    def run_layer(params, x, h0, c0, single: RNNConfig):
+        outputs, h_n, c_n = [], [], []
         for direction in range(2):
-            index = layer * 2 + direction
-            states = slice(index, index + 1)
-            inputs = layer_input if direction == 0 else reverse_rows(layer_input, seq_lengths)
+            states = slice(direction, direction + 1)
+            inputs = x if direction == 0 else reverse_rows(x, seq_lengths)
             y, h_last, c_last = _forward_chunks(
-                run, max_steps, layout.sub_params(params, config, layer, direction), inputs, h0[states],
-                None if c0 is None else c0[states], layout.sub_config(config, layer, direction), seq_lengths, None)
+                run, max_steps, layout.sub_params(params, single, 0, direction), inputs, h0[states],
+                None if c0 is None else c0[states], layout.sub_config(single, 0, direction), seq_lengths, None)
             outputs.append(y if direction == 0 else reverse_rows(y, seq_lengths))
             h_n.append(h_last)
             c_n.append(c_last)
-        layer_input = jnp.concatenate(outputs, axis=-1)
-        if dropout_masks and layer < config.num_layers - 1:
-            layer_input = (layer_input.astype(dropout_masks[layer].dtype) * dropout_masks[layer]).astype(x.dtype)
-    return layer_input, jnp.concatenate(h_n), (None if c0 is None else jnp.concatenate(c_n))
+        return jnp.concatenate(outputs, axis=-1), jnp.concatenate(h_n), (None if c0 is None else jnp.concatenate(c_n))
+
+    return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
 
 
 def run_chunked(run: Backend, max_steps: int, params: Array, x: Array, h0: Array, c0: Array | None,
