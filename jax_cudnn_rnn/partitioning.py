@@ -30,15 +30,15 @@ import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jax_cudnn_rnn.placement import spec_axes
+
 BATCH_FACTOR = "b"
 
 
 def _split_axes(mesh, array: Any, axis: int) -> tuple[str, ...]:
     """The mesh axes that ``array``'s sharding splits dimension ``axis`` over, if they divide it evenly; else ()."""
     spec = getattr(getattr(array, "sharding", None), "spec", None)
-    if spec is None or axis >= len(spec) or spec[axis] is None:
-        return ()
-    axes = tuple(spec[axis]) if isinstance(spec[axis], tuple) else (spec[axis],)
+    axes = () if spec is None else spec_axes(spec, axis)
     return () if array.shape[axis] % math.prod(mesh.shape[name] for name in axes) else axes
 
 

@@ -73,7 +73,10 @@ class Placement:
 UNKNOWN = Placement(batch_axes=())
 
 
-def _spec_axes(entry: Any) -> tuple[str, ...]:
+def spec_axes(spec: Any, dim: int) -> tuple[str, ...]:
+    """The mesh axes that ``PartitionSpec`` ``spec`` splits dimension ``dim`` over (() when it is not split, also past
+    the spec's end)."""
+    entry = spec[dim] if dim < len(spec) else None
     if entry is None:
         return ()
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
@@ -89,7 +92,7 @@ def _from_concrete(array: jax.Array, batch_axis: int | None) -> Placement:
     if mesh is None or spec is None or not mesh.shape:
         split = () if len(sharding.device_set) == 1 else None  # a positional/GSPMD sharding: XLA decides
         return Placement(lowering_platform(device), device, device.device_kind, (), split)
-    axes = () if batch_axis is None or batch_axis >= len(spec) else _spec_axes(spec[batch_axis])
+    axes = () if batch_axis is None else spec_axes(spec, batch_axis)
     return Placement(lowering_platform(device), device, device.device_kind, tuple(mesh.shape.items()), axes)
 
 
@@ -109,7 +112,7 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     axis_types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ()) or ()))
     batch_axes = None
     if spec is not None and batch_axis is not None and batch_axis < len(spec):
-        axes = _spec_axes(spec[batch_axis])
+        axes = spec_axes(spec, batch_axis)
         # An explicit axis's spec is the layout; an automatic one's is unconstrained until XLA propagates.
         if axes or all(t == explicit for t in axis_types.values()):
             batch_axes = axes if all(axis_types.get(a) == explicit for a in axes) else None

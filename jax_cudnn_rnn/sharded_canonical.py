@@ -29,14 +29,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.placement import spec_axes
 from jax_cudnn_rnn.config import RNNConfig
-
-
-def _split_axes(spec: PartitionSpec) -> tuple[str, ...]:
-    """The mesh axes a 1-D buffer's spec splits its only axis over (empty when replicated)."""
-    if len(spec) == 0 or spec[0] is None:
-        return ()
-    return tuple(spec[0]) if isinstance(spec[0], tuple) else (spec[0],)
 
 
 def canonical_sharding(buffer_sharding: jax.sharding.Sharding | None, shape: tuple[int, ...]
@@ -46,7 +40,7 @@ def canonical_sharding(buffer_sharding: jax.sharding.Sharding | None, shape: tup
     if buffer_sharding is None or isinstance(buffer_sharding, SingleDeviceSharding):
         return buffer_sharding
     if isinstance(buffer_sharding, NamedSharding):
-        mesh, axes = buffer_sharding.mesh, _split_axes(buffer_sharding.spec)
+        mesh, axes = buffer_sharding.mesh, spec_axes(buffer_sharding.spec, 0)
         count = math.prod(mesh.shape[name] for name in axes)
         spec = PartitionSpec()
         for dim, size in enumerate(shape):
@@ -69,7 +63,7 @@ def _local_part(tensor: jax.Array, spec: PartitionSpec, mesh: jax.sharding.Mesh)
     """Inside ``shard_map``: this device's block of a whole ``tensor`` split as ``spec`` says."""
     for dim, axes in enumerate(spec):
         if axes is not None:
-            size = tensor.shape[dim] // math.prod(mesh.shape[name] for name in _split_axes(PartitionSpec(axes)))
+            size = tensor.shape[dim] // math.prod(mesh.shape[name] for name in spec_axes(spec, dim))
             return jax.lax.dynamic_slice_in_dim(tensor, jax.lax.axis_index(axes) * size, size, axis=dim)
     return tensor
 
@@ -78,7 +72,7 @@ def _local_part(tensor: jax.Array, spec: PartitionSpec, mesh: jax.sharding.Mesh)
 def _to_tree(config: RNNConfig, buffer_sharding: jax.sharding.Sharding):
     shardings = canonical_shardings(buffer_sharding, config)
     to_tree = functools.partial(layout.params_to_tree, config=config)
-    if not (isinstance(buffer_sharding, NamedSharding) and _split_axes(buffer_sharding.spec)):
+    if not (isinstance(buffer_sharding, NamedSharding) and spec_axes(buffer_sharding.spec, 0)):
         return jax.jit(to_tree, out_shardings=layout.unflatten_tree(shardings))
     # Left to itself XLA's partitioner moves every slice's bytes with point-to-point exchanges (hundreds of them, and
     # many seconds of compilation); gathering the buffer once, as a training step that uses it does anyway, and
