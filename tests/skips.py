@@ -8,6 +8,7 @@ Flags (environment, "1" to set):
   keras, equinox) must import. Set by .ci/run.
 - ``JAX_CUDNN_RNN_REQUIRE_EXTENSION``: the cuDNN extension must be built and loaded (tests marked ``gpu`` still skip
   without a GPU). Set by .ci/run and scripts/gpu_check.sh.
+- ``JAX_CUDNN_RNN_REQUIRE_ONEDNN``: the oneDNN extension must be built and loaded. Set by .ci/run.
 - ``JAX_CUDNN_RNN_REQUIRE_GPU``: a CUDA device must be there for the tests marked ``gpu``, and PyTorch must see it for
   the GPU peer comparisons. Set by scripts/gpu_check.sh.
 """
@@ -23,6 +24,7 @@ import pytest
 
 REQUIRE_PEERS = "JAX_CUDNN_RNN_REQUIRE_PEERS"
 REQUIRE_EXTENSION = "JAX_CUDNN_RNN_REQUIRE_EXTENSION"
+REQUIRE_ONEDNN = "JAX_CUDNN_RNN_REQUIRE_ONEDNN"
 REQUIRE_GPU = "JAX_CUDNN_RNN_REQUIRE_GPU"
 
 

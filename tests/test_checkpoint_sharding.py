@@ -53,7 +53,7 @@ def _placements() -> dict:
 
 
 def _check(restored, host, sharding, where: str) -> None:
-    for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host)):
+    for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host), strict=True):
         name = f"{where} {jax.tree_util.keystr(path)}"
         assert got.sharding.is_equivalent_to(sharding, got.ndim), (name, got.sharding, sharding)
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=name)

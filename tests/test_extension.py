@@ -15,13 +15,13 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _extension, _native, cudnn, segments, xla
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import skips  # noqa: E402
 from support import require_extension  # noqa: E402
 
 EXPECTED_TARGETS = {"jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"}
@@ -31,7 +31,7 @@ HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 @pytest.fixture
 def native():
     """The loaded native module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_EXTENSION=1) without it."""
-    require_extension(_extension.EXTENSION, "JAX_CUDNN_RNN_REQUIRE_EXTENSION")
+    require_extension(_extension.EXTENSION, skips.REQUIRE_EXTENSION)
     return _extension.module()
 
 

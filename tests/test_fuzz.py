@@ -9,7 +9,6 @@ runs the GPU property, marked ``gpu``, with more).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 

@@ -23,8 +23,9 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import backends, interop, onednn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from numpy_reference import numpy_rnn  # noqa: E402
-from support import draw_inputs, import_or_skip, make_config, require_extension, torch_module  # noqa: E402
+import skips  # noqa: E402
+from support import (assert_outputs_close, draw_inputs, import_or_skip, make_config, oracle,  # noqa: E402
+                     require_extension, torch_module)
 
 T, B = 5, 3
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -33,7 +34,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 @pytest.fixture
 def native():
     """The loaded oneDNN module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_ONEDNN=1) without it."""
-    require_extension(onednn.EXTENSION, "JAX_CUDNN_RNN_REQUIRE_ONEDNN")
+    require_extension(onednn.EXTENSION, skips.REQUIRE_ONEDNN)
     return onednn.module()
 
 
@@ -123,14 +124,7 @@ def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_lay
     cfg = make_config(mode, num_layers, direction, **extra)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(1))
     (y, h, c), grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
-    weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
-    want = numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, cfg.num_units, cfg.num_directions == 2,
-                     cfg.skip_input, proj_size=cfg.proj_size, bias_mode=cfg.bias_mode)
-    for got, expected in zip((y, h, c), want):
-        if expected is None:
-            assert got is None
-        else:
-            np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5)
+    assert_outputs_close((y, h, c), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
     for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads):
         if expected is None:

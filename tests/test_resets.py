@@ -23,8 +23,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import segments, xla
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from numpy_reference import numpy_rnn  # noqa: E402
-from support import MODES, draw_inputs, make_config  # noqa: E402
+from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle  # noqa: E402
 
 T, B = 7, 3
 LENGTHS = (6, 7, 3)
@@ -61,23 +60,6 @@ def run(implementation, params, x, h0, c0, cfg, lengths, resets, dropout_key=Non
         masks = jcr.dropout_masks(dropout_key, cfg, (x.shape[0], x.shape[1], cfg.output_size), jnp.float32)
     return segments.rnn_segmented(stand_in(), stand_in(), params, x, h0, c0, cfg, lengths, resets, masks,
                                   max_segments)
-
-
-def oracle(cfg, params, x, h0, c0, lengths, resets, dropout_masks=None):
-    weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
-    up = lambda a: None if a is None else np.asarray(a, np.float64)  # noqa: E731
-    return numpy_rnn([up(w) for w in weights], [up(b) for b in biases], up(x), up(h0), up(c0), cfg.mode,
-                     cfg.num_layers, cfg.num_units, cfg.num_directions == 2, cfg.skip_input, seq_lengths=lengths,
-                     dropout_masks=dropout_masks, proj_size=cfg.proj_size, cell_clip=cfg.cell_clip,
-                     bias_mode=cfg.bias_mode, resets=resets)
-
-
-def assert_close(got, want, tol, label=""):
-    for name, a, b in zip(("y", "h_n", "c_n"), got, want):
-        if b is None:
-            assert a is None, (label, name)
-        else:
-            np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=tol, atol=tol, err_msg=f"{label} {name}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -121,9 +103,9 @@ def test_resets_match_numpy(mode, implementation, case_index):
     cases, outputs = _results(mode, implementation)
     cfg, with_lengths, inputs = cases[case_index]
     lengths = np.array(LENGTHS) if with_lengths else None
-    want = oracle(cfg, *inputs, lengths, RESETS)
-    assert_close(outputs[case_index], want, 1e-5, f"{implementation} {cfg}")
-    without = oracle(cfg, *inputs, lengths, None)
+    want = oracle(cfg, *inputs, lengths, resets=RESETS)
+    assert_outputs_close(outputs[case_index], want, atol=1e-5, rtol=1e-5, what=f"{implementation} {cfg}")
+    without = oracle(cfg, *inputs, lengths)
     assert np.abs(without[0] - want[0]).max() > 1e-2  # the resets matter in this case
 
 
@@ -144,7 +126,8 @@ def test_projection_clip_and_dropout_with_resets(implementation):
         masks = None
         if dropout_key is not None:
             masks = [np.asarray(m) for m in jcr.dropout_masks(key, cfg, (T, B, cfg.output_size), jnp.float32)]
-        assert_close(got, oracle(cfg, *inputs, lengths, RESETS, masks), 1e-5, f"{implementation} {cfg}")
+        assert_outputs_close(got, oracle(cfg, *inputs, lengths, masks, RESETS), atol=1e-5, rtol=1e-5,
+                             what=f"{implementation} {cfg}")
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -158,13 +141,13 @@ def test_zero_lengths_and_resets_everywhere(implementation):
     resets[0, 0] = True
     got = run(implementation, *(None if a is None else jnp.asarray(a) for a in inputs), cfg,
               jnp.asarray(lengths, jnp.int32), jnp.asarray(resets))
-    want = oracle(cfg, *inputs, lengths, resets)
-    assert_close(got, want, 1e-5, implementation)
+    want = oracle(cfg, *inputs, lengths, resets=resets)
+    assert_outputs_close(got, want, atol=1e-5, rtol=1e-5, what=implementation)
     assert np.all(np.asarray(got[0])[:, 0] == 0)
     np.testing.assert_array_equal(np.asarray(got[1])[:, 0], inputs[2][:, 0])
     if implementation != "segmented":  # and without resets
         got = jcr.rnn(*inputs, cfg, seq_lengths=jnp.asarray(lengths, jnp.int32), implementation=implementation)
-        assert_close(got, oracle(cfg, *inputs, lengths, None), 1e-5, implementation)
+        assert_outputs_close(got, oracle(cfg, *inputs, lengths), atol=1e-5, rtol=1e-5, what=implementation)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -237,7 +220,7 @@ def test_gradients_with_resets_match_reference_autodiff(mode, case_index):
 
 
 def _numpy_loss(cfg, lengths, resets, weights, params, x, h0, c0):
-    y, h_n, c_n = oracle(cfg, params, x, h0, c0, lengths, resets)
+    y, h_n, c_n = oracle(cfg, params, x, h0, c0, lengths, resets=resets)
     wy, wh, wc = (None if w is None else np.asarray(w, np.float64) for w in weights)
     total = np.sum(y * wy) + np.sum(h_n * wh)
     return total if c_n is None else total + np.sum(c_n * wc)
@@ -317,7 +300,8 @@ def test_vmap_and_jit_of_rnn_with_resets():
     fn = lambda r: jcr.rnn(params, x, h0, c0, cfg, resets=r)  # noqa: E731
     batched = jax.jit(jax.vmap(fn))(many)
     for k in range(3):
-        assert_close([a[k] for a in batched], oracle(cfg, params, x, h0, c0, None, np.asarray(many[k])), 1e-5)
+        assert_outputs_close([a[k] for a in batched], oracle(cfg, params, x, h0, c0, resets=np.asarray(many[k])),
+                             atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
