@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import subprocess
+
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -131,3 +133,11 @@ def summed_biases(config, biases, exact_gates=()):
         else:
             result.append(named[name] + named[name.replace("b_input", "b_recurrent")])
     return result
+
+
+def run_checked(command: list[str], timeout: float, **kwargs) -> str:
+    """Runs ``command`` (``subprocess.run`` keywords in ``kwargs``) and returns its stdout; fails the test with the
+    command and the tails of both outputs when it exits with an error."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result.stdout

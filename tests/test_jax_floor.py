@@ -8,7 +8,6 @@ Needs the package index (pip's cache makes a repeated run quick); every step has
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from support import run_checked  # noqa: E402
 
 
 def declared() -> tuple[str, list[str]]:
@@ -33,31 +34,25 @@ def test_every_jax_floor_agrees():
     assert re.findall(r'"jax(?:\[cuda13\])?>=([\w.]+)"', text) == [floor] * 3
 
 
-def _run(command: list[str], timeout: float, **kwargs) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout
-
-
 @pytest.mark.floor
 def test_declared_minimum_jax_runs_the_smoke_test(tmp_path):
     floor, dependencies = declared()
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], timeout=120)
+    run_checked([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     # scikit-build-core builds the package without isolation: an isolated build would fetch the native extensions'
     # build requirements (cuDNN, oneDNN), which this check switches off anyway.
-    _run([*pip, f"jax=={floor}", f"jaxlib=={floor}", *dependencies, "scikit-build-core>=0.10"], timeout=600)
+    run_checked([*pip, f"jax=={floor}", f"jaxlib=={floor}", *dependencies, "scikit-build-core>=0.10"], timeout=600)
     # A copy of the sources, so that this build never touches the developer's build directory.
     source = tmp_path / "source"
     for name in ("pyproject.toml", "README.md", "CMakeLists.txt"):
         shutil.copy(ROOT / name, source / name if source.exists() else (source.mkdir() or source / name))
     for name in ("cmake", "common", "cuda", "onednn", "jax_cudnn_rnn"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    _run([*pip, "--no-deps", "--no-build-isolation", str(source)], timeout=600,
+    run_checked([*pip, "--no-deps", "--no-build-isolation", str(source)], timeout=600,
          env={**os.environ, "JAX_CUDNN_RNN_CUDA": "OFF", "JAX_CUDNN_RNN_ONEDNN": "OFF"})
-    out = _run([python, str(ROOT / "tests" / "floor_smoke.py"), floor], timeout=600, cwd=tmp_path,
+    out = run_checked([python, str(ROOT / "tests" / "floor_smoke.py"), floor], timeout=600, cwd=tmp_path,
                env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")})
     for line in ("xla jit grad ok", "custom_partitioning per shard ok", "cuda lowering ok", "platform choice ok"):
         assert line in out.splitlines(), out

@@ -9,7 +9,6 @@ where the wheel is part of what is tested and it fails instead.
 
 import os
 import shutil
-import subprocess
 import sys
 import venv
 
@@ -17,6 +16,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
+sys.path.insert(0, TESTS)
+from support import run_checked  # noqa: E402
+
 pytestmark = pytest.mark.wheel
 
 SMOKE = r"""
@@ -66,11 +68,9 @@ def test_wheel_installs_and_runs_without_compilers(tmp_path):
         _unavailable("bash is not on the PATH")
     if not (shutil.which("c++") or shutil.which("g++") or os.environ.get("CXX")):
         _unavailable("no C++ compiler to build the wheel with")
-    build = subprocess.run(["bash", os.path.join(ROOT, "scripts", "build_wheel.sh"), str(tmp_path / "dist")],
-                           capture_output=True, text=True, timeout=1200, check=False,
-                           env={**os.environ, "PYTHON": sys.executable})
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    wheel = build.stdout.strip().splitlines()[-1]
+    build = run_checked(["bash", os.path.join(ROOT, "scripts", "build_wheel.sh"), str(tmp_path / "dist")], 1200,
+                        env={**os.environ, "PYTHON": sys.executable})
+    wheel = build.strip().splitlines()[-1]
     assert os.path.isfile(wheel) and "manylinux" in os.path.basename(wheel), wheel
 
     env_dir = tmp_path / "fresh"
@@ -79,11 +79,7 @@ def test_wheel_installs_and_runs_without_compilers(tmp_path):
     # Nothing but the new environment on the PATH: no compiler, CMake or nvcc can be found, and none is needed.
     env = {**os.environ, "PATH": bin_dir, "CC": "/nonexistent/cc", "CXX": "/nonexistent/c++"}
     env.pop("PYTHONPATH", None)
-    install = subprocess.run([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:",
-                              f"{wheel}[cudnn,onednn]"],
-                             capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path, check=False)
-    assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
-    smoke = subprocess.run([os.path.join(bin_dir, "python"), "-c", SMOKE, TESTS], capture_output=True, text=True,
-                           timeout=300, env=env, cwd=tmp_path, check=False)
-    assert smoke.returncode == 0, smoke.stdout[-4000:] + smoke.stderr[-4000:]
-    assert "wheel smoke run OK" in smoke.stdout
+    run_checked([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:", f"{wheel}[cudnn,onednn]"], 900,
+                env=env, cwd=tmp_path)
+    smoke = run_checked([os.path.join(bin_dir, "python"), "-c", SMOKE, TESTS], 300, env=env, cwd=tmp_path)
+    assert "wheel smoke run OK" in smoke
