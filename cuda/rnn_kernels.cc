@@ -13,7 +13,6 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
