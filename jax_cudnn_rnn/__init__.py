@@ -11,8 +11,8 @@ Quick tour::
     y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg)             # x [T, B, 64] time-major
 """
 
-from jax_cudnn_rnn._extension import extension_error, extension_loaded
-from jax_cudnn_rnn.backends import implementation_for
+from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
+from jax_cudnn_rnn.backends.registry import implementation_for
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.dropout import dropout_masks
 from jax_cudnn_rnn.layout import (

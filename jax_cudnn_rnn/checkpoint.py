@@ -49,9 +49,10 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import layout, sharded_canonical
+from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams, is_rnn_params
+from jax_cudnn_rnn.sharding import canonical as sharded_canonical
 
 FORMAT_VERSION = 1
 METADATA_KEY = "jax_cudnn_rnn"

@@ -1,4 +1,5 @@
-"""``rnn``: the public op. Checks every argument, then runs the implementation jax_cudnn_rnn/backends.py chooses."""
+"""``rnn``: the public op. Checks every argument, prepares the call once (jax_cudnn_rnn/backends/call.py: its options,
+placement and dropout masks) and runs it on the implementation jax_cudnn_rnn/backends/registry.py chooses."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import backends, layout, placement
-from jax_cudnn_rnn.algorithm import check_policy
+from jax_cudnn_rnn import dropout, layout
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
+from jax_cudnn_rnn.sharding import placement
+
 
 def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
     shape = getattr(value, "shape", None)
@@ -199,18 +204,14 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     if not isinstance(is_training, (bool, np.bool_)):
         raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
                         f"{type(is_training).__name__}")
-    precision = resolve_precision(precision)
-    algorithm = check_policy(algorithm)
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
                          "PRNG key (jax.random.key(seed))")
-    call = backends.Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
-                         resets=resets is not None)
-    where = placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
-    choices = backends.resolve(implementation, call, where)
-    lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
-    with_resets = {} if resets is None else dict(resets=jnp.asarray(resets), max_segments=max_segments)
-    return backends.run(choices, implementation, params, x, h0, c0, lengths, dropout_key if apply_dropout else None,
-                        config=config, is_training=bool(is_training), precision=precision, algorithm=algorithm,
-                        **with_resets)
+    call = Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
+                resets is not None, resolve_precision(precision), check_algorithm(algorithm), max_segments,
+                placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]))
+    masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
+    inputs = Inputs(params, x, h0, c0, None if seq_lengths is None else jnp.asarray(seq_lengths),
+                    None if resets is None else jnp.asarray(resets), masks)
+    return registry.run(implementation, call, inputs)

@@ -1,5 +1,5 @@
 """Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets
-(``_native.NativeExtension``, shared with the oneDNN extension).
+(``loader.NativeExtension``, shared with the oneDNN extension).
 
 Importing this module never raises: when the extension is absent or broken, ``extension_loaded()`` is False and
 ``extension_error()`` says why, and the package runs its pure-JAX implementation.
@@ -17,16 +17,15 @@ since the XLA FFI's C API is versioned and XLA keeps accepting handlers built fo
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import os
 import re
 from types import ModuleType
 from typing import Any
 
-from jax_cudnn_rnn import _native
+from jax_cudnn_rnn.backends.fused import loader
 
-# Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/cudnn.py calls them.
+# Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/backends/cudnn/kernels.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
 BACKWARD_DATA_TARGET = "jax_cudnn_rnn_backward_data"
 BACKWARD_WEIGHTS_TARGET = "jax_cudnn_rnn_backward_weights"
@@ -36,25 +35,11 @@ BUILD_HINT = ("build it with `pip install .` on Linux with a C++17 compiler (the
               "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
               "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
               "error instead of a skip")
-EXTENSION = _native.NativeExtension(
+EXTENSION = loader.NativeExtension(
     "jax_cudnn_rnn._cudnn_rnn", "cuDNN extension", "CUDA", BUILD_HINT, "JAX_CUDNN_RNN_CUDA",
     library=("libcudnn", "the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
                          "`pip install nvidia-cudnn-cu13` brings it"))
 _cudnn_path: str | None = None
-
-
-def _preload_cudnn() -> str | None:
-    """Loads the wheel's libcudnn.so.9 globally if the wheel is installed; returns the path loaded, else None."""
-    try:
-        import nvidia.cudnn
-    except ImportError:
-        return None
-    for directory in nvidia.cudnn.__path__:
-        path = os.path.join(directory, "lib", "libcudnn.so.9")
-        if os.path.exists(path):
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-            return path
-    return None
 
 
 def _preload() -> str | None:
@@ -62,7 +47,7 @@ def _preload() -> str | None:
     still find a libcudnn)."""
     global _cudnn_path
     try:
-        _cudnn_path = _preload_cudnn()
+        _cudnn_path = loader.preload("nvidia-cudnn-cu13", "libcudnn.so.9")
     except OSError as e:
         return f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
     return None
@@ -141,7 +126,7 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
 
 
 def _check(native: ModuleType) -> tuple[str | None, str | None]:
-    """``check_versions`` for the imported module (``_native.NativeExtension.load``'s check)."""
+    """``check_versions`` for the imported module (``loader.NativeExtension.load``'s check)."""
     return check_versions(build_versions(native), runtime_versions(native), _cudnn_path)
 
 

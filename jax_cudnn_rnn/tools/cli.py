@@ -19,7 +19,7 @@ def register(name: str, help: str, module: str, description: str = "") -> None:
 
 
 register("demo", "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
-         "jax_cudnn_rnn.demo",
+         "jax_cudnn_rnn.tools.demo",
          description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
                      "with this library's LSTM (cuDNN's kernels on a GPU with the extension loaded, else pure JAX; "
                      "it prints which), saves Orbax checkpoints in the canonical format into --output-dir, reads the "
@@ -28,14 +28,14 @@ register("demo", "train a character-level LSTM, checkpoint it canonically, rerun
                      "folder resumes only with the same settings and a higher --steps, else starts fresh. Defaults "
                      "finish in a few minutes on a laptop CPU.")
 register("info", "versions, cuDNN extension status and which implementation rnn() picks on each device",
-         "jax_cudnn_rnn.info",
+         "jax_cudnn_rnn.tools.info",
          description="Prints this package's, Python's, JAX's and cuDNN's versions (cuDNN at run time and the one the "
                      "extension was built against), whether the cuDNN extension is loaded and why not, a mismatch "
                      "between the jax/cuDNN it was built against and the ones running, JAX's devices, and the "
                      "implementation rnn(implementation=None) picks for arrays on each device. Paste it into bug "
                      "reports.")
 register("bench", "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
-         "jax_cudnn_rnn.bench",
+         "jax_cudnn_rnn.tools.bench",
          description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "
                      "parameters and x) of this library's cuDNN and pure-JAX implementations, Flax's nn.RNN, "
                      "jax.experimental.rnn.lstm and PyTorch's nn.LSTM/nn.GRU on named configurations (A-F on a GPU, "

@@ -10,13 +10,15 @@ platform.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Callable
 from types import ModuleType
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # jax_cudnn_rnn/
 
 
 def build_skip_reason(option: str) -> str | None:
@@ -33,6 +35,23 @@ def in_source_checkout() -> bool:
     """Whether this package is the one in a source tree (next to pyproject.toml and cuda/), not an installed copy."""
     root = os.path.dirname(_PACKAGE_DIR)
     return os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "cuda"))
+
+
+def preload(distribution: str, filename: str) -> str | None:
+    """Loads the shared library ``filename`` that the pip distribution ``distribution`` installed, with RTLD_GLOBAL
+    (wherever pip put it: a virtual environment, --user or another prefix), so that a native module linking it finds
+    that one and never another library of that name. Returns its path, or None when the distribution is not
+    installed or holds no such file; raises OSError when it cannot be loaded."""
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == filename:
+            path = str(file.locate())
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return path
+    return None
 
 
 class NativeExtension:

@@ -33,9 +33,11 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import _extension, checkpoint, interop, layout, onednn
+from jax_cudnn_rnn import checkpoint, interop, layout, onednn
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.flax import LSTM
-from jax_cudnn_rnn.flax_cells import FlaxCellStack
+from jax_cudnn_rnn.interop.flax_cells import FlaxCellStack
 from jax_cudnn_rnn.params import RNNParams
 
 
@@ -122,7 +124,7 @@ def trained_by(compiled_text: str) -> str:
     calls to their extensions' FFI targets), with the reason when it is the pure-JAX one."""
     if _extension.FORWARD_TARGET in compiled_text:
         return "cuDNN (implementation 'cudnn': the step calls cuDNN's fused RNN kernels)"
-    if onednn.FORWARD_TARGET in compiled_text:
+    if onednn_extension.FORWARD_TARGET in compiled_text:
         return "oneDNN (implementation 'onednn': the step calls oneDNN's fused RNN kernels on the CPU)"
     if jax.default_backend() == "gpu":
         why = f"the cuDNN extension is not loaded: {_extension.extension_error()}"

@@ -32,7 +32,7 @@ PERSIST_STATIC = "persist_static"
 PERSIST_STATIC_SMALL_H = "persist_static_small_h"
 ALGORITHMS = (STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H)
 HEURISTIC, AUTOTUNE = "heuristic", "autotune"
-POLICIES = (HEURISTIC, AUTOTUNE, *ALGORITHMS)
+CHOICES = (HEURISTIC, AUTOTUNE, *ALGORITHMS)  # what rnn(algorithm=...) accepts besides None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +201,11 @@ def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2,
     ``warmup_seconds`` have passed since the first call returned: that call may compile, and a GPU left idle meanwhile
     clocks down and needs sustained work to clock up again."""
     calls, started = 0, None
-    while calls < warmup or (warmup_seconds > 0 and (started is None or time.perf_counter() - started < warmup_seconds)):
+    def warming() -> bool:
+        return calls < warmup or (warmup_seconds > 0 and (started is None
+                                                           or time.perf_counter() - started < warmup_seconds))
+
+    while warming():
         run()
         calls += 1
         started = time.perf_counter() if started is None else started
@@ -213,25 +217,26 @@ def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2,
     return statistics.median(times)
 
 
-def check_policy(algorithm: str | None) -> str:
-    """The policy for ``rnn(..., algorithm=...)``: None means "heuristic"; anything else must be one of POLICIES."""
+def check_algorithm(algorithm: str | None) -> str:
+    """``rnn(..., algorithm=...)`` checked: None means "heuristic"; anything else must be one of CHOICES."""
     if algorithm is None:
         return HEURISTIC
-    if not isinstance(algorithm, str) or algorithm not in POLICIES:
-        raise ValueError(f"algorithm is {algorithm!r}; expected None or one of {', '.join(POLICIES)}")
+    if not isinstance(algorithm, str) or algorithm not in CHOICES:
+        raise ValueError(f"algorithm is {algorithm!r}; expected None or one of {', '.join(CHOICES)}")
     return algorithm
 
 
-def choose(policy: str, problem: Problem, seconds: Callable[[str], float], device: DeviceInfo | None = None) -> str:
-    """The algorithm for one call under ``policy`` on ``device`` (default: this process's first GPU).
+def choose(requested: str, problem: Problem, seconds: Callable[[str], float], device: DeviceInfo | None = None) -> str:
+    """The algorithm one call runs for ``rnn``'s ``algorithm=requested`` (checked) on ``device`` (default: this
+    process's first GPU).
 
     An explicit algorithm cuDNN cannot run raises ValueError. "autotune" is refused (ValueError) when several JAX
     processes run the program: each would time its own GPU and could choose differently, and every process must run
     the same program."""
     device = device_info() if device is None else device
-    if policy == HEURISTIC:
+    if requested == HEURISTIC:
         return heuristic(problem, device)
-    if policy == AUTOTUNE:
+    if requested == AUTOTUNE:
         if jax.process_count() > 1:
             raise ValueError(
                 f"algorithm='autotune' is refused with {jax.process_count()} JAX processes: each process would time "
@@ -240,7 +245,7 @@ def choose(policy: str, problem: Problem, seconds: Callable[[str], float], devic
                 "algorithm, e.g. one that algorithm='autotune' chose in a single-process run "
                 "(jax_cudnn_rnn.algorithm.tuned() lists them).")
         return autotune(problem, seconds, device)
-    reason = unsupported_reason(policy, problem)
+    reason = unsupported_reason(requested, problem)
     if reason is not None:
-        raise ValueError(f"algorithm={policy!r} cannot run this call: {reason}")
-    return policy
+        raise ValueError(f"algorithm={requested!r} cannot run this call: {reason}")
+    return requested

@@ -1,11 +1,11 @@
-"""A ``jax.custom_vjp`` for a fused-kernel implementation (today oneDNN's; cuDNN's own carries more: a per-call plan
-in its residuals, a donated reserve space when its backward runs eagerly, and is not built on this yet).
+"""The ``jax.custom_vjp`` both native backends (cuDNN, oneDNN) build their kernels into.
 
 A fused RNN library has an inference forward, a training forward that also returns an opaque reserve space (what its
 backward pass reads: cuDNN's reserve space, oneDNN's workspaces), and a backward pass that gives every gradient at
 once. ``fused_rnn`` ties them: called without differentiation it runs the inference forward; under ``jax.grad`` /
 ``jax.vjp`` the training forward, whose outputs and reserve are the residuals, then the backward pass. Each
-implementation supplies the two passes and a hashable ``static`` tuple of what its kernels are specialised on.
+implementation supplies the two passes and a hashable ``static`` value of what its kernels are specialised on; its
+reserve may be any pytree (cuDNN's carries the call's plan with the buffer).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Residuals(NamedTuple):
     y: jax.Array
     h_n: jax.Array
     c_n: jax.Array | None
-    reserve: jax.Array
+    reserve: Any
 
 
 # forward(params, x, h0, c0, seq_lengths, static, training) -> (y, h_n, c_n or None, reserve or None)

@@ -19,7 +19,10 @@ from typing import Any
 
 import jax
 
-from jax_cudnn_rnn import _extension, backends, onednn
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
@@ -51,9 +54,9 @@ def _devices() -> list[jax.Device]:
 def implementation_on(device: jax.Device, mode: str = "lstm") -> str:
     """What ``rnn(..., implementation=None)`` picks for a float32 call of ``mode`` on arrays committed to ``device``
     (or why asking failed)."""
-    call = backends.Call(RNNConfig(mode, 1, _PROBE_UNITS, _PROBE_UNITS), _PROBE_STEPS, _PROBE_BATCH)
+    call = Call(RNNConfig(mode, 1, _PROBE_UNITS, _PROBE_UNITS), _PROBE_STEPS, _PROBE_BATCH)
     try:
-        return backends.implementation_for(device, call)
+        return registry.implementation_for(device, call)
     except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
         return f"unknown ({type(e).__name__}: {e})"
 

@@ -29,8 +29,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.placement import spec_axes
 from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.sharding.placement import spec_axes
 
 
 def canonical_sharding(buffer_sharding: jax.sharding.Sharding | None, shape: tuple[int, ...]

@@ -1,4 +1,4 @@
-"""A stacked network run one layer at a time with inter-layer dropout, for the fused-kernel implementations.
+"""A stacked network run one layer at a time with inter-layer dropout, for the fused kernels.
 
 Their kernels run all layers in one call without dropout (cuDNN's masks cannot match the other implementations';
 oneDNN has none). With inter-layer dropout the network runs
@@ -24,8 +24,8 @@ LayerFn = Callable[[jax.Array, jax.Array, jax.Array, Any, RNNConfig], tuple[jax.
 
 def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, masks):
     """``config``'s network one ``run_layer`` call per layer, layer l's output times ``masks[l]`` (float32/64
-    [T, B, D*hidden]; None or [] for no dropout) before layer l + 1. Arrays as ``rnn``'s (x [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or
-    None); returns (y, h_n, c_n or None)."""
+    [T, B, D*hidden]; None or [] for no dropout) before layer l + 1. Arrays as ``rnn``'s (x [T, B, I],
+    h0 [L*D, B, hidden], c0 [L*D, B, H] or None); returns (y, h_n, c_n or None)."""
     compute_dtype = dropout.compute_dtype(config.dtype)
     directions = config.num_directions
     layer_input, h_n, c_n = x, [], []
@@ -40,8 +40,3 @@ def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, mas
         layer_input = y
     return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
 
-
-def rnn_with_dropout(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, dropout_key):
-    """``rnn_with_masks`` with ``dropout.dropout_masks(dropout_key, ...)``, the xla implementation's masks."""
-    masks = dropout.masks_for(dropout_key, config, x.shape)
-    return rnn_with_masks(run_layer, params, x, h0, c0, config, masks)

@@ -30,7 +30,7 @@ import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_cudnn_rnn.placement import spec_axes
+from jax_cudnn_rnn.sharding.placement import spec_axes
 
 BATCH_FACTOR = "b"
 

@@ -29,7 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import algorithm, cudnn, onednn, ops
+from jax_cudnn_rnn import onednn, ops
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan
+from jax_cudnn_rnn.sharding import placement
 
 FWD, TRAIN = "fwd", "fwd+bwd"
 MEASUREMENTS = (FWD, TRAIN)
@@ -212,7 +216,7 @@ def _cudnn_workspace(bc: BenchConfig, cfg: jcr.RNNConfig, training: bool) -> int
     allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
     problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=False, training=training, allow_tf32=allow_tf32)
     try:
-        return cudnn.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
+        return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
     except Exception:  # noqa: BLE001 - then op_bytes is unknown rather than wrong
         return None
 
@@ -292,24 +296,23 @@ def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
                   allocated_bytes=torch.cuda.memory_allocated if on_cuda else (lambda: None))
 
 
-def _cudnn_unavailable() -> str | None:
-    if not jcr.extension_loaded():
-        return f"the cuDNN extension is not loaded: {jcr.extension_error()}"
-    if not _on_gpu():
-        return f"cuDNN runs only on a GPU, and JAX's backend here is {jax.default_backend()!r}"
-    return None
+def _default_platform() -> str:
+    """The platform the benchmark's jitted calls are lowered for: that of JAX's default device."""
+    return placement.lowering_platform(jax.devices()[0])
 
 
-def _onednn_unavailable() -> str | None:
-    if not onednn.extension_loaded():
-        return f"the oneDNN extension is not loaded: {onednn.extension_error()}"
-    if _on_gpu():
-        return "oneDNN runs on the CPU; JAX's default backend is 'gpu'"
-    return None
+def _needs(name: str, call: Call) -> str | None:
+    """The registry's own answer (jax_cudnn_rnn/backends/registry.py) to why ``name`` cannot run ``call`` here."""
+    reason = registry.why_not(name, _default_platform(), call)
+    return None if reason is None else f"implementation={name!r} needs {reason}"
 
 
-def _onednn_unsupported(bc: BenchConfig, dtype: str) -> str | None:
-    return onednn.unsupported_reason(bc.rnn_config(dtype))
+def _implementation_unavailable(name: str) -> Callable[[], str | None]:
+    return lambda: _needs(name, Call())
+
+
+def _implementation_unsupported(name: str) -> Callable[[BenchConfig, str], str | None]:
+    return lambda bc, dtype: _needs(name, Call(bc.rnn_config(dtype), bc.time, bc.batch))
 
 
 def _module_missing(module: str) -> Callable[[], str | None]:
@@ -359,11 +362,12 @@ class Contender:
 
 
 CONTENDERS = {c.name: c for c in (
-    Contender("jcr-cudnn", lambda bc, dt: _build_jcr(bc, dt, "cudnn"), _cudnn_unavailable, ours=True),
-    Contender("jcr-onednn", lambda bc, dt: _build_jcr(bc, dt, "onednn"), _onednn_unavailable, _onednn_unsupported,
-              ours=True),
+    Contender("jcr-cudnn", lambda bc, dt: _build_jcr(bc, dt, "cudnn"), _implementation_unavailable("cudnn"),
+              _implementation_unsupported("cudnn"), ours=True),
+    Contender("jcr-onednn", lambda bc, dt: _build_jcr(bc, dt, "onednn"), _implementation_unavailable("onednn"),
+              _implementation_unsupported("onednn"), ours=True),
     Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True),
-    # What rnn(implementation=None) picks for the call (backends.implementation_for), for comparison with the peers.
+    # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
     Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True),
     Contender(FLAX, _build_flax, _module_missing("flax.linen")),
     Contender("jax-exp-rnn", _build_jax_exp, _jax_exp_unavailable, _lstm_only),

@@ -61,7 +61,8 @@ def fold_vmap(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | No
         folded = [arg if axis is None else _fold(arg, batched, axis, size)
                   for arg, batched, axis in zip(args, in_batched, in_axes, strict=True)]
         outs = call(*folded)
-        return tuple(_unfold(out, axis, size) for out, axis in zip(outs, out_axes, strict=True)), (True,) * len(out_axes)
+        unfolded = tuple(_unfold(out, axis, size) for out, axis in zip(outs, out_axes, strict=True))
+        return unfolded, (True,) * len(out_axes)
 
     return call
 

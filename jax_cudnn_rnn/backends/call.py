@@ -1,0 +1,61 @@
+"""The prepared call: what ``ops.rnn`` decided once, and every backend receives instead of deciding again.
+
+``Call`` holds the static facts of one validated call (the network, its shape, its options, where it runs);
+``Inputs`` holds its arrays, the dropout masks among them (drawn once by ``ops.rnn``, None when dropout does not
+apply). The registry (jax_cudnn_rnn/backends/registry.py) chooses a backend from the ``Call``; the chosen backend's
+``run(call, inputs)`` computes the result and recomputes none of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.sharding.placement import UNKNOWN, Placement
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The static facts of one ``rnn()`` call (hashable: backends key their caches and custom_vjps on it).
+
+    config: the network; None when only asking what a platform picks in general (``implementation_for``).
+    max_time, batch: x's T and B (None: not known).
+    seq_lengths, resets: whether the call has per-sequence lengths / mid-sequence resets.
+    is_training: ``rnn``'s is_training (dropout applies when the inputs carry masks).
+    precision: "float32" or "tensorfloat32" (``ops.resolve_precision``).
+    algorithm: the cuDNN algorithm requested: "heuristic", "autotune" or an algorithm's name
+      (jax_cudnn_rnn/backends/cudnn/algorithm.py); the other backends have none to choose.
+    max_segments: the packed batch's rows for resets on a fused backend (None: 2 * batch).
+    placement: what tracing knows of where the call runs (jax_cudnn_rnn/sharding/placement.py).
+    """
+
+    config: RNNConfig | None = None
+    max_time: int | None = None
+    batch: int | None = None
+    seq_lengths: bool = False
+    is_training: bool = False
+    resets: bool = False
+    precision: str = "float32"
+    algorithm: str = "heuristic"
+    max_segments: int | None = None
+    placement: Placement = UNKNOWN
+
+
+class Inputs(NamedTuple):
+    """The arrays of one call, as ``rnn`` takes them after validation (time-major).
+
+    params [params_size(config)]; x [T, B, I]; h0 [L*D, B, hidden]; c0 [L*D, B, H] (LSTM) or None; seq_lengths
+    int32 [B] in [0, T] or None; resets bool [T, B] or None; dropout_masks: None, or L-1 arrays [T, B, D*hidden] in
+    ``dropout.compute_dtype`` (layer l's output times mask l enters layer l + 1).
+    """
+
+    params: jax.Array
+    x: jax.Array
+    h0: jax.Array
+    c0: jax.Array | None
+    seq_lengths: jax.Array | None
+    resets: jax.Array | None
+    dropout_masks: list[Any] | None

@@ -1,0 +1,135 @@
+"""The plan of one cuDNN call: the algorithm it runs and the reserve rows it needs, decided once while it is traced.
+
+The plan is made for the batch one device is expected to run (the per-shard batch under batch sharding,
+``Placement.local_batches``) and asked of the GPU the call runs on. The training forward hands its plan to the backward
+with its residuals, so both passes run the same algorithm whatever another thread tunes meanwhile (cuDNN forbids a
+backward under another algorithm than the forward that wrote the reserve space).
+
+Sizes. The reserve space is an output of the training forward, so its size must be known when tracing. cuDNN only tells
+it through ``cudnnGetRNNTempSpaceSizes`` on a live handle, so at trace time this module asks the extension (on the
+call's GPU by CUDA ordinal, for full-length sequences [T, B]) and caches the answer per (problem, algorithm, device).
+Tracing a differentiated call therefore needs a GPU, like jax.experimental.rnn. At run time each handler asks again
+for the actual lengths and fails clearly if the buffer is too small. The workspace is never an output: each handler
+takes it from XLA's scratch allocator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+
+from jax_cudnn_rnn.backends.cudnn import algorithm, kernels
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.sharding import placement
+
+# seconds(problem, algorithm, device) -> one timed run (autotune's measurement)
+Timer = Callable[[algorithm.Problem, str, "jax.Device | None"], float]
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The static decisions of one cuDNN call, shared by its forward and its backward passes.
+
+    algorithm: the cuDNN algorithm every pass of the call runs (jax_cudnn_rnn/backends/cudnn/algorithm.py).
+    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked).
+    row_bytes: training only: bytes per batch row of the reserve-space array [B, row_bytes].
+    local_batches: training only: the per-device batch sizes the reserve rows fit; a split of the batch into any
+      other size runs the call whole (jax_cudnn_rnn/sharding/partitioning.py).
+    """
+
+    algorithm: str
+    device: int = -1
+    row_bytes: int = 0
+    local_batches: tuple[int, ...] = ()
+
+
+@functools.lru_cache(maxsize=None)
+def temp_space_sizes(problem: algorithm.Problem, chosen: str, device: int = -1) -> tuple[int, int]:
+    """(workspace bytes, reserve-space bytes) cuDNN asks for ``problem``'s forward under algorithm ``chosen`` (the
+    training forward when ``problem.training``, whose workspace also serves both backward passes; the reserve is 0 for
+    inference), for full-length sequences, on CUDA device ``device`` of this process (-1: the current one). Needs a
+    GPU; cached."""
+    return kernels.temp_space_sizes(problem.config, problem.max_time, problem.batch, problem.padded, problem.training,
+                                    problem.allow_tf32, chosen, device)
+
+
+def reserve_space_size(problem: algorithm.Problem, chosen: str, device: int = -1) -> int:
+    """Bytes of cuDNN reserve space for the training forward of ``problem`` (full-length sequences) under algorithm
+    ``chosen``, asked on CUDA device ``device`` (-1: the current one): needs a GPU."""
+    return temp_space_sizes(dataclasses.replace(problem, training=True), chosen, device)[1]
+
+
+def problem(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, training: bool) -> algorithm.Problem:
+    return algorithm.Problem(config, int(x_shape[0]), int(x_shape[1]), padded, training, allow_tf32)
+
+
+def target_device(where: placement.Placement) -> jax.Device | None:
+    """The GPU of this process that trace-time questions about a call placed at ``where`` go to: a device of the
+    call when tracing knows one, else ``jax.default_device``'s when it is a GPU, else this process's first GPU."""
+    for device in (where.device, jax.config.jax_default_device):
+        if device is not None and not isinstance(device, str) and device.platform == "gpu":
+            return device
+    try:
+        return jax.local_devices(backend="gpu")[0]
+    except RuntimeError:
+        return None
+
+
+def check_processes_agree() -> None:
+    """Every process traces the same program, and a cuDNN call's plan (its algorithm, its reserve size) depends on the
+    GPU model: refuse a multi-process run over different GPU models, where the processes could disagree."""
+    if jax.process_count() == 1:
+        return
+    kinds = sorted({device.device_kind for device in jax.devices() if device.platform == "gpu"})
+    if len(kinds) > 1:
+        raise ValueError(f"implementation='cudnn' with {jax.process_count()} JAX processes needs one GPU model in all "
+                         f"of them (each process plans the call for its own GPU, and every process must run the same "
+                         f"program), but the processes have {', '.join(kinds)}; use implementation='xla'")
+
+
+def plan(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, requested: str, where: placement.Placement,
+         training: bool, seconds: Timer) -> Plan:
+    """The call's plan: the algorithm ``requested`` resolves to for the batch one device is expected to run
+    (``where.local_batches``), on the call's device (``seconds`` times one algorithm, for autotune); for training also
+    the reserve rows, sized for every local batch the call may run with."""
+    check_processes_agree()
+    device = target_device(where)
+    info = algorithm.device_info(device)
+    local_batches = where.local_batches(int(x_shape[1]))
+    local = problem(config, (x_shape[0], local_batches[0]), padded, allow_tf32, training)
+    chosen = algorithm.choose(requested, local, lambda candidate: seconds(local, candidate, device), info)
+    if not training:
+        return Plan(chosen, info.ordinal)
+    row_bytes, fitting = reserve_row_bytes(problem(config, x_shape, padded, allow_tf32, True), chosen,
+                                           local_batches, info.ordinal)
+    return Plan(chosen, info.ordinal, row_bytes, fitting)
+
+
+def reserve_row_bytes(whole: algorithm.Problem, chosen: str, local_batches: tuple[int, ...],
+                      device: int = -1) -> tuple[int, tuple[int, ...]]:
+    """(bytes per batch row of the reserve-space array [B, row_bytes] of ``whole``'s training forward, the local
+    batches those rows fit).
+
+    cuDNN's reserve space is one opaque buffer per call, sized by cuDNN per (T, batch) and not proportional to the
+    batch. It travels as a [B, row_bytes] array so that when the batch is split over n devices
+    (jax_cudnn_rnn/sharding/partitioning.py) each device's rows hold its own call's buffer: row_bytes is the largest
+    per-row share over the local batches the call may run with (only the actual split when tracing knows it), so each
+    of them fits, and unsplit B * row_bytes exceeds cuDNN's size by less than B bytes. A local batch cuDNN refuses
+    under ``chosen`` is left out (the call would fail there anyway).
+    """
+    row_bytes, fitting, error = 0, [], None
+    for local in local_batches:
+        try:
+            size = reserve_space_size(dataclasses.replace(whole, batch=local), chosen, device)
+        except RuntimeError as e:
+            error = e
+            continue
+        row_bytes = max(row_bytes, -(-size // local))
+        fitting.append(local)
+    if not fitting:
+        raise error
+    return row_bytes, tuple(fitting)

@@ -1,0 +1,196 @@
+"""implementation="cudnn": cuDNN's fused kernels wired into JAX: differentiation, planning, sharding, vmap.
+
+``rnn(call, inputs)`` runs a prepared call (jax_cudnn_rnn/backends/call.py) as the fused kit builds it
+(jax_cudnn_rnn/backends/fused/backend.py: resets, time chunks of at most ``MAX_TIME_STEPS``, dropout layer by layer)
+around one kernel, ``_rnn``: a ``jax.custom_vjp`` (jax_cudnn_rnn/backends/fused/vjp.py). Called without
+differentiation it runs cuDNN's inference forward (no reserve space); under ``jax.grad``/``jax.vjp`` it runs the
+training forward, which also returns cuDNN's reserve space with the call's plan, and the backward pass runs backward
+data (dx, dh0, dc0) then backward weights (dparams) over them (jax_cudnn_rnn/backends/cudnn/kernels.py).
+
+Plans. Each call is planned once, while it is traced (jax_cudnn_rnn/backends/cudnn/plan.py), for the batch one device
+runs, on the GPU the call's placement names; a differentiated call plans in its training forward and hands the plan
+to its backward with the residuals.
+
+Sharding. Every kernel call is ``partitioning.batch_partitioned``: under ``jax.jit`` with the batch split over a mesh,
+each device runs cuDNN on its own rows, the weights replicated and their gradient summed across the shards. The
+reserve space travels as a [B, row_bytes] array whose rows split with the batch, and the backward call splits the
+batch exactly as the reserve space it receives is split, so each device hands cuDNN the buffer its own forward wrote.
+
+Dropout: cuDNN's own dropout is never used (its masks cannot match the other implementations'); the fused kit runs
+the network layer by layer with ``ops.rnn``'s masks instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends import registry, xla
+from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, kernels, plan
+from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
+from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.sharding import partitioning, placement
+
+MAX_TIME_STEPS = 65535
+"""The most time steps one cuDNN call is given; a longer x runs as time chunks with the state carried
+(``chunking.run_chunked``). PyTorch's cuDNN LSTM fails with CUDNN_STATUS_NOT_SUPPORTED at 65,536 steps and runs
+65,535 (pytorch issue 133751, PyTorch 2.4). Not yet measured with this library's calls on a GPU:
+tests/test_cudnn_gpu.py runs one call of MAX_TIME_STEPS steps and a chunked call of one step more."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """What a cuDNN kernel call is specialised on besides its arrays' shapes (the custom_vjp's static argument)."""
+
+    config: RNNConfig
+    allow_tf32: bool
+    algorithm: str  # requested: "heuristic", "autotune" or an algorithm's name
+    placement: placement.Placement = placement.UNKNOWN
+
+
+class Reserve(NamedTuple):
+    """What cuDNN's training forward leaves its backward: the reserve space [B, row_bytes] and the plan it ran."""
+
+    space: jax.Array
+    plan: plan.Plan
+
+
+def _time_algorithm(problem: algorithm.Problem, chosen: str, device: jax.Device | None = None) -> float:
+    """Seconds for one call of ``problem`` under algorithm ``chosen`` on zero-mean random data (autotune's
+    measurement) on ``device`` (default: JAX's default device): the inference forward, or forward and both backward
+    passes when ``problem.training``, after at least 0.1 s of warm-up. Runs eagerly even when called while a
+    ``jax.jit`` is tracing (autotune chooses at trace time)."""
+    config = problem.config
+    with jax.ensure_compile_time_eval(), jax.default_device(device):
+        keys = jax.random.split(jax.random.key(0), 4)
+        params = layout.init_params(keys[0], config)
+        x = jax.random.normal(keys[1], (problem.max_time, problem.batch, config.input_size)).astype(config.dtype)
+        h0 = jnp.zeros(config.state_shape(problem.batch), config.dtype)
+        c0 = jnp.zeros(config.cell_shape(problem.batch), config.dtype) if config.has_cell_state else None
+        lengths = jnp.full((problem.batch,), problem.max_time, jnp.int32) if problem.padded else None
+        static = Static(config, problem.allow_tf32, chosen)
+
+        def run(params, x):
+            return _rnn(params, x, h0, c0, lengths, static)[0]
+
+        if problem.training:
+            step = jax.jit(jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32)), argnums=(0, 1)))
+        else:
+            step = jax.jit(run)
+        return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)), warmup_seconds=0.1)
+
+
+def _plan(static: Static, x_shape, seq_lengths, training: bool) -> plan.Plan:
+    return plan.plan(static.config, x_shape, seq_lengths is not None, static.allow_tf32, static.algorithm,
+                     static.placement, training, _time_algorithm)
+
+
+def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, call_plan: plan.Plan | None = None):
+    """One cuDNN forward: (y, h_n, c_n or None, Reserve or None), run per batch shard under sharding. The training
+    forward runs under its plan (made here unless given) once per mapped element of ``jax.vmap``; the inference
+    forward folds ``jax.vmap`` into its batch and plans for that batch."""
+    config, lstm = static.config, static.config.has_cell_state
+    operands, batch_axes = kernel.forward_operands(x, h0, params, c0, seq_lengths)
+    out_axes = kernel.output_axes(lstm, training)
+    if training and call_plan is None:
+        call_plan = _plan(static, x.shape, seq_lengths, training=True)
+
+    def call(*operands):
+        this_plan = call_plan or _plan(static, operands[0].shape, seq_lengths, training=False)
+        local = functools.partial(kernels.forward, plan=this_plan, config=config, allow_tf32=static.allow_tf32,
+                                  training=training)
+        # The training forward splits the batch as its reserve space is split, which the backward call follows.
+        follow = ("out", len(out_axes) - 1) if training else None
+        return partitioning.batch_partitioned(local, batch_axes, out_axes, follow,
+                                              this_plan.local_batches if training else None)(*operands)
+
+    outputs = exporting.guard(*kernel.vmapped(call, batch_axes, lstm, training)(*operands))
+    y, h_n, c_n, space = kernel.forward_outputs(outputs, lstm, training)
+    return y, h_n, c_n, (Reserve(space, call_plan) if training else None)
+
+
+def _backward_sharded(params, x, h0, y, dy, dh_n, space, c0, dc_n, seq_lengths, *, static: Static,
+                      call_plan: plan.Plan):
+    """The backward passes of one call, per batch shard: (dparams, dx, dh0, dc0 or None, reserve space)."""
+    lstm = static.config.has_cell_state
+    operands, batch_axes = [params, x, h0, y, dy, dh_n, space], [None, 1, 1, 1, 1, 1, 0]
+    if lstm:
+        operands += [c0, dc_n]
+        batch_axes += [1, 1]
+    if seq_lengths is not None:
+        operands.append(seq_lengths)
+        batch_axes.append(0)
+    local = functools.partial(kernels.backward, plan=call_plan, config=static.config, allow_tf32=static.allow_tf32)
+    # dparams sums over the batch: per shard a partial sum, added up across the shards. The split follows the
+    # reserve space's under the forward's rule (only into planned local batches): where the forward ran whole
+    # against XLA's propagated split, the backward then asks for the whole buffer back instead of slices of it.
+    sharded = partitioning.batch_partitioned(local, batch_axes, [None, 1, 1] + [1] * lstm + [0], follow=("in", 6),
+                                             local_batches=call_plan.local_batches)
+    dparams, dx, dh0, *rest = sequential_vmap(sharded)(*operands)
+    return dparams, dx, dh0, (rest[0] if lstm else None), rest[-1]
+
+
+# Called eagerly (the backward of an eager jax.vjp), the backward donates the reserve space: cuDNN updates it in
+# place, and without donation XLA would copy the whole buffer first to keep the residual intact.
+_backward_donating = jax.jit(_backward_sharded, static_argnames=("static", "call_plan"), donate_argnums=(6,))
+
+
+def _is_concrete(*values) -> bool:
+    return all(not isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values))
+
+
+def _backward(static: Static, res: vjp.Residuals, dy, dh_n, dc_n):
+    """(dparams, dx, dh0, dc0 or None) from the training forward's residuals."""
+    space, call_plan = res.reserve
+    backward = _backward_sharded
+    if _is_concrete(res, dy, dh_n, dc_n):
+        if space.is_deleted():
+            # This vjp function ran before and its backward consumed the reserve space: write it again.
+            space = _forward(res.params, res.x, res.h0, res.c0, res.seq_lengths, static, True, call_plan)[3].space
+        backward = _backward_donating
+    dparams, dx, dh0, dc0, _ = backward(res.params, res.x, res.h0, res.y, dy, dh_n, space, res.c0, dc_n,
+                                        res.seq_lengths, static=static, call_plan=call_plan)
+    return dparams, dx, dh0, dc0
+
+
+_rnn = vjp.fused_rnn(_forward, _backward)
+
+
+def kernel_for(call: Call) -> backend.Kernel:
+    """cuDNN as the fused kit's kernel for ``call``'s options: its precision, requested algorithm and placement."""
+    static = dict(allow_tf32=call.precision == "tensorfloat32", algorithm=call.algorithm, placement=call.placement)
+
+    def run(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+        del dropout_masks  # always None: the fused kit runs dropout layer by layer
+        return _rnn(params, x, h0, c0, seq_lengths, Static(config, **static))
+
+    return run
+
+
+def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """The registry's ``run``: ``call`` on cuDNN, with the xla implementation for resets beyond max_segments."""
+    fallback = functools.partial(xla.rnn_xla, precision=call.precision)
+    return backend.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback)
+
+
+def unavailable() -> str | None:
+    """What cuDNN needs that this process lacks (the extension, a CUDA GPU), or None when it can run here."""
+    if not extension.extension_loaded():
+        return f"the cuDNN extension, which is not loaded: {extension.extension_error()}"
+    if not any(placement.lowering_platform(d) == "cuda" for d in jax.local_devices()):
+        # Tracing a differentiated call asks cuDNN for its reserve-space size, which needs a live GPU.
+        return (f"a CUDA GPU, but this process sees none (JAX's devices: "
+                f"{', '.join(sorted({d.platform for d in jax.local_devices()}))}); install jax[cuda13] on a machine "
+                "with an NVIDIA GPU, or use implementation='xla'")
+    return None
+
+
+registry.register(registry.Backend("cudnn", ("cuda",), lambda: unavailable(), lambda call: None, rnn),
+                  candidate_for=("cuda",), before="xla")

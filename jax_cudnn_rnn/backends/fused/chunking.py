@@ -1,0 +1,119 @@
+"""Sequences of any length on a fused backend that caps the steps of one call: time chunks with the state carried.
+
+The runner is a ``kernel.Kernel`` (``run(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)``)
+that needs per-row lengths in [1, T]: cuDNN's (jax_cudnn_rnn/backends/cudnn/wiring.py), or the xla implementation,
+which stands in for it in the CPU tests.
+
+``run_chunked`` splits a call longer than ``max_steps`` into consecutive time chunks of at most ``max_steps`` steps and
+passes each chunk's final state on as the next chunk's initial state:
+
+* unidirectional: the whole stack per chunk, every layer's state carried;
+* bidirectional: layer by layer (layer l + 1 reads both directions of layer l at every step), each direction as a
+  unidirectional one-layer network over its own slice of the buffer; the backward direction runs forward over each
+  row reversed within its length (``reverse_rows``), so its chunks are the reversed sequence's, in order, and its
+  final state is the state after position 0.
+
+With lengths, a row that ends before a chunk has no step in it: ``allow_empty`` makes such a row an empty sequence
+(zero outputs, state passed through) for a backend that needs lengths >= 1. Everything here is ordinary JAX around
+the backend's calls, so gradients flow through the slicing, gathers and carried states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends.fused import stacking
+from jax_cudnn_rnn.backends.fused.kernel import Kernel
+from jax_cudnn_rnn.config import RNNConfig
+
+Array = jax.Array
+
+
+def allow_empty(run: Kernel) -> Kernel:
+    """``run`` with lengths below 1 meaning an empty sequence (zero outputs, h_n/c_n = h0/c0), for a backend that
+    needs every length >= 1 (cuDNN fails on 0): such rows run with length 1 and their results are replaced."""
+
+    def wrapped(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+        if seq_lengths is None:
+            return run(params, x, h0, c0, config, seq_lengths, dropout_masks)
+        empty = seq_lengths < 1
+        y, h_n, c_n = run(params, x, h0, c0, config, jnp.maximum(seq_lengths, 1), dropout_masks)
+        # A length of 1 writes step 0 alone (both directions); the padding after it is already zero.
+        y = y.at[0].set(jnp.where(empty[:, None], jnp.zeros((), y.dtype), y[0]))
+        h_n = jnp.where(empty[None, :, None], h0, h_n)
+        c_n = None if c_n is None else jnp.where(empty[None, :, None], c0, c_n)
+        return y, h_n, c_n
+
+    return wrapped
+
+
+def reverse_rows(a: Array, seq_lengths: Array | None) -> Array:
+    """a [T, B, ...] with each row's first ``seq_lengths[b]`` steps in reverse order and its padding in place (an
+    involution): what the backward direction reads, as a forward sequence."""
+    num_steps = a.shape[0]
+    if seq_lengths is None:
+        return a[::-1]
+    steps = jnp.arange(num_steps, dtype=jnp.int32)[:, None]
+    lengths = jnp.clip(seq_lengths, 0, num_steps)[None, :]
+    source = jnp.where(steps < lengths, lengths - 1 - steps, steps)
+    return jnp.take_along_axis(a, source.reshape(source.shape + (1,) * (a.ndim - 2)), axis=0)
+
+
+def _chunk_lengths(seq_lengths: Array | None, start: int, stop: int) -> Array | None:
+    return None if seq_lengths is None else jnp.clip(seq_lengths - start, 0, stop - start).astype(jnp.int32)
+
+
+def _forward_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
+                    dropout_masks: Sequence[Array] | None):
+    """A unidirectional stack over consecutive chunks of ``x``, the state of every layer carried."""
+    run = allow_empty(run)
+    ys, h, c = [], h0, c0
+    for start in range(0, x.shape[0], max_steps):
+        stop = min(start + max_steps, x.shape[0])
+        masks = None if dropout_masks is None else [mask[start:stop] for mask in dropout_masks]
+        y, h, c = run(params, x[start:stop], h, c, config, _chunk_lengths(seq_lengths, start, stop), masks)
+        ys.append(y)
+    return jnp.concatenate(ys), h, c
+
+
+def _bidirectional_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
+                          dropout_masks: Sequence[Array] | None):
+    """Layer by layer (``stacking.rnn_with_masks``), each direction of a layer a unidirectional one-layer network over
+    its own slice of the buffer, run as ``_forward_chunks``; the backward one over the rows reversed."""
+
+    def run_layer(params, x, h0, c0, single: RNNConfig):
+        outputs, h_n, c_n = [], [], []
+        for direction in range(2):
+            states = slice(direction, direction + 1)
+            inputs = x if direction == 0 else reverse_rows(x, seq_lengths)
+            y, h_last, c_last = _forward_chunks(
+                run, max_steps, layout.sub_params(params, single, 0, direction), inputs, h0[states],
+                None if c0 is None else c0[states], layout.sub_config(single, 0, direction), seq_lengths, None)
+            outputs.append(y if direction == 0 else reverse_rows(y, seq_lengths))
+            h_n.append(h_last)
+            c_n.append(c_last)
+        return jnp.concatenate(outputs, axis=-1), jnp.concatenate(h_n), (None if c0 is None else jnp.concatenate(c_n))
+
+    return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
+
+
+def run_chunked(run: Kernel, max_steps: int, params: Array, x: Array, h0: Array, c0: Array | None,
+                config: RNNConfig, seq_lengths: Array | None = None, dropout_masks: Sequence[Array] | None = None):
+    """``run(params, x, h0, c0, config, seq_lengths, dropout_masks)``, as time chunks of at most ``max_steps`` steps
+    when x is longer (see the module docstring); lengths may be 0 (an empty sequence).
+
+    Args and returns as a ``Kernel``: x [T, B, I] config.dtype; h0 [L*D, B, hidden]; c0 [L*D, B, H] or None;
+    seq_lengths int32 [B] in [0, T] or None; dropout_masks None or L-1 arrays [T, B, D*hidden];
+    returns (y [T, B, D*hidden], h_n, c_n).
+    """
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps is {max_steps!r}; expected an int >= 1")
+    if x.shape[0] <= max_steps:
+        return allow_empty(run)(params, x, h0, c0, config, seq_lengths, dropout_masks)
+    chunks = _forward_chunks if config.num_directions == 1 else _bidirectional_chunks
+    return chunks(run, max_steps, params, x, h0, c0, config, seq_lengths, dropout_masks)
+

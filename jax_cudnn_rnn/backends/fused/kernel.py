@@ -1,0 +1,57 @@
+"""The calling convention of a fused forward kernel, shared by the native backends (cuDNN, oneDNN).
+
+A fused forward is one FFI call over the whole network: operands ``x`` [T, B, I], ``h0`` [L*D, B, hidden], the opaque
+``params`` (shared by the batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call has them;
+outputs ``y`` [T, B, D*hidden], ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the
+backward reads (its rows are the batch). ``forward_operands`` lays the operands out with their batch axes,
+``vmapped`` gives the call its ``jax.vmap`` rule, ``forward_outputs`` names what came back. ``Kernel`` is the
+signature of a whole network's run that the rest of the kit composes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from jax_cudnn_rnn.backends.fused.batching import fold_vmap, sequential_vmap
+
+Kernel = Callable[..., tuple[Any, Any, Any]]
+"""``kernel(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a whole network over
+time-major arrays as ``rnn`` takes them (lengths int32 [B] or None, masks as ``dropout.masks_for`` makes them or None),
+differentiable. What the fused kit wraps (a native backend's kernel call) and what it runs as a fallback (the xla
+implementation has this signature too)."""
+
+
+def forward_operands(x, h0, params, c0, seq_lengths) -> tuple[list[jax.Array], list[int | None]]:
+    """(operands, their batch axes) of a fused forward: x, h0, params, then c0 and seq_lengths where present."""
+    operands, batch_axes = [x, h0, params], [1, 1, None]
+    for extra, axis in ((c0, 1), (seq_lengths, 0)):
+        if extra is not None:
+            operands.append(extra)
+            batch_axes.append(axis)
+    return operands, batch_axes
+
+
+def output_axes(lstm: bool, training: bool) -> list[int]:
+    """The batch axes of a fused forward's outputs: y, h_n, [c_n: lstm], [reserve rows: training]."""
+    return [1, 1] + [1] * lstm + [0] * training
+
+
+def vmapped(kernel: Callable[..., Sequence[jax.Array]], batch_axes: Sequence[int | None], lstm: bool,
+            training: bool) -> Callable[..., tuple[jax.Array, ...]]:
+    """``kernel`` under ``jax.vmap``: the inference forward folds the mapped axis into its batch (one call,
+    ``fold_vmap``); the training forward runs once per mapped element (``sequential_vmap``), since the weight gradient
+    its reserve space leads to must stay per element."""
+    if training:
+        return sequential_vmap(kernel)
+    return fold_vmap(kernel, batch_axes, output_axes(lstm, training))
+
+
+def forward_outputs(outputs: Sequence[Any], lstm: bool, training: bool) -> tuple[Any, Any, Any, Any]:
+    """(y, h_n, c_n or None, reserve or None) from a fused forward's outputs."""
+    y, h_n, *rest = outputs
+    c_n = rest.pop(0) if lstm else None
+    reserve = rest.pop(0) if training else None
+    return y, h_n, c_n, reserve

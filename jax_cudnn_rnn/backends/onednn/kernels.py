@@ -1,0 +1,84 @@
+"""oneDNN's two FFI calls (C++ in onednn/): the forward and the backward over the whole network.
+
+The handlers read the weights from the opaque buffer's bytes at every call (gate blocks reordered into the format the
+primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation; they build and cache each
+shape's primitives, and tell the sizes of the reserve space and scratch they need (``buffer_sizes``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends.onednn import extension
+from jax_cudnn_rnn.config import RNNConfig
+
+
+def _slot_offsets(config: RNNConfig) -> np.ndarray:
+    """Per pseudo-layer, where w_input, w_recurrent, w_projection, b_input, b_recurrent start in the buffer (elements;
+    -1 where absent). The handlers copy whole gate blocks from there, so each group's gates must be consecutive."""
+    offsets = []
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            groups = layout.layer_slots(config, layer, direction)
+            for group in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"):
+                slots = groups[group]
+                if any(s.offset != slots[0].offset + i * s.size for i, s in enumerate(slots)):
+                    raise AssertionError(f"layout: the gates of {group} are not consecutive")
+                offsets.append(slots[0].offset if slots else -1)
+    return np.asarray(offsets, np.int64)
+
+
+@functools.lru_cache(maxsize=256)
+def attributes(config: RNNConfig) -> dict[str, Any]:
+    """The handlers' attributes but ``training`` (onednn/rnn_kernels.cc CallAttrs)."""
+    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
+                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
+                direction=config.direction, skip_input=np.bool_(config.skip_input),
+                slot_offsets=_slot_offsets(config))
+
+
+@functools.lru_cache(maxsize=256)
+def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
+    """Bytes of the reserve space and of the forward's and backward's scratch for one call (asked of the extension,
+    which builds and caches the call's primitives: the first call of a shape takes milliseconds)."""
+    return dict(extension.module().buffer_sizes(
+        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+        proj_size=config.proj_size, direction=config.direction, skip_input=config.skip_input,
+        dtype=config.dtype.name, max_time=max_time, batch=batch, training=training))
+
+
+def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
+    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); the scratch output is dropped here."""
+    num_steps, batch, _ = x.shape
+    lstm = config.has_cell_state
+    sizes = buffer_sizes(config, num_steps, batch, training)
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
+                 jax.ShapeDtypeStruct((sizes["forward_scratch"],), jnp.uint8)]
+    if lstm:
+        out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
+    if training:
+        out_types.append(jax.ShapeDtypeStruct((sizes["reserve"],), jnp.uint8))
+    y, h_n, _, *rest = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
+        x, h0, params, *c0, training=np.bool_(training), **attributes(config))
+    return (y, h_n, *rest)
+
+
+def backward(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig):
+    """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
+    num_steps, batch, _ = x.shape
+    sizes = buffer_sizes(config, num_steps, batch, True)
+    out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
+                 jax.ShapeDtypeStruct((sizes["backward_scratch"],), jnp.uint8)]
+    if lstm_args:
+        out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
+    dparams, dx, dh0, _, *dc0 = jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
+        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config))
+    return (dparams, dx, dh0, *dc0)

@@ -1,0 +1,1 @@
+"""The ``jax-cudnn-rnn`` command (``cli``) and its subcommands: ``info``, ``demo``, ``bench``."""
