@@ -8,7 +8,7 @@ import glob
 import os
 
 import pytest
-
+from cudnn_stand_in import CudnnStandIn
 from skips import REQUIRE_EXTENSION, REQUIRE_GPU, skip_or_fail
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jax_cudnn_rnn")
@@ -20,11 +20,11 @@ def pytest_sessionstart(session):
     installed = os.path.dirname(os.path.abspath(jax_cudnn_rnn.__file__))
     if os.path.realpath(installed) == os.path.realpath(SOURCE):
         return
-    stale = [os.path.basename(path) for path in sorted(glob.glob(os.path.join(SOURCE, "*.py")))
-             if not filecmp.cmp(path, os.path.join(installed, os.path.basename(path)), shallow=False)
-             if os.path.exists(os.path.join(installed, os.path.basename(path)))]
-    missing = [os.path.basename(path) for path in glob.glob(os.path.join(SOURCE, "*.py"))
-               if not os.path.exists(os.path.join(installed, os.path.basename(path)))]
+    sources = sorted(os.path.relpath(path, SOURCE) for path in glob.glob(os.path.join(SOURCE, "**", "*.py"),
+                                                                         recursive=True))
+    missing = [name for name in sources if not os.path.exists(os.path.join(installed, name))]
+    stale = [name for name in sources if name not in missing
+             and not filecmp.cmp(os.path.join(SOURCE, name), os.path.join(installed, name), shallow=False)]
     if stale or missing:
         pytest.exit(f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: {', '.join(stale + missing)} "
                     f"differ. Reinstall it (`.venv/bin/pip install \".[test]\"`), or develop with an editable install "
@@ -35,7 +35,7 @@ def cudnn_gpu_missing() -> tuple[str, str] | None:
     """(what is missing, the flag that requires it), or None when cuDNN can run here."""
     import jax
 
-    from jax_cudnn_rnn import _extension
+    from jax_cudnn_rnn.backends.cudnn import extension as _extension
 
     if not _extension.extension_loaded():
         return f"the cuDNN extension is not loaded: {_extension.extension_error()}", REQUIRE_EXTENSION
@@ -49,3 +49,21 @@ def pytest_runtest_setup(item):
         missing = cudnn_gpu_missing()
         if missing is not None:
             skip_or_fail(*missing)
+
+
+@pytest.fixture
+def cudnn_stand_in():
+    """cuDNN's kernels stood in for on the CPU for the test's duration (``support.CudnnStandIn``)."""
+    with CudnnStandIn() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def cudnn_traceable():
+    """A cuDNN call traces and lowers for CUDA without a GPU: the extension counts as usable and the reserve size is
+    stood in for (``CudnnStandIn(kernels=False)``); the real kernels are lowered. On a GPU host nothing is replaced."""
+    if cudnn_gpu_missing() is None:
+        yield None
+        return
+    with CudnnStandIn(reserve_bytes=lambda problem: 512, kernels=False) as stand_in:
+        yield stand_in

@@ -17,10 +17,12 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 import jax_cudnn_rnn as jcr  # noqa: E402
-from jax_cudnn_rnn import cudnn, xla  # noqa: E402
+from jax_cudnn_rnn import xla  # noqa: E402
+from jax_cudnn_rnn.backends.cudnn import plan, wiring  # noqa: E402
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
@@ -46,35 +48,15 @@ for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
 print("xla jit grad ok")
 
 
-def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
-    lstm = config.has_cell_state
-    c0 = rest[0] if lstm else None
-    n = rest[-1] if len(rest) > lstm else None
-    outs = xla.rnn_xla(params, x, h0, c0, config, n)
-    outs = outs if lstm else outs[:2]
-    if training:
-        outs = (*outs, jnp.zeros((x.shape[1], plan.row_bytes), jnp.uint8))
-    return tuple(outs)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cudnn_stand_in import CudnnStandIn  # noqa: E402
 
-
-def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, plan, config, allow_tf32):
-    lstm = config.has_cell_state
-    c0, dc_n = rest[:2] if lstm else (None, None)
-    n = rest[-1] if len(rest) > 2 * lstm else None
-    _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, n), params, x, h0, c0)
-    dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
-    return (dparams, dx, dh0) + ((dc0,) if lstm else ()) + (reserve,)
-
-
-kernels = cudnn._forward_call, cudnn._backward_call
-cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
-cudnn.reserve_space_size = lambda problem, algo, device: 100 * problem.batch + 7
+stand_in = CudnnStandIn(reserve_bytes=lambda problem: 100 * problem.batch + 7).__enter__()
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
 batch_sharded = lambda a: on(a, P(None, "batch"))  # noqa: E731
-ours = lambda p, x, h, c, n: cudnn.rnn_cudnn(p, x, h, c, cfg, seq_lengths=n)  # noqa: E731
+ours = lambda p, x, h, c, n: jcr.rnn(p, x, h, c, cfg, seq_lengths=n, implementation="cudnn")  # noqa: E731
 sharded = (on(params, P()), batch_sharded(x), batch_sharded(h0), batch_sharded(c0), on(lengths, P("batch")))
-cudnn.check_available = lambda: None  # the stand-in kernels run on the CPU
 grad = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a)[0] ** 2), argnums=(0, 1)))
 hlo = grad.lower(*sharded).compile().as_text()
 assert "all-gather(" not in hlo, "the partitioned calls gathered the batch"
@@ -83,14 +65,16 @@ for a, b in zip(grad(*sharded), want):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("custom_partitioning per shard ok")
 
-cudnn._forward_call, cudnn._backward_call = kernels
-text = jax.jit(lambda p: cudnn._rnn(p, x, h0, c0, None, cfg, False, "standard")[0]).trace(
+stand_in.__exit__()
+text = jax.jit(lambda p: wiring._rnn(p, x, h0, c0, None, wiring.Static(cfg, False, "standard"))[0]).trace(
     params).lower(lowering_platforms=("cuda",)).as_text()
 assert "jax_cudnn_rnn_forward" in text
 print("cuda lowering ok")
 
-# implementation=None staged out per platform (jax_cudnn_rnn/backends.py), as on a GPU host: CPU and CUDA lowerings.
-cudnn.unavailable = lambda: None
+# implementation=None staged out per platform (jax_cudnn_rnn/backends/registry.py), as on a GPU host: CPU and CUDA
+# lowerings. The real kernels (nothing runs); the reserve size, which only a GPU can tell, stood in for.
+wiring.unavailable = lambda: None
+plan.reserve_space_size = lambda problem, algo, device=-1: 100 * problem.batch + 7
 traced = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg)[0]))).trace(params, x)
 assert "jax_cudnn_rnn_forward" not in traced.lower(lowering_platforms=("cpu",)).as_text()
 assert "jax_cudnn_rnn_backward_weights" in traced.lower(lowering_platforms=("cuda",)).as_text()

@@ -6,20 +6,20 @@ inputs, comparing its three outputs with a peer's, importing an optional peer li
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import subprocess
+from collections.abc import Iterator
 
 import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cudnn_stand_in import CudnnStandIn  # noqa: F401 - the tests take it from here
+from numpy_reference import numpy_rnn
+from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: the interop tests take it from here
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
-from numpy_reference import numpy_rnn
-from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: the interop tests take it from here
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 T, B = 5, 3
@@ -141,3 +141,4 @@ def run_checked(command: list[str], timeout: float, **kwargs) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     return result.stdout
+

@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import algorithm, cudnn
-from jax_cudnn_rnn.algorithm import PERSIST_STATIC, PERSIST_STATIC_SMALL_H, STANDARD, DeviceInfo, Problem
+from jax_cudnn_rnn.backends.cudnn import algorithm, wiring
+from jax_cudnn_rnn.backends.cudnn.algorithm import (
+    PERSIST_STATIC,
+    PERSIST_STATIC_SMALL_H,
+    STANDARD,
+    DeviceInfo,
+    Problem,
+)
 
 H100 = DeviceInfo(9, 0, 132)
 A40 = DeviceInfo(8, 6, 84)
@@ -136,8 +142,8 @@ def test_xla_accepts_and_ignores_the_algorithm():
     x = jax.random.normal(jax.random.key(1), (5, 2, 3))
     h0, c0 = jnp.zeros((1, 2, 4)), jnp.zeros((1, 2, 4))
     want = jcr.rnn(params, x, h0, c0, cfg, implementation="xla")
-    for policy in algorithm.POLICIES:
-        got = jcr.rnn(params, x, h0, c0, cfg, implementation="xla", algorithm=policy)
+    for requested in algorithm.CHOICES:
+        got = jcr.rnn(params, x, h0, c0, cfg, implementation="xla", algorithm=requested)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
 
@@ -146,32 +152,27 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
-    text = jax.jit(lambda p: cudnn._rnn(p, x, h0, h0, None, cfg, False, PERSIST_STATIC_SMALL_H)).trace(
+    static = wiring.Static(cfg, False, PERSIST_STATIC_SMALL_H)
+    text = jax.jit(lambda p: wiring._rnn(p, x, h0, h0, None, static)).trace(
         params).lower(lowering_platforms=("cuda",)).as_text()
     assert 'algo = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
-        jax.jit(lambda p: cudnn._rnn(p, x, h0, h0, lengths, cfg, False, PERSIST_STATIC_SMALL_H)).trace(params)
+        jax.jit(lambda p: wiring._rnn(p, x, h0, h0, lengths, static)).trace(params)
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_autotune_measures_eagerly_while_jit_traces(monkeypatch, training):
-    """Autotune times real runs at trace time: inside jax.jit tracing they must still execute (here the cuDNN kernel
-    is stood in for by the xla implementation, which takes the same arguments)."""
-    from jax_cudnn_rnn import xla
-
-    def stand_in(params, x, h0, c0, seq_lengths, config, allow_tf32, algo):
-        assert algo == STANDARD
-        return xla.rnn_xla(params, x, h0, c0, config, seq_lengths=seq_lengths)
-
-    monkeypatch.setattr(cudnn, "_rnn", stand_in)
+def test_autotune_measures_eagerly_while_jit_traces(cudnn_stand_in, training):
+    """Autotune times real runs at trace time: inside jax.jit tracing they must still execute (here cuDNN's kernels
+    are stood in for)."""
     problem = _problem(units=8, input_size=4, batch=3, time=5, training=training)
     measured = []
 
     @jax.jit
     def traced(v):
-        measured.append(cudnn._time_algorithm(problem, STANDARD))
+        measured.append(wiring._time_algorithm(problem, STANDARD))
         return v + 1
 
     traced(jnp.zeros(()))
     assert len(measured) == 1 and isinstance(measured[0], float) and measured[0] > 0
+    assert {algo for _, _, algo in cudnn_stand_in.calls} == {STANDARD}

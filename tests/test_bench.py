@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from jax_cudnn_rnn import bench, cli, onednn
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.tools import bench, cli
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 CPU_CONFIGS = {"cpu-lstm", "cpu-gru"}
@@ -59,7 +60,9 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
     data = json.loads(paths["json"].read_text())
     if data["machine"]["jax_backend"] != "gpu":
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
-        assert "runs only on a GPU" in skipped["jcr-cudnn"] or "not loaded" in skipped["jcr-cudnn"]
+        assert skipped["jcr-cudnn"] in ("implementation='cudnn' needs the arrays on a CUDA device, but this call runs on "
+                                        "CPU", f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
+                                               f"{bench.jcr.extension_error()}")
     assert all(s["reason"] for s in data["skipped"])
 
 
@@ -133,7 +136,7 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
 
 
 def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch):
-    from jax_cudnn_rnn import cudnn
+    from jax_cudnn_rnn.backends.cudnn import plan
 
     bc = bench.CONFIGS["F"]
     cfg = bc.rnn_config("float32")
@@ -141,10 +144,10 @@ def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch)
     def no_gpu(problem, algo):
         raise RuntimeError("temp_space_sizes needs a CUDA GPU")
 
-    monkeypatch.setattr(cudnn, "temp_space_sizes", no_gpu)
+    monkeypatch.setattr(plan, "temp_space_sizes", no_gpu)
     assert bench._cudnn_workspace(bc, cfg, training=True) is None
     asked = []
-    monkeypatch.setattr(cudnn, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
+    monkeypatch.setattr(plan, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
     assert bench._cudnn_workspace(bc, cfg, training=False) == 4096
     problem, algo = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
@@ -186,9 +189,9 @@ def test_skip_reasons_are_plain_sentences():
     if bench._on_gpu():
         pytest.skip("checks the CPU skip reasons")
     assert bench._jax_exp_unavailable() == "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'"
-    assert bench._cudnn_unavailable() in (
-        "cuDNN runs only on a GPU, and JAX's backend here is 'cpu'",
-        f"the cuDNN extension is not loaded: {bench.jcr.extension_error()}")
+    assert bench._implementation_unavailable("cudnn")() in (
+        "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
+        f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {bench.jcr.extension_error()}")
 
 
 def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars():

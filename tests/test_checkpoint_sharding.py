@@ -43,7 +43,8 @@ def _host_state() -> dict:
 
 
 def _placements() -> dict:
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devices = np.array(jax.devices())
     line, grid = Mesh(devices, ("batch",)), Mesh(devices.reshape(4, 2), ("data", "model"))
@@ -62,7 +63,7 @@ def _check(restored, host, sharding, where: str) -> None:
 def _round_trips(directory: str):
     """Saves the state from every placement; restores each into the next placement (abstract target) and into a
     target without shardings. Returns, per placement, the canonical tensors' specs and the save's collectives."""
-    from jax_cudnn_rnn import sharded_canonical
+    from jax_cudnn_rnn.sharding import canonical as sharded_canonical
 
     host, placements = _host_state(), _placements()
     checkpointer = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
@@ -142,7 +143,8 @@ def test_a_checkpoint_from_8_devices_restores_on_one(round_trips):
 
 
 def _edge_cases(directory: str):
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     host, placements = _host_state(), _placements()
     checkpointer = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
@@ -189,7 +191,7 @@ def _other_sharding(directory: str):
         from jax._src.sharding_impls import GSPMDSharding
     except ImportError:
         return None
-    from jax_cudnn_rnn import sharded_canonical
+    from jax_cudnn_rnn.sharding import canonical as sharded_canonical
 
     sharding = GSPMDSharding.get_replicated(jax.devices())
     host = {name: _host_state()[name] for name in ("rows", "mixed")}  # Orbax records no such sharding for a plain array

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import chunking, segments, xla
+from jax_cudnn_rnn.backends import xla
+from jax_cudnn_rnn.backends.fused import chunking, segments
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import draw_inputs, make_config  # noqa: E402

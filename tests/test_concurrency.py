@@ -10,6 +10,7 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 
+
 def _jobs(implementation):
     jobs = []
     cases = [("lstm", "bidirectional", 7, 3), ("gru", "unidirectional", 5, 4), ("rnn_tanh", "bidirectional", 6, 2),
@@ -50,24 +51,13 @@ def test_threads_cudnn():
     _check("cudnn")
 
 
-def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorithm(monkeypatch):
+def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorithm(monkeypatch, cudnn_stand_in):
     """Several threads trace the same differentiated cuDNN call with algorithm="autotune" at the same moment (the CPU
     stands in for the kernels and the timing, which would favour another algorithm each time it measured): one thread
     measures, every trace gets the choice stored first, and each trace's backward runs its own forward's algorithm."""
     from threading import Barrier, get_ident
 
-    from jax_cudnn_rnn import algorithm, cudnn, xla
-
-    used = []  # (thread, pass, algorithm)
-
-    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
-        used.append((get_ident(), "forward", plan.algorithm))
-        y, h_n, c_n = xla.rnn_xla(params, x, h0, rest[0], config)
-        return y, h_n, c_n, jnp.zeros((x.shape[1], plan.row_bytes), jnp.uint8)
-
-    def backward_call(params, x, h0, y, dy, dh_n, reserve, c0, dc_n, *, plan, config, allow_tf32):
-        used.append((get_ident(), "backward", plan.algorithm))
-        return jnp.zeros_like(params), jnp.zeros_like(x), jnp.zeros_like(h0), jnp.zeros_like(c0), reserve
+    from jax_cudnn_rnn.backends.cudnn import algorithm, wiring
 
     measurements, favourite = [], {}
     favourites = iter(algorithm.ALGORITHMS * 4)
@@ -79,16 +69,13 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
             time.sleep(0.03 * len(measurements))  # staggered: traces go on while other threads still measure
         return 0.0 if algo == favourite[get_ident()] else 1.0
 
-    monkeypatch.setattr(cudnn, "_forward_call", forward_call)
-    monkeypatch.setattr(cudnn, "_backward_call", backward_call)
-    monkeypatch.setattr(cudnn, "_time_algorithm", time_algorithm)
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 64)
+    monkeypatch.setattr(wiring, "_time_algorithm", time_algorithm)
     monkeypatch.setattr(algorithm, "_TUNED", {})
     monkeypatch.setattr(algorithm, "_TUNING", {})
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
-    loss = lambda p: jnp.sum(cudnn._rnn(p, x, h0, h0, None, cfg, False, "autotune")[0])  # noqa: E731
+    loss = lambda p: jnp.sum(wiring._rnn(p, x, h0, h0, None, wiring.Static(cfg, False, "autotune"))[0])  # noqa: E731
     threads = 6
     barrier = Barrier(threads)
 
@@ -101,6 +88,6 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
         idents = list(pool.map(trace, range(threads)))
     assert len(measurements) == 1  # one thread measured; the others waited for its result
     for ident in idents:
-        mine = [(kind, algo) for thread, kind, algo in used if thread == ident]
+        mine = [(kind, algo) for thread, kind, algo in cudnn_stand_in.calls if thread == ident]
         assert {kind for kind, _ in mine} == {"forward", "backward"}
         assert {algo for _, algo in mine} == {measurements[0]}, mine

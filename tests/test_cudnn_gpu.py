@@ -21,7 +21,10 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, algorithm, cudnn, interop
+from jax_cudnn_rnn import interop
+from jax_cudnn_rnn.backends.cudnn import algorithm
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.cudnn import plan, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from skips import REQUIRE_GPU, import_or_skip, skip_or_fail  # noqa: E402
@@ -288,7 +291,7 @@ def test_outputs_past_length_are_zero():
 def test_lengths_above_max_time_under_jit_name_the_argument():
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=6, input_size=5)
     params, x, h0, c0, _ = _problem(cfg)
-    run = jax.jit(lambda lengths: cudnn.rnn_cudnn(params, x, h0, c0, cfg, seq_lengths=lengths))
+    run = jax.jit(lambda lengths: jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation="cudnn"))
     with pytest.raises(Exception, match=r"seq_lengths\[1\] is"):
         jax.block_until_ready(run(jnp.array([T, T + 1, 2, 3], jnp.int32)))
 
@@ -341,8 +344,8 @@ def test_packed_and_padded_calls_agree(mode):
 def test_inference_and_training_forward_agree():
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction="bidirectional")
     params, x, h0, c0, _ = _problem(cfg)
-    plain = cudnn.rnn_cudnn(params, x, h0, c0, cfg)
-    primal, _ = jax.vjp(lambda p: cudnn.rnn_cudnn(p, x, h0, c0, cfg), params)
+    plain = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn")
+    primal, _ = jax.vjp(lambda p: jcr.rnn(p, x, h0, c0, cfg, implementation="cudnn"), params)
     for a, b in zip(plain[:2], primal[:2]):
         _close(a, b, "float32", "inference vs training forward")
 
@@ -379,8 +382,8 @@ def test_allow_tf32_changes_the_result():
     params = jcr.init_params(k[0], cfg)
     x = jax.random.normal(k[1], (16, 32, cfg.input_size))
     h0 = c0 = 0.5 * jax.random.normal(k[2], cfg.state_shape(32))
-    strict = cudnn.rnn_cudnn(params, x, h0, c0, cfg, algorithm_policy="standard")
-    fast = cudnn.rnn_cudnn(params, x, h0, c0, cfg, allow_tf32=True, algorithm_policy="standard")
+    strict = wiring._rnn(params, x, h0, c0, None, wiring.Static(cfg, False, "standard"))
+    fast = wiring._rnn(params, x, h0, c0, None, wiring.Static(cfg, True, "standard"))
     np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
     public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32", algorithm="standard")
     np.testing.assert_array_equal(np.asarray(public[0]), np.asarray(fast[0]))
@@ -400,11 +403,11 @@ def test_default_implementation_on_gpu_is_cudnn():
 def test_reserve_space_size_is_positive_and_cached():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=32, input_size=16)
     problem = algorithm.Problem(cfg, T, B, padded=False, training=True, allow_tf32=False)
-    size = cudnn.reserve_space_size(problem, "standard")
+    size = plan.reserve_space_size(problem, "standard")
     assert size > 0
-    hits = cudnn.reserve_space_size.cache_info().hits
-    assert cudnn.reserve_space_size(problem, "standard") == size
-    assert cudnn.reserve_space_size.cache_info().hits == hits + 1
+    hits = plan.temp_space_sizes.cache_info().hits
+    assert plan.reserve_space_size(problem, "standard") == size
+    assert plan.temp_space_sizes.cache_info().hits == hits + 1
 
 
 def test_vmap_folds_into_one_call_and_matches_a_loop():
@@ -431,7 +434,8 @@ def test_vmap_folds_into_one_call_and_matches_a_loop():
 def test_batch_sharded_over_local_gpus_matches_unsharded():
     """Under jit with the batch split over every local GPU (one GPU: custom_partitioning runs the call whole), the
     cuDNN path gives the unsharded values and gradients and keeps the batch sharding."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devices = jax.devices("gpu")
     batch = 4 * len(devices)
@@ -565,7 +569,7 @@ def test_resets_with_dropout_and_projection_match_xla():
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 def test_sequences_longer_than_max_time_steps_match_xla(monkeypatch, direction, lengths):
     """The chunked path with the limit lowered to 3 steps (T = 7: chunks of 3, 3 and 1), with resets too."""
-    monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", 3)
+    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 3)
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction=direction, dropout=0.3)
     _compare(cfg, "float32", lengths=lengths, is_training=True, dropout_key=jax.random.key(2))
     _compare(cfg, "float32", lengths=lengths, resets=_resets("few"), max_segments=12)
@@ -578,12 +582,12 @@ def test_max_time_steps_in_one_call_and_one_more_chunked():
     does not (65,536 fails there): a GPU run of this test with MAX_TIME_STEPS raised tells."""
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
     params = jcr.init_params(jax.random.key(0), cfg)
-    steps = cudnn.MAX_TIME_STEPS
+    steps = wiring.MAX_TIME_STEPS
     x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
     h0 = jnp.zeros(cfg.state_shape(2))
-    y, h_n, _ = jax.jit(lambda x: cudnn._rnn(params, x, h0, h0, None, cfg, False, "standard"))(x[:steps])
-    grads = jax.jit(jax.grad(lambda p: jnp.sum(cudnn._rnn(p, x[:steps], h0, h0, None, cfg, False, "standard")[1])))(
-        params)
+    static = wiring.Static(cfg, False, "standard")
+    y, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(wiring._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
     assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
     want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")
     _close(h_n, want[1], "float32", f"h_n after {steps} steps in one call")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, layout
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py: skips without cuDNN and a GPU, fails where the run requires them
 

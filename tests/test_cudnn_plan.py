@@ -1,4 +1,4 @@
-"""How a cuDNN call is planned while it is traced (jax_cudnn_rnn/cudnn.py ``Plan``), on the CPU with stand-ins: the
+"""How a cuDNN call is planned while it is traced (jax_cudnn_rnn/backends/cudnn/plan.py), on the CPU with stand-ins: the
 device cuDNN is asked on, the batch the algorithm is chosen for, what several processes must agree on, and the eager
 backward that consumes the forward's reserve space instead of copying it."""
 
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import algorithm, cudnn, xla
-from jax_cudnn_rnn.placement import UNKNOWN, Placement
+from jax_cudnn_rnn.backends import xla
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan, wiring
+from jax_cudnn_rnn.sharding.placement import UNKNOWN, Placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,23 +31,23 @@ def test_cudnn_is_asked_on_the_calls_device_and_its_facts_choose(monkeypatch):
     """Trace-time questions go to the call's GPU (its CUDA ordinal in this process), not to GPU 0, and the heuristic
     reads that GPU's facts."""
     asked = []
-    monkeypatch.setattr(cudnn, "reserve_space_size",
+    monkeypatch.setattr(plan, "reserve_space_size",
                         lambda problem, algo, device=-1: asked.append((problem.batch, algo, device)) or 640)
     cfg = jcr.RNNConfig("lstm", 1, 64, 32)
     where = Placement(platform="cuda", device=FakeGPU(id=5, local_hardware_id=1))
-    plan = cudnn._plan(cfg, (7, 4, 32), None, False, "heuristic", where, training=True)
-    assert plan == cudnn.Plan(algorithm.PERSIST_STATIC_SMALL_H, device=1, row_bytes=160, local_batches=(4,))
+    made = plan.plan(cfg, (7, 4, 32), False, False, "heuristic", where, True, seconds=None)
+    assert made == plan.Plan(algorithm.PERSIST_STATIC_SMALL_H, device=1, row_bytes=160, local_batches=(4,))
     assert asked == [(4, algorithm.PERSIST_STATIC_SMALL_H, 1)]
     # A call placed elsewhere (no GPU known) never reaches a GPU's facts: the standard algorithm.
-    monkeypatch.setattr(cudnn, "_target_device", lambda where: None)
-    assert cudnn._plan(cfg, (7, 4, 32), None, False, "heuristic", UNKNOWN, training=False).algorithm == "standard"
+    monkeypatch.setattr(plan, "target_device", lambda where: None)
+    assert plan.plan(cfg, (7, 4, 32), False, False, "heuristic", UNKNOWN, False, seconds=None).algorithm == "standard"
 
 
 def test_target_device_prefers_the_calls_gpu():
     gpu = FakeGPU(id=3, local_hardware_id=3)
-    assert cudnn._target_device(Placement(platform="cuda", device=gpu)) is gpu
+    assert plan.target_device(Placement(platform="cuda", device=gpu)) is gpu
     if not any(d.platform == "gpu" for d in jax.devices()):
-        assert cudnn._target_device(UNKNOWN) is None
+        assert plan.target_device(UNKNOWN) is None
 
 
 @pytest.mark.parametrize("where, want_batch", [
@@ -59,10 +60,10 @@ def test_the_algorithm_is_chosen_for_the_per_device_batch(monkeypatch, where, wa
     even fit on one GPU)."""
     timed = []
     monkeypatch.setattr(algorithm, "_TUNED", {})
-    monkeypatch.setattr(cudnn, "_time_algorithm", lambda problem, algo, device=None: timed.append(problem.batch) or 1.0)
     cfg = jcr.RNNConfig("gru", 1, 16, 8)
-    plan = cudnn._plan(cfg, (5, 32, 8), None, False, "autotune", where, training=False)
-    assert set(timed) == {want_batch} and plan.algorithm == algorithm.STANDARD
+    made = plan.plan(cfg, (5, 32, 8), False, False, "autotune", where, False,
+                     seconds=lambda problem, algo, device: timed.append(problem.batch) or 1.0)
+    assert set(timed) == {want_batch} and made.algorithm == algorithm.STANDARD
 
 
 def test_autotune_is_refused_with_several_processes(monkeypatch):
@@ -76,45 +77,26 @@ def test_autotune_is_refused_with_several_processes(monkeypatch):
 
 
 def test_processes_with_different_gpu_models_are_refused(monkeypatch):
-    monkeypatch.setattr(cudnn.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(plan.jax, "process_count", lambda: 2)
     same = [FakeGPU(0, 0), FakeGPU(1, 0)]
-    monkeypatch.setattr(cudnn.jax, "devices", lambda *a: same)
-    cudnn._check_processes_agree()
+    monkeypatch.setattr(plan.jax, "devices", lambda *a: same)
+    plan.check_processes_agree()
     mixed = [FakeGPU(0, 0), FakeGPU(1, 0, device_kind="NVIDIA A100-SXM4-80GB")]
-    monkeypatch.setattr(cudnn.jax, "devices", lambda *a: mixed)
+    monkeypatch.setattr(plan.jax, "devices", lambda *a: mixed)
     with pytest.raises(ValueError, match="needs one GPU model in all of them.*A100.*H100"):
-        cudnn._check_processes_agree()
+        plan.check_processes_agree()
 
 
-def _stand_ins(monkeypatch, forwards):
-    """cudnn.py's kernel calls replaced by the xla implementation; the forward writes 7 into every reserve byte and
-    the backward adds (byte - 7) to dx, so a backward handed anything but its forward's buffer changes dx."""
-
-    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
-        forwards.append(training)
-        y, h_n, c_n = xla.rnn_xla(params, x, h0, rest[0], config)
-        return (y, h_n, c_n) + ((jnp.full((x.shape[1], plan.row_bytes), 7, jnp.uint8),) if training else ())
-
-    def backward_call(params, x, h0, y, dy, dh_n, reserve, c0, dc_n, *, plan, config, allow_tf32):
-        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config), params, x, h0, c0)
-        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
-        return dparams, dx + (jnp.max(reserve) - 7).astype(dx.dtype), dh0, dc0, reserve
-
-    monkeypatch.setattr(cudnn, "_forward_call", forward_call)
-    monkeypatch.setattr(cudnn, "_backward_call", backward_call)
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 100 * problem.batch)
-
-
-def test_eager_vjp_consumes_the_reserve_space_and_a_second_backward_writes_it_again(monkeypatch):
+def test_eager_vjp_consumes_the_reserve_space_and_a_second_backward_writes_it_again(cudnn_stand_in):
     """cuDNN updates the reserve space in place: an eager backward donates it (no copy of the whole buffer), and
     calling the same vjp function again runs the training forward once more to get a fresh one."""
-    forwards = []
-    _stand_ins(monkeypatch, forwards)
+    forwards = cudnn_stand_in.forwards
     cfg = jcr.RNNConfig("lstm", 1, 6, 4)
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jax.random.normal(jax.random.key(1), (5, 3, 4))
     h0 = c0 = jnp.zeros((1, 3, 6))
-    y, vjp = jax.vjp(lambda p, x: cudnn._rnn(p, x, h0, c0, None, cfg, False, "standard")[0], params, x)
+    static = wiring.Static(cfg, False, "standard")
+    y, vjp = jax.vjp(lambda p, x: wiring._rnn(p, x, h0, c0, None, static)[0], params, x)
     _, want_vjp = jax.vjp(lambda p, x: xla.rnn_xla(p, x, h0, c0, cfg)[0], params, x)
     dy = jax.random.normal(jax.random.key(2), y.shape)
     want = want_vjp(dy)
@@ -134,10 +116,10 @@ def test_the_eager_backward_donates_the_reserve_space_to_an_aliased_output():
     cfg = jcr.RNNConfig("gru", 1, 8, 4)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
-    plan = cudnn.Plan("standard", row_bytes=64, local_batches=(3,))
+    call_plan = plan.Plan("standard", row_bytes=64, local_batches=(3,))
     reserve = jnp.zeros((3, 64), jnp.uint8)
-    text = cudnn._backward_donating.trace(params, x, h0, jnp.ones((5, 3, 8)), jnp.ones((5, 3, 8)), h0, reserve, None,
-                                          None, None, config=cfg, allow_tf32=False, plan=plan).lower(
-        lowering_platforms=("cuda",)).as_text()
+    text = wiring._backward_donating.trace(params, x, h0, jnp.ones((5, 3, 8)), jnp.ones((5, 3, 8)), h0, reserve,
+                                           None, None, None, static=wiring.Static(cfg, False, "standard"),
+                                           call_plan=call_plan).lower(lowering_platforms=("cuda",)).as_text()
     argument = next(line for line in text.splitlines() if "func.func public @main" in line)
     assert "%arg6: tensor<3x64xui8> {tf.aliasing_output = 3 : i32}" in argument  # result[4]: dc0 is None, argument

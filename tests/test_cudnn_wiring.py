@@ -1,9 +1,9 @@
 """The Python around cuDNN's calls, run on the CPU: ``rnn(..., implementation="cudnn")`` with resets, empty
-sequences, dropout and sequences longer than ``cudnn.MAX_TIME_STEPS`` goes through backends.py, segments.py,
-``cudnn.backend`` and chunking.py down to ``cudnn._rnn``, which is replaced here by a stand-in: the xla
-implementation, with every output of a row whose length is below 1 made NaN (cuDNN refuses such rows, so none may
-reach it). The results must equal the xla implementation's. What the stand-in cannot show (cuDNN's kernels, its
-reserve space, its own length checks) is tests/test_cudnn_gpu.py's.
+sequences, dropout and sequences longer than ``MAX_TIME_STEPS`` goes through the registry, the fused kit (segments,
+chunks, layers) and cuDNN's custom_vjp down to its kernels, which are stood in for (``support.CudnnStandIn``: the
+xla implementation, with every output of a row whose length is below 1 made NaN, since cuDNN refuses such rows and
+none may reach it). The results must equal the xla implementation's. What the stand-in cannot show (cuDNN's kernels,
+its reserve space, its own length checks) is tests/test_cudnn_gpu.py's.
 """
 
 from __future__ import annotations
@@ -17,28 +17,12 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import backends, cudnn, xla
+from jax_cudnn_rnn.backends.cudnn import wiring
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import draw_inputs, make_config  # noqa: E402
 
 T, B = 7, 4
-
-
-def _stand_in(params, x, h0, c0, seq_lengths, config, allow_tf32, policy, where=None):
-    y, h_n, c_n = xla.rnn_xla(params, x, h0, c0, config, seq_lengths)
-    if seq_lengths is None:
-        return y, h_n, c_n
-    refused = (seq_lengths < 1)[None, :, None]
-    poison = lambda a: None if a is None else jnp.where(refused, jnp.nan, a)  # noqa: E731
-    return poison(y), poison(h_n), poison(c_n)
-
-
-@pytest.fixture
-def cpu_cudnn(monkeypatch):
-    monkeypatch.setattr(cudnn, "check_available", lambda: None)
-    monkeypatch.setattr(cudnn, "_rnn", _stand_in)
-    monkeypatch.setattr(backends, "resolve", lambda implementation, call, where: {backends.DEFAULT: implementation})
 
 
 def _both(cfg, inputs, **kwargs):
@@ -71,10 +55,10 @@ RESETS[[1, 2, 3], 3] = True
 
 @pytest.mark.parametrize("max_segments, chunk, num_layers", [(None, None, 2), (B, None, 1), (12, 3, 1)],
                          ids=["default-dropout", "fallback", "packed-chunked"])
-def test_resets_through_the_cudnn_path(cpu_cudnn, monkeypatch, max_segments, chunk, num_layers):
+def test_resets_through_the_cudnn_path(cudnn_stand_in, monkeypatch, max_segments, chunk, num_layers):
     """8 segments (an empty row has none): the default bound 2B = 8 and 12 take the packed path, B the fallback."""
     if chunk:
-        monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", chunk)
+        monkeypatch.setattr(wiring, "MAX_TIME_STEPS", chunk)
     cfg = make_config("lstm", num_layers, "bidirectional", dropout=0.5 if num_layers > 1 else 0.0)
     inputs = draw_inputs(cfg, np.random.default_rng(0), T, B)
     dropout = dict(is_training=True, dropout_key=jax.random.key(1)) if cfg.dropout else {}
@@ -83,16 +67,17 @@ def test_resets_through_the_cudnn_path(cpu_cudnn, monkeypatch, max_segments, chu
 
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
-def test_long_and_empty_sequences_through_the_cudnn_path(cpu_cudnn, monkeypatch, direction):
-    monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", 2)
+def test_long_and_empty_sequences_through_the_cudnn_path(cudnn_stand_in, monkeypatch, direction):
+    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 2)
     cfg = make_config("gru", 2, direction)
     inputs = draw_inputs(cfg, np.random.default_rng(1), T, B)
     _assert_equal_results(_both(cfg, inputs, seq_lengths=jnp.array([T, 0, 3, 4], jnp.int32)))
 
 
-def test_the_stand_in_poisons_empty_rows(cpu_cudnn):
+def test_the_stand_in_poisons_empty_rows(cudnn_stand_in):
     """The check above can fail: the stand-in called directly with a length of 0 gives NaN."""
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(2), T, B)
-    y, h_n, _ = cudnn._rnn(params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), cfg, False, "standard")
+    y, h_n, _ = wiring._rnn(params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), wiring.Static(cfg, False,
+                                                                                                     "standard"))
     assert np.isnan(np.asarray(h_n)[:, 1]).all() and np.isfinite(np.asarray(h_n)[:, 0]).all()

@@ -6,7 +6,8 @@ import jax
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import cli, onednn
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.tools import cli
 
 
 def test_demo_cli_short_run(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call
-is a clear error under plain jax.export and exports through ``cudnn.export`` (the recipe), single-device only.
+is a clear error under plain jax.export and exports through ``jax_cudnn_rnn.cudnn.export`` (the recipe), single-device only.
 Nothing runs on CUDA here (the GPU test at the end runs the recipe's result)."""
 
 import jax
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cudnn
+from jax_cudnn_rnn import cudnn
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
 
 CFG = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
 HAS_CUDNN = _extension.extension_loaded() and any(d.platform == "gpu" for d in jax.devices())
@@ -27,14 +28,6 @@ def _grad(implementation):
         y, h_n, c_n = jcr.rnn(params, x, h0, c0, CFG, implementation=implementation)
         return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
     return jax.jit(jax.grad(loss, argnums=(0, 1)))
-
-
-@pytest.fixture
-def cudnn_traceable(monkeypatch):
-    """Lets a cuDNN call trace without a GPU: available, and a stand-in reserve-space size."""
-    if not HAS_CUDNN:
-        monkeypatch.setattr(cudnn, "unavailable", lambda: None)
-        monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 512)
 
 
 def test_the_xla_implementation_exports_for_every_platform():

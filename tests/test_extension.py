@@ -6,7 +6,6 @@ Without the extension these tests skip; with JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 (
 instead, so a silently skipped build cannot pass.
 """
 
-import functools
 import glob
 import os
 import re
@@ -18,7 +17,9 @@ import jax.numpy as jnp
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, _native, cudnn, segments, xla
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.cudnn import plan, wiring
+from jax_cudnn_rnn.backends.fused import loader as _native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import skips  # noqa: E402
@@ -116,9 +117,9 @@ def _inputs(cfg, T=6, B=3, seq_lengths=True):
 def test_rnn_cudnn_without_gpu_is_a_clear_error(native):
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, c0, _ = _inputs(cfg)
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        cudnn.rnn_cudnn(params, x, h0, c0, cfg)
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU|needs the arrays on a CUDA device"):
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):  # where the call runs is not known: the GPU is missing
+        jax.jit(lambda *a: jcr.rnn(*a, cfg, implementation="cudnn")).trace(params, x, h0, c0)
+    with pytest.raises(RuntimeError, match="needs the arrays on a CUDA device"):  # an eager call on CPU arrays
         jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn")
 
 
@@ -129,7 +130,7 @@ def test_rnn_cudnn_without_extension_says_how_to_build(monkeypatch):
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, c0, _ = _inputs(cfg)
     with pytest.raises(RuntimeError, match=re.escape("pip install --no-build-isolation -e .")):
-        cudnn.rnn_cudnn(params, x, h0, c0, cfg)
+        jax.jit(lambda *a: jcr.rnn(*a, cfg, implementation="cudnn")).trace(params, x, h0, c0)
 
 
 def _custom_calls(fn, *args):
@@ -142,7 +143,8 @@ def test_inference_lowering_for_cuda():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional",
                         proj_size=3, cell_clip=2.5)
     params, x, h0, c0, lengths = _inputs(cfg)
-    calls = _custom_calls(lambda *a: cudnn._rnn(*a, cfg, False, "standard"), params, x, h0, c0, lengths)
+    static = wiring.Static(cfg, False, "standard")
+    calls = _custom_calls(lambda *a: wiring._rnn(*a, static), params, x, h0, c0, lengths)
     assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
     call = calls[0]
     for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
@@ -157,31 +159,31 @@ def test_inference_lowering_for_cuda():
 def test_gradient_lowering_for_cuda(monkeypatch):
     """A differentiated call is a training forward, backward data and backward weights, the reserve space aliased
     through both backward passes. The reserve size (asked of cuDNN on a GPU) is replaced here by a fixed one."""
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 4096)
+    monkeypatch.setattr(plan, "reserve_space_size", lambda *args: 4096)
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, _, lengths = _inputs(cfg)
 
     def loss(params, x, h0):
-        y, h_n, _ = cudnn._rnn(params, x, h0, None, lengths, cfg, False, "standard")
+        y, h_n, _ = wiring._rnn(params, x, h0, None, lengths, wiring.Static(cfg, False, "standard"))
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)
     assert [re.search(r"@(\w+)\(", c).group(1) for c in calls] == [
         "jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"]
-    # The reserve space travels as [B, ceil(4096 / B)] bytes (cudnn._reserve_row_bytes), flat at the custom call.
+    # The reserve space travels as [B, ceil(4096 / B)] bytes (plan.reserve_row_bytes), flat at the custom call.
     assert "training = true" in calls[0] and f"tensor<{3 * -(-4096 // 3)}xui8>" in calls[0]
     assert "output_operand_aliases" in calls[1] and "operand_index = 5" in calls[1]
     assert "output_operand_aliases" in calls[2] and "operand_index = 3" in calls[2]
 
 
-def test_dropout_runs_layer_by_layer_for_cuda(monkeypatch):
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 1024)
+def test_dropout_runs_layer_by_layer_for_cuda(cudnn_traceable):
     cfg = jcr.RNNConfig(mode="rnn_tanh", num_layers=3, num_units=8, input_size=8, input_mode="skip_input",
                         direction="bidirectional", dropout=0.5)
     params, x, h0, c0, _ = _inputs(cfg)
 
     def loss(params):
-        y, h_n, _ = cudnn._rnn_with_dropout(params, x, h0, c0, None, cfg, jax.random.key(1), False, "standard")
+        y, h_n, _ = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=jax.random.key(1),
+                            implementation="cudnn", algorithm="standard")
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss), params)
@@ -205,18 +207,16 @@ def _lowered_for_cuda(fn, *args):
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, monkeypatch):
+def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, cudnn_traceable):
     """The cuDNN path with resets is one forward over the packed batch of max_segments rows (each segment a row, with
     the segments' lengths), under a conditional whose other branch is the xla implementation (no custom call)."""
-    monkeypatch.setattr(cudnn, "check_available", lambda: None)
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional")
     params, x, h0, c0, lengths = _inputs(cfg)
     resets = jnp.zeros((6, 3), bool).at[2, 0].set(True)
-    fallback = functools.partial(xla.rnn_xla, precision="float32")
 
     def run(params, x, h0, c0):
-        return segments.rnn_segmented(cudnn.backend(False, "standard"), fallback, params, x, h0, c0, cfg, lengths,
-                                      resets, None, 5)
+        return jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, resets=resets, max_segments=5,
+                       implementation="cudnn", algorithm="standard")
 
     text = _lowered_for_cuda(run, params, x, h0, c0)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
@@ -226,15 +226,15 @@ def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, m
 
 
 @pytest.mark.parametrize("direction, calls_per_layer", [("unidirectional", None), ("bidirectional", 4)])
-def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, monkeypatch, direction, calls_per_layer):
+def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, cudnn_traceable, monkeypatch, direction,
+                                                             calls_per_layer):
     """With the step limit lowered to 4, T = 6 runs as chunks of 4 and 2 steps: the whole unidirectional stack per
     chunk; a bidirectional network layer by layer and direction by direction, each a unidirectional one-layer call."""
-    monkeypatch.setattr(cudnn, "check_available", lambda: None)
-    monkeypatch.setattr(cudnn, "MAX_TIME_STEPS", 4)
+    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 4)
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=8, input_size=5, direction=direction)
     params, x, h0, c0, lengths = _inputs(cfg)
-    text = _lowered_for_cuda(lambda *a: cudnn.rnn_cudnn(*a, cfg, seq_lengths=lengths, algorithm_policy="standard"),
-                             params, x, h0, c0)
+    text = _lowered_for_cuda(lambda *a: jcr.rnn(*a, cfg, seq_lengths=lengths, implementation="cudnn",
+                                                algorithm="standard"), params, x, h0, c0)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
     steps = [int(re.search(r"\(tensor<(\d+)x3x", call).group(1)) for call in calls]
     if calls_per_layer is None:
@@ -338,7 +338,7 @@ def test_missing_libcudnn_says_what_to_install(monkeypatch):
     def no_cudnn(name):
         raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")
 
-    monkeypatch.setattr(_extension, "_preload_cudnn", lambda: None)
+    monkeypatch.setattr(_extension.loader, "preload", lambda distribution, filename: None)
     _load_with(monkeypatch, no_cudnn)
     assert 'pip install "jax-cudnn-rnn[cudnn]"' in _extension.extension_error()
 

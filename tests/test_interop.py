@@ -11,7 +11,7 @@ import pytest
 
 from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.flax_cells import FlaxCellStack
+from jax_cudnn_rnn.interop.flax_cells import FlaxCellStack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import assert_outputs_close, import_or_skip, run_xla, torch_module  # noqa: E402

@@ -137,15 +137,17 @@ def test_batch_sharded_rnn_step_equals_one_process(cluster):
 
 # ------------------------------------------------------------------------------------------------ cuDNN path
 def _cudnn_path_with_stand_ins():
-    """cudnn.py's own code (the plan, custom_vjp, reserve-space layout, partitioning) across both processes, its two
-    kernel calls replaced by the xla implementation (test_partitioning.py's stand-ins: the forward writes its local
-    batch size into every reserve byte, the backward adds (byte - its local batch) to dx, so a backward handed another
-    shard's or a gathered reserve space changes the numbers) and every process given the same kind of fake H100."""
+    """The cuDNN path's own code (the plan, custom_vjp, reserve-space layout, partitioning) across both processes, its
+    kernels stood in for (tests/cudnn_stand_in.py: the forward writes its local batch size into every reserve byte,
+    the backward adds (byte - its local batch) to dx, so a backward handed another shard's or a gathered reserve
+    space changes the numbers) and every process given the same kind of fake H100."""
     import dataclasses
 
+    from cudnn_stand_in import CudnnStandIn
     from jax.sharding import PartitionSpec as P
 
-    from jax_cudnn_rnn import cudnn, xla
+    from jax_cudnn_rnn.backends import xla
+    from jax_cudnn_rnn.backends.cudnn import plan
 
     @dataclasses.dataclass(frozen=True)
     class FakeGPU:  # what the plan reads of a GPU: each process's own first GPU, of one model
@@ -156,32 +158,16 @@ def _cudnn_path_with_stand_ins():
         core_count: int = 132
         platform: str = "gpu"
 
-    plans, local_batches = [], []
-
-    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
-        plans.append(plan)
-        local_batches.append(x.shape[1])
-        y, h_n, c_n = xla.rnn_xla(params, x, h0, rest[0], config)
-        reserve = (jnp.full((x.shape[1], plan.row_bytes), x.shape[1], jnp.uint8),) if training else ()
-        return (y, h_n, c_n) + reserve
-
-    def backward_call(params, x, h0, y, dy, dh_n, reserve, c0, dc_n, *, plan, config, allow_tf32):
-        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config), params, x, h0, c0)
-        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
-        dx = dx + (jnp.max(reserve) - jnp.min(reserve)).astype(dx.dtype) + (reserve[0, 0] - x.shape[1]).astype(
-            dx.dtype)
-        return dparams, dx, dh0, dc0, reserve
-
-    saved = cudnn._forward_call, cudnn._backward_call, cudnn.reserve_space_size, cudnn._target_device
-    cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
-    cudnn.reserve_space_size = lambda problem, algo, device=-1: 1000 * problem.batch + 37  # not proportional to B
-    cudnn._target_device = lambda where: FakeGPU(id=jax.process_index())
+    stand_in = CudnnStandIn(reserve_bytes=lambda problem: 1000 * problem.batch + 37)  # not proportional to B
+    target_device = plan.target_device
+    plan.target_device = lambda where: FakeGPU(id=jax.process_index())
+    stand_in.__enter__()
     try:
         params = np.asarray(jcr.init_params(jax.random.key(0), ENCODER))
         x, h0, c0, _ = _batch()
 
-        def loss(policy, p, x, h, c):
-            y, h_n, c_n = cudnn._rnn(p, x, h, c, None, ENCODER, False, policy, cudnn.call_placement(p, x, h, c, None))
+        def loss(algorithm, p, x, h, c):
+            y, h_n, c_n = jcr.rnn(p, x, h, c, ENCODER, implementation="cudnn", algorithm=algorithm)
             return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
         batch = _sharding(P(None, "batch"))
@@ -202,9 +188,10 @@ def _cudnn_path_with_stand_ins():
         except ValueError as e:
             refused = str(e)
     finally:
-        cudnn._forward_call, cudnn._backward_call, cudnn.reserve_space_size, cudnn._target_device = saved
-    return {"plans": sorted({(p.algorithm, p.row_bytes, p.local_batches) for p in plans}),
-            "local_batch": min(local_batches), "refused": refused,
+        stand_in.__exit__()
+        plan.target_device = target_device
+    return {"plans": sorted({(p.algorithm, p.row_bytes, p.local_batches) for p in stand_in.plans}),
+            "local_batch": min(stand_in.batches), "refused": refused,
             "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")}}
 
 
@@ -212,7 +199,7 @@ def test_cudnn_path_plans_alike_in_every_process_and_runs_per_shard(cluster):
     """Every process makes the same plan (the heuristic's algorithm for the per-device batch, the same reserve rows),
     each device runs its own 2 rows with its own reserve space, and autotune, which would time each process's own GPU,
     is refused."""
-    from jax_cudnn_rnn import algorithm
+    from jax_cudnn_rnn.backends.cudnn import algorithm
 
     results = cluster.run(_cudnn_path_with_stand_ins)
     assert results[0]["plans"] == results[1]["plans"]

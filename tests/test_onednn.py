@@ -20,12 +20,22 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import backends, interop, onednn
+from jax_cudnn_rnn import interop
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.call import Call
+from jax_cudnn_rnn.backends.onednn import extension
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import skips  # noqa: E402
-from support import (assert_outputs_close, draw_inputs, import_or_skip, make_config, oracle,  # noqa: E402
-                     require_extension, torch_module)
+from support import (  # noqa: E402
+    assert_outputs_close,
+    draw_inputs,
+    import_or_skip,
+    make_config,
+    oracle,
+    require_extension,
+    torch_module,
+)
 
 T, B = 5, 3
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -34,7 +44,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 @pytest.fixture
 def native():
     """The loaded oneDNN module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_ONEDNN=1) without it."""
-    require_extension(onednn.EXTENSION, skips.REQUIRE_ONEDNN)
+    require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
     return onednn.module()
 
 
@@ -232,8 +242,8 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
     lengths = jnp.asarray([2, 5, 1], jnp.int32) if seq_lengths else None
     with pytest.raises(RuntimeError, match=reason):
         jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation="onednn")
-    call = backends.Call(cfg, T, B, seq_lengths=seq_lengths)
-    assert backends.implementation_for("cpu", call) == "xla"
+    call = Call(cfg, T, B, seq_lengths=seq_lengths)
+    assert jcr.implementation_for("cpu", call) == "xla"
 
 
 @pytest.mark.parametrize("mode, dtype, units, batch, expected", [
@@ -248,8 +258,8 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
 ])
 def test_default_implementation_follows_the_measured_rule(native, mode, dtype, units, batch, expected):
     cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
-    call = backends.Call(cfg, 10, batch)
-    assert backends.implementation_for("cpu", call) == expected
+    call = Call(cfg, 10, batch)
+    assert jcr.implementation_for("cpu", call) == expected
     assert jcr.implementation_for(jnp.zeros(1), call) == expected
     # the chooser rnn() itself runs: its compiled call is oneDNN's custom call exactly where the rule says so
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
@@ -257,9 +267,9 @@ def test_default_implementation_follows_the_measured_rule(native, mode, dtype, u
     h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
     c0 = h0 if mode == "lstm" else None
     text = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)).lower(params, x, h0, c0).as_text()
-    assert (onednn.FORWARD_TARGET in text) == (expected == "onednn")
+    assert (extension.FORWARD_TARGET in text) == (expected == "onednn")
     # without a batch (asking what the platform picks in general) the answer is xla
-    assert backends.implementation_for("cpu", backends.Call(cfg)) == "xla"
+    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"
 
 
 def test_plan_cache_stays_bounded(native):
@@ -290,11 +300,12 @@ import sys
 sys.modules["jax_cudnn_rnn._onednn_rnn"] = None  # an import of it fails, as without the build
 import os, jax.numpy as jnp, numpy as np
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import backends, onednn
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.call import Call
 assert not onednn.extension_loaded(), onednn.extension_error()
 assert "OMP_WAIT_POLICY" not in os.environ
 cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=4, input_size=3)
-assert backends.implementation_for("cpu", backends.Call(cfg, 2, 1)) == "xla"
+assert jcr.implementation_for("cpu", Call(cfg, 2, 1)) == "xla"
 p = jcr.init_params(__import__("jax").random.key(0), cfg)
 y = jcr.rnn(p, jnp.ones((2, 1, 3)), jnp.zeros((1, 1, 4)), jnp.zeros((1, 1, 4)), cfg)[0]
 assert y.shape == (2, 1, 4)

@@ -1,12 +1,11 @@
-"""Batch sharding of the cuDNN path (jax_cudnn_rnn/partitioning.py, cudnn.py) on 8 CPU devices.
+"""Batch sharding of the cuDNN path (jax_cudnn_rnn/sharding/partitioning.py, backends/cudnn/) on 8 CPU devices.
 
-cuDNN's FFI calls need a GPU, so the script below replaces the two kernel calls of cudnn.py (``_forward_call``,
-``_backward_call``) by the xla implementation with the same signatures and outputs, the reserve space included: the
-forward writes its local batch size into every byte of its [b, row_bytes] reserve rows and the backward adds
-(byte - its own local batch size) to dx, so a backward that received another shard's buffer, or a gathered one,
-changes the numbers. Everything else is cudnn.py's own code: the custom_vjp, the algorithm choice, the reserve-space
-layout, the vmap wrappers and the partitioning rules. Values are compared with the unsharded xla implementation, and
-the compiled HLO is inspected for collectives.
+cuDNN's FFI calls need a GPU, so the script below stands in for its kernels (tests/cudnn_stand_in.py: the xla
+implementation, the reserve space included: the forward writes its local batch size into every byte of its
+[b, row_bytes] reserve rows and the backward adds (byte - its own local batch size) to dx, so a backward that received
+another shard's buffer, or a gathered one, changes the numbers). Everything else is the library's own code: the
+custom_vjp, the plan, the reserve-space layout, the vmap wrappers and the partitioning rules. Values are compared with
+the unsharded xla implementation, and the compiled HLO is inspected for collectives.
 """
 
 import dataclasses
@@ -17,9 +16,9 @@ import textwrap
 
 import pytest
 
-from jax_cudnn_rnn import algorithm, cudnn
-from jax_cudnn_rnn.placement import Placement
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan
+from jax_cudnn_rnn.sharding.placement import Placement
 
 SCRIPT = textwrap.dedent("""
     import os, sys, traceback
@@ -28,33 +27,14 @@ SCRIPT = textwrap.dedent("""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jax_cudnn_rnn as jcr
     from jax_cudnn_rnn import cudnn, dropout, xla
+    from jax_cudnn_rnn.sharding import placement
+    sys.path.insert(0, sys.argv[2])
+    from cudnn_stand_in import CudnnStandIn
 
     if sys.argv[1] == "gspmd":
         jax.config.update("jax_use_shardy_partitioner", False)
-    LOCAL_BATCHES = []
-
-    def forward_call(x, h0, params, *rest, plan, config, allow_tf32, training):
-        lstm, batch = config.has_cell_state, x.shape[1]
-        LOCAL_BATCHES.append(batch)  # traced with the global shapes too; the smallest is the per-device call
-        c0 = rest[0] if lstm else None
-        lengths = rest[-1] if len(rest) > lstm else None
-        y, h_n, c_n = xla.rnn_xla(params, x, h0, c0, config, lengths)
-        outs = (y, h_n) + ((c_n,) if lstm else ())
-        if training:
-            outs += (jnp.full((batch, plan.row_bytes), batch, jnp.uint8),)
-        return outs
-
-    def backward_call(params, x, h0, y, dy, dh_n, reserve, *rest, plan, config, allow_tf32):
-        lstm, batch = config.has_cell_state, x.shape[1]
-        c0, dc_n = rest[:2] if lstm else (None, None)
-        lengths = rest[-1] if len(rest) > 2 * lstm else None
-        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, lengths), params, x, h0, c0)
-        dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
-        dx = dx + (jnp.max(reserve) - jnp.min(reserve)).astype(dx.dtype) + (reserve[0, 0] - batch).astype(dx.dtype)
-        return (dparams, dx, dh0) + ((dc0,) if lstm else ()) + (reserve,)
-
-    cudnn._forward_call, cudnn._backward_call = forward_call, backward_call
-    cudnn.reserve_space_size = lambda problem, algo, device: 1000 * problem.batch + 37  # not proportional to B
+    stand_in = CudnnStandIn(reserve_bytes=lambda problem: 1000 * problem.batch + 37).__enter__()  # not proportional
+    LOCAL_BATCHES = stand_in.batches
 
     B = 16
     cfg = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
@@ -77,8 +57,15 @@ SCRIPT = textwrap.dedent("""
                 print(name, "FAILED:", traceback.format_exc().replace(chr(10), " | "))
         return run
 
-    ours = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard", cudnn.call_placement(p, x, h, c, n))
-    unplanned = lambda p, x, h, c, n: cudnn._rnn(p, x, h, c, n, cfg, False, "standard")  # placement unknown
+    ours = lambda p, x, h, c, n: jcr.rnn(p, x, h, c, cfg, seq_lengths=n, implementation="cudnn", algorithm="standard")
+    of_arrays = placement.of_arrays
+
+    def unplanned(*args):  # as if tracing knew nothing of where the call runs
+        placement.of_arrays = lambda arrays, axes: placement.UNKNOWN
+        try:
+            return ours(*args)
+        finally:
+            placement.of_arrays = of_arrays
     ref = lambda p, x, h, c, n: xla.rnn_xla(p, x, h, c, cfg, n)
     want_y = ref(params, x, h0, c0, lengths)[0]
     want_grad = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x, h0, c0, lengths)
@@ -117,9 +104,8 @@ SCRIPT = textwrap.dedent("""
         dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
         key = jax.random.key(6)
         masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
-        dropped = lambda p, x, h: jnp.sum(
-            cudnn._rnn_with_dropout(p, x, h, None, None, dcfg, key, False, "standard",
-                                    cudnn.call_placement(p, x, h, None, None))[0] ** 2)
+        dropped = lambda p, x, h: jnp.sum(jcr.rnn(p, x, h, None, dcfg, is_training=True, dropout_key=key,
+                                                  implementation="cudnn", algorithm="standard")[0] ** 2)
         dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
         mesh = Mesh(devices, ("batch",))
         on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
@@ -181,8 +167,8 @@ SCRIPT = textwrap.dedent("""
 def sharded_run(request):
     """The script's run, shared by the tests below; each case in it reports its own lines (or its failure), so one
     failing case fails one test, and a crash of the whole script fails each test with the script's stderr."""
-    return subprocess.run([sys.executable, "-c", SCRIPT, request.param], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, os.path.dirname(os.path.abspath(__file__))],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
 def _assert_reported(run, case, *expected):
@@ -232,11 +218,11 @@ def test_reserve_rows_fit_the_local_batches_the_placement_allows(monkeypatch, wh
     """[B, row_bytes] holds cuDNN's buffer for every local batch the call may run with, and no more: an unsharded
     call wastes less than a byte per row whatever the number of devices."""
     sizes = lambda problem, algo, device: 1000 * problem.batch + 37  # noqa: E731 - cuDNN's answer on a GPU
-    monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
+    monkeypatch.setattr(plan, "reserve_space_size", sizes)
     config = jcr.RNNConfig("gru", 1, 8, 4)
     problem = algorithm.Problem(config, max_time=5, batch=16, padded=False, training=True, allow_tf32=False)
     assert where.local_batches(16) == local_batches or sorted(where.local_batches(16)) == list(local_batches)
-    rows, fitting = cudnn._reserve_row_bytes(problem, "standard", where.local_batches(16))
+    rows, fitting = plan.reserve_row_bytes(problem, "standard", where.local_batches(16))
     assert sorted(fitting) == sorted(local_batches)
     for local in local_batches:
         assert local * rows >= sizes(dataclasses.replace(problem, batch=local), "standard", -1)
@@ -252,8 +238,8 @@ def test_reserve_rows_skip_a_local_batch_cudnn_refuses(monkeypatch):
             raise RuntimeError("cuDNN: CUDNN_STATUS_NOT_SUPPORTED")
         return 1000 * problem.batch + 37
 
-    monkeypatch.setattr(cudnn, "reserve_space_size", sizes)
+    monkeypatch.setattr(plan, "reserve_space_size", sizes)
     problem = algorithm.Problem(jcr.RNNConfig("gru", 1, 8, 4), 5, 16, False, True, False)
-    assert cudnn._reserve_row_bytes(problem, "standard", (2, 4, 16)) == (-(-4037 // 4), (4, 16))
+    assert plan.reserve_row_bytes(problem, "standard", (2, 4, 16)) == (-(-4037 // 4), (4, 16))
     with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
-        cudnn._reserve_row_bytes(problem, "standard", (2,))
+        plan.reserve_row_bytes(problem, "standard", (2,))

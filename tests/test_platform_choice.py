@@ -1,4 +1,4 @@
-"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends.py), not by
+"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends/registry.py), not by
 jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
 declared available and jax.default_backend() says "gpu", as on a GPU machine; nothing is run on CUDA, only lowered."""
 
@@ -8,9 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cudnn_stand_in import CudnnStandIn
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import backends, cudnn, onednn
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call
+from jax_cudnn_rnn.backends.onednn import wiring as onednn
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")
 
@@ -19,10 +22,10 @@ CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backwar
 def gpu_host(monkeypatch):
     """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in. The CPU's choice is the xla
     implementation here, oneDNN's extension or not (tests/test_onednn.py covers when the CPU picks oneDNN)."""
-    monkeypatch.setattr(cudnn, "unavailable", lambda: None)
     monkeypatch.setattr(onednn, "faster_than_xla", lambda config, batch: False)
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 256)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with CudnnStandIn(reserve_bytes=lambda problem: 256, kernels=False):
+        yield
 
 
 def _problem(mode="lstm"):
@@ -50,7 +53,7 @@ def test_what_each_platform_picks(gpu_host):
     assert jcr.implementation_for("cpu") == "xla"
     assert jcr.implementation_for("tpu") == "xla"
     assert jcr.implementation_for(jax.devices("cpu")[0]) == "xla"
-    assert backends.resolve(None, backends.Call(), backends.placement.UNKNOWN) == {"cuda": "cudnn", "default": "xla"}
+    assert registry.choose(None, Call()) == {"cuda": "cudnn", "default": "xla"}
 
 
 def test_one_jitted_function_lowers_for_cpu_and_for_cuda(gpu_host):

@@ -10,10 +10,11 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
+from cudnn_stand_in import CudnnStandIn
+from skips import REQUIRE_EXTENSION, skip_or_fail
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import _extension, cudnn
-from skips import REQUIRE_EXTENSION, skip_or_fail
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5)
 T, B = 4, 3
@@ -44,8 +45,8 @@ def lowers_for_cuda(monkeypatch):
     since the call is lowered for CUDA but never run."""
     if not _extension.extension_loaded():
         skip_or_fail(f"the cuDNN extension is not loaded: {_extension.extension_error()}", REQUIRE_EXTENSION)
-    monkeypatch.setattr(cudnn, "unavailable", lambda: None)
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda problem, algo, device=-1: 4096)
+    with CudnnStandIn(reserve_bytes=lambda problem: 4096, kernels=False):
+        yield
 
 
 def _allow_tf32_attributes(fn, *args) -> list[str]:

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import segments, xla
+from jax_cudnn_rnn.backends import xla
+from jax_cudnn_rnn.backends.fused import segments
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle  # noqa: E402

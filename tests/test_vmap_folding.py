@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import batching, cudnn, xla
+from jax_cudnn_rnn.backends import xla
+from jax_cudnn_rnn.backends.cudnn import plan, wiring
+from jax_cudnn_rnn.backends.fused import batching
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import jaxpr_eqns  # noqa: E402
@@ -80,17 +82,17 @@ def _ffi_calls(jaxpr):
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, lengths = _inputs((3, 4))
-    forward = lambda x, h, n: cudnn._rnn(params, x, h, h, n, CFG, False, "heuristic")  # noqa: E731
+    forward = lambda x, h, n: wiring._rnn(params, x, h, h, n, wiring.Static(CFG, False, "heuristic"))  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(forward)))(x, h0, lengths).jaxpr
     assert _ffi_calls(jaxpr) == [("jax_cudnn_rnn_forward", (T, 3 * 4 * B, 3))]
 
 
 def test_cudnn_vmap_of_grad_runs_per_element_training_calls(monkeypatch):
     """Per-element weight gradients need per-element reserve spaces, so nothing folds under differentiation."""
-    monkeypatch.setattr(cudnn, "reserve_space_size", lambda *args: 64)  # asked of cuDNN on a GPU otherwise
+    monkeypatch.setattr(plan, "reserve_space_size", lambda *args: 64)  # asked of cuDNN on a GPU otherwise
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, _ = _inputs((3,))
-    loss = lambda p, x, h: jnp.sum(cudnn._rnn(p, x, h, h, None, CFG, False, "heuristic")[0])  # noqa: E731
+    loss = lambda p, x, h: jnp.sum(wiring._rnn(p, x, h, h, None, wiring.Static(CFG, False, "heuristic"))[0])  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(params, x, h0).jaxpr
     calls = _ffi_calls(jaxpr)
     assert sorted(name for name, _ in calls) == ["jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights",
