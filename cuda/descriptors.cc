@@ -9,34 +9,6 @@ namespace jax_cudnn_rnn {
 
 namespace ffi = ::xla::ffi;
 
-ffi::Error CreateDescriptor(RnnDescriptor* out) {
-  cudnnRNNDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(RnnDataDescriptor* out) {
-  cudnnRNNDataDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(TensorDescriptor* out) {
-  cudnnTensorDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(DropoutDescriptor* out) {
-  cudnnDropoutDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateDropoutDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
 ffi::Error CudnnDataType(ffi::DataType dtype, const char* argument, cudnnDataType_t* out) {
   switch (dtype) {
     case ffi::DataType::F16:

@@ -11,27 +11,39 @@
 #include <type_traits>
 #include <vector>
 
+#include "ffi_helpers.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {
 
-template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
+// A cuDNN descriptor owned by a unique_ptr: `Create` makes one (CreateDescriptor), `Destroy` frees it.
+template <typename Descriptor, cudnnStatus_t (*Create)(Descriptor*), cudnnStatus_t (*Destroy)(Descriptor)>
 struct DescriptorDeleter {
+  static constexpr auto create = Create;
   void operator()(Descriptor descriptor) const { Destroy(descriptor); }
 };
 
-template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
-using UniqueDescriptor = std::unique_ptr<std::remove_pointer_t<Descriptor>, DescriptorDeleter<Descriptor, Destroy>>;
+template <typename Descriptor, cudnnStatus_t (*Create)(Descriptor*), cudnnStatus_t (*Destroy)(Descriptor)>
+using UniqueDescriptor =
+    std::unique_ptr<std::remove_pointer_t<Descriptor>, DescriptorDeleter<Descriptor, Create, Destroy>>;
 
-using RnnDescriptor = UniqueDescriptor<cudnnRNNDescriptor_t, cudnnDestroyRNNDescriptor>;
-using RnnDataDescriptor = UniqueDescriptor<cudnnRNNDataDescriptor_t, cudnnDestroyRNNDataDescriptor>;
-using TensorDescriptor = UniqueDescriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
-using DropoutDescriptor = UniqueDescriptor<cudnnDropoutDescriptor_t, cudnnDestroyDropoutDescriptor>;
+using RnnDescriptor = UniqueDescriptor<cudnnRNNDescriptor_t, cudnnCreateRNNDescriptor, cudnnDestroyRNNDescriptor>;
+using RnnDataDescriptor =
+    UniqueDescriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor, cudnnDestroyRNNDataDescriptor>;
+using TensorDescriptor =
+    UniqueDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using DropoutDescriptor =
+    UniqueDescriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor, cudnnDestroyDropoutDescriptor>;
 
-::xla::ffi::Error CreateDescriptor(RnnDescriptor* out);
-::xla::ffi::Error CreateDescriptor(RnnDataDescriptor* out);
-::xla::ffi::Error CreateDescriptor(TensorDescriptor* out);
-::xla::ffi::Error CreateDescriptor(DropoutDescriptor* out);
+// Makes `*out` a new descriptor of its kind.
+template <typename Unique>
+::xla::ffi::Error CreateDescriptor(Unique* out) {
+  typename Unique::pointer descriptor = nullptr;
+  JCR_LIBRARY_RETURN_IF_ERROR("cuDNN", CUDNN_STATUS_SUCCESS, cudnnGetErrorString,
+                              Unique::deleter_type::create(&descriptor), "cudnnCreate*Descriptor(&descriptor)");
+  out->reset(descriptor);
+  return ::xla::ffi::Error::Success();
+}
 
 // The network, as the Python RNNConfig describes it (same names and spellings); decoded once per call by the FFI.
 struct RnnAttrs {
