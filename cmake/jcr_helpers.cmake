@@ -25,11 +25,11 @@ endfunction()
 
 # The pybind11 module `jax_cudnn_rnn.<name>` exporting XLA FFI handlers, the last step of a backend's CMakeLists:
 # finds the XLA FFI headers (jax.ffi.include_dir()) and pybind11 through the build's Python (a missing one goes
-# through jcr_missing), then builds `SOURCES` (in the caller's folder) as C++17 with -Wall -Wextra and `DEFINITIONS`,
-# common/ on the include path and the FFI headers and `SYSTEM_INCLUDE_DIRS` as system headers (their warnings are not
-# ours), links `LINK_LIBRARIES`, found at run time through `INSTALL_RPATH` (relative to $ORIGIN: where the installed
-# module finds its library's wheel), and installs it into the package. `DESCRIPTION` says in the log what it is built
-# against.
+# through jcr_missing), then builds `SOURCES` (in the caller's folder) and common/rnn_config.cc as C++17 with -Wall
+# -Wextra and `DEFINITIONS`, common/ on the include path and the FFI headers and `SYSTEM_INCLUDE_DIRS` as system
+# headers (their warnings are not ours), links `LINK_LIBRARIES`, found at run time through `INSTALL_RPATH` (relative
+# to $ORIGIN: where the installed module finds its library's wheel), and installs it into the package. `DESCRIPTION`
+# says in the log what it is built against.
 function(jcr_add_ffi_extension name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "DESCRIPTION;INSTALL_RPATH"
                         "SOURCES;SYSTEM_INCLUDE_DIRS;LINK_LIBRARIES;DEFINITIONS")
@@ -49,7 +49,7 @@ function(jcr_add_ffi_extension name)
   endif()
 
   message(STATUS "jax_cudnn_rnn: building ${JCR_COMPONENT} (${arg_DESCRIPTION})")
-  pybind11_add_module(${name} MODULE ${arg_SOURCES})
+  pybind11_add_module(${name} MODULE ${arg_SOURCES} "${PROJECT_SOURCE_DIR}/common/rnn_config.cc")
   target_compile_features(${name} PRIVATE cxx_std_17)
   target_compile_options(${name} PRIVATE -Wall -Wextra)
   target_compile_definitions(${name} PRIVATE ${arg_DEFINITIONS})

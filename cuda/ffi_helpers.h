@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "ffi_checks.h"  // JCR_RETURN_IF_ERROR
+#include "ffi_args.h"  // JCR_RETURN_IF_ERROR
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {

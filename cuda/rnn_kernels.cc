@@ -19,26 +19,19 @@
 #include <vector>
 
 #include "descriptors.h"
-#include "ffi_checks.h"
+#include "ffi_args.h"
 #include "ffi_helpers.h"
 #include "handle_pool.h"
+#include "rnn_config.h"
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::RnnAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
-    ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"));
+// The attributes of every handler (jax_cudnn_rnn/cudnn.py `_attributes`), in RnnAttrs' order.
+#define JCR_CUDNN_ATTRS                                                        \
+  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("allow_tf32"),          \
+      ::xla::ffi::StructMember<std::string_view>("algo")
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::ForwardAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
-    ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"),
-    ::xla::ffi::StructMember<bool>("training"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::RnnAttrs, JCR_CUDNN_ATTRS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::ForwardAttrs, JCR_CUDNN_ATTRS,
+                                      ::xla::ffi::StructMember<bool>("training"));
 
 namespace jax_cudnn_rnn {
 
@@ -61,34 +54,6 @@ ffi::Error AllocateScratch(ffi::ScratchAllocator& scratch, size_t bytes, const s
   }
   const uintptr_t address = reinterpret_cast<uintptr_t>(*memory);
   *out = reinterpret_cast<void*>((address + kAlignment - 1) / kAlignment * kAlignment);
-  return ffi::Error::Success();
-}
-
-ffi::Error TakeArg(const ffi::RemainingArgs& args, size_t index, const char* name,
-                   std::optional<ffi::AnyBuffer>* out) {
-  ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) {
-    return ffi::Error::InvalidArgument(std::string("argument ") + name + " is missing: " + buffer.error().message());
-  }
-  out->emplace(*buffer);
-  return ffi::Error::Success();
-}
-
-ffi::Error TakeRet(const ffi::RemainingRets& rets, size_t index, const char* name,
-                   std::optional<ffi::Result<ffi::AnyBuffer>>* out) {
-  ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> buffer = rets.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) {
-    return ffi::Error::InvalidArgument(std::string("result ") + name + " is missing: " + buffer.error().message());
-  }
-  out->emplace(*buffer);
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckCount(const char* what, size_t given, size_t expected) {
-  if (given != expected) {
-    return ffi::Error::InvalidArgument("got " + std::to_string(given) + " optional " + what + "; expected " +
-                                       std::to_string(expected));
-  }
   return ffi::Error::Success();
 }
 
@@ -139,23 +104,26 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   return ffi::Error::Success();
 }
 
-// `data` is x (forward, backward weights) or dx (backward data): [T, B, input_size] of the call's dtype.
-ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, const RnnAttrs& attrs,
-                       ffi::DataType element_type, ffi::Span<const int64_t> data_dims, const char* data_name,
+// `data` is x (forward, backward weights) or dx (backward data): [T, B, input_size] of the call's dtype; `weights` is
+// cuDNN's weight space or its gradient, 1-D of the same dtype.
+ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, const RnnConfig& config,
+                       const RnnAttrs& attrs, const ffi::AnyBuffer& data, const char* data_name,
                        const ffi::AnyBuffer& weights, const std::optional<ffi::AnyBuffer>& seq_lengths,
                        RnnCall* call) {
+  const ffi::DataType element_type = data.element_type();
+  const ffi::Span<const int64_t> data_dims = data.dimensions();
   JCR_RETURN_IF_ERROR(CudnnDataType(element_type, data_name, &call->data_type));
   call->element_type = element_type;
-  if (data_dims.size() != 3 || data_dims[2] != attrs.input_size) {
+  if (data_dims.size() != 3 || data_dims[2] != config.input_size) {
     return ffi::Error::InvalidArgument(std::string(data_name) + " has shape " + ShapeString(data_dims) +
-                                       "; expected (max_time, batch, " + std::to_string(attrs.input_size) + ")");
+                                       "; expected (max_time, batch, " + std::to_string(config.input_size) + ")");
   }
   call->max_seq_length = data_dims[0];
   call->batch_size = data_dims[1];
   JCR_RETURN_IF_ERROR(ReadSeqLengths(stream, scratch, seq_lengths, call));
   JCR_RETURN_IF_ERROR(HandlePool::Instance().Borrow(stream, &call->handle));
-  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), attrs, call->data_type, seq_lengths.has_value(),
-                                     &call->network));
+  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), config, attrs.allow_tf32, attrs.algo, call->data_type,
+                                     seq_lengths.has_value(), &call->network));
   if (weights.element_type() != element_type || weights.dimensions().size() != 1 ||
       weights.size_bytes() != call->network.weight_space_bytes) {
     return ffi::Error::InvalidArgument(
@@ -164,29 +132,14 @@ ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, cons
         std::to_string(call->network.weight_space_bytes) + " bytes of the data type of " + data_name +
         " (if params has params_size(config) elements, layout.params_size disagrees with cuDNN)");
   }
-  return MakeRnnTensors(attrs, call->data_type, call->max_seq_length, call->batch_size, call->host_seq_lengths,
+  return MakeRnnTensors(config, call->data_type, call->max_seq_length, call->batch_size, call->host_seq_lengths,
                         seq_lengths.has_value(), &call->tensors);
 }
-
-std::vector<int64_t> StateDims(const RnnAttrs& attrs, int64_t batch, int64_t width) {
-  return {attrs.num_layers * attrs.num_directions(), batch, width};
-}
-
 
 // Sizes for the call's actual lengths; the reserve space was sized at trace time for full-length sequences.
 ffi::Error TempSpace(const RnnCall& call, cudnnForwardMode_t mode, size_t* workspace_bytes, size_t* reserve_bytes) {
   JCR_CUDNN_RETURN_IF_ERROR(cudnnGetRNNTempSpaceSizes(call.handle.get(), call.network.rnn.get(), mode,
                                                       call.tensors.x.get(), workspace_bytes, reserve_bytes));
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckReserve(const ffi::AnyBuffer& reserve_space, size_t required) {
-  if (reserve_space.element_type() != ffi::DataType::U8 || reserve_space.dimensions().size() != 1 ||
-      reserve_space.size_bytes() < required) {
-    return ffi::Error::InvalidArgument("reserve_space has shape " + ShapeString(reserve_space.dimensions()) +
-                                       "; cuDNN needs a 1-D uint8 buffer of at least " + std::to_string(required) +
-                                       " bytes");
-  }
   return ffi::Error::Success();
 }
 
@@ -203,31 +156,30 @@ ffi::Error ForwardReserve(cudaStream_t stream, const ffi::AnyBuffer& in, ffi::Re
 ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x, ffi::AnyBuffer h0,
                           ffi::AnyBuffer weights, ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> y,
                           ffi::Result<ffi::AnyBuffer> h_n, ffi::RemainingRets optional_rets, ForwardAttrs attrs) {
-  const bool lstm = attrs.has_cell_state();
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  const bool lstm = config.has_cell_state();
   std::optional<ffi::AnyBuffer> c0, seq_lengths;
-  size_t next = 0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "c0", &c0));
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
   std::optional<ffi::Result<ffi::AnyBuffer>> c_n, reserve_space;
-  next = 0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, next++, "c_n", &c_n));
-  if (attrs.training) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, next++, "reserve_space", &reserve_space));
-  JCR_RETURN_IF_ERROR(CheckCount("results", optional_rets.size(), next));
+  OptionalBuffers rets(optional_rets, "result");
+  JCR_RETURN_IF_ERROR(rets.Take(lstm, "c_n", &c_n));
+  JCR_RETURN_IF_ERROR(rets.Take(attrs.training, "reserve_space", &reserve_space));
+  JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
 
   RnnCall call;
-  JCR_RETURN_IF_ERROR(
-      PrepareCall(stream, scratch, attrs, x.element_type(), x.dimensions(), "x", weights, seq_lengths, &call));
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, x, "x", weights, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
   const int64_t T = call.max_seq_length, B = call.batch_size;
-  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, StateDims(attrs, B, attrs.hidden_size())));
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y->element_type(), y->dimensions(), dtype, {T, B, attrs.output_size()}));
-  JCR_RETURN_IF_ERROR(
-      CheckBuffer("h_n", h_n->element_type(), h_n->dimensions(), dtype, StateDims(attrs, B, attrs.hidden_size())));
+  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, config.state_shape(B)));
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {T, B, config.output_size()}));
+  JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, config.state_shape(B)));
   if (lstm) {
-    JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, StateDims(attrs, B, attrs.num_units)));
-    JCR_RETURN_IF_ERROR(CheckBuffer("c_n", (*c_n)->element_type(), (*c_n)->dimensions(), dtype,
-                                    StateDims(attrs, B, attrs.num_units)));
+    JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, config.cell_shape(B)));
+    JCR_RETURN_IF_ERROR(CheckBuffer("c_n", **c_n, dtype, config.cell_shape(B)));
   }
 
   const cudnnForwardMode_t mode = attrs.training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE;
@@ -235,7 +187,7 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   JCR_RETURN_IF_ERROR(TempSpace(call, mode, &workspace_bytes, &reserve_bytes));
   void* reserve = nullptr;
   if (attrs.training) {
-    JCR_RETURN_IF_ERROR(CheckReserve(**reserve_space, reserve_bytes));
+    JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, reserve_bytes));
     reserve = (*reserve_space)->untyped_data();
     reserve_bytes = (*reserve_space)->size_bytes();
   }
@@ -244,9 +196,8 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       call.handle.get(), call.network.rnn.get(), mode, call.device_seq_lengths, call.tensors.x.get(),
       x.untyped_data(), call.tensors.y.get(), y->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      h_n->untyped_data(), call.tensors.c.get(), lstm ? c0->untyped_data() : nullptr,
-      lstm ? (*c_n)->untyped_data() : nullptr, weights.size_bytes(), weights.untyped_data(), workspace_bytes,
-      workspace, reserve_bytes, reserve));
+      h_n->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(c_n), weights.size_bytes(),
+      weights.untyped_data(), workspace_bytes, workspace, reserve_bytes, reserve));
   return ffi::Error::Success();
 }
 
@@ -256,50 +207,49 @@ ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratc
                                ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
                                ffi::Result<ffi::AnyBuffer> reserve_space_out, ffi::RemainingRets optional_rets,
                                RnnAttrs attrs) {
-  const bool lstm = attrs.has_cell_state();
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  const bool lstm = config.has_cell_state();
   std::optional<ffi::AnyBuffer> c0, dc_n, seq_lengths;
-  size_t next = 0;
-  if (lstm) {
-    JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "c0", &c0));
-    JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "dc_n", &dc_n));
-  }
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
   std::optional<ffi::Result<ffi::AnyBuffer>> dc0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, 0, "dc0", &dc0));
-  JCR_RETURN_IF_ERROR(CheckCount("results", optional_rets.size(), lstm ? 1 : 0));
+  OptionalBuffers rets(optional_rets, "result");
+  JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
+  JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
 
   RnnCall call;
-  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, attrs, dx->element_type(), dx->dimensions(), "dx", weights,
-                                  seq_lengths, &call));
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, *dx, "dx", weights, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
   const int64_t T = call.max_seq_length, B = call.batch_size;
-  const std::vector<int64_t> h_dims = StateDims(attrs, B, attrs.hidden_size());
-  const std::vector<int64_t> c_dims = StateDims(attrs, B, attrs.num_units);
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, attrs.output_size()}));
-  JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, {T, B, attrs.output_size()}));
+  const std::vector<int64_t> h_dims = config.state_shape(B);
+  const std::vector<int64_t> c_dims = config.cell_shape(B);
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, config.output_size()}));
+  JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, {T, B, config.output_size()}));
   JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, h_dims));
   JCR_RETURN_IF_ERROR(CheckBuffer("dh_n", dh_n, dtype, h_dims));
-  JCR_RETURN_IF_ERROR(CheckBuffer("dh0", dh0->element_type(), dh0->dimensions(), dtype, h_dims));
+  JCR_RETURN_IF_ERROR(CheckBuffer("dh0", *dh0, dtype, h_dims));
   if (lstm) {
     JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, c_dims));
     JCR_RETURN_IF_ERROR(CheckBuffer("dc_n", *dc_n, dtype, c_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dc0", (*dc0)->element_type(), (*dc0)->dimensions(), dtype, c_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, dtype, c_dims));
   }
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
       call.handle.get(), call.network.rnn.get(), call.device_seq_lengths, call.tensors.y.get(), y.untyped_data(),
       dy.untyped_data(), call.tensors.x.get(), dx->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), lstm ? c0->untyped_data() : nullptr,
-      lstm ? dc_n->untyped_data() : nullptr, lstm ? (*dc0)->untyped_data() : nullptr, weights.size_bytes(),
-      weights.untyped_data(), workspace_bytes, workspace, reserve_space_out->size_bytes(),
-      reserve_space_out->untyped_data()));
+      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(dc_n),
+      DataOrNull(dc0), weights.size_bytes(), weights.untyped_data(), workspace_bytes, workspace,
+      reserve_space_out->size_bytes(), reserve_space_out->untyped_data()));
   return ffi::Error::Success();
 }
 
@@ -307,23 +257,24 @@ ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scr
                                   ffi::AnyBuffer h0, ffi::AnyBuffer y, ffi::AnyBuffer reserve_space,
                                   ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dweights,
                                   ffi::Result<ffi::AnyBuffer> reserve_space_out, RnnAttrs attrs) {
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
   std::optional<ffi::AnyBuffer> seq_lengths;
-  size_t next = 0;
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
 
   RnnCall call;
   // dweights has the shape and dtype of the weights, and cuDNN only needs the weights' size here.
-  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, attrs, x.element_type(), x.dimensions(), "x", *dweights,
-                                  seq_lengths, &call));
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, x, "x", *dweights, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
   const int64_t T = call.max_seq_length, B = call.batch_size;
-  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, StateDims(attrs, B, attrs.hidden_size())));
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, attrs.output_size()}));
+  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, config.state_shape(B)));
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, config.output_size()}));
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));

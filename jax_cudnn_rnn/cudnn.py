@@ -51,25 +51,14 @@ import numpy as np
 from jax.interpreters import batching as jax_batching
 from jax.interpreters import mlir
 
-from jax_cudnn_rnn import _extension, algorithm, batching, chunking, dropout, layout, partitioning, placement, stacking
+from jax_cudnn_rnn import (_extension, algorithm, batching, chunking, dropout, fused, layout, partitioning, placement,
+                           stacking)
 from jax_cudnn_rnn.config import RNNConfig
 
 
 def _attributes(config: RNNConfig, allow_tf32: bool, algo: str) -> dict[str, Any]:
     """The handlers' attributes (cuda/descriptors.h RnnAttrs), with the types the C++ side decodes."""
-    return dict(
-        mode=config.mode,
-        num_layers=np.int64(config.num_layers),
-        num_units=np.int64(config.num_units),
-        input_size=np.int64(config.input_size),
-        proj_size=np.int64(config.proj_size),
-        direction=config.direction,
-        input_mode=config.input_mode,
-        bias_mode=config.bias_mode,
-        cell_clip=np.float64(config.cell_clip or 0.0),  # 0 means no clipping (cell_clip=None)
-        allow_tf32=np.bool_(allow_tf32),
-        algo=algo,
-    )
+    return dict(**fused.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algo=algo)
 
 
 @jax.tree_util.register_static
@@ -99,13 +88,10 @@ def temp_space_sizes(problem: algorithm.Problem, algo: str, device: int = -1) ->
     inference), for full-length sequences, asked on CUDA device ``device`` of this process (-1: the current one).
     Needs a GPU."""
     config = problem.config
-    attrs = _attributes(config, problem.allow_tf32, algo)
     workspace, reserve = _extension.module().temp_space_sizes(
-        mode=attrs["mode"], num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
-        proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
-        bias_mode=config.bias_mode, cell_clip=float(attrs["cell_clip"]), dtype=config.dtype.name,
-        allow_tf32=problem.allow_tf32, algo=algo, max_time=problem.max_time, batch=problem.batch,
-        padded=problem.padded, training=problem.training, device=device)
+        **fused.config_attributes(config), dtype=config.dtype.name, allow_tf32=problem.allow_tf32, algo=algo,
+        max_time=problem.max_time, batch=problem.batch, padded=problem.padded, training=problem.training,
+        device=device)
     return int(workspace), int(reserve)
 
 

@@ -12,9 +12,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
+import numpy as np
+
+if TYPE_CHECKING:
+    from jax_cudnn_rnn.config import RNNConfig
+
+
+def config_attributes(config: RNNConfig) -> dict[str, Any]:
+    """The network as both native extensions take it, in the FFI attributes of every handler and as the first keywords
+    of their modules' functions (common/rnn_config.h RnnConfigAttrs), with the types the C++ side decodes."""
+    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
+                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
+                direction=config.direction, input_mode=config.input_mode, bias_mode=config.bias_mode,
+                cell_clip=np.float64(config.cell_clip or 0.0))  # 0 means no clipping (cell_clip=None)
 
 
 class Residuals(NamedTuple):

@@ -179,20 +179,15 @@ def _slot_offsets(config: RNNConfig) -> np.ndarray:
 @functools.lru_cache(maxsize=256)
 def _attributes(config: RNNConfig) -> dict[str, Any]:
     """The handlers' attributes but ``training`` (onednn/rnn_kernels.cc CallAttrs)."""
-    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
-                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
-                direction=config.direction, skip_input=np.bool_(config.skip_input),
-                slot_offsets=_slot_offsets(config))
+    return dict(**fused.config_attributes(config), slot_offsets=_slot_offsets(config))
 
 
 @functools.lru_cache(maxsize=256)
 def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
     """Bytes of the reserve space and of the forward's and backward's scratch for one call (asked of the extension,
     which builds and caches the call's primitives: the first call of a shape takes milliseconds)."""
-    return dict(module().buffer_sizes(
-        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
-        proj_size=config.proj_size, direction=config.direction, skip_input=config.skip_input,
-        dtype=config.dtype.name, max_time=max_time, batch=batch, training=training))
+    return dict(module().buffer_sizes(**fused.config_attributes(config), dtype=config.dtype.name, max_time=max_time,
+                                      batch=batch, training=training))
 
 
 def _forward_call(x, h0, params, *c0, config: RNNConfig, training: bool):
