@@ -114,6 +114,34 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, con
   return DecodeSlotOffsets(*network, attrs.slot_offsets, params.element_count(), slots);
 }
 
+// A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).
+struct States {
+  void *h0, *h_n, *c0, *c_n;
+};
+
+// The arguments the forward and the backward primitive of layer `l` share: the layer's input and output, its slices
+// of the states, and its weights (`weights`, in the formats `formats`).
+Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const WeightDescs& formats,
+               const WeightPointers& weights, void* src_layer, void* dst_layer, const States& states) {
+  const size_t eb = network.element_bytes();
+  const int64_t hidden = network.hidden_size(), units = network.num_units;
+  Args args{{DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, src_layer)},
+            {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(states.h0, network, l, hidden, eb))},
+            {DNNL_ARG_WEIGHTS_LAYER, Memory(formats.layer, weights.layer)},
+            {DNNL_ARG_WEIGHTS_ITER, Memory(formats.iter, weights.iter)},
+            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
+            {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
+            {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(states.h_n, network, l, hidden, eb))}};
+  if (network.has_cell_state()) {
+    args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(states.c0, network, l, units, eb)));
+    args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(states.c_n, network, l, units, eb)));
+  }
+  if (network.proj_size > 0) {
+    args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(formats.projection, weights.projection));
+  }
+  return args;
+}
+
 ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs optional_args,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
@@ -146,11 +174,9 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->forward.bytes));
     if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve", **reserve_buffer, plan->reserve_bytes));
     void* reserve = DataOrNull(reserve_buffer);
-    void* c0_data = DataOrNull(c0);
-    void* c_n_data = DataOrNull(c_n);
+    const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
-    const size_t eb = network.element_bytes();
     return RunOnOnednnThread([&]() -> ffi::Error {
       dnnl::stream stream(Engine());
       void* layer_input = x.untyped_data();
@@ -162,22 +188,8 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
         void* layer_output = last ? y->untyped_data()
                              : network.training ? plan->layer_output[l].in(reserve)
                                                 : f.outputs[l % 2].in(work);
-        const int64_t hidden = network.hidden_size(), units = network.num_units;
-        Args args{{DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, layer_input)},
-                  {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
-                  {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.forward_weights.layer, weights.layer)},
-                  {DNNL_ARG_WEIGHTS_ITER, Memory(layer.forward_weights.iter, weights.iter)},
-                  {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
-                  {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, layer_output)},
-                  {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n->untyped_data(), network, l, hidden, eb))},
-                  {DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work)}};
-        if (lstm) {
-          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0_data, network, l, units, eb)));
-          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n_data, network, l, units, eb)));
-        }
-        if (network.proj_size > 0) {
-          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.forward_weights.projection, weights.projection));
-        }
+        Args args = LayerArgs(network, l, layer, layer.forward_weights, weights, layer_input, layer_output, states);
+        args.emplace(DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work));
         if (network.training) args.emplace(DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve)));
         layer.forward.execute(stream, args);
         layer_input = layer_output;
@@ -239,12 +251,10 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->backward.bytes));
     JCR_RETURN_IF_ERROR(CheckBytes("reserve", reserve_buffer, plan->reserve_bytes));
     void* reserve = reserve_buffer.untyped_data();
-    void* c0_data = DataOrNull(c0);
-    void* c_n_data = DataOrNull(c_n);
+    const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
     void* dc_n_data = DataOrNull(dc_n);
     void* dc0_data = DataOrNull(dc0);
     const auto& b = plan->backward;
-    const size_t eb = network.element_bytes();
 
     return RunOnOnednnThread([&]() -> ffi::Error {
       dnnl::stream stream(Engine());
@@ -287,14 +297,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
         void* dst_layer = last ? y.untyped_data() : plan->layer_output[l].in(reserve);
         void* diff_dst_layer = last ? dy32 : b.diff_outputs[l % 2].in(work);
         void* diff_src_layer = l == 0 ? dx32 : b.diff_outputs[(l - 1) % 2].in(work);
-        Args args{
-            {DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, src_layer)},
-            {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
-            {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.backward_weights.layer, weights.layer)},
-            {DNNL_ARG_WEIGHTS_ITER, Memory(layer.backward_weights.iter, weights.iter)},
-            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
-            {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
-            {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n.untyped_data(), network, l, hidden, eb))},
+        Args args = LayerArgs(network, l, layer, layer.backward_weights, weights, src_layer, dst_layer, states);
+        args.insert({
             {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve))},
             {DNNL_ARG_DIFF_SRC_LAYER, Memory(layer.diff_src_layer, diff_src_layer)},
             {DNNL_ARG_DIFF_SRC_ITER, Memory(layer.diff_src_iter, StateSlice(dh0_32, network, l, hidden, 4))},
@@ -303,17 +307,14 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
             {DNNL_ARG_DIFF_BIAS, Memory(layer.diff_bias, diff_bias)},
             {DNNL_ARG_DIFF_DST_LAYER, Memory(layer.diff_dst_layer, diff_dst_layer)},
             {DNNL_ARG_DIFF_DST_ITER, Memory(layer.diff_dst_iter, StateSlice(dh_n32, network, l, hidden, 4))},
-            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}};
+            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}});
         if (lstm) {
-          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0_data, network, l, units, eb)));
-          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n_data, network, l, units, eb)));
           args.emplace(DNNL_ARG_DIFF_SRC_ITER_C,
                        Memory(layer.diff_src_iter_c, StateSlice(dc0_32, network, l, units, 4)));
           args.emplace(DNNL_ARG_DIFF_DST_ITER_C,
                        Memory(layer.diff_dst_iter_c, StateSlice(dc_n32, network, l, units, 4)));
         }
         if (network.proj_size > 0) {
-          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.backward_weights.projection, weights.projection));
           args.emplace(DNNL_ARG_DIFF_WEIGHTS_PROJECTION, Memory(layer.diff_weights.projection, diff_weights[2]));
         }
         layer.backward.execute(stream, args);
