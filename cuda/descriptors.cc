@@ -66,15 +66,15 @@ cudnnRNNBiasMode_t CudnnBiasMode(BiasMode bias_mode) {
   return CUDNN_RNN_DOUBLE_BIAS;  // not reached
 }
 
-ffi::Error Algorithm(std::string_view algo, bool padded, cudnnRNNAlgo_t* out) {
-  if (algo == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
-  else if (algo == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
-  else if (algo == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
-  else return Invalid("algo is '" + std::string(algo) + "'; expected standard, persist_static or "
+ffi::Error Algorithm(std::string_view algorithm, bool padded, cudnnRNNAlgo_t* out) {
+  if (algorithm == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
+  else if (algorithm == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
+  else if (algorithm == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
+  else return Invalid("algorithm is '" + std::string(algorithm) + "'; expected standard, persist_static or "
                       "persist_static_small_h");
   if (padded && *out != CUDNN_RNN_ALGO_STANDARD) {
-    return Invalid("algo is '" + std::string(algo) + "', but the call has seq_lengths, which only the standard "
-                   "algorithm supports");
+    return Invalid("algorithm is '" + std::string(algorithm) + "', but the call has seq_lengths, which only the "
+                   "standard algorithm supports");
   }
   return ffi::Error::Success();
 }
@@ -137,21 +137,20 @@ ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnConfig& config, bool al
   return ffi::Error::Success();
 }
 
-ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_seq_length,
-                          int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
-                          RnnTensors* out) {
-  JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_seq_length, 1));
-  JCR_RETURN_IF_ERROR(CheckInt32("batch", batch_size, 1));
-  if (seq_lengths.size() != static_cast<size_t>(batch_size)) {
+ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_time, int64_t batch,
+                          const std::vector<int32_t>& seq_lengths, bool padded, RnnTensors* out) {
+  JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_time, 1));
+  JCR_RETURN_IF_ERROR(CheckInt32("batch", batch, 1));
+  if (seq_lengths.size() != static_cast<size_t>(batch)) {
     return Invalid("seq_lengths has " + std::to_string(seq_lengths.size()) + " entries; expected batch = " +
-                   std::to_string(batch_size));
+                   std::to_string(batch));
   }
   // Padding positions of y are filled with this value, read as the data type: all-zero bytes are 0 in every one.
   double zero_fill = 0.0;
   void* fill = padded ? &zero_fill : nullptr;
   const cudnnRNNDataLayout_t layout =
       padded ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED;
-  const int T = static_cast<int>(max_seq_length), B = static_cast<int>(batch_size);
+  const int T = static_cast<int>(max_time), B = static_cast<int>(batch);
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->x));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->x.get(), data_type,
                                                       layout, T, B,

@@ -50,7 +50,7 @@ template <typename Unique>
 struct RnnAttrs {
   RnnConfigAttrs config;
   bool allow_tf32;             // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
-  std::string_view algo;       // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/algorithm.py)
+  std::string_view algorithm;  // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/algorithm.py)
 };
 
 // The forward handler's attributes: those plus whether to run in training mode (reserve space output).
@@ -73,8 +73,8 @@ struct RnnNetwork {
 // Without seq_lengths every sequence is full length, and the same [T, B, *] memory is also the SEQ_MAJOR_PACKED layout
 // with padded I/O off, which this library uses then (PyTorch describes dense input as SEQ_MAJOR_UNPACKED with padded
 // I/O enabled instead; on an H100 both layouts gave the same results and no timing difference beyond noise). The
-// persistent algorithms support no per-sequence lengths, so a padded network must use algo "standard". Forward and
-// backward of one call must agree on both (both derive them from the same attributes and seq_lengths).
+// persistent algorithms support no per-sequence lengths, so a padded network must use the algorithm "standard".
+// Forward and backward of one call must agree on both (both derive them from the same attributes and seq_lengths).
 ::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnConfig& config, bool allow_tf32,
                                  std::string_view algorithm, cudnnDataType_t data_type, bool padded, RnnNetwork* out);
 
@@ -87,9 +87,8 @@ struct RnnTensors {
   TensorDescriptor c;
 };
 
-::xla::ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_seq_length,
-                                 int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
-                                 RnnTensors* out);
+::xla::ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_time, int64_t batch,
+                                 const std::vector<int32_t>& seq_lengths, bool padded, RnnTensors* out);
 
 }  // namespace jax_cudnn_rnn
 

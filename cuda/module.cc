@@ -153,18 +153,19 @@ py::dict WeightParams(const RnnConfig& config, std::string dtype, int device) {
   return result;
 }
 
-// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch] with algorithm `algo`,
+// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch] with `algorithm`,
 // `padded` as the call will run (it has seq_lengths); the reserve size is 0 for inference. Raises where cuDNN does not
-// support `algo` for this network (CUDNN_STATUS_NOT_SUPPORTED).
-std::pair<size_t, size_t> TempSpaceSizes(const RnnConfig& config, std::string dtype, bool allow_tf32, std::string algo,
-                                         int64_t max_time, int64_t batch, bool padded, bool training, int device) {
+// support `algorithm` for this network (CUDNN_STATUS_NOT_SUPPORTED).
+std::pair<size_t, size_t> TempSpaceSizes(const RnnConfig& config, std::string dtype, bool allow_tf32,
+                                         std::string algorithm, int64_t max_time, int64_t batch, bool padded,
+                                         bool training, int device) {
   const cudnnDataType_t data_type = CudnnDataTypeFromName(dtype);
   if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
   py::gil_scoped_release release;
   ScopedDevice scoped_device;
   BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes", device, &scoped_device);
   RnnNetwork rnn;
-  ThrowIfError(MakeRnnNetwork(handle.get(), config, allow_tf32, algo, data_type, padded, &rnn));
+  ThrowIfError(MakeRnnNetwork(handle.get(), config, allow_tf32, algorithm, data_type, padded, &rnn));
   RnnTensors tensors;
   ThrowIfError(MakeRnnTensors(config, data_type, max_time, batch,
                               std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)),
@@ -195,7 +196,7 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   m.attr("XLA_FFI_API_BUILD_VERSION") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   DefWithConfig(m, "weight_params", &WeightParams, py::arg("dtype"), py::arg("device") = -1);
   DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"),
-                py::arg("algo"), py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"),
+                py::arg("algorithm"), py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"),
                 py::arg("device") = -1);
 }
 

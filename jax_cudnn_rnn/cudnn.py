@@ -58,7 +58,7 @@ from jax_cudnn_rnn.config import RNNConfig
 
 def _attributes(config: RNNConfig, allow_tf32: bool, algo: str) -> dict[str, Any]:
     """The handlers' attributes (cuda/descriptors.h RnnAttrs), with the types the C++ side decodes."""
-    return dict(**fused.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algo=algo)
+    return dict(**fused.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algorithm=algo)
 
 
 @jax.tree_util.register_static
@@ -89,7 +89,7 @@ def temp_space_sizes(problem: algorithm.Problem, algo: str, device: int = -1) ->
     Needs a GPU."""
     config = problem.config
     workspace, reserve = _extension.module().temp_space_sizes(
-        **fused.config_attributes(config), dtype=config.dtype.name, allow_tf32=problem.allow_tf32, algo=algo,
+        **fused.config_attributes(config), dtype=config.dtype.name, allow_tf32=problem.allow_tf32, algorithm=algo,
         max_time=problem.max_time, batch=problem.batch, padded=problem.padded, training=problem.training,
         device=device)
     return int(workspace), int(reserve)

@@ -201,7 +201,7 @@ def _forward_call(x, h0, params, *c0, config: RNNConfig, training: bool):
     if lstm:
         out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
     if training:
-        out_types.append(jax.ShapeDtypeStruct((sizes["reserve"],), jnp.uint8))
+        out_types.append(jax.ShapeDtypeStruct((sizes["reserve_space"],), jnp.uint8))
     y, h_n, _, *rest = jax.ffi.ffi_call(FORWARD_TARGET, out_types)(
         x, h0, params, *c0, training=np.bool_(training), **_attributes(config))
     return (y, h_n, *rest)

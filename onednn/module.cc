@@ -20,7 +20,8 @@ namespace {
 
 namespace py = ::pybind11;
 
-// {"reserve": bytes, "forward_scratch": bytes, "backward_scratch": bytes} for one call (backward only in training).
+// {"reserve_space": bytes, "forward_scratch": bytes, "backward_scratch": bytes} for one call (backward only in
+// training).
 py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_time, int64_t batch, bool training) {
   Network network;
   ThrowIfError<std::invalid_argument>(
@@ -31,7 +32,7 @@ py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_tim
     plan = GetPlan(network);
   }
   py::dict sizes;
-  sizes["reserve"] = plan->reserve_bytes;
+  sizes["reserve_space"] = plan->reserve_bytes;
   sizes["forward_scratch"] = plan->forward.bytes;
   sizes["backward_scratch"] = plan->backward.bytes;
   return sizes;

@@ -1,12 +1,13 @@
 // The handlers. Argument lists (names as in jax_cudnn_rnn/onednn.py; [..] only when the condition holds):
 //
-//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm]) -> (y, h_n, scratch, [c_n: lstm], [reserve: training])
-//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve, [c0, c_n, dc_n: lstm])
+//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm])
+//       -> (y, h_n, scratch, [c_n: lstm], [reserve_space: training])
+//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm])
 //       -> (dparams, dx, dh0, scratch, [dc0: lstm])
 //
 // The network runs layer by layer, each layer one oneDNN primitive over both directions (bidirectional_concat).
 // `scratch` is an output that only serves as the call's temporary memory (XLA's CPU runtime has no scratch
-// allocator for FFI handlers); its size and the reserve's come from `buffer_sizes` in module.cc, the same plan.
+// allocator for FFI handlers); its size and the reserve space's come from `buffer_sizes` in module.cc, the same plan.
 #include "rnn_kernels.h"
 
 #include <cstdint>
@@ -156,10 +157,10 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     OptionalBuffers args(optional_args, "argument");
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
-    std::optional<ffi::Result<ffi::AnyBuffer>> c_n, reserve_buffer;
+    std::optional<ffi::Result<ffi::AnyBuffer>> c_n, reserve_space;
     OptionalBuffers rets(optional_rets, "result");
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "c_n", &c_n));
-    JCR_RETURN_IF_ERROR(rets.Take(network.training, "reserve", &reserve_buffer));
+    JCR_RETURN_IF_ERROR(rets.Take(network.training, "reserve_space", &reserve_space));
     JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
     JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, network.state_shape(B)));
     JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {network.max_time, B, network.output_size()}));
@@ -172,8 +173,8 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->forward.bytes));
-    if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve", **reserve_buffer, plan->reserve_bytes));
-    void* reserve = DataOrNull(reserve_buffer);
+    if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, plan->reserve_bytes));
+    void* reserve = DataOrNull(reserve_space);
     const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
@@ -201,7 +202,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
 }
 
 ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y,
-                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_buffer,
+                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_space,
                            ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dparams,
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
                            ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
@@ -209,7 +210,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     Network network;
     std::vector<SlotOffsets> slots;
     if (!attrs.training) {
-      return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve)");
+      return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve space)");
     }
     JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
     const ffi::DataType dtype = x.element_type();
@@ -249,8 +250,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->backward.bytes));
-    JCR_RETURN_IF_ERROR(CheckBytes("reserve", reserve_buffer, plan->reserve_bytes));
-    void* reserve = reserve_buffer.untyped_data();
+    JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, plan->reserve_bytes));
+    void* reserve = reserve_space.untyped_data();
     const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
     void* dc_n_data = DataOrNull(dc_n);
     void* dc0_data = DataOrNull(dc0);
@@ -349,7 +350,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n
                                   .Ret<ffi::AnyBuffer>()  // scratch
-                                  .RemainingRets()        // [c_n], [reserve]
+                                  .RemainingRets()        // [c_n], [reserve_space]
                                   .Attrs<CallAttrs>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
@@ -361,7 +362,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                                   .Arg<ffi::AnyBuffer>()  // h_n
                                   .Arg<ffi::AnyBuffer>()  // dy
                                   .Arg<ffi::AnyBuffer>()  // dh_n
-                                  .Arg<ffi::AnyBuffer>()  // reserve
+                                  .Arg<ffi::AnyBuffer>()  // reserve_space
                                   .RemainingArgs()        // [c0, c_n, dc_n]
                                   .Ret<ffi::AnyBuffer>()  // dparams
                                   .Ret<ffi::AnyBuffer>()  // dx
