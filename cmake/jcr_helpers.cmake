@@ -1,9 +1,8 @@
 # Helpers shared by the native backends' CMakeLists (cuda/, onednn/). The top-level CMakeLists sets JCR_OPTION (the
 # name of the backend's AUTO/ON/OFF cache variable) and JCR_COMPONENT (how messages name it) before each backend.
 
-# A dependency is missing: an error under ON; under AUTO a warning, the reason (what is missing and how to fix it, the
-# arguments joined) recorded for jax_cudnn_rnn/_build_info.py, and JCR_SKIP set in the caller's scope (the caller then
-# returns).
+# A dependency is missing: an error under ON; under AUTO a warning and the reason (what is missing and how to fix it,
+# the arguments joined) recorded for jax_cudnn_rnn/_build_info.py; the caller then returns.
 function(jcr_missing)
   string(JOIN "" what ${ARGV})
   if(${JCR_OPTION} STREQUAL "ON")
@@ -12,7 +11,6 @@ function(jcr_missing)
   message(WARNING "jax_cudnn_rnn: skipping ${JCR_COMPONENT} (${JCR_OPTION}=AUTO): ${what}. The package installs "
                   "without it and runs the pure-JAX implementation; ${JCR_OPTION}=ON makes this an error.")
   set_property(GLOBAL PROPERTY JCR_SKIP_REASON_${JCR_OPTION} "${what}")
-  set(JCR_SKIP TRUE PARENT_SCOPE)
 endfunction()
 
 # Runs a Python snippet with the build's interpreter; sets `out` to its stripped stdout, or empty on failure.
@@ -25,21 +23,39 @@ function(jcr_python_query out code)
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
-# The XLA FFI headers (jax.ffi.include_dir(), into jcr_ffi_include) and pybind11, both through the build's Python; a
-# missing one goes through jcr_missing (the caller returns when JCR_SKIP is set). A macro: pybind11's package
-# variables must land in the caller's scope.
-macro(jcr_find_ffi_and_pybind11)
+# The pybind11 module `jax_cudnn_rnn.<name>` exporting XLA FFI handlers, the last step of a backend's CMakeLists:
+# finds the XLA FFI headers (jax.ffi.include_dir()) and pybind11 through the build's Python (a missing one goes
+# through jcr_missing), then builds `SOURCES` (in the caller's folder) and common/rnn_config.cc as C++17 with -Wall
+# -Wextra and `DEFINITIONS`, common/ on the include path and the FFI headers and `SYSTEM_INCLUDE_DIRS` as system
+# headers (their warnings are not ours), links `LINK_LIBRARIES`, found at run time through `INSTALL_RPATH` (relative
+# to $ORIGIN: where the installed module finds its library's wheel), and installs it into the package. `DESCRIPTION`
+# says in the log what it is built against.
+function(jcr_add_ffi_extension name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "DESCRIPTION;INSTALL_RPATH"
+                        "SOURCES;SYSTEM_INCLUDE_DIRS;LINK_LIBRARIES;DEFINITIONS")
   jcr_python_query(jcr_ffi_include "import jax; print(jax.ffi.include_dir())")
   if(NOT jcr_ffi_include OR NOT EXISTS "${jcr_ffi_include}/xla/ffi/api/ffi.h")
     jcr_missing("jax.ffi.include_dir() of ${Python_EXECUTABLE} gave no xla/ffi/api/ffi.h ('${jcr_ffi_include}'); "
                 "pip install jax there (a --no-build-isolation build)")
-  else()
-    jcr_python_query(jcr_pybind11_dir "import pybind11; print(pybind11.get_cmake_dir())")
-    unset(pybind11_DIR CACHE)  # the build's Python decides, not a previous configure with another environment
-    find_package(pybind11 CONFIG QUIET HINTS "${jcr_pybind11_dir}")
-    if(NOT pybind11_FOUND)
-      jcr_missing("pybind11 was not found for ${Python_EXECUTABLE}; pip install pybind11 there (a "
-                  "--no-build-isolation build)")
-    endif()
+    return()
   endif()
-endmacro()
+  jcr_python_query(jcr_pybind11_dir "import pybind11; print(pybind11.get_cmake_dir())")
+  unset(pybind11_DIR CACHE)  # the build's Python decides, not a previous configure with another environment
+  find_package(pybind11 CONFIG QUIET HINTS "${jcr_pybind11_dir}")
+  if(NOT pybind11_FOUND)
+    jcr_missing("pybind11 was not found for ${Python_EXECUTABLE}; pip install pybind11 there (a "
+                "--no-build-isolation build)")
+    return()
+  endif()
+
+  message(STATUS "jax_cudnn_rnn: building ${JCR_COMPONENT} (${arg_DESCRIPTION})")
+  pybind11_add_module(${name} MODULE ${arg_SOURCES} "${PROJECT_SOURCE_DIR}/common/rnn_config.cc")
+  target_compile_features(${name} PRIVATE cxx_std_17)
+  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  target_compile_definitions(${name} PRIVATE ${arg_DEFINITIONS})
+  target_include_directories(${name} SYSTEM PRIVATE "${jcr_ffi_include}" ${arg_SYSTEM_INCLUDE_DIRS})
+  target_include_directories(${name} PRIVATE "${PROJECT_SOURCE_DIR}/common")
+  target_link_libraries(${name} PRIVATE ${arg_LINK_LIBRARIES})
+  set_target_properties(${name} PROPERTIES INSTALL_RPATH "${arg_INSTALL_RPATH}" BUILD_WITH_INSTALL_RPATH ON)
+  install(TARGETS ${name} LIBRARY DESTINATION jax_cudnn_rnn)
+endfunction()

@@ -9,34 +9,6 @@ namespace jax_cudnn_rnn {
 
 namespace ffi = ::xla::ffi;
 
-ffi::Error CreateDescriptor(RnnDescriptor* out) {
-  cudnnRNNDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(RnnDataDescriptor* out) {
-  cudnnRNNDataDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(TensorDescriptor* out) {
-  cudnnTensorDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
-ffi::Error CreateDescriptor(DropoutDescriptor* out) {
-  cudnnDropoutDescriptor_t descriptor = nullptr;
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnCreateDropoutDescriptor(&descriptor));
-  out->reset(descriptor);
-  return ffi::Error::Success();
-}
-
 ffi::Error CudnnDataType(ffi::DataType dtype, const char* argument, cudnnDataType_t* out) {
   switch (dtype) {
     case ffi::DataType::F16:
@@ -74,48 +46,35 @@ namespace {
 
 ffi::Error Invalid(const std::string& message) { return ffi::Error::InvalidArgument(message); }
 
-ffi::Error CellMode(std::string_view mode, cudnnRNNMode_t* out) {
-  if (mode == "lstm") *out = CUDNN_LSTM;
-  else if (mode == "gru") *out = CUDNN_GRU;
-  else if (mode == "rnn_tanh") *out = CUDNN_RNN_TANH;
-  else if (mode == "rnn_relu") *out = CUDNN_RNN_RELU;
-  else return Invalid("mode is '" + std::string(mode) + "'; expected lstm, gru, rnn_tanh or rnn_relu");
-  return ffi::Error::Success();
+cudnnRNNMode_t CudnnMode(Mode mode) {
+  switch (mode) {
+    case Mode::kLstm: return CUDNN_LSTM;
+    case Mode::kGru: return CUDNN_GRU;
+    case Mode::kRnnTanh: return CUDNN_RNN_TANH;
+    case Mode::kRnnRelu: return CUDNN_RNN_RELU;
+  }
+  return CUDNN_LSTM;  // not reached: DecodeRnnConfig makes every Mode one of the above
 }
 
-ffi::Error BiasMode(std::string_view bias_mode, cudnnRNNBiasMode_t* out) {
-  if (bias_mode == "double") *out = CUDNN_RNN_DOUBLE_BIAS;
-  else if (bias_mode == "single_input") *out = CUDNN_RNN_SINGLE_INP_BIAS;
-  else if (bias_mode == "single_recurrent") *out = CUDNN_RNN_SINGLE_REC_BIAS;
-  else if (bias_mode == "none") *out = CUDNN_RNN_NO_BIAS;
-  else return Invalid("bias_mode is '" + std::string(bias_mode) + "'; expected double, single_input, "
-                      "single_recurrent or none");
-  return ffi::Error::Success();
+cudnnRNNBiasMode_t CudnnBiasMode(BiasMode bias_mode) {
+  switch (bias_mode) {
+    case BiasMode::kDouble: return CUDNN_RNN_DOUBLE_BIAS;
+    case BiasMode::kSingleInput: return CUDNN_RNN_SINGLE_INP_BIAS;
+    case BiasMode::kSingleRecurrent: return CUDNN_RNN_SINGLE_REC_BIAS;
+    case BiasMode::kNone: return CUDNN_RNN_NO_BIAS;
+  }
+  return CUDNN_RNN_DOUBLE_BIAS;  // not reached
 }
 
-ffi::Error DirectionMode(std::string_view direction, cudnnDirectionMode_t* out) {
-  if (direction == "unidirectional") *out = CUDNN_UNIDIRECTIONAL;
-  else if (direction == "bidirectional") *out = CUDNN_BIDIRECTIONAL;
-  else return Invalid("direction is '" + std::string(direction) + "'; expected unidirectional or bidirectional");
-  return ffi::Error::Success();
-}
-
-ffi::Error InputMode(std::string_view input_mode, cudnnRNNInputMode_t* out) {
-  if (input_mode == "linear_input") *out = CUDNN_LINEAR_INPUT;
-  else if (input_mode == "skip_input") *out = CUDNN_SKIP_INPUT;
-  else return Invalid("input_mode is '" + std::string(input_mode) + "'; expected linear_input or skip_input");
-  return ffi::Error::Success();
-}
-
-ffi::Error Algorithm(std::string_view algo, bool padded, cudnnRNNAlgo_t* out) {
-  if (algo == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
-  else if (algo == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
-  else if (algo == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
-  else return Invalid("algo is '" + std::string(algo) + "'; expected standard, persist_static or "
+ffi::Error Algorithm(std::string_view algorithm, bool padded, cudnnRNNAlgo_t* out) {
+  if (algorithm == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
+  else if (algorithm == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
+  else if (algorithm == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
+  else return Invalid("algorithm is '" + std::string(algorithm) + "'; expected standard, persist_static or "
                       "persist_static_small_h");
   if (padded && *out != CUDNN_RNN_ALGO_STANDARD) {
-    return Invalid("algo is '" + std::string(algo) + "', but the call has seq_lengths, which only the standard "
-                   "algorithm supports");
+    return Invalid("algorithm is '" + std::string(algorithm) + "', but the call has seq_lengths, which only the "
+                   "standard algorithm supports");
   }
   return ffi::Error::Success();
 }
@@ -130,29 +89,25 @@ ffi::Error CheckInt32(const char* name, int64_t value, int64_t minimum) {
 
 }  // namespace
 
-ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, bool padded,
-                          RnnNetwork* out) {
-  cudnnRNNMode_t cell_mode;
-  cudnnRNNBiasMode_t bias_mode;
-  cudnnDirectionMode_t direction;
-  cudnnRNNInputMode_t input_mode;
+ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnConfig& config, bool allow_tf32, std::string_view algorithm,
+                          cudnnDataType_t data_type, bool padded, RnnNetwork* out) {
+  const cudnnRNNMode_t cell_mode = CudnnMode(config.mode);
+  const cudnnRNNBiasMode_t bias_mode = CudnnBiasMode(config.bias_mode);
+  const cudnnDirectionMode_t direction = config.num_directions == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL;
+  const cudnnRNNInputMode_t input_mode = config.skip_input ? CUDNN_SKIP_INPUT : CUDNN_LINEAR_INPUT;
   cudnnRNNAlgo_t algo;
-  JCR_RETURN_IF_ERROR(CellMode(attrs.mode, &cell_mode));
-  JCR_RETURN_IF_ERROR(Algorithm(attrs.algo, padded, &algo));
-  JCR_RETURN_IF_ERROR(BiasMode(attrs.bias_mode, &bias_mode));
-  JCR_RETURN_IF_ERROR(DirectionMode(attrs.direction, &direction));
-  JCR_RETURN_IF_ERROR(InputMode(attrs.input_mode, &input_mode));
-  JCR_RETURN_IF_ERROR(CheckInt32("num_layers", attrs.num_layers, 1));
-  JCR_RETURN_IF_ERROR(CheckInt32("num_units", attrs.num_units, 1));
-  JCR_RETURN_IF_ERROR(CheckInt32("input_size", attrs.input_size, 1));
-  JCR_RETURN_IF_ERROR(CheckInt32("proj_size", attrs.proj_size, 0));
+  JCR_RETURN_IF_ERROR(Algorithm(algorithm, padded, &algo));
+  JCR_RETURN_IF_ERROR(CheckInt32("num_layers", config.num_layers, 1));
+  JCR_RETURN_IF_ERROR(CheckInt32("num_units", config.num_units, 1));
+  JCR_RETURN_IF_ERROR(CheckInt32("input_size", config.input_size, 1));
+  JCR_RETURN_IF_ERROR(CheckInt32("proj_size", config.proj_size, 0));
 
   // Strict f32 unless TF32 is allowed; half types compute in f32 on tensor cores; f64 computes in f64.
   cudnnDataType_t math_precision = data_type == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   cudnnMathType_t math_type;
   switch (data_type) {
     case CUDNN_DATA_FLOAT:
-      math_type = attrs.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+      math_type = allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
       break;
     case CUDNN_DATA_DOUBLE:
       math_type = CUDNN_DEFAULT_MATH;
@@ -170,44 +125,43 @@ ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnData
   // them with the persistent ones; the GPU tests run every algorithm on buffers laid out for the standard one).
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
       out->rnn.get(), algo, cell_mode, bias_mode, direction, input_mode, data_type,
-      math_precision, math_type, static_cast<int32_t>(attrs.input_size), static_cast<int32_t>(attrs.num_units),
-      static_cast<int32_t>(attrs.proj_size > 0 ? attrs.proj_size : attrs.num_units),
-      static_cast<int32_t>(attrs.num_layers), out->dropout.get(),
+      math_precision, math_type, static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.num_units),
+      static_cast<int32_t>(config.hidden_size()),
+      static_cast<int32_t>(config.num_layers), out->dropout.get(),
       padded ? CUDNN_RNN_PADDED_IO_ENABLED : CUDNN_RNN_PADDED_IO_DISABLED));
-  if (attrs.cell_clip > 0) {
+  if (config.cell_clip > 0) {
     JCR_CUDNN_RETURN_IF_ERROR(
-        cudnnRNNSetClip_v9(out->rnn.get(), CUDNN_RNN_CLIP_MINMAX, -attrs.cell_clip, attrs.cell_clip));
+        cudnnRNNSetClip_v9(out->rnn.get(), CUDNN_RNN_CLIP_MINMAX, -config.cell_clip, config.cell_clip));
   }
   JCR_CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightSpaceSize(handle, out->rnn.get(), &out->weight_space_bytes));
   return ffi::Error::Success();
 }
 
-ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int64_t max_seq_length,
-                          int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
-                          RnnTensors* out) {
-  JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_seq_length, 1));
-  JCR_RETURN_IF_ERROR(CheckInt32("batch", batch_size, 1));
-  if (seq_lengths.size() != static_cast<size_t>(batch_size)) {
+ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_time, int64_t batch,
+                          const std::vector<int32_t>& seq_lengths, bool padded, RnnTensors* out) {
+  JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_time, 1));
+  JCR_RETURN_IF_ERROR(CheckInt32("batch", batch, 1));
+  if (seq_lengths.size() != static_cast<size_t>(batch)) {
     return Invalid("seq_lengths has " + std::to_string(seq_lengths.size()) + " entries; expected batch = " +
-                   std::to_string(batch_size));
+                   std::to_string(batch));
   }
   // Padding positions of y are filled with this value, read as the data type: all-zero bytes are 0 in every one.
   double zero_fill = 0.0;
   void* fill = padded ? &zero_fill : nullptr;
   const cudnnRNNDataLayout_t layout =
       padded ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED;
-  const int T = static_cast<int>(max_seq_length), B = static_cast<int>(batch_size);
+  const int T = static_cast<int>(max_time), B = static_cast<int>(batch);
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->x));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->x.get(), data_type,
                                                       layout, T, B,
-                                                      static_cast<int>(attrs.input_size), seq_lengths.data(), fill));
+                                                      static_cast<int>(config.input_size), seq_lengths.data(), fill));
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->y));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->y.get(), data_type,
                                                       layout, T, B,
-                                                      static_cast<int>(attrs.output_size()), seq_lengths.data(),
+                                                      static_cast<int>(config.output_size()), seq_lengths.data(),
                                                       fill));
-  const int num_states = static_cast<int>(attrs.num_layers * attrs.num_directions());
-  const int hidden = static_cast<int>(attrs.hidden_size()), units = static_cast<int>(attrs.num_units);
+  const int num_states = static_cast<int>(config.num_layers * config.num_directions);
+  const int hidden = static_cast<int>(config.hidden_size()), units = static_cast<int>(config.num_units);
   const int h_dims[3] = {num_states, B, hidden}, h_strides[3] = {B * hidden, hidden, 1};
   const int c_dims[3] = {num_states, B, units}, c_strides[3] = {B * units, units, 1};
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->h));

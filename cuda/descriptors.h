@@ -11,49 +11,49 @@
 #include <type_traits>
 #include <vector>
 
+#include "ffi_helpers.h"
+#include "rnn_config.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {
 
-template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
+// A cuDNN descriptor owned by a unique_ptr: `Create` makes one (CreateDescriptor), `Destroy` frees it.
+template <typename Descriptor, cudnnStatus_t (*Create)(Descriptor*), cudnnStatus_t (*Destroy)(Descriptor)>
 struct DescriptorDeleter {
+  static constexpr auto create = Create;
   void operator()(Descriptor descriptor) const { Destroy(descriptor); }
 };
 
-template <typename Descriptor, cudnnStatus_t (*Destroy)(Descriptor)>
-using UniqueDescriptor = std::unique_ptr<std::remove_pointer_t<Descriptor>, DescriptorDeleter<Descriptor, Destroy>>;
+template <typename Descriptor, cudnnStatus_t (*Create)(Descriptor*), cudnnStatus_t (*Destroy)(Descriptor)>
+using UniqueDescriptor =
+    std::unique_ptr<std::remove_pointer_t<Descriptor>, DescriptorDeleter<Descriptor, Create, Destroy>>;
 
-using RnnDescriptor = UniqueDescriptor<cudnnRNNDescriptor_t, cudnnDestroyRNNDescriptor>;
-using RnnDataDescriptor = UniqueDescriptor<cudnnRNNDataDescriptor_t, cudnnDestroyRNNDataDescriptor>;
-using TensorDescriptor = UniqueDescriptor<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
-using DropoutDescriptor = UniqueDescriptor<cudnnDropoutDescriptor_t, cudnnDestroyDropoutDescriptor>;
+using RnnDescriptor = UniqueDescriptor<cudnnRNNDescriptor_t, cudnnCreateRNNDescriptor, cudnnDestroyRNNDescriptor>;
+using RnnDataDescriptor =
+    UniqueDescriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor, cudnnDestroyRNNDataDescriptor>;
+using TensorDescriptor =
+    UniqueDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using DropoutDescriptor =
+    UniqueDescriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor, cudnnDestroyDropoutDescriptor>;
 
-::xla::ffi::Error CreateDescriptor(RnnDescriptor* out);
-::xla::ffi::Error CreateDescriptor(RnnDataDescriptor* out);
-::xla::ffi::Error CreateDescriptor(TensorDescriptor* out);
-::xla::ffi::Error CreateDescriptor(DropoutDescriptor* out);
+// Makes `*out` a new descriptor of its kind.
+template <typename Unique>
+::xla::ffi::Error CreateDescriptor(Unique* out) {
+  typename Unique::pointer descriptor = nullptr;
+  JCR_LIBRARY_RETURN_IF_ERROR("cuDNN", CUDNN_STATUS_SUCCESS, cudnnGetErrorString,
+                              Unique::deleter_type::create(&descriptor), "cudnnCreate*Descriptor(&descriptor)");
+  out->reset(descriptor);
+  return ::xla::ffi::Error::Success();
+}
 
-// The network, as the Python RNNConfig describes it (same names and spellings); decoded once per call by the FFI.
+// The handlers' attributes: the network (common/rnn_config.h) and how cuDNN runs it.
 struct RnnAttrs {
-  std::string_view mode;        // "lstm" | "gru" | "rnn_tanh" | "rnn_relu"
-  int64_t num_layers;
-  int64_t num_units;            // H
-  int64_t input_size;           // I
-  int64_t proj_size;            // 0: no projection
-  std::string_view direction;   // "unidirectional" | "bidirectional"
-  std::string_view input_mode;  // "linear_input" | "skip_input"
-  std::string_view bias_mode;   // "double" | "single_input" | "single_recurrent" | "none"
-  double cell_clip;             // 0: no clipping (RNNConfig.cell_clip=None); else clip c to [-cell_clip, cell_clip]
-  bool allow_tf32;              // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
-  std::string_view algo;        // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/algorithm.py)
-
-  int64_t num_directions() const { return direction == "bidirectional" ? 2 : 1; }
-  int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }  // width of h
-  int64_t output_size() const { return num_directions() * hidden_size(); }     // width of y
-  bool has_cell_state() const { return mode == "lstm"; }
+  RnnConfigAttrs config;
+  bool allow_tf32;             // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
+  std::string_view algorithm;  // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/algorithm.py)
 };
 
-// The forward handler's attributes: the network plus whether to run in training mode (reserve space output).
+// The forward handler's attributes: those plus whether to run in training mode (reserve space output).
 struct ForwardAttrs : RnnAttrs {
   bool training;
 };
@@ -73,10 +73,10 @@ struct RnnNetwork {
 // Without seq_lengths every sequence is full length, and the same [T, B, *] memory is also the SEQ_MAJOR_PACKED layout
 // with padded I/O off, which this library uses then (PyTorch describes dense input as SEQ_MAJOR_UNPACKED with padded
 // I/O enabled instead; on an H100 both layouts gave the same results and no timing difference beyond noise). The
-// persistent algorithms support no per-sequence lengths, so a padded network must use algo "standard". Forward and
-// backward of one call must agree on both (both derive them from the same attributes and seq_lengths).
-::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnAttrs& attrs, cudnnDataType_t data_type, bool padded,
-                                 RnnNetwork* out);
+// persistent algorithms support no per-sequence lengths, so a padded network must use the algorithm "standard".
+// Forward and backward of one call must agree on both (both derive them from the same attributes and seq_lengths).
+::xla::ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnConfig& config, bool allow_tf32,
+                                 std::string_view algorithm, cudnnDataType_t data_type, bool padded, RnnNetwork* out);
 
 // Descriptors of x [T, B, I], y [T, B, D*hidden], h [L*D, B, hidden] and c [L*D, B, H] for one call; `seq_lengths`
 // (host, B entries, each in [1, T]; all T unless `padded`) is baked into the x and y descriptors.
@@ -87,9 +87,8 @@ struct RnnTensors {
   TensorDescriptor c;
 };
 
-::xla::ffi::Error MakeRnnTensors(const RnnAttrs& attrs, cudnnDataType_t data_type, int64_t max_seq_length,
-                                 int64_t batch_size, const std::vector<int32_t>& seq_lengths, bool padded,
-                                 RnnTensors* out);
+::xla::ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, int64_t max_time, int64_t batch,
+                                 const std::vector<int32_t>& seq_lengths, bool padded, RnnTensors* out);
 
 }  // namespace jax_cudnn_rnn
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "ffi_checks.h"  // JCR_RETURN_IF_ERROR
+#include "ffi_args.h"  // JCR_RETURN_IF_ERROR
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {
@@ -19,32 +19,26 @@ inline std::string StatusMessage(const char* library, const char* status, const 
          status;
 }
 
+// For a status reported without the macros below (handle_pool.cc).
 inline std::string CudnnStatusMessage(cudnnStatus_t status, const char* expr, const char* file, int line) {
   return StatusMessage("cuDNN", cudnnGetErrorString(status), expr, file, line);
 }
 
-inline std::string CudaStatusMessage(cudaError_t status, const char* expr, const char* file, int line) {
-  return StatusMessage("CUDA", cudaGetErrorString(status), expr, file, line);
-}
-
 }  // namespace jax_cudnn_rnn
 
-#define JCR_CUDNN_RETURN_IF_ERROR(expr)                                                                 \
+// Returns an ffi::Error (Internal) from the enclosing function where the status `expr` of `library` is not `success`;
+// the message names `text` (the expression as written), the call site and `describe`'s text for the status.
+#define JCR_LIBRARY_RETURN_IF_ERROR(library, success, describe, expr, text)                            \
   do {                                                                                                  \
-    cudnnStatus_t jcr_status_ = (expr);                                                                 \
-    if (jcr_status_ != CUDNN_STATUS_SUCCESS) {                                                          \
+    const auto jcr_status_ = (expr);                                                                    \
+    if (jcr_status_ != (success)) {                                                                     \
       return ::xla::ffi::Error::Internal(                                                               \
-          ::jax_cudnn_rnn::CudnnStatusMessage(jcr_status_, #expr, __FILE__, __LINE__));                 \
+          ::jax_cudnn_rnn::StatusMessage(library, describe(jcr_status_), text, __FILE__, __LINE__));     \
     }                                                                                                   \
   } while (0)
 
-#define JCR_CUDA_RETURN_IF_ERROR(expr)                                                                  \
-  do {                                                                                                  \
-    cudaError_t jcr_status_ = (expr);                                                                   \
-    if (jcr_status_ != cudaSuccess) {                                                                   \
-      return ::xla::ffi::Error::Internal(                                                               \
-          ::jax_cudnn_rnn::CudaStatusMessage(jcr_status_, #expr, __FILE__, __LINE__));                  \
-    }                                                                                                   \
-  } while (0)
+#define JCR_CUDNN_RETURN_IF_ERROR(expr) \
+  JCR_LIBRARY_RETURN_IF_ERROR("cuDNN", CUDNN_STATUS_SUCCESS, cudnnGetErrorString, expr, #expr)
+#define JCR_CUDA_RETURN_IF_ERROR(expr) JCR_LIBRARY_RETURN_IF_ERROR("CUDA", cudaSuccess, cudaGetErrorString, expr, #expr)
 
 #endif  // JAX_CUDNN_RNN_FFI_HELPERS_H_

@@ -14,20 +14,18 @@
 #include <vector>
 
 #include "descriptors.h"
-#include "xla/ffi/api/c_api.h"
 #include "ffi_helpers.h"
 #include "handle_pool.h"
+#include "module_helpers.h"
+#include "rnn_config.h"
 #include "rnn_kernels.h"
+#include "xla/ffi/api/c_api.h"
 
 namespace jax_cudnn_rnn {
 namespace {
 
 namespace ffi = ::xla::ffi;
 namespace py = ::pybind11;
-
-void ThrowIfError(const ffi::Error& error) {
-  if (error.failure()) throw std::runtime_error(error.message());
-}
 
 // The FFI helpers' status checks, turned into exceptions for pybind11 (same message: call site and status string).
 #define JCR_THROW_IF(return_if_error, expr) \
@@ -38,31 +36,10 @@ void ThrowIfError(const ffi::Error& error) {
 #define JCR_CUDA_THROW_IF_ERROR(expr) JCR_THROW_IF(JCR_CUDA_RETURN_IF_ERROR, expr)
 #define JCR_CUDNN_THROW_IF_ERROR(expr) JCR_THROW_IF(JCR_CUDNN_RETURN_IF_ERROR, expr)
 
-// The Python-side spelling of the network; the strings live in this struct while the attributes point into them.
-struct Network {
-  std::string mode, direction, input_mode, bias_mode, dtype, algo;
-  RnnAttrs attrs;
-};
-
-Network MakeNetwork(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
-                    std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
-                    std::string dtype, bool allow_tf32, std::string algo) {
-  Network network{std::move(mode),      std::move(direction), std::move(input_mode), std::move(bias_mode),
-                  std::move(dtype), std::move(algo),      RnnAttrs{}};
-  network.attrs = RnnAttrs{network.mode, num_layers, num_units, input_size, proj_size, network.direction,
-                           network.input_mode, network.bias_mode, cell_clip, allow_tf32, network.algo};
-  return network;
-}
-
-cudnnDataType_t DataTypeFromName(const std::string& dtype) {
-  ffi::DataType element_type;
-  if (dtype == "float16") element_type = ffi::DataType::F16;
-  else if (dtype == "bfloat16") element_type = ffi::DataType::BF16;
-  else if (dtype == "float32") element_type = ffi::DataType::F32;
-  else if (dtype == "float64") element_type = ffi::DataType::F64;
-  else throw std::invalid_argument("dtype is '" + dtype + "'; expected float16, bfloat16, float32 or float64");
+// cuDNN's data type for a dtype name; ValueError for a name that is not a dtype, RuntimeError for one cuDNN lacks.
+cudnnDataType_t CudnnDataTypeFromName(const std::string& dtype) {
   cudnnDataType_t data_type;
-  ThrowIfError(CudnnDataType(element_type, "dtype", &data_type));
+  ThrowIfError(CudnnDataType(DataTypeFromName(dtype), "dtype", &data_type));
   return data_type;
 }
 
@@ -85,11 +62,6 @@ BorrowedHandle BorrowHandleOrThrow(const char* function, int device, ScopedDevic
   BorrowedHandle handle;
   ThrowIfError(HandlePool::Instance().BorrowForDevice(device, &handle));
   return handle;
-}
-
-int LinLayerCount(const RnnAttrs& attrs) {
-  const int gates = attrs.mode == "lstm" ? 4 : attrs.mode == "gru" ? 3 : 1;
-  return 2 * gates;
 }
 
 // One weight or bias as cuDNN places it: byte offset in the weight space and descriptor shape (absent: no storage).
@@ -121,13 +93,8 @@ py::object ToPython(const std::vector<int>& shape) {
 // cuDNN's own account of the weight space: its size in bytes and, per pseudo-layer (layer * D + direction) and
 // linLayerID (0..G-1 input, G..2G-1 recurrent, 8 the LSTM projection), the byte offset and descriptor shape of the
 // matrix and of the bias, None where cuDNN stores nothing.
-py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
-                      std::string direction, std::string input_mode, std::string bias_mode, double cell_clip,
-                      std::string dtype, int device) {
-  Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
-                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype), false,
-                                "standard");
-  const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
+py::dict WeightParams(const RnnConfig& config, std::string dtype, int device) {
+  const cudnnDataType_t data_type = CudnnDataTypeFromName(dtype);
   size_t weight_space_bytes = 0;
   std::vector<WeightParam> params;
   {
@@ -135,7 +102,8 @@ py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, i
     ScopedDevice scoped_device;
     BorrowedHandle handle = BorrowHandleOrThrow("weight_params", device, &scoped_device);
     RnnNetwork rnn;
-    ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, /*padded=*/true, &rnn));
+    ThrowIfError(MakeRnnNetwork(handle.get(), config, /*allow_tf32=*/false, "standard", data_type, /*padded=*/true,
+                                &rnn));
     weight_space_bytes = rnn.weight_space_bytes;
     // cuDNN reports addresses inside a real weight space.
     void* weight_space = nullptr;
@@ -146,9 +114,9 @@ py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, i
     ThrowIfError(CreateDescriptor(&bias));
 
     std::vector<int> lin_layer_ids;
-    for (int id = 0; id < LinLayerCount(network.attrs); ++id) lin_layer_ids.push_back(id);
-    if (network.attrs.proj_size > 0) lin_layer_ids.push_back(8);
-    const int64_t pseudo_layers = network.attrs.num_layers * network.attrs.num_directions();
+    for (int id = 0; id < 2 * config.num_gates(); ++id) lin_layer_ids.push_back(id);
+    if (config.proj_size > 0) lin_layer_ids.push_back(8);
+    const int64_t pseudo_layers = config.num_layers * config.num_directions;
     for (int32_t pseudo_layer = 0; pseudo_layer < pseudo_layers; ++pseudo_layer) {
       for (int id : lin_layer_ids) {
         void* matrix_address = nullptr;
@@ -185,26 +153,21 @@ py::dict WeightParams(std::string mode, int64_t num_layers, int64_t num_units, i
   return result;
 }
 
-// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch] with algorithm `algo`,
+// (workspace bytes, reserve-space bytes) for full-length sequences of shape [max_time, batch] with `algorithm`,
 // `padded` as the call will run (it has seq_lengths); the reserve size is 0 for inference. Raises where cuDNN does not
-// support `algo` for this network (CUDNN_STATUS_NOT_SUPPORTED).
-std::pair<size_t, size_t> TempSpaceSizes(std::string mode, int64_t num_layers, int64_t num_units, int64_t input_size,
-                                         int64_t proj_size, std::string direction, std::string input_mode,
-                                         std::string bias_mode, double cell_clip, std::string dtype, bool allow_tf32,
-                                         std::string algo, int64_t max_time, int64_t batch, bool padded,
+// support `algorithm` for this network (CUDNN_STATUS_NOT_SUPPORTED).
+std::pair<size_t, size_t> TempSpaceSizes(const RnnConfig& config, std::string dtype, bool allow_tf32,
+                                         std::string algorithm, int64_t max_time, int64_t batch, bool padded,
                                          bool training, int device) {
-  Network network = MakeNetwork(std::move(mode), num_layers, num_units, input_size, proj_size, std::move(direction),
-                                std::move(input_mode), std::move(bias_mode), cell_clip, std::move(dtype),
-                                allow_tf32, std::move(algo));
-  const cudnnDataType_t data_type = DataTypeFromName(network.dtype);
+  const cudnnDataType_t data_type = CudnnDataTypeFromName(dtype);
   if (batch < 1) throw std::invalid_argument("batch is " + std::to_string(batch) + "; expected >= 1");
   py::gil_scoped_release release;
   ScopedDevice scoped_device;
   BorrowedHandle handle = BorrowHandleOrThrow("temp_space_sizes", device, &scoped_device);
   RnnNetwork rnn;
-  ThrowIfError(MakeRnnNetwork(handle.get(), network.attrs, data_type, padded, &rnn));
+  ThrowIfError(MakeRnnNetwork(handle.get(), config, allow_tf32, algorithm, data_type, padded, &rnn));
   RnnTensors tensors;
-  ThrowIfError(MakeRnnTensors(network.attrs, data_type, max_time, batch,
+  ThrowIfError(MakeRnnTensors(config, data_type, max_time, batch,
                               std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)),
                               padded, &tensors));
   size_t workspace_bytes = 0, reserve_bytes = 0;
@@ -214,11 +177,6 @@ std::pair<size_t, size_t> TempSpaceSizes(std::string mode, int64_t num_layers, i
   return {workspace_bytes, reserve_bytes};
 }
 
-template <typename Fn>
-py::capsule Capsule(Fn* fn) {
-  return py::capsule(reinterpret_cast<void*>(fn));
-}
-
 }  // namespace
 }  // namespace jax_cudnn_rnn
 
@@ -226,13 +184,9 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   namespace py = ::pybind11;
   using namespace ::jax_cudnn_rnn;
   m.doc() = "cuDNN RNN kernels as XLA FFI handlers (see jax_cudnn_rnn/_extension.py)";
-  m.def("registrations", []() {
-    py::dict targets;
-    targets["jax_cudnn_rnn_forward"] = Capsule(RnnForward);
-    targets["jax_cudnn_rnn_backward_data"] = Capsule(RnnBackwardData);
-    targets["jax_cudnn_rnn_backward_weights"] = Capsule(RnnBackwardWeights);
-    return targets;
-  });
+  DefRegistrations(m, {{"jax_cudnn_rnn_forward", RnnForward},
+                       {"jax_cudnn_rnn_backward_data", RnnBackwardData},
+                       {"jax_cudnn_rnn_backward_weights", RnnBackwardWeights}});
   m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
         "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
@@ -240,12 +194,9 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   m.attr("JAX_BUILD_VERSION") = JCR_JAX_BUILD_VERSION;
   m.attr("JAXLIB_BUILD_VERSION") = JCR_JAXLIB_BUILD_VERSION;
   m.attr("XLA_FFI_API_BUILD_VERSION") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
-  m.def("weight_params", &WeightParams, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
-        py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
-        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("device") = -1);
-  m.def("temp_space_sizes", &TempSpaceSizes, py::arg("mode"), py::arg("num_layers"), py::arg("num_units"),
-        py::arg("input_size"), py::arg("proj_size"), py::arg("direction"), py::arg("input_mode"),
-        py::arg("bias_mode"), py::arg("cell_clip"), py::arg("dtype"), py::arg("allow_tf32"), py::arg("algo"),
-        py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"), py::arg("device") = -1);
+  DefWithConfig(m, "weight_params", &WeightParams, py::arg("dtype"), py::arg("device") = -1);
+  DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"),
+                py::arg("algorithm"), py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"),
+                py::arg("device") = -1);
 }
 

@@ -1,10 +1,12 @@
 // The three handlers. Argument lists (names as in jax_cudnn_rnn/cudnn.py; [..] only when the condition holds):
 //
-//   jax_cudnn_rnn_forward(x, h0, weights, [c0: lstm], [seq_lengths]) -> (y, h_n, [c_n: lstm], [reserve_space: training])
-//   jax_cudnn_rnn_backward_data(y, dy, h0, dh_n, weights, reserve_space, [c0, dc_n: lstm], [seq_lengths])
+//   jax_cudnn_rnn_forward(x, h0, params, [c0: lstm], [seq_lengths]) -> (y, h_n, [c_n: lstm], [reserve_space: training])
+//   jax_cudnn_rnn_backward_data(y, dy, h0, dh_n, params, reserve_space, [c0, dc_n: lstm], [seq_lengths])
 //       -> (dx, dh0, reserve_space (aliases the input), [dc0: lstm])
 //   jax_cudnn_rnn_backward_weights(x, h0, y, reserve_space, [seq_lengths])
-//       -> (dweights, reserve_space (aliases the input))
+//       -> (dparams, reserve_space (aliases the input))
+//
+// `params` is the opaque buffer, cuDNN's weight space.
 //
 // cuDNN writes into the reserve space during both backward passes, so each returns it as an output aliased to its
 // input: XLA then orders backward weights after backward data and never shares the buffer with anything else.
@@ -19,26 +21,19 @@
 #include <vector>
 
 #include "descriptors.h"
-#include "ffi_checks.h"
+#include "ffi_args.h"
 #include "ffi_helpers.h"
 #include "handle_pool.h"
+#include "rnn_config.h"
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::RnnAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
-    ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"));
+// The attributes of every handler (jax_cudnn_rnn/cudnn.py `_attributes`), in RnnAttrs' order.
+#define JCR_CUDNN_ATTRS                                                        \
+  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("allow_tf32"),          \
+      ::xla::ffi::StructMember<std::string_view>("algorithm")
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::ForwardAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<std::string_view>("input_mode"),
-    ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip"),
-    ::xla::ffi::StructMember<bool>("allow_tf32"), ::xla::ffi::StructMember<std::string_view>("algo"),
-    ::xla::ffi::StructMember<bool>("training"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::RnnAttrs, JCR_CUDNN_ATTRS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::ForwardAttrs, JCR_CUDNN_ATTRS,
+                                      ::xla::ffi::StructMember<bool>("training"));
 
 namespace jax_cudnn_rnn {
 
@@ -64,42 +59,14 @@ ffi::Error AllocateScratch(ffi::ScratchAllocator& scratch, size_t bytes, const s
   return ffi::Error::Success();
 }
 
-ffi::Error TakeArg(const ffi::RemainingArgs& args, size_t index, const char* name,
-                   std::optional<ffi::AnyBuffer>* out) {
-  ffi::ErrorOr<ffi::AnyBuffer> buffer = args.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) {
-    return ffi::Error::InvalidArgument(std::string("argument ") + name + " is missing: " + buffer.error().message());
-  }
-  out->emplace(*buffer);
-  return ffi::Error::Success();
-}
-
-ffi::Error TakeRet(const ffi::RemainingRets& rets, size_t index, const char* name,
-                   std::optional<ffi::Result<ffi::AnyBuffer>>* out) {
-  ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> buffer = rets.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) {
-    return ffi::Error::InvalidArgument(std::string("result ") + name + " is missing: " + buffer.error().message());
-  }
-  out->emplace(*buffer);
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckCount(const char* what, size_t given, size_t expected) {
-  if (given != expected) {
-    return ffi::Error::InvalidArgument("got " + std::to_string(given) + " optional " + what + "; expected " +
-                                       std::to_string(expected));
-  }
-  return ffi::Error::Success();
-}
-
 // Everything one cuDNN call needs besides the buffers: a handle on the call's stream, the network and tensor
 // descriptors, and the sequence lengths on host (baked into the descriptors) and on device (devSeqLengths).
 struct RnnCall {
   BorrowedHandle handle;
   cudnnDataType_t data_type = CUDNN_DATA_FLOAT;
   ffi::DataType element_type = ffi::DataType::F32;
-  int64_t max_seq_length = 0;
-  int64_t batch_size = 0;
+  int64_t max_time = 0;
+  int64_t batch = 0;
   RnnNetwork network;
   RnnTensors tensors;
   std::vector<int32_t> host_seq_lengths;
@@ -111,7 +78,7 @@ struct RnnCall {
 // synchronization per call, which stalls the host until the work queued before this call has finished.
 ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
                           const std::optional<ffi::AnyBuffer>& seq_lengths, RnnCall* call) {
-  const int64_t T = call->max_seq_length, B = call->batch_size;
+  const int64_t T = call->max_time, B = call->batch;
   call->host_seq_lengths.assign(static_cast<size_t>(B), static_cast<int32_t>(T));
   if (seq_lengths.has_value()) {
     JCR_RETURN_IF_ERROR(CheckBuffer("seq_lengths", *seq_lengths, ffi::DataType::S32, {B}));
@@ -139,54 +106,42 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   return ffi::Error::Success();
 }
 
-// `data` is x (forward, backward weights) or dx (backward data): [T, B, input_size] of the call's dtype.
-ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, const RnnAttrs& attrs,
-                       ffi::DataType element_type, ffi::Span<const int64_t> data_dims, const char* data_name,
-                       const ffi::AnyBuffer& weights, const std::optional<ffi::AnyBuffer>& seq_lengths,
+// `data` is x (forward, backward weights) or dx (backward data): [T, B, input_size] of the call's dtype; `params` is
+// the opaque buffer or its gradient: cuDNN's weight space, 1-D of the same dtype.
+ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, const RnnConfig& config,
+                       const RnnAttrs& attrs, const ffi::AnyBuffer& data, const char* data_name,
+                       const ffi::AnyBuffer& params, const std::optional<ffi::AnyBuffer>& seq_lengths,
                        RnnCall* call) {
+  const ffi::DataType element_type = data.element_type();
+  const ffi::Span<const int64_t> data_dims = data.dimensions();
   JCR_RETURN_IF_ERROR(CudnnDataType(element_type, data_name, &call->data_type));
   call->element_type = element_type;
-  if (data_dims.size() != 3 || data_dims[2] != attrs.input_size) {
+  if (data_dims.size() != 3 || data_dims[2] != config.input_size) {
     return ffi::Error::InvalidArgument(std::string(data_name) + " has shape " + ShapeString(data_dims) +
-                                       "; expected (max_time, batch, " + std::to_string(attrs.input_size) + ")");
+                                       "; expected (max_time, batch, " + std::to_string(config.input_size) + ")");
   }
-  call->max_seq_length = data_dims[0];
-  call->batch_size = data_dims[1];
+  call->max_time = data_dims[0];
+  call->batch = data_dims[1];
   JCR_RETURN_IF_ERROR(ReadSeqLengths(stream, scratch, seq_lengths, call));
   JCR_RETURN_IF_ERROR(HandlePool::Instance().Borrow(stream, &call->handle));
-  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), attrs, call->data_type, seq_lengths.has_value(),
-                                     &call->network));
-  if (weights.element_type() != element_type || weights.dimensions().size() != 1 ||
-      weights.size_bytes() != call->network.weight_space_bytes) {
+  JCR_RETURN_IF_ERROR(MakeRnnNetwork(call->handle.get(), config, attrs.allow_tf32, attrs.algorithm, call->data_type,
+                                     seq_lengths.has_value(), &call->network));
+  if (params.element_type() != element_type || params.dimensions().size() != 1 ||
+      params.size_bytes() != call->network.weight_space_bytes) {
     return ffi::Error::InvalidArgument(
-        "weights has shape " + ShapeString(weights.dimensions()) + " (" + std::to_string(weights.size_bytes()) +
+        "params has shape " + ShapeString(params.dimensions()) + " (" + std::to_string(params.size_bytes()) +
         " bytes); cuDNN's weight space for this configuration is a 1-D buffer of " +
         std::to_string(call->network.weight_space_bytes) + " bytes of the data type of " + data_name +
         " (if params has params_size(config) elements, layout.params_size disagrees with cuDNN)");
   }
-  return MakeRnnTensors(attrs, call->data_type, call->max_seq_length, call->batch_size, call->host_seq_lengths,
+  return MakeRnnTensors(config, call->data_type, call->max_time, call->batch, call->host_seq_lengths,
                         seq_lengths.has_value(), &call->tensors);
 }
-
-std::vector<int64_t> StateDims(const RnnAttrs& attrs, int64_t batch, int64_t width) {
-  return {attrs.num_layers * attrs.num_directions(), batch, width};
-}
-
 
 // Sizes for the call's actual lengths; the reserve space was sized at trace time for full-length sequences.
 ffi::Error TempSpace(const RnnCall& call, cudnnForwardMode_t mode, size_t* workspace_bytes, size_t* reserve_bytes) {
   JCR_CUDNN_RETURN_IF_ERROR(cudnnGetRNNTempSpaceSizes(call.handle.get(), call.network.rnn.get(), mode,
                                                       call.tensors.x.get(), workspace_bytes, reserve_bytes));
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckReserve(const ffi::AnyBuffer& reserve_space, size_t required) {
-  if (reserve_space.element_type() != ffi::DataType::U8 || reserve_space.dimensions().size() != 1 ||
-      reserve_space.size_bytes() < required) {
-    return ffi::Error::InvalidArgument("reserve_space has shape " + ShapeString(reserve_space.dimensions()) +
-                                       "; cuDNN needs a 1-D uint8 buffer of at least " + std::to_string(required) +
-                                       " bytes");
-  }
   return ffi::Error::Success();
 }
 
@@ -201,33 +156,32 @@ ffi::Error ForwardReserve(cudaStream_t stream, const ffi::AnyBuffer& in, ffi::Re
 }
 
 ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x, ffi::AnyBuffer h0,
-                          ffi::AnyBuffer weights, ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> y,
+                          ffi::AnyBuffer params, ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> y,
                           ffi::Result<ffi::AnyBuffer> h_n, ffi::RemainingRets optional_rets, ForwardAttrs attrs) {
-  const bool lstm = attrs.has_cell_state();
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  const bool lstm = config.has_cell_state();
   std::optional<ffi::AnyBuffer> c0, seq_lengths;
-  size_t next = 0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "c0", &c0));
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
   std::optional<ffi::Result<ffi::AnyBuffer>> c_n, reserve_space;
-  next = 0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, next++, "c_n", &c_n));
-  if (attrs.training) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, next++, "reserve_space", &reserve_space));
-  JCR_RETURN_IF_ERROR(CheckCount("results", optional_rets.size(), next));
+  OptionalBuffers rets(optional_rets, "result");
+  JCR_RETURN_IF_ERROR(rets.Take(lstm, "c_n", &c_n));
+  JCR_RETURN_IF_ERROR(rets.Take(attrs.training, "reserve_space", &reserve_space));
+  JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
 
   RnnCall call;
-  JCR_RETURN_IF_ERROR(
-      PrepareCall(stream, scratch, attrs, x.element_type(), x.dimensions(), "x", weights, seq_lengths, &call));
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, x, "x", params, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
-  const int64_t T = call.max_seq_length, B = call.batch_size;
-  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, StateDims(attrs, B, attrs.hidden_size())));
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y->element_type(), y->dimensions(), dtype, {T, B, attrs.output_size()}));
-  JCR_RETURN_IF_ERROR(
-      CheckBuffer("h_n", h_n->element_type(), h_n->dimensions(), dtype, StateDims(attrs, B, attrs.hidden_size())));
+  const int64_t T = call.max_time, B = call.batch;
+  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, config.state_shape(B)));
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {T, B, config.output_size()}));
+  JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, config.state_shape(B)));
   if (lstm) {
-    JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, StateDims(attrs, B, attrs.num_units)));
-    JCR_RETURN_IF_ERROR(CheckBuffer("c_n", (*c_n)->element_type(), (*c_n)->dimensions(), dtype,
-                                    StateDims(attrs, B, attrs.num_units)));
+    JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, config.cell_shape(B)));
+    JCR_RETURN_IF_ERROR(CheckBuffer("c_n", **c_n, dtype, config.cell_shape(B)));
   }
 
   const cudnnForwardMode_t mode = attrs.training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE;
@@ -235,7 +189,7 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   JCR_RETURN_IF_ERROR(TempSpace(call, mode, &workspace_bytes, &reserve_bytes));
   void* reserve = nullptr;
   if (attrs.training) {
-    JCR_RETURN_IF_ERROR(CheckReserve(**reserve_space, reserve_bytes));
+    JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, reserve_bytes));
     reserve = (*reserve_space)->untyped_data();
     reserve_bytes = (*reserve_space)->size_bytes();
   }
@@ -244,96 +198,95 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       call.handle.get(), call.network.rnn.get(), mode, call.device_seq_lengths, call.tensors.x.get(),
       x.untyped_data(), call.tensors.y.get(), y->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      h_n->untyped_data(), call.tensors.c.get(), lstm ? c0->untyped_data() : nullptr,
-      lstm ? (*c_n)->untyped_data() : nullptr, weights.size_bytes(), weights.untyped_data(), workspace_bytes,
-      workspace, reserve_bytes, reserve));
+      h_n->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(c_n), params.size_bytes(),
+      params.untyped_data(), workspace_bytes, workspace, reserve_bytes, reserve));
   return ffi::Error::Success();
 }
 
 ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer y,
-                               ffi::AnyBuffer dy, ffi::AnyBuffer h0, ffi::AnyBuffer dh_n, ffi::AnyBuffer weights,
+                               ffi::AnyBuffer dy, ffi::AnyBuffer h0, ffi::AnyBuffer dh_n, ffi::AnyBuffer params,
                                ffi::AnyBuffer reserve_space, ffi::RemainingArgs optional_args,
                                ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
                                ffi::Result<ffi::AnyBuffer> reserve_space_out, ffi::RemainingRets optional_rets,
                                RnnAttrs attrs) {
-  const bool lstm = attrs.has_cell_state();
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  const bool lstm = config.has_cell_state();
   std::optional<ffi::AnyBuffer> c0, dc_n, seq_lengths;
-  size_t next = 0;
-  if (lstm) {
-    JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "c0", &c0));
-    JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "dc_n", &dc_n));
-  }
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+  JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
   std::optional<ffi::Result<ffi::AnyBuffer>> dc0;
-  if (lstm) JCR_RETURN_IF_ERROR(TakeRet(optional_rets, 0, "dc0", &dc0));
-  JCR_RETURN_IF_ERROR(CheckCount("results", optional_rets.size(), lstm ? 1 : 0));
+  OptionalBuffers rets(optional_rets, "result");
+  JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
+  JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
 
   RnnCall call;
-  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, attrs, dx->element_type(), dx->dimensions(), "dx", weights,
-                                  seq_lengths, &call));
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, *dx, "dx", params, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
-  const int64_t T = call.max_seq_length, B = call.batch_size;
-  const std::vector<int64_t> h_dims = StateDims(attrs, B, attrs.hidden_size());
-  const std::vector<int64_t> c_dims = StateDims(attrs, B, attrs.num_units);
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, attrs.output_size()}));
-  JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, {T, B, attrs.output_size()}));
+  const int64_t T = call.max_time, B = call.batch;
+  const std::vector<int64_t> h_dims = config.state_shape(B);
+  const std::vector<int64_t> c_dims = config.cell_shape(B);
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, config.output_size()}));
+  JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, {T, B, config.output_size()}));
   JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, h_dims));
   JCR_RETURN_IF_ERROR(CheckBuffer("dh_n", dh_n, dtype, h_dims));
-  JCR_RETURN_IF_ERROR(CheckBuffer("dh0", dh0->element_type(), dh0->dimensions(), dtype, h_dims));
+  JCR_RETURN_IF_ERROR(CheckBuffer("dh0", *dh0, dtype, h_dims));
   if (lstm) {
     JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, c_dims));
     JCR_RETURN_IF_ERROR(CheckBuffer("dc_n", *dc_n, dtype, c_dims));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dc0", (*dc0)->element_type(), (*dc0)->dimensions(), dtype, c_dims));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, dtype, c_dims));
   }
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
       call.handle.get(), call.network.rnn.get(), call.device_seq_lengths, call.tensors.y.get(), y.untyped_data(),
       dy.untyped_data(), call.tensors.x.get(), dx->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), lstm ? c0->untyped_data() : nullptr,
-      lstm ? dc_n->untyped_data() : nullptr, lstm ? (*dc0)->untyped_data() : nullptr, weights.size_bytes(),
-      weights.untyped_data(), workspace_bytes, workspace, reserve_space_out->size_bytes(),
-      reserve_space_out->untyped_data()));
+      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(dc_n),
+      DataOrNull(dc0), params.size_bytes(), params.untyped_data(), workspace_bytes, workspace,
+      reserve_space_out->size_bytes(), reserve_space_out->untyped_data()));
   return ffi::Error::Success();
 }
 
 ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                                   ffi::AnyBuffer h0, ffi::AnyBuffer y, ffi::AnyBuffer reserve_space,
-                                  ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dweights,
+                                  ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dparams,
                                   ffi::Result<ffi::AnyBuffer> reserve_space_out, RnnAttrs attrs) {
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
   std::optional<ffi::AnyBuffer> seq_lengths;
-  size_t next = 0;
-  if (optional_args.size() > next) JCR_RETURN_IF_ERROR(TakeArg(optional_args, next++, "seq_lengths", &seq_lengths));
-  JCR_RETURN_IF_ERROR(CheckCount("arguments", optional_args.size(), next));
+  OptionalBuffers args(optional_args, "argument");
+  JCR_RETURN_IF_ERROR(args.Take(args.more(), "seq_lengths", &seq_lengths));
+  JCR_RETURN_IF_ERROR(args.CheckAllTaken());
 
   RnnCall call;
-  // dweights has the shape and dtype of the weights, and cuDNN only needs the weights' size here.
-  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, attrs, x.element_type(), x.dimensions(), "x", *dweights,
-                                  seq_lengths, &call));
+  // dparams has the shape and dtype of params, and cuDNN only needs the weight space's size here.
+  JCR_RETURN_IF_ERROR(PrepareCall(stream, scratch, config, attrs, x, "x", *dparams, seq_lengths, &call));
   const ffi::DataType dtype = call.element_type;
-  const int64_t T = call.max_seq_length, B = call.batch_size;
-  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, StateDims(attrs, B, attrs.hidden_size())));
-  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, attrs.output_size()}));
+  const int64_t T = call.max_time, B = call.batch;
+  JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, config.state_shape(B)));
+  JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, {T, B, config.output_size()}));
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckReserve(reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
   // cudnnRNNBackwardWeights_v8 accepts only CUDNN_WGRAD_MODE_ADD (cudnnWgradMode_t also has SET, which this
-  // function refuses): it accumulates into dweights, so start from zero.
-  JCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dweights->untyped_data(), 0, dweights->size_bytes(), stream));
+  // function refuses): it accumulates into dparams, so start from zero.
+  JCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dparams->untyped_data(), 0, dparams->size_bytes(), stream));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
       call.handle.get(), call.network.rnn.get(), CUDNN_WGRAD_MODE_ADD, call.device_seq_lengths,
       call.tensors.x.get(), x.untyped_data(), call.tensors.h.get(), h0.untyped_data(), call.tensors.y.get(),
-      y.untyped_data(), dweights->size_bytes(), dweights->untyped_data(), workspace_bytes, workspace,
+      y.untyped_data(), dparams->size_bytes(), dparams->untyped_data(), workspace_bytes, workspace,
       reserve_space_out->size_bytes(), reserve_space_out->untyped_data()));
   return ffi::Error::Success();
 }
@@ -346,7 +299,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                                   .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::AnyBuffer>()  // x
                                   .Arg<ffi::AnyBuffer>()  // h0
-                                  .Arg<ffi::AnyBuffer>()  // weights
+                                  .Arg<ffi::AnyBuffer>()  // params
                                   .RemainingArgs()        // [c0], [seq_lengths]
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n
@@ -361,7 +314,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackwardData, RnnBackwardDataImpl,
                                   .Arg<ffi::AnyBuffer>()  // dy
                                   .Arg<ffi::AnyBuffer>()  // h0
                                   .Arg<ffi::AnyBuffer>()  // dh_n
-                                  .Arg<ffi::AnyBuffer>()  // weights
+                                  .Arg<ffi::AnyBuffer>()  // params
                                   .Arg<ffi::AnyBuffer>()  // reserve_space
                                   .RemainingArgs()        // [c0, dc_n], [seq_lengths]
                                   .Ret<ffi::AnyBuffer>()  // dx
@@ -379,7 +332,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackwardWeights, RnnBackwardWeightsImpl,
                                   .Arg<ffi::AnyBuffer>()  // y
                                   .Arg<ffi::AnyBuffer>()  // reserve_space
                                   .RemainingArgs()        // [seq_lengths]
-                                  .Ret<ffi::AnyBuffer>()  // dweights
+                                  .Ret<ffi::AnyBuffer>()  // dparams
                                   .Ret<ffi::AnyBuffer>()  // reserve_space (aliased)
                                   .Attrs<RnnAttrs>());
 

@@ -12,28 +12,20 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "rnn_config.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn::onednn {
 
-enum class Cell { kLstm, kGru, kRnnTanh, kRnnRelu };
-
-// Everything the primitives depend on: the key of the plan cache.
-struct Network {
-  Cell cell = Cell::kLstm;
-  int64_t num_layers = 0, num_units = 0, input_size = 0, proj_size = 0, num_directions = 1;
-  bool skip_input = false;
+// Everything the primitives depend on: the network (common/rnn_config.h) and the call's shape; the key of the plan
+// cache.
+struct Network : RnnConfig {
   dnnl::memory::data_type data_type = dnnl::memory::data_type::f32;
   int64_t max_time = 0, batch = 0;
   bool training = false;
 
-  // Gate blocks of the weight matrices (G) and of oneDNN's bias: lbr_gru keeps the new gate's recurrent bias apart.
-  int64_t gates() const { return cell == Cell::kLstm ? 4 : cell == Cell::kGru ? 3 : 1; }
-  int64_t bias_gates() const { return cell == Cell::kLstm || cell == Cell::kGru ? 4 : 1; }
-  int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }
-  int64_t output_size() const { return num_directions * hidden_size(); }
-  int64_t layer_input_size(int64_t layer) const { return layer == 0 ? input_size : output_size(); }
-  bool has_cell_state() const { return cell == Cell::kLstm; }
+  // Blocks of oneDNN's bias: lbr_gru keeps the new gate's recurrent bias apart.
+  int64_t bias_gates() const { return mode == Mode::kLstm || mode == Mode::kGru ? 4 : 1; }
   size_t element_bytes() const { return data_type == dnnl::memory::data_type::bf16 ? 2 : 4; }
 
   bool operator==(const Network& other) const;
@@ -52,11 +44,9 @@ struct SlotOffsets {
 };
 constexpr int64_t kOffsetsPerPseudoLayer = 5;
 
-// The FFI attributes shared by both handlers (jax_cudnn_rnn/onednn.py `_attributes`), decoded and checked.
-xla::ffi::Error DecodeNetwork(std::string_view mode, int64_t num_layers, int64_t num_units, int64_t input_size,
-                              int64_t proj_size, std::string_view direction, bool skip_input,
-                              xla::ffi::DataType dtype, int64_t max_time, int64_t batch, bool training,
-                              Network* network);
+// The network of a call of `config` on buffers of XLA element type `dtype`, checked for what oneDNN can run.
+xla::ffi::Error DecodeNetwork(const RnnConfig& config, xla::ffi::DataType dtype, int64_t max_time, int64_t batch,
+                              bool training, Network* network);
 
 // Checks the slot offsets against the network and the buffer's element count; fills one entry per pseudo-layer.
 xla::ffi::Error DecodeSlotOffsets(const Network& network, xla::ffi::Span<const int64_t> offsets,

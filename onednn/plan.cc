@@ -36,7 +36,7 @@ void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::pr
   const auto& engine = Engine();
   const auto direction = network.num_directions == 2 ? dnnl::rnn_direction::bidirectional_concat
                                                      : dnnl::rnn_direction::unidirectional_left2right;
-  const memory::dim directions = network.num_directions, gates = network.gates(), units = network.num_units;
+  const memory::dim directions = network.num_directions, gates = network.num_gates(), units = network.num_units;
   const memory::dim hidden = network.hidden_size();
   const dt data = network.data_type;
   const memory::desc any_layer({1, directions, layer.input_size, gates, units}, data, tag::any);
@@ -50,8 +50,8 @@ void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::pr
   const dnnl::primitive_attr attr = UserScratchpad();
   const bool training = prop == dnnl::prop_kind::forward_training;
 
-  switch (network.cell) {
-    case Cell::kLstm: {
+  switch (network.mode) {
+    case Mode::kLstm: {
       dnnl::lstm_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter,
                                              layer.src_iter_c, any_layer, any_iter, memory::desc(), any_projection,
                                              layer.bias, layer.dst_layer, layer.dst_iter, layer.dst_iter_c, attr);
@@ -66,7 +66,7 @@ void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::pr
       }
       return;
     }
-    case Cell::kGru: {
+    case Mode::kGru: {
       dnnl::lbr_gru_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter, any_layer,
                                                 any_iter, layer.bias, layer.dst_layer, layer.dst_iter, attr);
       *forward = fwd;
@@ -78,10 +78,10 @@ void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::pr
       }
       return;
     }
-    case Cell::kRnnTanh:
-    case Cell::kRnnRelu: {
+    case Mode::kRnnTanh:
+    case Mode::kRnnRelu: {
       const auto activation =
-          network.cell == Cell::kRnnTanh ? dnnl::algorithm::eltwise_tanh : dnnl::algorithm::eltwise_relu;
+          network.mode == Mode::kRnnTanh ? dnnl::algorithm::eltwise_tanh : dnnl::algorithm::eltwise_relu;
       dnnl::vanilla_rnn_forward::primitive_desc fwd(engine, prop, activation, direction, layer.src_layer,
                                                     layer.src_iter, any_layer, any_iter, layer.bias, layer.dst_layer,
                                                     layer.dst_iter, attr);
@@ -108,7 +108,7 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   auto layer = std::make_shared<LayerPlan>();
   layer->input_size = input_size;
   const memory::dim steps = network.max_time, batch = network.batch, directions = network.num_directions;
-  const memory::dim units = network.num_units, hidden = network.hidden_size(), gates = network.gates();
+  const memory::dim units = network.num_units, hidden = network.hidden_size(), gates = network.num_gates();
   const dt data = network.data_type;
   const bool lstm = network.has_cell_state();
   layer->src_layer = memory::desc({steps, batch, input_size}, data, tag::tnc);

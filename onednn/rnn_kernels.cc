@@ -1,46 +1,43 @@
 // The handlers. Argument lists (names as in jax_cudnn_rnn/onednn.py; [..] only when the condition holds):
 //
-//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm]) -> (y, h_n, scratch, [c_n: lstm], [reserve: training])
-//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve, [c0, c_n, dc_n: lstm])
+//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm])
+//       -> (y, h_n, scratch, [c_n: lstm], [reserve_space: training])
+//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm])
 //       -> (dparams, dx, dh0, scratch, [dc0: lstm])
 //
 // The network runs layer by layer, each layer one oneDNN primitive over both directions (bidirectional_concat).
 // `scratch` is an output that only serves as the call's temporary memory (XLA's CPU runtime has no scratch
-// allocator for FFI handlers); its size and the reserve's come from `buffer_sizes` in module.cc, the same plan.
+// allocator for FFI handlers); its size and the reserve space's come from `buffer_sizes` in module.cc, the same plan.
 #include "rnn_kernels.h"
 
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "ffi_checks.h"
+#include "ffi_args.h"
 #include "network.h"
 #include "plan.h"
 #include "threading.h"
 #include "weights.h"
 
 namespace jax_cudnn_rnn::onednn {
-// Both handlers' attributes (jax_cudnn_rnn/onednn.py `_attributes`); `training` is always true for the backward.
+// Both handlers' attributes (jax_cudnn_rnn/onednn.py `_attributes`): the network, where its tensors are in the
+// buffer, and whether the call trains (always true for the backward).
 struct CallAttrs {
-  std::string_view mode;
-  int64_t num_layers, num_units, input_size, proj_size;
-  std::string_view direction;
-  bool skip_input;
+  RnnConfigAttrs config;
   xla::ffi::Span<const int64_t> slot_offsets;
   bool training;
 };
 }  // namespace jax_cudnn_rnn::onednn
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    ::jax_cudnn_rnn::onednn::CallAttrs, ::xla::ffi::StructMember<std::string_view>("mode"),
-    ::xla::ffi::StructMember<int64_t>("num_layers"), ::xla::ffi::StructMember<int64_t>("num_units"),
-    ::xla::ffi::StructMember<int64_t>("input_size"), ::xla::ffi::StructMember<int64_t>("proj_size"),
-    ::xla::ffi::StructMember<std::string_view>("direction"), ::xla::ffi::StructMember<bool>("skip_input"),
-    ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
-    ::xla::ffi::StructMember<bool>("training"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_RNN_CONFIG_ATTRS,
+                                      ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
+                                      ::xla::ffi::StructMember<bool>("training"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -49,14 +46,6 @@ namespace ffi = ::xla::ffi;
 namespace {
 
 using Args = std::unordered_map<int, dnnl::memory>;
-
-ffi::Error CheckBytes(const char* name, const ffi::AnyBuffer& buffer, size_t needed) {
-  if (buffer.size_bytes() < needed) {
-    return ffi::Error::InvalidArgument(std::string(name) + " has " + std::to_string(buffer.size_bytes()) +
-                                       " bytes; this call needs " + std::to_string(needed));
-  }
-  return ffi::Error::Success();
-}
 
 dnnl::memory Memory(const dnnl::memory::desc& desc, void* data) { return dnnl::memory(desc, Engine(), data); }
 
@@ -116,9 +105,9 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, con
   if (x_dims.size() != 3) {
     return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
   }
-  JCR_RETURN_IF_ERROR(DecodeNetwork(attrs.mode, attrs.num_layers, attrs.num_units, attrs.input_size, attrs.proj_size,
-                                    attrs.direction, attrs.skip_input, x.element_type(), x_dims[0], x_dims[1],
-                                    attrs.training, network));
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  JCR_RETURN_IF_ERROR(DecodeNetwork(config, x.element_type(), x_dims[0], x_dims[1], attrs.training, network));
   JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
   if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
     return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
@@ -126,60 +115,69 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, con
   return DecodeSlotOffsets(*network, attrs.slot_offsets, params.element_count(), slots);
 }
 
-// The optional argument or result `index` of `remaining`, checked; its data in `*data`.
-ffi::Error ExtraBuffer(const ffi::RemainingArgs& remaining, size_t index, const char* name, ffi::DataType dtype,
-                       std::vector<int64_t> dims, void** data) {
-  auto buffer = remaining.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
-  JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, std::move(dims)));
-  *data = buffer->untyped_data();
-  return ffi::Error::Success();
-}
-ffi::Error ExtraBuffer(const ffi::RemainingRets& remaining, size_t index, const char* name, ffi::DataType dtype,
-                       std::vector<int64_t> dims, void** data) {
-  auto buffer = remaining.get<ffi::AnyBuffer>(index);
-  if (buffer.has_error()) return ffi::Error::InvalidArgument(std::string(name) + " must be a buffer");
-  JCR_RETURN_IF_ERROR(CheckBuffer(name, **buffer, dtype, std::move(dims)));
-  *data = (*buffer)->untyped_data();
-  return ffi::Error::Success();
+// A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).
+struct States {
+  void *h0, *h_n, *c0, *c_n;
+};
+
+// The arguments the forward and the backward primitive of layer `l` share: the layer's input and output, its slices
+// of the states, and its weights (`weights`, in the formats `formats`).
+Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const WeightDescs& formats,
+               const WeightPointers& weights, void* src_layer, void* dst_layer, const States& states) {
+  const size_t eb = network.element_bytes();
+  const int64_t hidden = network.hidden_size(), units = network.num_units;
+  Args args{{DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, src_layer)},
+            {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(states.h0, network, l, hidden, eb))},
+            {DNNL_ARG_WEIGHTS_LAYER, Memory(formats.layer, weights.layer)},
+            {DNNL_ARG_WEIGHTS_ITER, Memory(formats.iter, weights.iter)},
+            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
+            {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
+            {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(states.h_n, network, l, hidden, eb))}};
+  if (network.has_cell_state()) {
+    args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(states.c0, network, l, units, eb)));
+    args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(states.c_n, network, l, units, eb)));
+  }
+  if (network.proj_size > 0) {
+    args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(formats.projection, weights.projection));
+  }
+  return args;
 }
 
-ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs rest,
+ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs optional_args,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
-                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
+                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
     JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
     const ffi::DataType dtype = x.element_type();
-    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
+    const int64_t B = network.batch;
     const bool lstm = network.has_cell_state();
-    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, {LD, B, network.hidden_size()}));
+    std::optional<ffi::AnyBuffer> c0;
+    OptionalBuffers args(optional_args, "argument");
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+    JCR_RETURN_IF_ERROR(args.CheckAllTaken());
+    std::optional<ffi::Result<ffi::AnyBuffer>> c_n, reserve_space;
+    OptionalBuffers rets(optional_rets, "result");
+    JCR_RETURN_IF_ERROR(rets.Take(lstm, "c_n", &c_n));
+    JCR_RETURN_IF_ERROR(rets.Take(network.training, "reserve_space", &reserve_space));
+    JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
+    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, dtype, network.state_shape(B)));
     JCR_RETURN_IF_ERROR(CheckBuffer("y", *y, dtype, {network.max_time, B, network.output_size()}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, {LD, B, network.hidden_size()}));
-    const size_t expected_args = lstm ? 1 : 0, expected_rets = (lstm ? 1 : 0) + (network.training ? 1 : 0);
-    if (rest.size() != expected_args || rest_rets.size() != expected_rets) {
-      return ffi::Error::InvalidArgument("the forward takes [c0] and returns [c_n], [reserve] for an LSTM/training");
-    }
-    void *c0 = nullptr, *c_n = nullptr;
+    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, dtype, network.state_shape(B)));
     if (lstm) {
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, {LD, B, network.num_units}, &c0));
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "c_n", dtype, {LD, B, network.num_units}, &c_n));
+      JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, dtype, network.cell_shape(B)));
+      JCR_RETURN_IF_ERROR(CheckBuffer("c_n", **c_n, dtype, network.cell_shape(B)));
     }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->forward.bytes));
-    void* reserve = nullptr;
-    if (network.training) {
-      auto reserve_buffer = rest_rets.get<ffi::AnyBuffer>(lstm ? 1 : 0);
-      if (reserve_buffer.has_error()) return ffi::Error::InvalidArgument("reserve must be a buffer");
-      JCR_RETURN_IF_ERROR(CheckBytes("reserve", **reserve_buffer, plan->reserve_bytes));
-      reserve = (*reserve_buffer)->untyped_data();
-    }
+    if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, plan->reserve_bytes));
+    void* reserve = DataOrNull(reserve_space);
+    const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
-    const size_t eb = network.element_bytes();
     return RunOnOnednnThread([&]() -> ffi::Error {
       dnnl::stream stream(Engine());
       void* layer_input = x.untyped_data();
@@ -191,22 +189,8 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
         void* layer_output = last ? y->untyped_data()
                              : network.training ? plan->layer_output[l].in(reserve)
                                                 : f.outputs[l % 2].in(work);
-        const int64_t hidden = network.hidden_size(), units = network.num_units;
-        Args args{{DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, layer_input)},
-                  {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
-                  {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.forward_weights.layer, weights.layer)},
-                  {DNNL_ARG_WEIGHTS_ITER, Memory(layer.forward_weights.iter, weights.iter)},
-                  {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
-                  {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, layer_output)},
-                  {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n->untyped_data(), network, l, hidden, eb))},
-                  {DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work)}};
-        if (lstm) {
-          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0, network, l, units, eb)));
-          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n, network, l, units, eb)));
-        }
-        if (network.proj_size > 0) {
-          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.forward_weights.projection, weights.projection));
-        }
+        Args args = LayerArgs(network, l, layer, layer.forward_weights, weights, layer_input, layer_output, states);
+        args.emplace(DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work));
         if (network.training) args.emplace(DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve)));
         layer.forward.execute(stream, args);
         layer_input = layer_output;
@@ -218,47 +202,60 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
 }
 
 ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y,
-                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve,
-                           ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> dparams,
+                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_space,
+                           ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dparams,
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
-                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets rest_rets, CallAttrs attrs) {
+                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
-    if (!attrs.training) return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve)");
+    if (!attrs.training) {
+      return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve space)");
+    }
     JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
     const ffi::DataType dtype = x.element_type();
-    const int64_t B = network.batch, LD = network.num_layers * network.num_directions;
+    const int64_t B = network.batch;
     const int64_t hidden = network.hidden_size(), units = network.num_units;
     const bool lstm = network.has_cell_state(), bf16 = network.data_type == dnnl::memory::data_type::bf16;
-    const std::vector<int64_t> state_dims{LD, B, hidden}, cell_dims{LD, B, units};
+    std::optional<ffi::AnyBuffer> c0, c_n, dc_n;
+    OptionalBuffers args(optional_args, "argument");
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "c_n", &c_n));
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
+    JCR_RETURN_IF_ERROR(args.CheckAllTaken());
+    std::optional<ffi::Result<ffi::AnyBuffer>> dc0;
+    OptionalBuffers rets(optional_rets, "result");
+    JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
+    JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
+    const std::pair<const char*, const ffi::AnyBuffer*> state_buffers[] = {{"h0", &h0}, {"h_n", &h_n},
+                                                                           {"dh_n", &dh_n}, {"dh0", &*dh0}};
+    for (const auto& [name, buffer] : state_buffers) {
+      JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, network.state_shape(B)));
+    }
+    if (lstm) {
+      const std::pair<const char*, const ffi::AnyBuffer*> cell_buffers[] = {{"c0", &*c0}, {"c_n", &*c_n},
+                                                                            {"dc_n", &*dc_n}, {"dc0", &**dc0}};
+      for (const auto& [name, buffer] : cell_buffers) {
+        JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, network.cell_shape(B)));
+      }
+    }
     const std::vector<int64_t> y_dims{network.max_time, B, network.output_size()};
-    const std::pair<const char*, const ffi::AnyBuffer*> states[] = {{"h0", &h0}, {"h_n", &h_n}, {"dh_n", &dh_n},
-                                                                    {"dh0", &*dh0}};
-    for (const auto& [name, buffer] : states) JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, state_dims));
     JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, dtype, {network.max_time, B, network.input_size}));
     JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, y_dims));
     JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, y_dims));
     if (dparams->element_type() != dtype || dparams->element_count() != params.element_count()) {
       return ffi::Error::InvalidArgument("dparams must be like params");
     }
-    if (rest.size() != (lstm ? 3u : 0u) || rest_rets.size() != (lstm ? 1u : 0u)) {
-      return ffi::Error::InvalidArgument("the backward takes [c0, c_n, dc_n] and returns [dc0] for an LSTM");
-    }
-    void *c0 = nullptr, *c_n = nullptr, *dc_n = nullptr, *dc0 = nullptr;
-    if (lstm) {
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 0, "c0", dtype, cell_dims, &c0));
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 1, "c_n", dtype, cell_dims, &c_n));
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest, 2, "dc_n", dtype, cell_dims, &dc_n));
-      JCR_RETURN_IF_ERROR(ExtraBuffer(rest_rets, 0, "dc0", dtype, cell_dims, &dc0));
-    }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     void* work = scratch->untyped_data();
     JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->backward.bytes));
-    JCR_RETURN_IF_ERROR(CheckBytes("reserve", reserve, plan->reserve_bytes));
+    JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, plan->reserve_bytes));
+    void* reserve = reserve_space.untyped_data();
+    const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
+    void* dc_n_data = DataOrNull(dc_n);
+    void* dc0_data = DataOrNull(dc0);
     const auto& b = plan->backward;
-    const size_t eb = network.element_bytes();
 
     return RunOnOnednnThread([&]() -> ffi::Error {
       dnnl::stream stream(Engine());
@@ -266,10 +263,10 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
       // oneDNN's bf16 backward takes and gives float32 gradients.
       void* dy32 = dy.untyped_data();
       void* dh_n32 = dh_n.untyped_data();
-      void* dc_n32 = dc_n;
+      void* dc_n32 = dc_n_data;
       void* dx32 = dx->untyped_data();
       void* dh0_32 = dh0->untyped_data();
-      void* dc0_32 = dc0;
+      void* dc0_32 = dc0_data;
       if (bf16) {
         dy32 = b.dy.in(work);
         dh_n32 = b.dh_n.in(work);
@@ -280,7 +277,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
         if (lstm) {
           dc_n32 = b.dc_n.in(work);
           dc0_32 = b.dc0.in(work);
-          plan->dc_n_to_f32.Run(stream, dc_n, dc_n32, scratchpad);
+          plan->dc_n_to_f32.Run(stream, dc_n_data, dc_n32, scratchpad);
         }
       }
       for (int64_t l = network.num_layers - 1; l >= 0; --l) {
@@ -297,19 +294,13 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
         float* diff_bias = reinterpret_cast<float*>(b.diff_bias.in(work));
         std::memset(diff_bias, 0, layer.diff_bias.get_size());
 
-        void* src_layer = l == 0 ? x.untyped_data() : plan->layer_output[l - 1].in(reserve.untyped_data());
-        void* dst_layer = last ? y.untyped_data() : plan->layer_output[l].in(reserve.untyped_data());
+        void* src_layer = l == 0 ? x.untyped_data() : plan->layer_output[l - 1].in(reserve);
+        void* dst_layer = last ? y.untyped_data() : plan->layer_output[l].in(reserve);
         void* diff_dst_layer = last ? dy32 : b.diff_outputs[l % 2].in(work);
         void* diff_src_layer = l == 0 ? dx32 : b.diff_outputs[(l - 1) % 2].in(work);
-        Args args{
-            {DNNL_ARG_SRC_LAYER, Memory(layer.src_layer, src_layer)},
-            {DNNL_ARG_SRC_ITER, Memory(layer.src_iter, StateSlice(h0.untyped_data(), network, l, hidden, eb))},
-            {DNNL_ARG_WEIGHTS_LAYER, Memory(layer.backward_weights.layer, weights.layer)},
-            {DNNL_ARG_WEIGHTS_ITER, Memory(layer.backward_weights.iter, weights.iter)},
-            {DNNL_ARG_BIAS, Memory(layer.bias, weights.bias)},
-            {DNNL_ARG_DST_LAYER, Memory(layer.dst_layer, dst_layer)},
-            {DNNL_ARG_DST_ITER, Memory(layer.dst_iter, StateSlice(h_n.untyped_data(), network, l, hidden, eb))},
-            {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve.untyped_data()))},
+        Args args = LayerArgs(network, l, layer, layer.backward_weights, weights, src_layer, dst_layer, states);
+        args.insert({
+            {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve))},
             {DNNL_ARG_DIFF_SRC_LAYER, Memory(layer.diff_src_layer, diff_src_layer)},
             {DNNL_ARG_DIFF_SRC_ITER, Memory(layer.diff_src_iter, StateSlice(dh0_32, network, l, hidden, 4))},
             {DNNL_ARG_DIFF_WEIGHTS_LAYER, Memory(layer.diff_weights.layer, diff_weights[0])},
@@ -317,17 +308,14 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
             {DNNL_ARG_DIFF_BIAS, Memory(layer.diff_bias, diff_bias)},
             {DNNL_ARG_DIFF_DST_LAYER, Memory(layer.diff_dst_layer, diff_dst_layer)},
             {DNNL_ARG_DIFF_DST_ITER, Memory(layer.diff_dst_iter, StateSlice(dh_n32, network, l, hidden, 4))},
-            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}};
+            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}});
         if (lstm) {
-          args.emplace(DNNL_ARG_SRC_ITER_C, Memory(layer.src_iter_c, StateSlice(c0, network, l, units, eb)));
-          args.emplace(DNNL_ARG_DST_ITER_C, Memory(layer.dst_iter_c, StateSlice(c_n, network, l, units, eb)));
           args.emplace(DNNL_ARG_DIFF_SRC_ITER_C,
                        Memory(layer.diff_src_iter_c, StateSlice(dc0_32, network, l, units, 4)));
           args.emplace(DNNL_ARG_DIFF_DST_ITER_C,
                        Memory(layer.diff_dst_iter_c, StateSlice(dc_n32, network, l, units, 4)));
         }
         if (network.proj_size > 0) {
-          args.emplace(DNNL_ARG_WEIGHTS_PROJECTION, Memory(layer.backward_weights.projection, weights.projection));
           args.emplace(DNNL_ARG_DIFF_WEIGHTS_PROJECTION, Memory(layer.diff_weights.projection, diff_weights[2]));
         }
         layer.backward.execute(stream, args);
@@ -343,7 +331,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
       if (bf16) {
         plan->dx_from_f32.Run(stream, dx32, dx->untyped_data(), scratchpad);
         plan->dh0_from_f32.Run(stream, dh0_32, dh0->untyped_data(), scratchpad);
-        if (lstm) plan->dc0_from_f32.Run(stream, dc0_32, dc0, scratchpad);
+        if (lstm) plan->dc0_from_f32.Run(stream, dc0_32, dc0_data, scratchpad);
       }
       stream.wait();
       return ffi::Error::Success();
@@ -362,7 +350,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n
                                   .Ret<ffi::AnyBuffer>()  // scratch
-                                  .RemainingRets()        // [c_n], [reserve]
+                                  .RemainingRets()        // [c_n], [reserve_space]
                                   .Attrs<CallAttrs>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
@@ -374,7 +362,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                                   .Arg<ffi::AnyBuffer>()  // h_n
                                   .Arg<ffi::AnyBuffer>()  // dy
                                   .Arg<ffi::AnyBuffer>()  // dh_n
-                                  .Arg<ffi::AnyBuffer>()  // reserve
+                                  .Arg<ffi::AnyBuffer>()  // reserve_space
                                   .RemainingArgs()        // [c0, c_n, dc_n]
                                   .Ret<ffi::AnyBuffer>()  // dparams
                                   .Ret<ffi::AnyBuffer>()  // dx

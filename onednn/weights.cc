@@ -9,15 +9,15 @@ namespace {
 
 // oneDNN gate k holds cuDNN gate SwappedGate(k), and cuDNN gate g is oneDNN gate SwappedGate(g): lbr_gru swaps the
 // first two gates, a swap is its own inverse.
-int64_t SwappedGate(Cell cell, int64_t gate) {
+int64_t SwappedGate(Mode mode, int64_t gate) {
   static constexpr int64_t kGru[] = {1, 0, 2};
-  return cell == Cell::kGru ? kGru[gate] : gate;
+  return mode == Mode::kGru ? kGru[gate] : gate;
 }
 
 // The oneDNN bias block that cuDNN gate g's recurrent bias belongs to (its input bias: SwappedGate).
-int64_t RecurrentBiasBlock(Cell cell, int64_t gate) {
+int64_t RecurrentBiasBlock(Mode mode, int64_t gate) {
   static constexpr int64_t kGru[] = {1, 0, 3};
-  return cell == Cell::kGru ? kGru[gate] : gate;
+  return mode == Mode::kGru ? kGru[gate] : gate;
 }
 
 float Load(const void* data, bool bf16, int64_t index) {
@@ -57,12 +57,12 @@ void CopyElements(const Network& network, const void* from, int64_t from_offset,
 template <typename Group>
 void CopyGateBlocks(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, Group group,
                     int64_t block, const void* from, void* to, bool to_plain) {
-  const int64_t gates = network.gates();
+  const int64_t gates = network.num_gates();
   for (int64_t d = 0; d < network.num_directions; ++d) {
     const int64_t buffer_offset = group(slots[layer * network.num_directions + d]);
     for (int64_t k = 0; k < gates; ++k) {
       const int64_t plain = (d * gates + k) * block;
-      const int64_t buffer = buffer_offset + SwappedGate(network.cell, k) * block;
+      const int64_t buffer = buffer_offset + SwappedGate(network.mode, k) * block;
       if (to_plain) CopyElements(network, from, buffer, to, plain, block);
       else CopyElements(network, from, plain, to, buffer, block);
     }
@@ -77,7 +77,7 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
   const int64_t input = network.layer_input_size(layer);
   if (network.skip_input && layer == 0) {
     const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
-    const int64_t blocks = network.num_directions * network.gates();
+    const int64_t blocks = network.num_directions * network.num_gates();
     std::memset(w_layer, 0, blocks * units * input * network.element_bytes());
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t i = 0; i < units; ++i) Store(w_layer, bf16, (b * units + i) * input + i, 1.0f);
@@ -121,11 +121,11 @@ void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOff
   for (int64_t d = 0; d < network.num_directions; ++d) {
     const SlotOffsets& slot = slots[layer * network.num_directions + d];
     float* out = bias + d * blocks * units;
-    for (int64_t g = 0; g < network.gates(); ++g) {
+    for (int64_t g = 0; g < network.num_gates(); ++g) {
       for (int64_t i = 0; i < units; ++i) {
-        if (slot.b_input >= 0) out[SwappedGate(network.cell, g) * units + i] +=
+        if (slot.b_input >= 0) out[SwappedGate(network.mode, g) * units + i] +=
             Load(params, bf16, slot.b_input + g * units + i);
-        if (slot.b_recurrent >= 0) out[RecurrentBiasBlock(network.cell, g) * units + i] +=
+        if (slot.b_recurrent >= 0) out[RecurrentBiasBlock(network.mode, g) * units + i] +=
             Load(params, bf16, slot.b_recurrent + g * units + i);
       }
     }
@@ -139,13 +139,13 @@ void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOf
   for (int64_t d = 0; d < network.num_directions; ++d) {
     const SlotOffsets& slot = slots[layer * network.num_directions + d];
     const float* in = diff_bias + d * blocks * units;
-    for (int64_t g = 0; g < network.gates(); ++g) {
+    for (int64_t g = 0; g < network.num_gates(); ++g) {
       for (int64_t i = 0; i < units; ++i) {
         if (slot.b_input >= 0) {
-          Store(dparams, bf16, slot.b_input + g * units + i, in[SwappedGate(network.cell, g) * units + i]);
+          Store(dparams, bf16, slot.b_input + g * units + i, in[SwappedGate(network.mode, g) * units + i]);
         }
         if (slot.b_recurrent >= 0) {
-          Store(dparams, bf16, slot.b_recurrent + g * units + i, in[RecurrentBiasBlock(network.cell, g) * units + i]);
+          Store(dparams, bf16, slot.b_recurrent + g * units + i, in[RecurrentBiasBlock(network.mode, g) * units + i]);
         }
       }
     }

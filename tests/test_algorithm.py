@@ -155,7 +155,7 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     static = wiring.Static(cfg, False, PERSIST_STATIC_SMALL_H)
     text = jax.jit(lambda p: wiring._rnn(p, x, h0, h0, None, static)).trace(
         params).lower(lowering_platforms=("cuda",)).as_text()
-    assert 'algo = "persist_static_small_h"' in text
+    assert 'algorithm = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
         jax.jit(lambda p: wiring._rnn(p, x, h0, h0, lengths, static)).trace(params)

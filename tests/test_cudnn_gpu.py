@@ -465,7 +465,7 @@ def test_batch_sharded_over_local_gpus_matches_unsharded():
 
 _SIZE_FIELDS = dict(mode="lstm", num_layers=2, num_units=32, input_size=16, proj_size=0, direction="unidirectional",
                     input_mode="linear_input", bias_mode="double", cell_clip=0.0, dtype="float32", allow_tf32=False,
-                    algo="standard", max_time=T, batch=B, padded=False, training=True)
+                    algorithm="standard", max_time=T, batch=B, padded=False, training=True)
 
 
 def test_trace_time_queries_go_to_the_named_device():

@@ -93,7 +93,7 @@ def test_weight_params_needs_gpu(native):
 def test_temp_space_sizes_needs_gpu(native):
     for device in ({}, {"device": 0}, {"device": 3}):  # the current device, or a named CUDA ordinal
         with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
-            native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algo="standard", max_time=5, batch=2,
+            native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algorithm="standard", max_time=5, batch=2,
                                     padded=False, training=True, **device)
     with pytest.raises(RuntimeError, match="weight_params needs a CUDA GPU"):
         native.weight_params(**_CONFIG_FIELDS, device=1)
@@ -149,8 +149,8 @@ def test_inference_lowering_for_cuda():
     call = calls[0]
     for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
                       "proj_size = 3 : i64", 'direction = "bidirectional"', 'input_mode = "linear_input"',
-                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false", 'algo = "standard"',
-                      "training = false"]:
+                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false",
+                      'algorithm = "standard"', "training = false"]:
         assert attribute in call, attribute
     assert "%0:3 = " in call  # y, h_n, c_n: no reserve space
     assert "tensor<6x3x6xf32>" in call  # y is [T, B, D * proj_size]

@@ -284,12 +284,12 @@ def test_plan_cache_stays_bounded(native):
 def test_buffer_sizes_rejects_bad_arguments(native):
     with pytest.raises(ValueError, match="mode"):
         native.buffer_sizes(mode="lstmx", num_layers=1, num_units=4, input_size=3, proj_size=0,
-                            direction="unidirectional", skip_input=False, dtype="float32", max_time=2, batch=1,
-                            training=False)
+                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
+                            cell_clip=0.0, dtype="float32", max_time=2, batch=1, training=False)
     with pytest.raises(ValueError, match="float32 and bfloat16"):
         native.buffer_sizes(mode="lstm", num_layers=1, num_units=4, input_size=3, proj_size=0,
-                            direction="unidirectional", skip_input=False, dtype="float16", max_time=2, batch=1,
-                            training=False)
+                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
+                            cell_clip=0.0, dtype="float16", max_time=2, batch=1, training=False)
 
 
 def test_without_the_extension_the_package_behaves_as_before():

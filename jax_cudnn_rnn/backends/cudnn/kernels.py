@@ -14,24 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn.backends.cudnn import extension
+from jax_cudnn_rnn.backends.fused import kernel
 from jax_cudnn_rnn.config import RNNConfig
 
 
 def attributes(config: RNNConfig, allow_tf32: bool, algorithm: str) -> dict[str, Any]:
-    """The handlers' attributes (the network and the call's options), with the types the C++ side decodes."""
-    return dict(
-        mode=config.mode,
-        num_layers=np.int64(config.num_layers),
-        num_units=np.int64(config.num_units),
-        input_size=np.int64(config.input_size),
-        proj_size=np.int64(config.proj_size),
-        direction=config.direction,
-        input_mode=config.input_mode,
-        bias_mode=config.bias_mode,
-        cell_clip=np.float64(config.cell_clip or 0.0),  # 0 means no clipping (cell_clip=None)
-        allow_tf32=np.bool_(allow_tf32),
-        algo=algorithm,
-    )
+    """The handlers' attributes: the network (``kernel.config_attributes``) and the call's options."""
+    return dict(**kernel.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algorithm=algorithm)
 
 
 def forward(x, h0, params, *rest, plan, config: RNNConfig, allow_tf32: bool, training: bool):
@@ -82,9 +71,6 @@ def temp_space_sizes(config: RNNConfig, max_time: int, batch: int, padded: bool,
     full-length sequences under ``algorithm``, asked on CUDA device ``device`` of this process (-1: the current one).
     Needs a GPU."""
     workspace, reserve = extension.module().temp_space_sizes(
-        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
-        proj_size=config.proj_size, direction=config.direction, input_mode=config.input_mode,
-        bias_mode=config.bias_mode, cell_clip=float(config.cell_clip or 0.0), dtype=config.dtype.name,
-        allow_tf32=allow_tf32, algo=algorithm, max_time=max_time, batch=batch, padded=padded, training=training,
-        device=device)
+        **kernel.config_attributes(config), dtype=config.dtype.name, allow_tf32=allow_tf32, algorithm=algorithm,
+        max_time=max_time, batch=batch, padded=padded, training=training, device=device)
     return int(workspace), int(reserve)

@@ -1,11 +1,12 @@
 """The calling convention of a fused forward kernel, shared by the native backends (cuDNN, oneDNN).
 
-A fused forward is one FFI call over the whole network: operands ``x`` [T, B, I], ``h0`` [L*D, B, hidden], the opaque
-``params`` (shared by the batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call has them;
-outputs ``y`` [T, B, D*hidden], ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the
-backward reads (its rows are the batch). ``forward_operands`` lays the operands out with their batch axes,
-``vmapped`` gives the call its ``jax.vmap`` rule, ``forward_outputs`` names what came back. ``Kernel`` is the
-signature of a whole network's run that the rest of the kit composes.
+Every handler takes the network as the same FFI attributes (``config_attributes``). A fused forward is one FFI call
+over the whole network: operands ``x`` [T, B, I], ``h0`` [L*D, B, hidden], the opaque ``params`` (shared by the
+batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call has them; outputs ``y`` [T, B, D*hidden],
+``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the backward reads (its rows are the
+batch). ``forward_operands`` lays the operands out with their batch axes, ``vmapped`` gives the call its ``jax.vmap``
+rule, ``forward_outputs`` names what came back. ``Kernel`` is the signature of a whole network's run that the rest of
+the kit composes.
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from jax_cudnn_rnn.backends.fused.batching import fold_vmap, sequential_vmap
+from jax_cudnn_rnn.config import RNNConfig
 
 Kernel = Callable[..., tuple[Any, Any, Any]]
 """``kernel(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a whole network over
 time-major arrays as ``rnn`` takes them (lengths int32 [B] or None, masks as ``dropout.masks_for`` makes them or None),
 differentiable. What the fused kit wraps (a native backend's kernel call) and what it runs as a fallback (the xla
 implementation has this signature too)."""
+
+
+def config_attributes(config: RNNConfig) -> dict[str, Any]:
+    """The network as both native extensions take it, in the FFI attributes of every handler and as the first keywords
+    of their modules' functions (common/rnn_config.h RnnConfigAttrs), with the types the C++ side decodes."""
+    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
+                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
+                direction=config.direction, input_mode=config.input_mode, bias_mode=config.bias_mode,
+                cell_clip=np.float64(config.cell_clip or 0.0))  # 0 means no clipping (cell_clip=None)
 
 
 def forward_operands(x, h0, params, c0, seq_lengths) -> tuple[list[jax.Array], list[int | None]]:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends.fused import kernel
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -36,21 +37,17 @@ def _slot_offsets(config: RNNConfig) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def attributes(config: RNNConfig) -> dict[str, Any]:
-    """The handlers' attributes but ``training`` (onednn/rnn_kernels.cc CallAttrs)."""
-    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
-                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
-                direction=config.direction, skip_input=np.bool_(config.skip_input),
-                slot_offsets=_slot_offsets(config))
+    """The handlers' attributes but ``training``: the network (``kernel.config_attributes``) and where its tensors
+    start in the buffer."""
+    return dict(**kernel.config_attributes(config), slot_offsets=_slot_offsets(config))
 
 
 @functools.lru_cache(maxsize=256)
 def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
     """Bytes of the reserve space and of the forward's and backward's scratch for one call (asked of the extension,
     which builds and caches the call's primitives: the first call of a shape takes milliseconds)."""
-    return dict(extension.module().buffer_sizes(
-        mode=config.mode, num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
-        proj_size=config.proj_size, direction=config.direction, skip_input=config.skip_input,
-        dtype=config.dtype.name, max_time=max_time, batch=batch, training=training))
+    return dict(extension.module().buffer_sizes(**kernel.config_attributes(config), dtype=config.dtype.name,
+                                                max_time=max_time, batch=batch, training=training))
 
 
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
@@ -64,7 +61,7 @@ def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
     if lstm:
         out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
     if training:
-        out_types.append(jax.ShapeDtypeStruct((sizes["reserve"],), jnp.uint8))
+        out_types.append(jax.ShapeDtypeStruct((sizes["reserve_space"],), jnp.uint8))
     y, h_n, _, *rest = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
         x, h0, params, *c0, training=np.bool_(training), **attributes(config))
     return (y, h_n, *rest)
