@@ -12,7 +12,7 @@ Quick tour::
 """
 
 from jax_cudnn_rnn._extension import extension_error, extension_loaded
-from jax_cudnn_rnn.backends import implementation_for
+from jax_cudnn_rnn.backends import CudnnFallbackWarning, implementation_for
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.dropout import dropout_masks
 from jax_cudnn_rnn.layout import (
@@ -31,6 +31,7 @@ from jax_cudnn_rnn.params import RNNParams
 __version__ = "0.1.0"
 
 __all__ = [
+    "CudnnFallbackWarning",
     "CudnnGRU",
     "CudnnLSTM",
     "CudnnRNNRelu",

@@ -15,20 +15,27 @@ Under ``jax.grad`` such a function carries both branches' residuals; XLA drops t
 forward and backward are compiled together, as in ``jax.jit(jax.grad(...))``.
 
 ``implementation_for`` says what ``rnn()`` picks on a platform; ``jax-cudnn-rnn info`` reports it.
+
+A GPU user expects cuDNN: ``implementation=None`` on CUDA without a loaded cuDNN extension runs the xla implementation
+and says so once per process (``CudnnFallbackWarning``, from ``note_missing_cudnn``), when the call is traced for a
+known CUDA placement, else when the computation is lowered for CUDA.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.extend
-from jax.interpreters import mlir
+from jax.interpreters import ad, mlir
+from jax.interpreters import batching as jax_batching
 
-from jax_cudnn_rnn import cudnn, dropout, onednn, placement, segments, xla
+from jax_cudnn_rnn import _extension, cudnn, dropout, onednn, placement, segments, xla
 from jax_cudnn_rnn.config import RNNConfig
 
 DEFAULT = "default"  # the CANDIDATES entry for platforms without their own
@@ -235,6 +242,63 @@ def resolve(implementation: str | None, call: Call, where: placement.Placement) 
     # Platforms that pick what the rest pick need no branch of their own.
     choices = {p: name for p in _platforms() if (name := implementation_for(p, call)) != default}
     return {**choices, DEFAULT: default}
+
+
+class CudnnFallbackWarning(UserWarning):
+    """``rnn(implementation=None)`` runs on CUDA without cuDNN (the extension is not loaded): the xla implementation
+    runs instead. Pass ``implementation="xla"`` to choose it on purpose."""
+
+
+_fallback_warned = False
+_fallback_lock = threading.Lock()
+
+
+def _warn_cudnn_fallback() -> None:
+    """Warns, once per process, that CUDA runs the xla implementation because the cuDNN extension is not loaded."""
+    global _fallback_warned
+    with _fallback_lock:
+        if _fallback_warned:
+            return
+        _fallback_warned = True
+    warnings.warn(CudnnFallbackWarning(
+        f"rnn(implementation=None) runs the xla implementation on CUDA, not cuDNN, because the cuDNN extension is not "
+        f"loaded: {_extension.extension_error()}. To run cuDNN, fix that (the GPU install is `pip install "
+        f"\"jax[cuda13]\" \"jax-cudnn-rnn[cuda]\"`; `jax-cudnn-rnn info` shows the result); to run the xla "
+        f"implementation on purpose, pass implementation='xla'. Said once per process."), stacklevel=3)
+
+
+# Marks a call that runs without cuDNN where the platform is not known at trace time: an identity on its operands
+# whose CUDA lowering warns (_warn_cudnn_fallback) and which lowers to nothing anywhere.
+_cudnn_fallback_p = jax.extend.core.Primitive("jax_cudnn_rnn_cudnn_fallback")
+_cudnn_fallback_p.multiple_results = True
+_cudnn_fallback_p.def_impl(lambda *args: args)
+_cudnn_fallback_p.def_abstract_eval(lambda *avals: avals)
+ad.primitive_jvps[_cudnn_fallback_p] = lambda primals, tangents: (_cudnn_fallback_p.bind(*primals), tangents)
+ad.primitive_transposes[_cudnn_fallback_p] = lambda cotangents, *args: cotangents
+jax_batching.primitive_batchers[_cudnn_fallback_p] = lambda args, dims: (_cudnn_fallback_p.bind(*args), dims)
+
+
+def _lower_cudnn_fallback(ctx, *args, warn: bool):
+    if warn:
+        _warn_cudnn_fallback()
+    return args
+
+
+mlir.register_lowering(_cudnn_fallback_p, functools.partial(_lower_cudnn_fallback, warn=False))
+mlir.register_lowering(_cudnn_fallback_p, functools.partial(_lower_cudnn_fallback, warn=True), platform="cuda")
+
+
+def note_missing_cudnn(implementation: str | None, where: placement.Placement, x):
+    """``x`` for a call placed at ``where``, after making sure that ``implementation=None`` without the cuDNN
+    extension does not run silently on CUDA: it warns now when the call is known to run on CUDA, and when the
+    platform is not known yet, returns ``x`` marked so that lowering for CUDA warns."""
+    if implementation is not None or _extension.extension_loaded():
+        return x
+    if where.platform == "cuda":
+        _warn_cudnn_fallback()
+    elif where.platform is None:
+        (x,) = _cudnn_fallback_p.bind(x)
+    return x
 
 
 def run(choices: dict[str, str], requested: str | None, params, x, h0, c0, seq_lengths, dropout_key,

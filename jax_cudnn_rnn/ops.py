@@ -209,6 +209,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
                          resets=resets is not None)
     where = placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None])
     choices = backends.resolve(implementation, call, where)
+    x = backends.note_missing_cudnn(implementation, where, x)
     lengths = None if seq_lengths is None else jnp.asarray(seq_lengths)
     with_resets = {} if resets is None else dict(resets=jnp.asarray(resets), max_segments=max_segments)
     return backends.run(choices, implementation, params, x, h0, c0, lengths, dropout_key if apply_dropout else None,
