@@ -13,7 +13,8 @@ both passes run the same algorithm whatever another thread tunes meanwhile.
 
 Sizes. The reserve space is an output of the training forward, so its size must be known when tracing. cuDNN only
 tells it through ``cudnnGetRNNTempSpaceSizes`` on a live handle, so at trace time this module asks the extension's
-``temp_space_sizes`` (on the call's GPU by CUDA ordinal, for full-length sequences [T, B]) and caches the answer per
+``temp_space_sizes`` (on the call's GPU by CUDA ordinal, or on one GPU of each model this process has when tracing
+does not know the call's, ``_planning_devices``; for full-length sequences [T, B]) and caches the answer per
 (config, T, B, allow_tf32, algorithm, device). Tracing a differentiated call therefore needs a GPU, like
 jax.experimental.rnn. At run time each handler asks again for the actual lengths and fails clearly if the buffer is
 too small. The workspace is never an output: each handler takes it from XLA's scratch allocator.
@@ -80,7 +81,8 @@ class Plan:
     with another algorithm than the forward that wrote the reserve space).
 
     algorithm: the cuDNN algorithm every pass of the call runs (jax_cudnn_rnn/algorithm.py).
-    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked).
+    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked); the first of
+      several when tracing did not know the call's GPU and the process has GPUs of several models.
     row_bytes: training only: bytes per batch row of the reserve-space array [B, row_bytes].
     local_batches: training only: the per-device batch sizes the reserve rows fit; a split of the batch into any
       other size runs the call whole (jax_cudnn_rnn/partitioning.py).
@@ -144,16 +146,42 @@ def _time_algorithm(problem: algorithm.Problem, algo: str, device: jax.Device | 
         return algorithm.median_seconds(lambda: jax.block_until_ready(step(params, x)), warmup_seconds=0.1)
 
 
-def _target_device(where: placement.Placement) -> jax.Device | None:
-    """The GPU of this process that trace-time questions about a call placed at ``where`` go to: a device of the
-    call when tracing knows one, else ``jax.default_device``'s when it is a GPU, else this process's first GPU."""
+def _known_gpu(where: placement.Placement) -> jax.Device | None:
+    """The call's GPU when tracing knows it: a device of the call, else ``jax.default_device``'s when it is a GPU."""
     for device in (where.device, jax.config.jax_default_device):
         if device is not None and not isinstance(device, str) and device.platform == "gpu":
             return device
+    return None
+
+
+def _target_device(where: placement.Placement) -> jax.Device | None:
+    """The GPU of this process that trace-time questions about a call placed at ``where`` go to first: the call's GPU
+    when tracing knows it (``_known_gpu``), else this process's first GPU (where uncommitted arrays run)."""
+    known = _known_gpu(where)
+    if known is not None:
+        return known
     try:
         return jax.local_devices(backend="gpu")[0]
     except RuntimeError:
         return None
+
+
+def _planning_devices(where: placement.Placement) -> tuple[jax.Device | None, ...]:
+    """The GPUs cuDNN is asked on to plan a call placed at ``where``: ``_target_device``, and when tracing does not
+    know the call's GPU, also one GPU of each other model (compute capability, SM count, kind) this process has.
+
+    Under ``jax.jit`` over arrays committed to one GPU the placement is unknown, and one trace serves every device the
+    arguments are later committed to (JAX caches the trace by abstract values, not by device), so the plan must hold
+    on any of this process's GPUs. cuDNN's answers (reserve size, the heuristic's facts) are taken to depend on the GPU
+    model, not on which GPU of a model is asked, so asking one of each model answers for the call's GPU, whichever it
+    is (docs/lowering.md)."""
+    first = _target_device(where)
+    if first is None or _known_gpu(where) is not None:
+        return (first,)
+    models = {dataclasses.replace(algorithm.device_info(first), ordinal=-1): first}
+    for device in jax.local_devices(backend="gpu"):
+        models.setdefault(dataclasses.replace(algorithm.device_info(device), ordinal=-1), device)
+    return tuple(models.values())
 
 
 def _check_processes_agree() -> None:
@@ -172,18 +200,29 @@ def _plan(config: RNNConfig, x_shape, seq_lengths, allow_tf32: bool, policy: str
           training: bool) -> Plan:
     """The call's plan: the algorithm chosen for the batch one device is expected to run (the per-shard batch under
     batch sharding, ``where.local_batches``), on the call's device; for training also the reserve rows, sized for
-    every local batch the call may run with."""
+    every local batch the call may run with. When tracing does not know the call's GPU and this process has GPUs of
+    several models, the plan holds on each (``_planning_devices``): the algorithm their choices agree on, else the
+    standard one, and reserve rows that fit every model's size."""
     _check_processes_agree()
-    device = _target_device(where)
-    info = algorithm.device_info(device)
+    devices = _planning_devices(where)
+    infos = [algorithm.device_info(device) for device in devices]
     local_batches = where.local_batches(int(x_shape[1]))
     problem = _problem(config, (x_shape[0], local_batches[0]), seq_lengths, allow_tf32, training)
-    algo = algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem, device=device), info)
+    choices = {algorithm.choose(policy, problem, functools.partial(_time_algorithm, problem, device=device), info)
+               for device, info in zip(devices, infos, strict=True)}
+    algo = choices.pop() if len(choices) == 1 else algorithm.STANDARD
     if not training:
-        return Plan(algo, info.ordinal)
-    row_bytes, fitting = _reserve_row_bytes(_problem(config, x_shape, seq_lengths, allow_tf32, True), algo,
-                                            local_batches, info.ordinal)
-    return Plan(algo, info.ordinal, row_bytes, fitting)
+        return Plan(algo, infos[0].ordinal)
+    row_bytes, fitting = 0, set(local_batches)
+    for info in infos:
+        rows, fits = _reserve_row_bytes(_problem(config, x_shape, seq_lengths, allow_tf32, True), algo,
+                                        local_batches, info.ordinal)
+        row_bytes, fitting = max(row_bytes, rows), fitting & set(fits)
+    if not fitting:
+        raise ValueError(f"implementation='cudnn' cannot plan this call for every GPU model of this process: cuDNN "
+                         f"refuses each of the local batches {local_batches} on one of them; commit the arrays to a "
+                         f"NamedSharding or set jax.default_device so that tracing knows the call's GPU")
+    return Plan(algo, infos[0].ordinal, row_bytes, tuple(b for b in local_batches if b in fitting))
 
 
 def _reserve_row_bytes(problem: algorithm.Problem, algo: str, local_batches: tuple[int, ...],
