@@ -33,7 +33,7 @@ def test_the_guard_restores_what_the_thread_had(tmp_path):
 
 
 def test_the_handle_pool_uses_that_guard():
-    """The guard tested above is the one the extension compiles (cuda/handle_pool.h), over the driver's context calls."""
+    """The guard tested above is the one the extension compiles (cuda/handle_pool.h), over the driver's calls."""
     with open(os.path.join(ROOT, "cuda", "handle_pool.h"), encoding="utf-8") as f:
         header = f.read()
     assert '#include "scoped_device.h"' in header and "BasicScopedDevice<CudaContextOps>" in header
