@@ -262,9 +262,10 @@ def _warn_cudnn_fallback() -> None:
         _fallback_warned = True
     warnings.warn(CudnnFallbackWarning(
         f"rnn(implementation=None) runs the xla implementation on CUDA, not cuDNN, because the cuDNN extension is not "
-        f"loaded: {_extension.extension_error()}. To run cuDNN, fix that (the GPU install is `pip install "
-        f"\"jax[cuda13]\" \"jax-cudnn-rnn[cuda]\"`; `jax-cudnn-rnn info` shows the result); to run the xla "
-        f"implementation on purpose, pass implementation='xla'. Said once per process."), stacklevel=3)
+        f"loaded: {_extension.extension_error()}. To run cuDNN, fix that as it says (the README's GPU install: `pip "
+        f"install \"jax[cuda13]\"`, then this package with its `cuda` extra; `jax-cudnn-rnn info` shows the "
+        f"result); to run the xla implementation on purpose, pass implementation='xla'. Said once per process."),
+        stacklevel=4)
 
 
 # Marks a call that runs without cuDNN where the platform is not known at trace time: an identity on its operands

@@ -179,7 +179,11 @@ def _planning_devices(where: placement.Placement) -> tuple[jax.Device | None, ..
     if first is None or _known_gpu(where) is not None:
         return (first,)
     models = {dataclasses.replace(algorithm.device_info(first), ordinal=-1): first}
-    for device in jax.local_devices(backend="gpu"):
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:  # no GPU backend: nothing else to ask
+        gpus = []
+    for device in gpus:
         models.setdefault(dataclasses.replace(algorithm.device_info(device), ordinal=-1), device)
     return tuple(models.values())
 

@@ -49,9 +49,11 @@ def pytest_args(words: list[str]) -> list[str]:
 
 
 def collect(words: list[str]) -> list[str]:
-    """The node ids the printed pytest command selects, collected here."""
+    """The node ids the printed pytest command selects, collected here (the installed package imported, as the
+    script's PYTHONSAFEPATH=1 has it, not the checkout's uncompiled copy)."""
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             *pytest_args(words)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                             *pytest_args(words)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONSAFEPATH": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [line for line in result.stdout.splitlines() if "::" in line]
 
