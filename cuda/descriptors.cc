@@ -9,26 +9,27 @@ namespace jax_cudnn_rnn {
 
 namespace ffi = ::xla::ffi;
 
+std::string CudnnVersionString(size_t version) {
+  return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+         std::to_string(version % 100);
+}
+
 ffi::Error CudnnDataType(ffi::DataType dtype, const char* argument, cudnnDataType_t* out) {
   switch (dtype) {
     case ffi::DataType::F16:
       *out = CUDNN_DATA_HALF;
       return ffi::Error::Success();
     case ffi::DataType::BF16:
-#if CUDNN_VERSION >= 91300
-      // The loaded libcudnn may be older than the headers this was built with.
-      if (cudnnGetVersion() < 91300) {
+      // A run-time check, not a compile-time one: isolated builds compile against the oldest supported headers
+      // (cuDNN 9.12, pyproject.toml), which already define CUDNN_DATA_BFLOAT16 (= 9 since cuDNN 9.0), and must still
+      // run bfloat16 where the loaded libcudnn is new enough.
+      if (cudnnGetVersion() < kBfloat16RnnCudnnVersion) {
         return ffi::Error::InvalidArgument(std::string(argument) + " is bfloat16, which cuDNN RNNs accept from "
                                            "cuDNN 9.13 on; the loaded libcudnn is " +
-                                           std::to_string(cudnnGetVersion()));
+                                           CudnnVersionString(cudnnGetVersion()));
       }
       *out = CUDNN_DATA_BFLOAT16;
       return ffi::Error::Success();
-#else
-      return ffi::Error::InvalidArgument(std::string(argument) + " is bfloat16, which cuDNN RNNs accept from cuDNN "
-                                         "9.13 on; this extension was built against cuDNN " +
-                                         std::to_string(CUDNN_VERSION));
-#endif
     case ffi::DataType::F32:
       *out = CUDNN_DATA_FLOAT;
       return ffi::Error::Success();

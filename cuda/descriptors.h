@@ -5,8 +5,10 @@
 
 #include <cudnn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -58,7 +60,14 @@ struct ForwardAttrs : RnnAttrs {
   bool training;
 };
 
-// cuDNN's data type for an XLA element type; an error naming `argument` for anything else (bf16 needs cuDNN 9.13).
+// The first cuDNN whose RNNs accept bfloat16 data (PyTorch guards on the same version), as cudnnGetVersion() reads.
+inline constexpr size_t kBfloat16RnnCudnnVersion = 91300;
+
+// cuDNN's integer version (major * 10000 + minor * 100 + patch) as "9.13.0".
+std::string CudnnVersionString(size_t version);
+
+// cuDNN's data type for an XLA element type; an error naming `argument` for anything else, and for bfloat16 when the
+// loaded libcudnn is older than kBfloat16RnnCudnnVersion.
 ::xla::ffi::Error CudnnDataType(::xla::ffi::DataType dtype, const char* argument, cudnnDataType_t* out);
 
 // The RNN descriptor and the dropout descriptor it points to (no dropout: inter-layer dropout is applied by the

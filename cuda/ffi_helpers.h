@@ -24,6 +24,10 @@ inline std::string CudnnStatusMessage(cudnnStatus_t status, const char* expr, co
   return StatusMessage("cuDNN", cudnnGetErrorString(status), expr, file, line);
 }
 
+inline std::string CudaStatusMessage(cudaError_t status, const char* expr, const char* file, int line) {
+  return StatusMessage("CUDA", cudaGetErrorString(status), expr, file, line);
+}
+
 }  // namespace jax_cudnn_rnn
 
 // Returns an ffi::Error (Internal) from the enclosing function where the status `expr` of `library` is not `success`;

@@ -1,5 +1,9 @@
 #include "handle_pool.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <string>
 #include <utility>
 
 #include "ffi_helpers.h"
@@ -29,17 +33,85 @@ void BorrowedHandle::Release() {
   handle_ = nullptr;
 }
 
-::xla::ffi::Error ScopedDevice::Activate(int device) {
-  JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
-  if (previous_ != device) {
-    JCR_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    restore_ = true;
+namespace {
+
+// The driver's context calls, looked up once through the runtime (CUDA 12.5+'s cudaGetDriverEntryPointByVersion;
+// both functions exist since CUDA 4.0).
+struct DriverContextCalls {
+  PFN_cuCtxGetCurrent_v4000 get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 set_current = nullptr;
+  std::string error;  // why they could not be found, else ""
+};
+
+std::string LookUp(const char* symbol, void** function) {
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t status = cudaGetDriverEntryPointByVersion(symbol, function, 4000, cudaEnableDefault, &found);
+  if (status != cudaSuccess) {
+    return CudaStatusMessage(status, "cudaGetDriverEntryPointByVersion", __FILE__, __LINE__) + " (" + symbol + ")";
   }
-  return ::xla::ffi::Error::Success();
+  if (found != cudaDriverEntryPointSuccess || *function == nullptr) {
+    return std::string("the CUDA driver has no ") + symbol + " (cudaGetDriverEntryPointByVersion result " +
+           std::to_string(static_cast<int>(found)) + ")";
+  }
+  return "";
 }
 
-ScopedDevice::~ScopedDevice() {
-  if (restore_) cudaSetDevice(previous_);
+const DriverContextCalls& ContextCalls() {
+  static const DriverContextCalls calls = [] {
+    DriverContextCalls result;
+    void* get_current = nullptr;
+    void* set_current = nullptr;
+    result.error = LookUp("cuCtxGetCurrent", &get_current);
+    if (result.error.empty()) result.error = LookUp("cuCtxSetCurrent", &set_current);
+    if (result.error.empty()) {
+      result.get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(get_current);
+      result.set_current = reinterpret_cast<PFN_cuCtxSetCurrent_v4000>(set_current);
+    }
+    return result;
+  }();
+  return calls;
+}
+
+std::string DriverStatusMessage(CUresult status, const char* expr) {
+  return StatusMessage("CUDA driver", ("CUresult " + std::to_string(static_cast<int>(status))).c_str(), expr,
+                       __FILE__, __LINE__);
+}
+
+}  // namespace
+
+std::string CudaContextOps::GetCurrentContext(void** context) {
+  const DriverContextCalls& calls = ContextCalls();
+  if (!calls.error.empty()) return calls.error;
+  CUcontext current = nullptr;
+  if (CUresult status = calls.get_current(&current); status != CUDA_SUCCESS) {
+    return DriverStatusMessage(status, "cuCtxGetCurrent(&current)");
+  }
+  *context = current;
+  return "";
+}
+
+std::string CudaContextOps::SetCurrentContext(void* context) {
+  const DriverContextCalls& calls = ContextCalls();
+  if (!calls.error.empty()) return calls.error;
+  if (CUresult status = calls.set_current(static_cast<CUcontext>(context)); status != CUDA_SUCCESS) {
+    return DriverStatusMessage(status, "cuCtxSetCurrent(previous)");
+  }
+  return "";
+}
+
+std::string CudaContextOps::GetDevice(int* device) {
+  cudaError_t status = cudaGetDevice(device);
+  return status == cudaSuccess ? "" : CudaStatusMessage(status, "cudaGetDevice(device)", __FILE__, __LINE__);
+}
+
+std::string CudaContextOps::SetDevice(int device) {
+  cudaError_t status = cudaSetDevice(device);
+  return status == cudaSuccess ? "" : CudaStatusMessage(status, "cudaSetDevice(device)", __FILE__, __LINE__);
+}
+
+::xla::ffi::Error ScopedDevice::Activate(int device) {
+  std::string error = guard_.Activate(device);
+  return error.empty() ? ::xla::ffi::Error::Success() : ::xla::ffi::Error::Internal(error);
 }
 
 HandlePool& HandlePool::Instance() {

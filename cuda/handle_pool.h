@@ -12,10 +12,12 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "scoped_device.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn {
@@ -46,19 +48,27 @@ class BorrowedHandle {
   cudnnHandle_t handle_ = nullptr;
 };
 
-// Makes a CUDA device current for the guard's lifetime and restores the previous one after (cudnnCreate binds a handle
-// to the current device, and cudaMalloc allocates there).
+// The CUDA calls BasicScopedDevice (scoped_device.h) needs: the driver's cuCtxGetCurrent/cuCtxSetCurrent, reached
+// through cudaGetDriverEntryPointByVersion (the module links only the static CUDA runtime, not libcuda), and the
+// runtime's cudaGetDevice/cudaSetDevice. Each returns "" or the failing call with CUDA's message.
+struct CudaContextOps {
+  std::string GetCurrentContext(void** context);
+  std::string SetCurrentContext(void* context);
+  std::string GetDevice(int* device);
+  std::string SetDevice(int device);
+};
+
+// Makes a CUDA device current for the guard's lifetime (cudnnCreate binds a handle to the current device, and
+// cudaMalloc allocates there) and then restores the thread's previous context, or none (scoped_device.h says why).
 class ScopedDevice {
  public:
   ScopedDevice() = default;
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ~ScopedDevice();
   ::xla::ffi::Error Activate(int device);
 
  private:
-  int previous_ = 0;
-  bool restore_ = false;
+  BasicScopedDevice<CudaContextOps> guard_;
 };
 
 class HandlePool {

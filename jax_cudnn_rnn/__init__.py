@@ -12,6 +12,7 @@ Quick tour::
 """
 
 from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
+from jax_cudnn_rnn.backends.cudnn.fallback import CudnnFallbackWarning
 from jax_cudnn_rnn.backends.registry import implementation_for
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.dropout import dropout_masks
@@ -31,6 +32,7 @@ from jax_cudnn_rnn.params import RNNParams
 __version__ = "0.1.0"
 
 __all__ = [
+    "CudnnFallbackWarning",
     "CudnnGRU",
     "CudnnLSTM",
     "CudnnRNNRelu",

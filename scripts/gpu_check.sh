@@ -1,142 +1,308 @@
 #!/usr/bin/env bash
-# GPU verification of the cuDNN path, run on the device machine from the repository root:
+# GPU verification of the cuDNN path, on the device machine, from the repository root, in stages that each fit one
+# device command (the device tool stops a command after 10 minutes and may start a fresh, bare machine for the next):
 #
-#     bash scripts/gpu_check.sh            # logs go to $OUT (or ./gpu-check-logs when $OUT is unset)
+#     bash scripts/gpu_check.sh [--dry-run] [--wheel DIR] STAGE... [-- PYTEST_ARG...]
 #
-# Logs (at most eight files, what the device tool brings back): env.log, build.log, pytest-gpu.log, bench.{log,json,md,png},
-# sanitizer.log.
+# docs/gpu-verification.md's runbook gives the five commands that verify the backlog, riskiest first, with their
+# expected durations (estimates: no stage of this script has been timed on a GPU yet).
 #
-# Builds the extension into the current Python (no network: --no-build-isolation --no-deps, so the machine must
-# already have jax with its CUDA plugin, nvidia-cudnn-cu13, scikit-build-core, pybind11, cmake and a CUDA toolkit),
-# prints the versions that matter, runs every test marked `gpu` (the leak and determinism checks among them), the
-# benchmark suite (`jax-cudnn-rnn bench`), and compute-sanitizer's memcheck and racecheck over a subset of the GPU
-# tests.
+# Getting the extension there without rebuilding in every command:
+#   --wheel DIR  installs the jax_cudnn_rnn wheel in DIR that is built for this Python (pip --no-deps --no-index
+#                --force-reinstall) before the stages run, e.g. a wheel carried in dist/ (git-ignored: name it in the
+#                device tool's `carry`). It must match the device's Python (cp312 on the lent machines); the CPU
+#                machines have Python 3.11, so the first command usually builds it there with the `wheel` stage.
+#   wheel        builds a wheel here (pip wheel --no-build-isolation --no-deps, JAX_CUDNN_RNN_CUDA=ON) into the log
+#                directory, so that it comes back with $OUT to be carried by later commands, and installs it.
+#   build        builds in place instead (pip install --no-build-isolation --no-deps -e .), as before.
+#   CUDNN_HEADERS=DIR  the wheel and build stages compile against the cuDNN headers in DIR (e.g. 9.12's, carried in
+#                dist/: the binary an isolated build makes) and link this machine's libcudnn.so.9.
+# Every test command runs with PYTHONSAFEPATH=1, so the installed package is imported and not the source checkout.
 #
-# Knobs (environment), so that one device session can spend its few long calls where they are needed:
-#   GPU_CHECK_STAGES  stages to run, in this order (default "build tests bench sanitizer")
-#   PYTEST_SELECT     the pytest -m expression (default "gpu"; e.g. "gpu and not slow")
-#   PYTEST_EXTRA      more pytest arguments (e.g. "-k lstm" or a test file)
-#   PYTEST_WHOLE      test files run whole, unfiltered by marker, on the GPU (implementation=None picks cuDNN there)
-#   FUZZ_EXAMPLES     examples of the GPU fuzz property in tests/test_fuzz.py (default 100; CI's CPU run draws 12)
-#   PYTEST_WORKERS    pytest-xdist workers (default 4; a crashing test then costs one worker, not the run)
-#   BENCH_ARGS        arguments of `jax-cudnn-rnn bench` (default: every GPU configuration, f32 and bf16)
-#   SANITIZER_TOOLS   compute-sanitizer tools (default "memcheck racecheck")
-#   SANITIZER_SELECT  the pytest -k expression they run (default "matches_xla and float32 and linear_input")
-# Exit status: non-zero when the build or the GPU tests fail.
+# Stages, run in the order given (none given: $GPU_CHECK_STAGES, else "load"):
+#   load       nvidia-smi, `jax-cudnn-rnn info` (versions, extension, devices, choices), tests/test_extension.py and
+#              the test that implementation=None picks cuDNN on this GPU
+#   core       the plan, handle pool, donation, platform-choice and export GPU tests, the float32 matrix
+#              (test_matches_xla), threads, determinism, and the modules, seed classes and checkpoint on cuDNN
+#   features   resets, empty and long sequences (both 65,535-step calls included), lengths, dropout, options,
+#              persistent algorithms, TF32, and the GPU fuzz property (FUZZ_EXAMPLES, default 40)
+#   memcheck   compute-sanitizer memcheck over four representative tests (MEMCHECK_TESTS)
+#   matrix     the float16, bfloat16 and float64 matrix, half-precision gradients against PyTorch's cuDNN RNN, and
+#              the weight layout against cuDNN for every configuration
+#   bench-f    `jax-cudnn-rnn bench --configs F` (LSTM H128 B32 T1000), float32 and bfloat16, every contender
+#   whole      PYTEST_WHOLE run whole (default: the Flax modules, demo and example tests, which pick cuDNN here)
+#   tests      the former single run: pytest -m "$PYTEST_SELECT" (default "gpu and not slow") over $PYTEST_EXTRA
+#              (default "tests"), then PYTEST_WHOLE; longer than one device command
+#   leaks      the leak check (3000 calls in a subprocess allowed 15 minutes: may not fit one command)
+#   racecheck  compute-sanitizer racecheck over MEMCHECK_TESTS
+#   bench      the whole benchmark suite (BENCH_ARGS, default every GPU configuration in float32 and bfloat16)
+#
+# Every pytest command, the sanitizer's included, runs with JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 and
+# JAX_CUDNN_RNN_REQUIRE_GPU=1 (a missing extension or GPU fails the tests instead of skipping them) and records each
+# comparison's error and bound (JAX_CUDNN_RNN_GPU_ERRORS), appended to the stage's log. The bench stages first check
+# that the extension is loaded and a GPU is seen.
+#
+# Options and knobs:
+#   --dry-run (or DRY_RUN=1)  prints each stage's commands, one per line as "STAGE: command", and runs nothing
+#   -- PYTEST_ARG...          appended to every pytest command of the stages run (quoting kept: -- -x); a -k given
+#                             here replaces a stage's own -k (pytest keeps the last)
+#   PYTEST_SELECT, PYTEST_EXTRA, PYTEST_WHOLE  the `tests` and `whole` stages' selections; each may be set empty
+#                             (PYTEST_EXTRA is split like a shell line: PYTEST_EXTRA='-k "lstm or gru"' is two words)
+#   FUZZ_EXAMPLES, MEMCHECK_TESTS (space-separated node ids), BENCH_ARGS (split like PYTEST_EXTRA)
+#   PYTEST_WORKERS            pytest-xdist workers where installed (default 4; memcheck and racecheck run without)
+#   PYTHON                    the Python to use (default python3)
+# Logs go to $OUT (or ./gpu-check-logs): one STAGE.log per stage, the bench's JSON/Markdown/PNG, and a built wheel;
+# the device tool brings back at most eight files. Exit status: non-zero when any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOG_DIR="${OUT:-$PWD/gpu-check-logs}"
-mkdir -p "$LOG_DIR"
+
+DRY_RUN="${DRY_RUN:-0}"
+WHEEL_DIR=""
+STAGES=()
+PASSTHROUGH=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY_RUN=1 ;;
+    --wheel) WHEEL_DIR="${2:?--wheel needs a directory}"; shift ;;
+    --wheel=*) WHEEL_DIR="${1#--wheel=}" ;;
+    --) shift; PASSTHROUGH=("$@"); break ;;
+    -*) echo "gpu_check.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+    *) STAGES+=("$1") ;;
+  esac
+  shift
+done
+if [ ${#STAGES[@]} -eq 0 ]; then
+  read -ra STAGES <<< "${GPU_CHECK_STAGES:-load}"
+fi
+KNOWN_STAGES=" wheel build load core features memcheck matrix bench-f whole tests leaks racecheck bench "
+for stage in "${STAGES[@]}"; do
+  if [[ "$KNOWN_STAGES" != *" $stage "* ]]; then
+    echo "gpu_check.sh: unknown stage '$stage'; expected one of:$KNOWN_STAGES" >&2
+    exit 2
+  fi
+done
+
 PYTHON="${PYTHON:-python3}"
+LOG_DIR="${OUT:-$PWD/gpu-check-logs}"
+[ "$DRY_RUN" = 1 ] || mkdir -p "$LOG_DIR"
+ERRORS="$LOG_DIR/gpu-errors.jsonl"
 
-section() { printf '\n===== %s =====\n' "$1"; }
+# Splits a knob like a shell line (quotes kept together) into the array named by $1, without eval.
+split_words() {
+  local -n into="$1"
+  into=()
+  [ -n "$2" ] || return 0
+  mapfile -t into < <("$PYTHON" -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$2")
+}
 
-{
-  section "versions"
-  nvidia-smi || echo "nvidia-smi failed"
-  "$PYTHON" --version
-  "$PYTHON" - <<'PY'
-import importlib.metadata as md
-for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13", "scikit-build-core",
-             "pybind11", "torch"):
-    try:
-        print(f"{name}: {md.version(name)}")
-    except md.PackageNotFoundError:
-        print(f"{name}: not installed")
-import jax
-print("jax devices:", jax.devices())
-PY
-  command -v cmake >/dev/null && cmake --version | head -1 || echo "cmake: not on PATH"
-  command -v nvcc >/dev/null && nvcc --version | tail -1 || echo "nvcc: not on PATH"
-} 2>&1 | tee "$LOG_DIR/env.log"
+TEST_ENV=(JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 PYTHONSAFEPATH=1
+          XLA_PYTHON_CLIENT_PREALLOCATE=false "JAX_CUDNN_RNN_GPU_ERRORS=$ERRORS")
+# pytest-xdist and pytest-timeout are on the lent machines; a dry run prints the commands as they would run there.
+# A test stopped at --timeout leaves the rest of the command's time, and the logs, to the other tests.
+PLUGINS=()
+SANITIZER_TIMEOUT=()
+if [ "$DRY_RUN" = 1 ] || "$PYTHON" -c "import xdist" 2>/dev/null; then PLUGINS+=(-n "${PYTEST_WORKERS:-4}"); fi
+if [ "$DRY_RUN" = 1 ] || "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
+  PLUGINS+=(--timeout 420)
+  SANITIZER_TIMEOUT=(--timeout 540)
+fi
+MEMCHECK_DEFAULT="tests/test_cudnn_gpu.py::test_matches_xla[lstm-bidirectional-linear_input-float32-heuristic] \
+tests/test_cudnn_gpu.py::test_seq_lengths_match_xla[gru-bidirectional] \
+tests/test_cudnn_gpu.py::test_resets_with_dropout_and_projection_match_xla \
+tests/test_cudnn_gpu.py::test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space"
+read -ra MEMCHECK <<< "${MEMCHECK_TESTS-$MEMCHECK_DEFAULT}"
 
-STAGES="${GPU_CHECK_STAGES:-build tests bench sanitizer}"
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+CURRENT_STAGE=""
+STAGE_STATUS=0
+FAILED=()
 
-if has_stage build; then
-  section "build (JAX_CUDNN_RNN_CUDA=ON)"
+# Runs one command of the current stage, its output appended to the stage's log; under --dry-run prints it instead.
+run_cmd() {
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '%s:' "$CURRENT_STAGE"
+    printf ' %q' "$@"
+    printf '\n'
+    return 0
+  fi
+  local log="$LOG_DIR/$CURRENT_STAGE.log"
+  { printf '\n$'; printf ' %q' "$@"; printf '\n'; } | tee -a "$log"
+  "$@" 2>&1 | tee -a "$log"
+  local status=${PIPESTATUS[0]}
+  echo "[exit status $status]" | tee -a "$log"
+  [ "$status" -eq 0 ] || STAGE_STATUS=$status
+  return "$status"
+}
+
+# One pytest command with the REQUIRE flags and the error record; extra environment as leading NAME=value words.
+pytest_cmd() {
+  local env_extra=()
+  while [ $# -gt 0 ] && [[ "$1" =~ ^[A-Z_][A-Z0-9_]*= ]]; do env_extra+=("$1"); shift; done
+  run_cmd env "${TEST_ENV[@]}" "${env_extra[@]}" "$PYTHON" -m pytest -rfEs -p no:cacheprovider "${PLUGINS[@]}" \
+    "$@" "${PASSTHROUGH[@]}"
+}
+
+sanitizer_cmd() {  # sanitizer_cmd TOOL: compute-sanitizer over MEMCHECK_TESTS, one process, no xdist
+  if [ "$DRY_RUN" != 1 ] && ! command -v compute-sanitizer >/dev/null; then
+    echo "compute-sanitizer is not on the PATH: stage $CURRENT_STAGE cannot run" | tee -a "$LOG_DIR/$CURRENT_STAGE.log"
+    STAGE_STATUS=127
+    return
+  fi
+  run_cmd env "${TEST_ENV[@]}" compute-sanitizer --tool "$1" --error-exitcode 99 "$PYTHON" -m pytest -rfEs \
+    -p no:cacheprovider -p no:xdist "${SANITIZER_TIMEOUT[@]}" "${MEMCHECK[@]}" "${PASSTHROUGH[@]}"
+}
+
+require_cudnn_gpu() {  # the bench skips contenders that cannot run: make a missing extension or GPU fail the stage
+  local check='import jax, jax_cudnn_rnn as j; assert j.extension_loaded(), j.extension_error(); '
+  check+='assert any(d.platform == "gpu" for d in jax.devices()), jax.devices(); print("GPUs:", jax.devices())'
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -c "$check"
+}
+
+# Installs the wheel in $1 built for this Python.
+install_wheel() {
+  local tag wheels=()
+  tag="$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+  if [ -d "$1" ]; then mapfile -t wheels < <(ls -t "$1"/jax_cudnn_rnn-*-"$tag"-"$tag"-*.whl 2>/dev/null); fi
+  if [ ${#wheels[@]} -eq 0 ]; then
+    if [ "$DRY_RUN" = 1 ]; then
+      run_cmd "$PYTHON" -m pip install --no-deps --no-index --force-reinstall "$1/jax_cudnn_rnn-*-$tag-$tag-*.whl"
+      return 0
+    fi
+    printf '%s\n' "gpu_check.sh: no jax_cudnn_rnn wheel for $tag ($("$PYTHON" --version 2>&1)) in '$1' (found:" \
+      "$(ls "$1" 2>&1 | tr '\n' ' ')); build one for this Python with the wheel stage (or scripts/build_wheel.sh with" \
+      "PYTHON set to a matching interpreter) and carry it" | tr '\n' ' ' | tee -a "$LOG_DIR/$CURRENT_STAGE.log" >&2
+    echo >&2
+    STAGE_STATUS=1
+    return 1
+  fi
+  run_cmd "$PYTHON" -m pip install --no-deps --no-index --force-reinstall "${wheels[0]}"
+}
+
+# The build's environment: JAX_CUDNN_RNN_CUDA=ON, the CUDA toolkit where nvcc is not on the PATH, and with
+# CUDNN_HEADERS a cuDNN root whose include/ is that directory and whose lib/ is the installed nvidia-cudnn-cu13's:
+# the extension then compiles against those headers (the isolated build's pinned oldest cuDNN, carried in dist/) and
+# runs on this machine's newer libcudnn, as a user's binary does.
+BUILD_ENV=()
+build_env() {
+  BUILD_ENV=(JAX_CUDNN_RNN_CUDA=ON)
   if [ -z "${CUDAToolkit_ROOT:-}" ] && ! command -v nvcc >/dev/null && [ -d /usr/local/cuda ]; then
-    export CUDAToolkit_ROOT=/usr/local/cuda
+    BUILD_ENV+=(CUDAToolkit_ROOT=/usr/local/cuda)
   fi
-  JAX_CUDNN_RNN_CUDA=ON "$PYTHON" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 | tee "$LOG_DIR/build.log"
-  build_status=${PIPESTATUS[0]}
-  if [ "$build_status" -ne 0 ]; then
-    echo "BUILD FAILED (status $build_status); see $LOG_DIR/build.log"
-    exit "$build_status"
+  if [ -n "${CUDNN_HEADERS:-}" ]; then
+    local root="${TMPDIR:-/tmp}/gpu-check-cudnn-root" lib
+    if ! lib="$("$PYTHON" -c 'import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], "lib"))')"; then
+      [ "$DRY_RUN" = 1 ] || { STAGE_STATUS=1; return 1; }
+    fi
+    if [ "$DRY_RUN" != 1 ]; then
+      [ -f "$CUDNN_HEADERS/cudnn_version.h" ] || { echo "CUDNN_HEADERS=$CUDNN_HEADERS has no cudnn_version.h" >&2
+                                                   STAGE_STATUS=1; return 1; }
+      rm -rf "$root" && mkdir -p "$root" && ln -s "$(cd "$CUDNN_HEADERS" && pwd)" "$root/include" &&
+        ln -s "$lib" "$root/lib" || { STAGE_STATUS=1; return 1; }
+    fi
+    BUILD_ENV+=("CUDNN_ROOT=$root")
+  fi
+}
+
+stage_wheel() {
+  build_env || return
+  run_cmd env "${BUILD_ENV[@]}" "$PYTHON" -m pip wheel --no-build-isolation --no-deps -w "$LOG_DIR" . || return
+  install_wheel "$LOG_DIR"
+}
+
+stage_build() {
+  build_env || return
+  run_cmd env "${BUILD_ENV[@]}" "$PYTHON" -m pip install -v --no-build-isolation --no-deps -e .
+}
+
+stage_load() {
+  run_cmd nvidia-smi
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli info
+  pytest_cmd tests/test_extension.py tests/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn
+}
+
+stage_core() {
+  pytest_cmd -m gpu tests/test_cudnn_gpu.py -k "trace_time or second_gpu or eager_vjp or cpu_placed or \
+reserve_space or vmap_folds or batch_sharded or heuristic_and_autotune or inference_and_training or \
+(test_matches_xla and float32)"
+  pytest_cmd -m gpu tests/test_export.py tests/test_concurrency.py tests/test_determinism.py \
+    tests/test_module_values.py tests/test_seed_classes.py tests/test_checkpoint.py
+}
+
+stage_features() {
+  pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-40}" -m gpu tests/test_cudnn_gpu.py tests/test_fuzz.py \
+    -k "resets or empty_sequences or longer_than or max_time_steps or seq_lengths or outputs_past_length or \
+lengths_above or packed_and_padded or dropout or options or persist_static or allow_tf32 or cudnn_matches_the_oracle"
+}
+
+stage_memcheck() { sanitizer_cmd memcheck; }
+stage_racecheck() { sanitizer_cmd racecheck; }
+
+stage_matrix() {
+  pytest_cmd -m gpu tests/test_cudnn_gpu.py tests/test_cudnn_layout.py \
+    -k "(test_matches_xla and (float16 or bfloat16 or float64)) or half_gradients_match_pytorch or layout_matches_cudnn"
+}
+
+stage_bench_f() {
+  require_cudnn_gpu || return
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli bench --configs F --json "$LOG_DIR/bench-f.json" \
+    --markdown "$LOG_DIR/bench-f.md" --plot "$LOG_DIR/bench-f.png"
+}
+
+stage_bench() {
+  local args=()
+  split_words args "${BENCH_ARGS-}"
+  require_cudnn_gpu || return
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli bench "${args[@]}" --json "$LOG_DIR/bench.json" \
+    --markdown "$LOG_DIR/bench.md" --plot "$LOG_DIR/bench.png"
+}
+
+stage_whole() {
+  local whole=()
+  split_words whole "${PYTEST_WHOLE-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py}"
+  [ ${#whole[@]} -eq 0 ] || pytest_cmd "${whole[@]}"
+}
+
+stage_tests() {
+  local extra=()
+  split_words extra "${PYTEST_EXTRA-tests}"
+  pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-100}" -m "${PYTEST_SELECT-gpu and not slow}" \
+    --continue-on-collection-errors "${extra[@]}"
+  stage_whole
+}
+
+stage_leaks() { pytest_cmd -m "gpu and slow" tests/test_leaks_gpu.py; }
+
+# Appends the comparisons' recorded errors to the stage's log.
+collect_errors() {
+  [ "$DRY_RUN" = 1 ] && return
+  if [ -f "$ERRORS" ]; then
+    { echo "===== measured errors (test, quantity, error, bound) ====="; cat "$ERRORS"; } \
+      >> "$LOG_DIR/$CURRENT_STAGE.log"
+    rm -f "$ERRORS"
+  fi
+}
+
+if [ -n "$WHEEL_DIR" ]; then
+  CURRENT_STAGE=install
+  if ! install_wheel "$WHEEL_DIR"; then
+    echo "gpu_check.sh: installing the wheel failed; no stage ran" >&2
+    exit 1
   fi
 fi
 
-{
-  section "extension"
-  "$PYTHON" - <<'PY'
-import jax_cudnn_rnn._extension as ext
-print("extension_loaded:", ext.extension_loaded(), "| error:", ext.extension_error())
-print("registered targets:", ext.registered_targets())
-if ext.extension_loaded():
-    m = ext.module()
-    print("cuDNN runtime version:", m.cudnn_version(), "| built against:", m.CUDNN_BUILD_VERSION)
-    print("module file:", m.__file__)
-PY
-} 2>&1 | tee -a "$LOG_DIR/env.log"
+for stage in "${STAGES[@]}"; do
+  CURRENT_STAGE="$stage"
+  STAGE_STATUS=0
+  [ "$DRY_RUN" = 1 ] || printf '\n===== stage %s =====\n' "$stage" | tee -a "$LOG_DIR/$stage.log"
+  "stage_${stage//-/_}"
+  collect_errors
+  [ "$STAGE_STATUS" -eq 0 ] || FAILED+=("$stage (status $STAGE_STATUS)")
+done
 
-test_status=0
-JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 "$PYTHON" -m pytest -q tests/test_extension.py 2>&1 | tee -a "$LOG_DIR/env.log"
-extension_status=${PIPESTATUS[0]}
-
-if has_stage tests; then
-  section "pytest -m ${PYTEST_SELECT:-gpu}"
-  plugins=()
-  "$PYTHON" -c "import xdist" 2>/dev/null && plugins+=(-n "${PYTEST_WORKERS:-4}")
-  "$PYTHON" -c "import pytest_timeout" 2>/dev/null && plugins+=(--timeout 600)
-  # Workers share the GPU: no preallocation. Collection errors in unrelated test files (a missing optional
-  # dependency) must not hide the GPU results.
-  # Every comparison of test_cudnn_gpu.py records its error and bound (JSON lines, appended to the log below).
-  errors="$LOG_DIR/gpu-errors.jsonl"
-  rm -f "$errors"
-  # shellcheck disable=SC2086
-  XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
-    JAX_CUDNN_RNN_GPU_ERRORS="$errors" JAX_CUDNN_RNN_FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-100}" \
-    "$PYTHON" -m pytest -m "${PYTEST_SELECT:-gpu}" \
-    "${plugins[@]}" -rfEs --continue-on-collection-errors \
-    ${PYTEST_EXTRA:-tests} 2>&1 | tee "$LOG_DIR/pytest-gpu.log"
-  test_status=${PIPESTATUS[0]}
-  # The module, demo and example tests leave implementation=None, which is cuDNN on a GPU: run them whole here too.
-  section "pytest ${PYTEST_WHOLE:-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py}" \
-    | tee -a "$LOG_DIR/pytest-gpu.log"
-  # shellcheck disable=SC2086
-  XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_CUDNN_RNN_REQUIRE_EXTENSION=1 JAX_CUDNN_RNN_REQUIRE_GPU=1 \
-    "$PYTHON" -m pytest "${plugins[@]}" -rfEs \
-    ${PYTEST_WHOLE:-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py} 2>&1 \
-    | tee -a "$LOG_DIR/pytest-gpu.log"
-  whole_status=${PIPESTATUS[0]}
-  [ "$test_status" -eq 0 ] && test_status=$whole_status
-  if [ -f "$errors" ]; then
-    section "measured errors (test, quantity, error, bound)" | tee -a "$LOG_DIR/pytest-gpu.log"
-    cat "$errors" >> "$LOG_DIR/pytest-gpu.log"
-    rm -f "$errors"
-  fi
-fi
-
-if has_stage bench; then
-  section "benchmarks"
-  # Every contender in one process per run: this op (cudnn, xla), Flax, jax.experimental.rnn, PyTorch's cuDNN RNN.
-  # shellcheck disable=SC2086
-  jax-cudnn-rnn bench ${BENCH_ARGS:-} --json "$LOG_DIR/bench.json" --plot "$LOG_DIR/bench.png" \
-    --markdown "$LOG_DIR/bench.md" 2>&1 | tee "$LOG_DIR/bench.log"
-fi
-
-if has_stage sanitizer && command -v compute-sanitizer >/dev/null; then
-  section "compute-sanitizer"
-  for tool in ${SANITIZER_TOOLS:-memcheck racecheck}; do
-    XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool "$tool" --error-exitcode 99 "$PYTHON" -m pytest -q -x \
-      tests/test_cudnn_gpu.py -k "${SANITIZER_SELECT:-matches_xla and float32 and linear_input}" 2>&1 \
-      | tee -a "$LOG_DIR/sanitizer.log"
-    echo "compute-sanitizer $tool status: ${PIPESTATUS[0]}"
-  done
-elif has_stage sanitizer; then
-  echo "compute-sanitizer: not on PATH" | tee -a "$LOG_DIR/sanitizer.log"
-fi
-
+[ "$DRY_RUN" = 1 ] && exit 0
 echo
-echo "pytest -m gpu status: $test_status; test_extension status: $extension_status; logs in $LOG_DIR"
-[ "$test_status" -eq 0 ] && [ "$extension_status" -eq 0 ]
+if [ ${#FAILED[@]} -eq 0 ]; then
+  echo "gpu_check.sh: every stage passed (${STAGES[*]}); logs in $LOG_DIR"
+else
+  echo "gpu_check.sh: failed: ${FAILED[*]}; logs in $LOG_DIR"
+  exit 1
+fi

@@ -1,9 +1,9 @@
 """GPU probe: how far are half-precision cuDNN gradients from the float32 reference, for this library and for
 PyTorch's cuDNN RNN given the same weights, inputs and loss?
 
-Run on the device machine after the build (scripts/gpu_check.sh builds). Prints one line per case: the relative
-error in norm of y, dx and dh0 (and dparams for ours) against the float32 xla implementation, for ours, for torch, and
-ours against torch. If ours and torch agree with each other and both miss the reference, the gap is cuDNN's half
+Run on the device machine once the extension is installed (the wheel or build stage of scripts/gpu_check.sh, or
+its --wheel). Prints one line per case: the relative error in norm of y, dx and dh0 (and dparams for ours) against the
+float32 xla implementation, for ours, for torch, and ours against torch. If ours and torch agree with each other and both miss the reference, the gap is cuDNN's half
 arithmetic, not this library's wiring.
 """
 

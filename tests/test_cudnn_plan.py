@@ -50,6 +50,42 @@ def test_target_device_prefers_the_calls_gpu():
         assert plan.target_device(UNKNOWN) is None
 
 
+A100 = dict(device_kind="NVIDIA A100-SXM4-80GB", compute_capability="8.0", core_count=108)
+MAXWELL = dict(device_kind="Tesla M60", compute_capability="5.2", core_count=16)
+
+
+@pytest.mark.parametrize("second_model, want_algorithm", [
+    (A100, algorithm.PERSIST_STATIC_SMALL_H),  # both models' heuristics pick SMALL_H for H=64
+    (MAXWELL, algorithm.STANDARD),  # sm 5.2 runs no persistent algorithm: the choices differ, the standard one fits
+])
+def test_an_unknown_placement_is_planned_on_one_gpu_of_each_model(monkeypatch, second_model, want_algorithm):
+    """Under jax.jit over arrays committed to one GPU tracing does not know which (one trace serves every device), so
+    cuDNN is asked on the first GPU and on one GPU of each other model this process has, and the plan fits them all:
+    the devices asked are checked, not only the sizes."""
+    gpus = [FakeGPU(id=0, local_hardware_id=0), FakeGPU(id=1, local_hardware_id=1),
+            FakeGPU(id=2, local_hardware_id=2, **second_model), FakeGPU(id=3, local_hardware_id=3, **second_model)]
+    monkeypatch.setattr(plan.jax, "local_devices", lambda backend=None: gpus)
+    asked = []
+    sizes = {0: 640, 1: 640, 2: 800}  # reserve bytes per ordinal for B = 4: 160 and 200 per row
+
+    def reserve_space_size(problem, algo, device=-1):
+        asked.append((algo, device))
+        return sizes[device]
+
+    monkeypatch.setattr(plan, "reserve_space_size", reserve_space_size)
+    cfg = jcr.RNNConfig("lstm", 1, 64, 32)
+    made = plan.plan(cfg, (7, 4, 32), False, False, "heuristic", UNKNOWN, True, seconds=None)
+    assert asked == [(want_algorithm, 0), (want_algorithm, 2)]
+    assert made == plan.Plan(want_algorithm, device=0, row_bytes=200, local_batches=(4,))
+    # One model only: the first GPU alone is asked; a call whose GPU tracing knows is asked there alone.
+    asked.clear()
+    monkeypatch.setattr(plan.jax, "local_devices", lambda backend=None: gpus[:2])
+    assert plan.plan(cfg, (7, 4, 32), False, False, "heuristic", UNKNOWN, True, seconds=None).row_bytes == 160
+    plan.plan(cfg, (7, 4, 32), False, False, "heuristic", Placement(platform="cuda", device=gpus[1]), True,
+              seconds=None)
+    assert [device for _, device in asked] == [0, 1]
+
+
 @pytest.mark.parametrize("where, want_batch", [
     (Placement(mesh_axes=(("data", 4),), batch_axes=("data",)), 8),  # the known per-device batch
     (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), 4),  # automatic axes: the smallest split

@@ -321,6 +321,35 @@ def test_loading_accepts_a_newer_runtime_cudnn(monkeypatch):
     assert _extension.extension_loaded()
 
 
+def test_a_build_against_newer_headers_points_to_the_isolated_build():
+    """A --no-build-isolation build against cuDNN 9.28 on a 9.19 runtime: the isolated build (cuDNN 9.12) would load.
+    Below the floor no build would, and the message says only what to install."""
+    refusal, _ = _extension.check_versions(_BUILD, {**_BUILD, "cudnn": 91900})
+    assert "isolated build" in refusal and "compiles against cuDNN 9.12.0" in refusal
+    refusal, _ = _extension.check_versions(_BUILD, {**_BUILD, "cudnn": 91100})
+    assert "isolated build" not in refusal and 'pip install "nvidia-cudnn-cu13>=9.28.1"' in refusal
+
+
+def _pyproject():
+    import tomllib
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def test_the_build_pins_the_cudnn_floor_and_the_cudnn_extra_starts_there():
+    """An isolated build compiles against exactly one cuDNN, the oldest supported: the extension's run-time floor.
+    The `cudnn` extra may not allow anything older, and _extension.CUDNN_FLOOR names the same version."""
+    pyproject = _pyproject()
+    pins = [r for r in pyproject["build-system"]["requires"] if r.startswith("nvidia-cudnn-cu13")]
+    assert len(pins) == 1 and re.match(r"nvidia-cudnn-cu13==(\d+)\.(\d+)\.(\d+)\.\d+;", pins[0]), pins
+    major, minor, patch = map(int, re.match(r"nvidia-cudnn-cu13==(\d+)\.(\d+)\.(\d+)", pins[0]).groups())
+    assert _extension.CUDNN_FLOOR == major * 10000 + minor * 100 + patch
+    pinned = pins[0].split(";")[0].split("==")[1]
+    extra = pyproject["project"]["optional-dependencies"]["cudnn"]
+    assert len(extra) == 1 and extra[0].startswith(f"nvidia-cudnn-cu13>={pinned},<{major + 1};"), extra
+
+
 def test_build_skip_reason_reaches_extension_error(monkeypatch):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)

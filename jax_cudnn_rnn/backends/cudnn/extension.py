@@ -11,8 +11,11 @@ statically, so importing needs no GPU and no ``libcudart.so``.
 
 The module records what it was compiled against (cuDNN headers, the jax/jaxlib whose XLA FFI headers it used).
 Loading refuses a run-time cuDNN older than the build's headers (cuDNN is compatible with newer libraries of the same
-major version only); a different jaxlib is reported by ``extension_error()`` and ``jax-cudnn-rnn info`` but loads,
-since the XLA FFI's C API is versioned and XLA keeps accepting handlers built for older versions of it.
+major version only). An isolated build (``pip install .``, the binary wheel) compiles against the oldest cuDNN the
+extension supports, ``CUDNN_FLOOR`` (pinned in pyproject.toml's build requirements), so it loads with every newer
+cuDNN 9; a ``--no-build-isolation`` build compiles against the environment's cuDNN, which is then its floor. A
+different jaxlib is reported by ``extension_error()`` and ``jax-cudnn-rnn info`` but loads, since the XLA FFI's C API
+is versioned and XLA keeps accepting handlers built for older versions of it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ EXTENSION = loader.NativeExtension(
     library=("libcudnn", "the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
                          "`pip install nvidia-cudnn-cu13` brings it"))
 _cudnn_path: str | None = None
+# The cuDNN an isolated build compiles against (pyproject.toml's pin of nvidia-cudnn-cu13, the first cuDNN for CUDA 13),
+# as cudnnGetVersion() reads it: the oldest run-time cuDNN such a build loads with.
+CUDNN_FLOOR = 91200
 
 
 def _preload() -> str | None:
@@ -105,11 +111,14 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
     mismatch it can live with, or None)."""
     if runtime["cudnn"] is not None and runtime["cudnn"] < build["cudnn"]:
         where = f" ({cudnn_path})" if cudnn_path else ""
+        # A --no-build-isolation build against a newer cuDNN than the one running: an isolated build would load.
+        rebuild = (f", or reinstall the extension from an isolated build (`pip install .` or the binary wheel), which "
+                   f"compiles against cuDNN {format_cudnn_version(CUDNN_FLOOR)} and loads with any newer cuDNN 9"
+                   if runtime["cudnn"] >= CUDNN_FLOOR else "")
         return (f"the cuDNN extension was built against cuDNN {format_cudnn_version(build['cudnn'])} but the cuDNN "
                 f"library loaded at run time{where} is {format_cudnn_version(runtime['cudnn'])}, which is older and "
                 f"may lack functions or fixes the extension uses; install a newer one with `pip install "
-                f"\"nvidia-cudnn-cu13>={format_cudnn_version(build['cudnn'])}\"` (or rebuild the extension against "
-                f"the cuDNN you have)"), None
+                f"\"nvidia-cudnn-cu13>={format_cudnn_version(build['cudnn'])}\"`{rebuild}"), None
     notes = []
     if build["jaxlib"] != runtime["jaxlib"]:
         notes.append(f"it was compiled against the XLA FFI headers of jaxlib {build['jaxlib']} and jaxlib "

@@ -1,7 +1,8 @@
 """The plan of one cuDNN call: the algorithm it runs and the reserve rows it needs, decided once while it is traced.
 
 The plan is made for the batch one device is expected to run (the per-shard batch under batch sharding,
-``Placement.local_batches``) and asked of the GPU the call runs on. The training forward hands its plan to the backward
+``Placement.local_batches``) and asked of the GPU the call runs on, or, when tracing does not know it, of one GPU of
+each model this process has (``planning_devices``). The training forward hands its plan to the backward
 with its residuals, so both passes run the same algorithm whatever another thread tunes meanwhile (cuDNN forbids a
 backward under another algorithm than the forward that wrote the reserve space).
 
@@ -35,7 +36,8 @@ class Plan:
     """The static decisions of one cuDNN call, shared by its forward and its backward passes.
 
     algorithm: the cuDNN algorithm every pass of the call runs (jax_cudnn_rnn/backends/cudnn/algorithm.py).
-    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked).
+    device: CUDA ordinal in this process on which cuDNN was asked at trace time (-1: nothing was asked); the first of
+      several when tracing did not know the call's GPU and the process has GPUs of several models.
     row_bytes: training only: bytes per batch row of the reserve-space array [B, row_bytes].
     local_batches: training only: the per-device batch sizes the reserve rows fit; a split of the batch into any
       other size runs the call whole (jax_cudnn_rnn/sharding/partitioning.py).
@@ -67,16 +69,46 @@ def problem(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, training
     return algorithm.Problem(config, int(x_shape[0]), int(x_shape[1]), padded, training, allow_tf32)
 
 
-def target_device(where: placement.Placement) -> jax.Device | None:
-    """The GPU of this process that trace-time questions about a call placed at ``where`` go to: a device of the
-    call when tracing knows one, else ``jax.default_device``'s when it is a GPU, else this process's first GPU."""
+def known_gpu(where: placement.Placement) -> jax.Device | None:
+    """The call's GPU when tracing knows it: a device of the call, else ``jax.default_device``'s when it is a GPU."""
     for device in (where.device, jax.config.jax_default_device):
         if device is not None and not isinstance(device, str) and device.platform == "gpu":
             return device
+    return None
+
+
+def target_device(where: placement.Placement) -> jax.Device | None:
+    """The GPU of this process that trace-time questions about a call placed at ``where`` go to first: the call's GPU
+    when tracing knows it (``known_gpu``), else this process's first GPU (where uncommitted arrays run)."""
+    known = known_gpu(where)
+    if known is not None:
+        return known
     try:
         return jax.local_devices(backend="gpu")[0]
     except RuntimeError:
         return None
+
+
+def planning_devices(where: placement.Placement) -> tuple[jax.Device | None, ...]:
+    """The GPUs cuDNN is asked on to plan a call placed at ``where``: ``target_device``, and when tracing does not
+    know the call's GPU, also one GPU of each other model (compute capability, SM count, kind) this process has.
+
+    Under ``jax.jit`` over arrays committed to one GPU the placement is unknown, and one trace serves every device the
+    arguments are later committed to (JAX caches the trace by abstract values, not by device), so the plan must hold
+    on any of this process's GPUs. cuDNN's answers (reserve size, the heuristic's facts) are taken to depend on the GPU
+    model, not on which GPU of a model is asked, so asking one of each model answers for the call's GPU, whichever it
+    is (docs/lowering.md)."""
+    first = target_device(where)
+    if first is None or known_gpu(where) is not None:
+        return (first,)
+    models = {dataclasses.replace(algorithm.device_info(first), ordinal=-1): first}
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:  # no GPU backend: nothing else to ask
+        gpus = []
+    for device in gpus:
+        models.setdefault(dataclasses.replace(algorithm.device_info(device), ordinal=-1), device)
+    return tuple(models.values())
 
 
 def check_processes_agree() -> None:
@@ -95,18 +127,29 @@ def plan(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, requested: 
          training: bool, seconds: Timer) -> Plan:
     """The call's plan: the algorithm ``requested`` resolves to for the batch one device is expected to run
     (``where.local_batches``), on the call's device (``seconds`` times one algorithm, for autotune); for training also
-    the reserve rows, sized for every local batch the call may run with."""
+    the reserve rows, sized for every local batch the call may run with. When tracing does not know the call's GPU and
+    this process has GPUs of several models, the plan holds on each (``planning_devices``): the algorithm their choices
+    agree on, else the standard one, and reserve rows that fit every model's size."""
     check_processes_agree()
-    device = target_device(where)
-    info = algorithm.device_info(device)
+    devices = planning_devices(where)
+    infos = [algorithm.device_info(device) for device in devices]
     local_batches = where.local_batches(int(x_shape[1]))
     local = problem(config, (x_shape[0], local_batches[0]), padded, allow_tf32, training)
-    chosen = algorithm.choose(requested, local, lambda candidate: seconds(local, candidate, device), info)
+    choices = {algorithm.choose(requested, local, lambda candidate, device=device: seconds(local, candidate, device),
+                                info) for device, info in zip(devices, infos, strict=True)}
+    chosen = choices.pop() if len(choices) == 1 else algorithm.STANDARD
     if not training:
-        return Plan(chosen, info.ordinal)
-    row_bytes, fitting = reserve_row_bytes(problem(config, x_shape, padded, allow_tf32, True), chosen,
-                                           local_batches, info.ordinal)
-    return Plan(chosen, info.ordinal, row_bytes, fitting)
+        return Plan(chosen, infos[0].ordinal)
+    row_bytes, fitting = 0, set(local_batches)
+    for info in infos:
+        rows, fits = reserve_row_bytes(problem(config, x_shape, padded, allow_tf32, True), chosen, local_batches,
+                                       info.ordinal)
+        row_bytes, fitting = max(row_bytes, rows), fitting & set(fits)
+    if not fitting:
+        raise ValueError(f"implementation='cudnn' cannot plan this call for every GPU model of this process: cuDNN "
+                         f"refuses each of the local batches {local_batches} on one of them; commit the arrays to a "
+                         f"NamedSharding or set jax.default_device so that tracing knows the call's GPU")
+    return Plan(chosen, infos[0].ordinal, row_bytes, tuple(b for b in local_batches if b in fitting))
 
 
 def reserve_row_bytes(whole: algorithm.Problem, chosen: str, local_batches: tuple[int, ...],
