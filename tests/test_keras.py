@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -93,6 +94,28 @@ def test_every_layer_equals_keras(ours_class, theirs_class, kwargs):
     theirs.set_weights([2 * w for w in ours.get_weights()])
     ours.set_weights(theirs.get_weights())
     _assert_same(ours(X), theirs(X))
+
+
+@pytest.mark.parametrize("ours_class, theirs_class", [(jk.LSTM, keras.layers.LSTM), (jk.GRU, keras.layers.GRU),
+                                                       (jk.SimpleRNN, keras.layers.SimpleRNN)], ids=IDS[:3])
+def test_without_biases(ours_class, theirs_class):
+    ours, theirs = _pair(ours_class, theirs_class, {}, use_bias=False, return_sequences=True)
+    assert len(ours.get_weights()) == 2 and ours.cell.bias is None
+    _compare(ours, theirs, [MASKS["holes"]], [None])
+
+
+def test_gradients_through_a_masked_backward_layer_equal_keras():
+    ours, theirs = _pair(jk.LSTM, keras.layers.LSTM, {}, go_backwards=True, return_sequences=True)
+    state = _states(jk.LSTM)
+
+    def grads(layer):
+        def loss(trainable, x, state):
+            fixed = [v.value for v in layer.non_trainable_variables]
+            out, _ = layer.stateless_call(trainable, fixed, x, initial_state=state, mask=MASKS["holes"])
+            return jnp.sum(jnp.sin(out))
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))([v.value for v in layer.trainable_variables], X, state)
+
+    _assert_same(jax.tree_util.tree_leaves(grads(ours)), jax.tree_util.tree_leaves(grads(theirs)), atol=1e-5)
 
 
 def test_bidirectional_runs_our_layers_and_equals_keras():
