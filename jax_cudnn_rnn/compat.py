@@ -79,8 +79,11 @@ def init_lstm_weight(rng: Any, input_size: int, hidden_size: int, num_layers: in
     return jax.random.uniform(rng, shape=(count,), dtype=jnp.float32, minval=-k, maxval=k)
 
 
-def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool
-                        ) -> tuple[dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array]]:
+Unpacked = tuple[dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array]]
+
+
+def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_layers: int,
+                        bidirectional: bool) -> Unpacked:
     """(W_ih, W_hh, b_ih, b_hh), each a dict keyed by pseudo-layer (layer * D + direction): W_ih[p] [4H, in_p] (the
     gates i, f, g, o stacked, PyTorch's ``weight_ih``), W_hh[p] [4H, H], b_ih[p] and b_hh[p] [4H]."""
     if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
@@ -88,7 +91,7 @@ def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_lay
     config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(weights, "weights"))
     _check_weights(weights, config, input_size, hidden_size, num_layers, bidirectional)
     matrices, biases = jcr.params_to_canonical(weights, config)
-    result: tuple[dict[int, jax.Array], ...] = ({}, {}, {}, {})
+    result: Unpacked = ({}, {}, {}, {})
     for pseudo in range(config.num_layers * config.num_directions):
         w, b = matrices[8 * pseudo:8 * pseudo + 8], biases[8 * pseudo:8 * pseudo + 8]
         result[0][pseudo] = jnp.concatenate(w[:4])

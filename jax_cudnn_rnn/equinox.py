@@ -149,6 +149,9 @@ class _FusedRNN(eqx.Module):
                 raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
             if not isinstance(seq_length, jax.core.Tracer) and not 0 <= int(seq_length) <= shape[0]:
                 raise ValueError(f"seq_length is {int(seq_length)}; expected a value in [0, {shape[0]}] = [0, T]")
+            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
+                raise ValueError("seq_length was given, but implementation='onednn' has no per-sequence lengths; use "
+                                 "implementation=None (the best one that can) or 'xla'")
             lengths = jnp.reshape(seq_length, (1,)).astype(jnp.int32)
         dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
         if dropout_applies and key is None:

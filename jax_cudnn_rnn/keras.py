@@ -214,6 +214,9 @@ class _Fused:
             got = _shape(mask, "mask")
             if got != (batch, steps):
                 raise ValueError(f"mask has shape {got}; expected ({batch}, {steps}) = (batch, timesteps) of inputs")
+            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
+                raise ValueError("mask was given, but implementation='onednn' has no per-sequence lengths, which a "
+                                 "masked call runs on; use implementation=None (the best one that can) or 'xla'")
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
         """inputs [batch, timesteps, features]; ``initial_state`` [h, c] (LSTM) or [h], each [batch, units];

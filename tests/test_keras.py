@@ -215,6 +215,8 @@ def test_onednn_runs_an_unmasked_layer():
     require_extension(onednn.EXTENSION, REQUIRE_ONEDNN)
     ours, theirs = _pair(jk.LSTM, keras.layers.LSTM, {}, implementation="onednn", return_state=True)
     _assert_same(ours(X), theirs(X), atol=1e-5)
+    with pytest.raises(ValueError, match=r"mask was given, but implementation='onednn' has no per-sequence lengths"):
+        ours(X, mask=MASKS["holes"])
 
 
 def test_refused_arguments_are_named():
