@@ -366,8 +366,9 @@ def flax_stack_kwargs(config: RNNConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------------------ Keras
 
-# The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names.
-_KERAS_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n"), "rnn_tanh": ("h",), "rnn_relu": ("h",)}
+# The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names. Public: the traceable
+# conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives here only.
+KERAS_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n"), "rnn_tanh": ("h",), "rnn_relu": ("h",)}
 _KERAS_CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
 # Keras on JAX cannot build half-precision recurrent layers (its orthogonal initializer runs a QR decomposition, which
 # has no float16/bfloat16 kernel), so half precision uses Keras's mixed policies: float32 variables, half compute.
@@ -456,7 +457,7 @@ def canonical_to_keras(weights: Sequence[Any], biases: Sequence[Any], config: RN
     _keras_check(config)
     named = _canonical_by_name(weights, biases, config)
     dtype = _keras_dtype(config)
-    gates = _KERAS_GATES[config.mode]
+    gates = KERAS_GATES[config.mode]
     result: list[list[np.ndarray]] = [[] for _ in range(config.num_layers)]
     for layer, _, prefix in _pseudo_layers(config):
         arrays = [np.concatenate([_input_matrix(config, named, layer, prefix, g).T for g in gates], axis=1),
@@ -488,7 +489,7 @@ def keras_to_canonical(layer_weights: Sequence[Any], config: RNNConfig, *, dtype
     if len(layer_weights) != config.num_layers:
         raise ValueError(f"layer_weights has {len(layer_weights)} entries; expected num_layers = {config.num_layers} "
                          "(one get_weights() list per layer)")
-    gates = _KERAS_GATES[config.mode]
+    gates = KERAS_GATES[config.mode]
     units = config.num_units
     named: dict[str, np.ndarray] = {}
     for layer in range(config.num_layers):

@@ -1,0 +1,244 @@
+"""Equinox modules on the fused kernels: ``LSTM``, ``GRU`` and ``RNN`` (``eqx.Module``).
+
+A module holds one ``RNNParams`` (the opaque buffer, the only array leaf; its ``RNNConfig`` static), so ``eqx.filter``,
+``eqx.filter_jit``, ``eqx.filter_grad``, optax (whose states mirror the ``RNNParams``), ``eqx.tree_serialise_leaves``
+and the Orbax handler of ``jax_cudnn_rnn.checkpoint`` all see it as they see any parameter.
+
+Called unbatched, as Equinox's layers are: ``y, state = model(x, state=None)`` with x [T, input_size] and y
+[T, D*hidden_size]; ``jax.vmap(model)`` over a batch runs ONE fused call for the whole batch (``rnn``'s vmap rule
+folds the mapped axis into the kernel's batch). State: ``(h, c)`` for an LSTM, ``h`` otherwise, each
+[num_layers*D, hidden_size] (index layer*D + direction), zeros when None.
+
+``LSTM.from_cells`` / ``GRU.from_cells`` take a stack of ``eqx.nn.LSTMCell`` / ``GRUCell`` (``cells[layer]
+[direction]``) and ``to_cells`` gives one back, through ``interop``'s converters (Equinox has no vanilla RNN cell).
+Inter-layer dropout (``dropout``, between layers, with ``num_layers > 1``) applies unless ``inference`` is True, from
+the ``key`` passed at call time, like ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` switches it off. Under
+``jax.vmap`` pass one key per sequence (``jax.vmap(model)(xs, key=jax.random.split(key, B))``), or every sequence
+gets the same masks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import interop
+
+__all__ = ["GRU", "LSTM", "RNN"]
+
+
+def _check_int(argument: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{argument} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{argument} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: Any, use_bias: Any,
+                 dropout: Any, dtype: Any) -> jcr.RNNConfig:
+    """The config, after checks that name this module's arguments (RNNConfig's own would say num_units, direction)."""
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
+    if not isinstance(use_bias, (bool, np.bool_)):
+        raise TypeError(f"use_bias must be a bool, got {type(use_bias).__name__} {use_bias!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+    return jcr.RNNConfig(mode=mode, num_layers=_check_int("num_layers", num_layers, 1),
+                         num_units=_check_int("hidden_size", hidden_size, 1),
+                         input_size=_check_int("input_size", input_size, 1),
+                         direction="bidirectional" if bidirectional else "unidirectional",
+                         bias_mode="double" if use_bias else "none", dropout=float(dropout),
+                         dtype=jnp.float32 if dtype is None else dtype)
+
+
+def _shape(value: Any, argument: str) -> tuple[int, ...]:
+    shape = getattr(value, "shape", None)
+    if shape is None or not hasattr(value, "dtype"):
+        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
+    return tuple(shape)
+
+
+class _FusedRNN(eqx.Module):
+    """What the three modules share: the parameters, the call and its checks."""
+
+    params: jcr.RNNParams
+    inference: bool
+    implementation: str | None = eqx.field(static=True)
+    precision: str | None = eqx.field(static=True)
+
+    def _init(self, config: jcr.RNNConfig, inference: bool, implementation: str | None, precision: Any,
+              key: Any) -> None:
+        if key is None:
+            raise ValueError("key is None; pass a JAX PRNG key (jax.random.key(seed)) to initialise the parameters")
+        self.params = jcr.RNNParams.init(key, config)
+        self.inference = inference
+        self.implementation = implementation
+        self.precision = precision
+
+    @property
+    def config(self) -> jcr.RNNConfig:
+        """The network: mode, sizes, direction, dropout, dtype."""
+        return self.params.config
+
+    def _check_state(self, state: Any) -> tuple[Any, Any]:
+        """(h0, c0 or None), each [L*D, H], from ``state`` as the caller passed it."""
+        config = self.config
+        want = config.state_shape(1)[::2]
+        meaning = f"{want} = (num_layers*num_directions, hidden_size)"
+        if config.has_cell_state:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                got = f"a {type(state).__name__}" + (f" of {len(state)}" if isinstance(state, (tuple, list)) else "")
+                raise TypeError(f"state must be a tuple (h, c) for an LSTM, each {meaning}; got {got}")
+            pairs = [("state[0] (h)", state[0]), ("state[1] (c)", state[1])]
+        else:
+            pairs = [("state", state)]
+        for argument, value in pairs:
+            shape = _shape(value, argument)
+            if shape != want:
+                raise ValueError(f"{argument} has shape {shape}; expected {meaning} (unbatched: jax.vmap the model "
+                                 f"over a batch)")
+            if np.dtype(value.dtype) != config.dtype:
+                raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {config.dtype.name} "
+                                f"(the module's dtype)")
+        return pairs[0][1], (pairs[1][1] if config.has_cell_state else None)
+
+    def __call__(self, x: Any, state: Any = None, *, seq_length: Any = None, key: Any = None) -> tuple[Any, Any]:
+        """Runs the network over one sequence.
+
+        Args:
+          x: [T, input_size], the module's dtype.
+          state: the initial state, ``(h, c)`` for an LSTM, ``h`` otherwise, each [num_layers*D, hidden_size] in the
+            module's dtype; zeros when None.
+          seq_length: optional int scalar in [0, T]: steps at and after it are padding (zero outputs; the final
+            state is the one after the last valid step, and the backward direction reads from step seq_length - 1),
+            ``rnn``'s ``seq_lengths`` for one sequence.
+          key: a PRNG key for inter-layer dropout; needed only when it applies (``dropout > 0``, ``num_layers > 1``,
+            not ``inference``).
+
+        Returns:
+          (y [T, D*hidden_size], final state shaped like ``state``).
+        """
+        config = self.config
+        shape = _shape(x, "x")
+        if len(shape) != 2 or shape[1] != config.input_size:
+            batched = " (unbatched: jax.vmap the model over a batch)" if len(shape) == 3 else ""
+            raise ValueError(f"x has shape {shape}; expected (T, {config.input_size}) = (time, input_size){batched}")
+        if shape[0] == 0:
+            raise ValueError(f"x has shape {shape}; expected at least one time step")
+        if np.dtype(x.dtype) != config.dtype:
+            raise TypeError(f"x has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} (the module's dtype)")
+        if state is None:
+            zeros = jnp.zeros(config.state_shape(1)[::2], config.dtype)
+            state = (zeros, jnp.zeros_like(zeros)) if config.has_cell_state else zeros
+        h0, c0 = self._check_state(state)
+        lengths = None
+        if isinstance(seq_length, (int, np.integer)) and not isinstance(seq_length, bool):
+            seq_length = jnp.asarray(seq_length, jnp.int32)
+        if seq_length is not None:
+            if _shape(seq_length, "seq_length") != ():
+                raise ValueError(f"seq_length has shape {tuple(seq_length.shape)}; expected () (one sequence's "
+                                 f"length; jax.vmap the model over a batch)")
+            if not jnp.issubdtype(seq_length.dtype, jnp.integer):
+                raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
+            if not isinstance(seq_length, jax.core.Tracer) and not 0 <= int(seq_length) <= shape[0]:
+                raise ValueError(f"seq_length is {int(seq_length)}; expected a value in [0, {shape[0]}] = [0, T]")
+            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
+                raise ValueError("seq_length was given, but implementation='onednn' has no per-sequence lengths; use "
+                                 "implementation=None (the best one that can) or 'xla'")
+            lengths = jnp.reshape(seq_length, (1,)).astype(jnp.int32)
+        dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
+        if dropout_applies and key is None:
+            raise ValueError(f"key is None; dropout={config.dropout} between the {config.num_layers} layers needs a "
+                             f"PRNG key when the module is not in inference mode (or use eqx.nn.inference_mode)")
+        y, h_n, c_n = jcr.rnn(self.params, x[:, None], h0[:, None], None if c0 is None else c0[:, None],
+                              seq_lengths=lengths, is_training=dropout_applies,
+                              dropout_key=key if dropout_applies else None, implementation=self.implementation,
+                              precision=self.precision)
+        final = (h_n[:, 0], c_n[:, 0]) if config.has_cell_state else h_n[:, 0]
+        return y[:, 0], final
+
+
+class _FromCells(_FusedRNN):
+    """``from_cells``/``to_cells`` for the modes Equinox has cells for."""
+
+    _mode = ""
+
+    def to_cells(self) -> list[list[Any]]:
+        """``cells[layer][direction]`` of ``eqx.nn.LSTMCell`` / ``GRUCell`` computing what this module computes (LSTM's
+        two biases summed into the cell's one; GRU's kept apart as ``bias`` and ``bias_n``): ``interop.
+        canonical_to_equinox``."""
+        weights, biases = self.params.to_canonical()
+        return interop.canonical_to_equinox(weights, biases, self.config)
+
+    @classmethod
+    def from_cells(cls, cells: Sequence[Sequence[Any]], *, dropout: float = 0.0, inference: bool = False,
+                   implementation: str | None = None, precision: Any = None):
+        """A module holding the weights of ``cells[layer][direction]`` (``eqx.nn.LSTMCell`` for ``LSTM``,
+        ``eqx.nn.GRUCell`` for ``GRU``; one direction, or [forward, backward]); sizes, ``use_bias`` and dtype are
+        the cells'. Errors name the cell and field that do not fit (``interop.equinox_to_canonical``)."""
+        if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) or not cells or \
+                not isinstance(cells[0], Sequence) or not cells[0]:
+            raise TypeError(f"cells must be a non-empty list of lists cells[layer][direction], got "
+                            f"{type(cells).__name__}")
+        first = cells[0][0]
+        if not hasattr(first, "weight_ih"):
+            raise TypeError(f"cells[0][0] is a {type(first).__name__}; expected an eqx.nn cell")
+        config = _make_config(cls._mode, first.input_size, first.hidden_size, len(cells), len(cells[0]) == 2,
+                              bool(first.use_bias), dropout, np.dtype(first.weight_ih.dtype))
+        weights, biases = interop.equinox_to_canonical(cells, config)
+        module = cls(config.input_size, config.num_units, num_layers=config.num_layers,
+                     bidirectional=config.num_directions == 2, use_bias=config.bias_mode != "none",
+                     dropout=config.dropout, inference=inference, dtype=config.dtype, implementation=implementation,
+                     precision=precision, key=jax.random.key(0))  # the key only fills what tree_at replaces
+        return eqx.tree_at(lambda m: m.params, module, jcr.RNNParams.from_canonical(weights, biases, config))
+
+
+class LSTM(_FromCells):
+    """A stacked LSTM: ``LSTM(input_size, hidden_size, *, num_layers=1, bidirectional=False, use_bias=True,
+    dropout=0.0, inference=False, dtype=None, implementation=None, precision=None, key)``.
+
+    Weights and biases from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) like ``eqx.nn.LSTMCell``; dtype float32
+    unless given (float16, bfloat16, float64 too). ``implementation`` and ``precision`` are ``rnn``'s. Call:
+    ``y, (h, c) = model(x, state=None, *, seq_length=None, key=None)``, see ``__call__``.
+    """
+
+    _mode = "lstm"
+
+    def __init__(self, input_size: int, hidden_size: int, *, num_layers: int = 1, bidirectional: bool = False,
+                 use_bias: bool = True, dropout: float = 0.0, inference: bool = False, dtype: Any = None,
+                 implementation: str | None = None, precision: Any = None, key: Any):
+        self._init(_make_config("lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+                   inference, implementation, precision, key)
+
+
+class GRU(_FromCells):
+    """A stacked GRU (cuDNN's: ``eqx.nn.GRUCell``'s equations), arguments as ``LSTM``'s; call:
+    ``y, h = model(x, state=None, *, seq_length=None, key=None)``."""
+
+    _mode = "gru"
+
+    def __init__(self, input_size: int, hidden_size: int, *, num_layers: int = 1, bidirectional: bool = False,
+                 use_bias: bool = True, dropout: float = 0.0, inference: bool = False, dtype: Any = None,
+                 implementation: str | None = None, precision: Any = None, key: Any):
+        self._init(_make_config("gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+                   inference, implementation, precision, key)
+
+
+class RNN(_FusedRNN):
+    """A stacked vanilla RNN, h' = tanh or relu(W x + b_W + R h + b_R) (PyTorch's ``nn.RNN``): arguments as
+    ``LSTM``'s plus ``nonlinearity`` ("tanh" or "relu"); call: ``y, h = model(x, state=None, ...)``."""
+
+    def __init__(self, input_size: int, hidden_size: int, *, nonlinearity: str = "tanh", num_layers: int = 1,
+                 bidirectional: bool = False, use_bias: bool = True, dropout: float = 0.0, inference: bool = False,
+                 dtype: Any = None, implementation: str | None = None, precision: Any = None, key: Any):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"nonlinearity is {nonlinearity!r}; expected 'tanh' or 'relu'")
+        self._init(_make_config("rnn_" + nonlinearity, input_size, hidden_size, num_layers, bidirectional, use_bias,
+                                dropout, dtype), inference, implementation, precision, key)

@@ -1,0 +1,326 @@
+"""Keras 3 layers on the fused kernels: ``LSTM``, ``GRU`` and ``SimpleRNN`` (JAX backend).
+
+Each is a subclass of its ``keras.layers`` namesake with the same constructor arguments, call signature, variables
+(``kernel`` [I, G*H], ``recurrent_kernel`` [H, G*H], ``bias``: the cell's, in Keras's gate order) and configuration,
+so ``ours.set_weights(keras_layer.get_weights())`` and back just work, and ``keras.layers.Bidirectional``,
+``Sequential``/``Model``, ``fit``, stateful layers and ``.keras`` files work as with Keras's layers. Only the loop over
+time changes: ``inner_loop`` builds the opaque buffer from the variables with traceable jnp ops (under ``jit`` and
+``grad``) and runs one ``jax_cudnn_rnn.rnn`` call: cuDNN on a GPU (also for GRUs and masked sequences, which Keras on
+JAX runs as a ``lax.scan``), oneDNN or pure JAX on the CPU.
+
+Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests/test_keras.py):
+
+* LSTM and SimpleRNN keep one bias per gate: it is the input bias (``bias_mode="single_input"``); GRU is Keras's
+  ``reset_after=True`` GRU, cuDNN's, with its input and recurrent biases (``bias`` [2, 3H]). ``use_bias=False``: no
+  biases.
+* ``mask`` [batch, timesteps] (bool, or anything Keras casts to bool), any pattern: a masked step leaves the state as
+  it is and outputs the previous output (``h0`` before the first valid step), or zeros with ``zero_output_for_mask``
+  (which ``Bidirectional`` sets when it returns sequences). The valid steps of each sequence are gathered to its
+  front, run as one fused call with ``seq_lengths`` = their count, and the outputs gathered back: a right-padded mask
+  is the fused call with ``seq_lengths`` plus two identity gathers; left padding (``pad_sequences``'s default) and
+  holes cost nothing more. Nothing depends on the mask's values at trace time, so masks work under ``jit``.
+* ``go_backwards`` reads the steps last to first and returns the outputs in that order (Keras's "reversed sequence").
+* ``dropout`` (Keras's input dropout: one mask per sequence, reused at every step) multiplies the input before the
+  fused call, as Keras's own cuDNN path does; it draws the mask from the cell's seed generator like Keras.
+
+Refused with a ValueError naming the argument, at construction: ``recurrent_dropout > 0`` (a new mask on h inside the
+recurrence, which a fused kernel cannot apply), ``dropout`` with ``implementation=1`` (one input mask per gate),
+activations other than cuDNN's (LSTM/GRU: ``activation="tanh"``, ``recurrent_activation="sigmoid"``; SimpleRNN:
+``"tanh"`` or ``"relu"``), ``unroll=True``, and a GRU with ``reset_after=False``.
+
+Extra constructor arguments: ``implementation`` (``rnn``'s: None, "cudnn", "onednn", "xla" or "reference"; Keras's
+legacy ``implementation=1``/``2``, which only reorder the same arithmetic, are accepted and mean None) and
+``precision`` (``rnn``'s, as a string). Keras's ``use_cudnn`` maps onto ``implementation``: ``True`` is "cudnn",
+``False`` "xla", ``"auto"`` None; the layer's ``use_cudnn`` attribute is then False, which keeps Keras's
+``Bidirectional`` from replacing these layers with its own fused LSTM. Both extras are in ``get_config``.
+
+Importing this module imports Keras, which must run on JAX: set ``KERAS_BACKEND=jax`` before Keras is first imported
+(this package changes no environment variable); Keras on any other backend is an ImportError. Loading a saved model needs
+``import jax_cudnn_rnn.keras`` first (it registers the classes as ``jax_cudnn_rnn>LSTM`` and so on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import interop
+
+if keras.backend.backend() != "jax":
+    raise ImportError(f"jax_cudnn_rnn.keras needs Keras 3 on the JAX backend; keras was imported with backend "
+                      f"{keras.backend.backend()!r}. Set the environment variable KERAS_BACKEND=jax before keras is first "
+                      f"imported")
+
+__all__ = ["GRU", "LSTM", "SimpleRNN"]
+
+# Keras's legacy `implementation` values (LSTMCell/GRUCell): they order the same arithmetic differently.
+_KERAS_IMPLEMENTATIONS = (1, 2)
+
+
+def _activation_name(function: Any) -> str:
+    """What a Keras activation serialises to ("tanh", "relu", ...), for messages and comparisons."""
+    name = keras.activations.serialize(function)
+    return name if isinstance(name, str) else repr(name)
+
+
+def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: jcr.RNNConfig) -> Any:
+    """The opaque buffer [params_size(config)] of one Keras layer's weights, with jnp ops only (it runs under ``jit``
+    and ``grad``, where the NumPy converters of ``interop`` cannot).
+
+    kernel [I, G*H] and recurrent_kernel [H, G*H] hold the gates side by side in Keras's order
+    (``interop.KERAS_GATES``); bias is [G*H] (LSTM, SimpleRNN: the input biases, ``bias_mode="single_input"``),
+    [2, G*H] (GRU: the input row, then the recurrent row, ``bias_mode="double"``) or None (``"none"``). All in
+    ``config.dtype``.
+    """
+    units = config.num_units
+    columns = [interop.KERAS_GATES[config.mode].index(gate) for gate in config.gate_names]
+
+    def gates(matrix: Any) -> list[Any]:  # [in, G*H] -> G matrices [H, in], canonical order
+        return [matrix[:, j * units:(j + 1) * units].T for j in columns]
+
+    weights = gates(kernel) + gates(recurrent_kernel)
+    biases = []
+    if bias is not None:
+        for row in (bias[None] if bias.ndim == 1 else bias):
+            biases += [row[j * units:(j + 1) * units] for j in columns]
+    return jcr.canonical_to_params(weights, biases, config)
+
+
+def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str, Any]) -> str | None:
+    """``rnn``'s implementation from the constructor's ``implementation`` and ``use_cudnn``; Keras's legacy integer
+    ``implementation`` goes back into ``kwargs`` for the cell."""
+    if isinstance(implementation, (int, np.integer)) and not isinstance(implementation, bool):
+        if implementation not in _KERAS_IMPLEMENTATIONS:
+            raise ValueError(f"implementation is {implementation!r}; expected None, one of rnn()'s implementations "
+                             f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 1 or 2")
+        kwargs["implementation"] = int(implementation)
+        implementation = None
+    if implementation is not None and not isinstance(implementation, str):
+        raise TypeError(f"implementation must be None or a str, got {type(implementation).__name__} "
+                        f"{implementation!r}")
+    if use_cudnn not in ("auto", True, False):
+        raise ValueError(f"use_cudnn is {use_cudnn!r}; expected 'auto', True or False")
+    if use_cudnn == "auto":
+        return implementation
+    wanted = "cudnn" if use_cudnn is True else "xla"
+    if implementation is not None and (implementation == "cudnn") != (use_cudnn is True):
+        raise ValueError(f"use_cudnn={use_cudnn} contradicts implementation={implementation!r}; pass one of them "
+                         f"(use_cudnn={use_cudnn} means implementation={wanted!r})")
+    return implementation or wanted
+
+
+def _shape(value: Any, argument: str) -> tuple[Any, ...]:
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        try:
+            shape = np.shape(value)
+        except Exception:  # noqa: BLE001 - anything NumPy cannot read is not an array
+            shape = None
+    if shape is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
+    return tuple(shape)
+
+
+class _Fused:
+    """What the three layers share: the checks, the extra configuration and the fused ``inner_loop``. Mixed in before
+    the Keras class, so ``call``/``build``/``inner_loop``/``get_config`` here run first and defer to Keras's."""
+
+    _mode: str  # "lstm" or "gru"; SimpleRNN's depends on its activation
+
+    def _setup(self, implementation: str | None, precision: Any) -> None:
+        if precision is not None and not isinstance(precision, str):
+            raise TypeError(f"precision must be None or a str (it is saved with the layer's config), got "
+                            f"{type(precision).__name__} {precision!r}")
+        self.implementation = implementation
+        self.precision = precision
+        self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
+        cell = self.cell
+        if cell.recurrent_dropout:
+            raise ValueError(f"recurrent_dropout is {cell.recurrent_dropout}; a fused RNN kernel cannot drop entries "
+                             f"of h inside the recurrence: use recurrent_dropout=0 (dropout=, on the inputs, works)")
+        if cell.dropout >= 1.0:
+            raise ValueError(f"dropout is {cell.dropout}; expected a rate in [0, 1)")
+        if cell.dropout and getattr(cell, "implementation", 2) == 1:
+            raise ValueError(f"dropout={cell.dropout} with Keras's implementation=1 draws one input mask per gate, "
+                             f"which a fused kernel cannot apply; use implementation=None (Keras's 2: one mask)")
+        if self.unroll:
+            raise ValueError("unroll is True; the fused kernel runs the whole sequence in one call, there is no "
+                             "Python loop to unroll: pass unroll=False")
+        self._check_activations()
+
+    def _check_activations(self) -> None:
+        cell = self.cell
+        if _activation_name(cell.activation) != "tanh":
+            raise ValueError(f"activation is {_activation_name(cell.activation)!r}; cuDNN's {type(self).__name__} "
+                             f"uses tanh: pass activation='tanh'")
+        if _activation_name(cell.recurrent_activation) != "sigmoid":
+            raise ValueError(f"recurrent_activation is {_activation_name(cell.recurrent_activation)!r}; cuDNN's "
+                             f"{type(self).__name__} uses sigmoid: pass recurrent_activation='sigmoid'")
+
+    def _bias_mode(self) -> str:
+        return "single_input" if self.cell.use_bias else "none"
+
+    def _rnn_config(self, input_size: int, dtype: Any) -> jcr.RNNConfig:
+        """The one-layer, one-direction network this layer is, in the compute dtype."""
+        return jcr.RNNConfig(mode=self._mode, num_layers=1, num_units=self.cell.units, input_size=input_size,
+                             bias_mode=self._bias_mode(), dtype=dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(implementation=self.implementation, precision=self.precision)
+        return config
+
+    # ------------------------------------------------------------------------------------------------- checks
+
+    def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
+        if len(sequences_shape) != 3:
+            raise ValueError(f"inputs has shape {tuple(sequences_shape)}; expected rank 3 (batch, timesteps, "
+                             f"features)")
+        super().build(sequences_shape, initial_state_shape)
+
+    def _check_call(self, sequences: Any, initial_state: Any, mask: Any) -> None:
+        shape = _shape(sequences, "inputs")
+        if len(shape) != 3:
+            raise ValueError(f"inputs has shape {shape}; expected rank 3 (batch, timesteps, features)")
+        batch, steps, features = shape
+        kernel = getattr(self.cell, "kernel", None)
+        if kernel is not None and features != kernel.shape[0]:
+            raise ValueError(f"inputs has shape {shape}; expected (batch, timesteps, {kernel.shape[0]}): the layer "
+                             f"was built for {kernel.shape[0]} features")
+        if initial_state is not None:
+            states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+            names = ("h", "c") if self._mode == "lstm" else ("h",)
+            meaning = f"[{', '.join(names)}], each (batch, units) = ({batch}, {self.cell.units})"
+            if len(states) != len(names):
+                raise ValueError(f"initial_state has {len(states)} tensor{'s' if len(states) != 1 else ''}; "
+                                 f"expected {len(names)}: {meaning}")
+            for i, (name, state) in enumerate(zip(names, states)):
+                got = _shape(state, f"initial_state[{i}]")
+                if got != (batch, self.cell.units):
+                    raise ValueError(f"initial_state[{i}] ({name}) has shape {got}; expected ({batch}, "
+                                     f"{self.cell.units}) = (batch, units)")
+        if mask is not None:
+            if isinstance(mask, (list, tuple)):
+                mask = mask[0]
+            got = _shape(mask, "mask")
+            if got != (batch, steps):
+                raise ValueError(f"mask has shape {got}; expected ({batch}, {steps}) = (batch, timesteps) of inputs")
+            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
+                raise ValueError("mask was given, but implementation='onednn' has no per-sequence lengths, which a "
+                                 "masked call runs on; use implementation=None (the best one that can) or 'xla'")
+
+    def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
+        """inputs [batch, timesteps, features]; ``initial_state`` [h, c] (LSTM) or [h], each [batch, units];
+        ``mask`` [batch, timesteps]. Returns what Keras's layer returns: the outputs [batch, timesteps, units]
+        (``return_sequences``) or the last output [batch, units], followed by the final states with
+        ``return_state``. The compute dtype is the layer's."""
+        self._check_call(sequences, initial_state, mask)
+        return super().call(sequences, initial_state=initial_state, mask=mask, training=training)
+
+    # ---------------------------------------------------------------------------------------------- the loop
+
+    def inner_loop(self, sequences: Any, initial_state: Sequence[Any], mask: Any, training: bool = False):
+        """Keras's ``RNN.inner_loop`` contract: sequences [B, T, I], initial_state the list of [B, H] states, mask
+        [B, T] or None. Returns (last output [B, H], outputs [B, T, H] in the order the steps were read, final
+        states list)."""
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        cell = self.cell
+        dtype = jnp.dtype(cell.compute_dtype)
+        x = jnp.asarray(sequences).astype(dtype)
+        if training and 0.0 < cell.dropout < 1.0:  # Keras's input dropout: one mask per sequence, every step
+            x = x * jnp.asarray(cell.get_dropout_mask(sequences[:, 0, :]), dtype)[:, None, :]
+        config = self._rnn_config(x.shape[-1], dtype)
+        params = _opaque_buffer(jnp.asarray(cell.kernel.value, dtype), jnp.asarray(cell.recurrent_kernel.value, dtype),
+                                None if cell.bias is None else jnp.asarray(cell.bias.value, dtype), config)
+        states = [jnp.asarray(state, dtype)[None] for state in initial_state]  # [1, B, H]: one layer, one direction
+        h0, c0 = states[0], (states[1] if self._mode == "lstm" else None)
+        xs = jnp.swapaxes(x, 0, 1)  # time-major [T, B, I]
+        if self.go_backwards:
+            xs = xs[::-1]
+        run = dict(implementation=self.implementation, precision=self.precision)
+        if mask is None:
+            outputs, h_n, c_n = jcr.rnn(params, xs, h0, c0, config, **run)
+        else:
+            valid = jnp.swapaxes(jnp.asarray(mask).astype(bool), 0, 1)  # [T, B], in reading order
+            if self.go_backwards:
+                valid = valid[::-1]
+            rank = jnp.cumsum(valid, axis=0, dtype=jnp.int32) - 1  # index of the latest valid step among the valid
+            order = jnp.argsort(~valid, axis=0, stable=True)  # each sequence's valid steps first, in order
+            packed = jnp.take_along_axis(xs, order[..., None], axis=0)
+            y, h_n, c_n = jcr.rnn(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
+            # A masked step keeps the state: its output is the latest valid step's (h0 before the first one).
+            latest = jnp.take_along_axis(y, jnp.maximum(rank, 0)[..., None], axis=0)
+            outputs = jnp.where((rank >= 0)[..., None], latest, h0)
+            if self.zero_output_for_mask:
+                outputs = jnp.where(valid[..., None], outputs, jnp.zeros((), dtype))
+        finals = [h_n[0], c_n[0]] if self._mode == "lstm" else [h_n[0]]
+        return outputs[-1], jnp.swapaxes(outputs, 0, 1), finals
+
+
+@keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
+class LSTM(_Fused, keras.layers.LSTM):
+    """``keras.layers.LSTM`` on the fused kernels: the same arguments, variables and results.
+
+    ``LSTM(units, activation="tanh", recurrent_activation="sigmoid", use_bias=True, ..., dropout=0.0,
+    return_sequences=False, return_state=False, go_backwards=False, stateful=False, ..., implementation=None,
+    precision=None)``; called as ``layer(inputs [B, T, I], initial_state=[h, c], mask=[B, T], training=...)``. See
+    the module docstring for what runs and what is refused.
+    """
+
+    _mode = "lstm"
+
+    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None,
+                 use_cudnn: Any = "auto", **kwargs: Any):
+        chosen = _choose_implementation(implementation, use_cudnn, kwargs)
+        super().__init__(units, *args, use_cudnn=False, **kwargs)
+        self._setup(chosen, precision)
+
+
+@keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
+class GRU(_Fused, keras.layers.GRU):
+    """``keras.layers.GRU`` (``reset_after=True``, cuDNN's GRU) on the fused kernels: the same arguments, variables
+    (``bias`` [2, 3H]: input row, recurrent row) and results. Called as ``layer(inputs, initial_state=[h], mask=...)``.
+    """
+
+    _mode = "gru"
+
+    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None,
+                 use_cudnn: Any = "auto", **kwargs: Any):
+        chosen = _choose_implementation(implementation, use_cudnn, kwargs)
+        super().__init__(units, *args, use_cudnn=False, **kwargs)
+        if not self.cell.reset_after:
+            raise ValueError("reset_after is False; cuDNN's GRU applies the reset gate after the recurrent matrix "
+                             "(Keras's reset_after=True, its default): pass reset_after=True")
+        self._setup(chosen, precision)
+
+    def _bias_mode(self) -> str:
+        return "double" if self.cell.use_bias else "none"
+
+
+@keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
+class SimpleRNN(_Fused, keras.layers.SimpleRNN):
+    """``keras.layers.SimpleRNN`` with ``activation="tanh"`` or ``"relu"`` on the fused kernels (cuDNN's RNN_TANH,
+    RNN_RELU): the same arguments, variables and results. Called as ``layer(inputs, initial_state=[h], mask=...)``."""
+
+    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None, **kwargs: Any):
+        chosen = _choose_implementation(implementation, "auto", kwargs)
+        if "implementation" in kwargs:  # SimpleRNNCell has no legacy implementation argument
+            raise ValueError(f"implementation is {kwargs['implementation']}; SimpleRNN has no Keras implementation "
+                             "modes: expected None or one of rnn()'s implementations")
+        super().__init__(units, *args, **kwargs)
+        self._setup(chosen, precision)
+
+    @property
+    def _mode(self) -> str:
+        return "rnn_" + _activation_name(self.cell.activation)
+
+    def _check_activations(self) -> None:
+        if _activation_name(self.cell.activation) not in ("tanh", "relu"):
+            raise ValueError(f"activation is {_activation_name(self.cell.activation)!r}; cuDNN's vanilla RNN uses "
+                             f"tanh or relu: pass activation='tanh' or 'relu'")
