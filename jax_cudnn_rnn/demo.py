@@ -12,7 +12,8 @@ The output folder (``--output-dir``, default ``./jax_cudnn_rnn_demo``) holds ``d
 shape the model and its training) and the last two checkpoints as ``<step>/state``. A re-run into the same folder
 resumes from the last checkpoint only when those settings match and ``--steps`` is higher than its step; otherwise it
 removes the previous run's checkpoints and starts fresh. It says which it did, and refuses a folder that holds
-anything else.
+anything else. Faults: a save cut off (the process killed) leaves Orbax's temporary directory, which a re-run names and
+discards, resuming from the last complete step.
 """
 
 from __future__ import annotations
@@ -85,17 +86,21 @@ def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
 def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tuple[int | None, str]:
     """Decides between resuming and starting fresh in ``directory``: (step to resume from or None, what to tell the
     user). Starting fresh removes a previous run's checkpoints and settings; a folder holding anything else is refused
-    (SystemExit) rather than emptied."""
+    (SystemExit) rather than emptied. Saves that were cut off (Orbax's temporary directories, as Orbax itself
+    recognises them) are the demo's own: named in the message, and left to the CheckpointManager, which the run
+    creates with ``cleanup_tmp_directories``, to remove."""
     if not os.path.isdir(directory):
         return None, f"starting a new run in {directory}"
+    interrupted = sorted(path.get().name for path in ocp.path.step.all_temporary_paths(directory))
+    found = f"; discarding the interrupted save {', '.join(interrupted)}" if interrupted else ""
     entries = os.listdir(directory)
     steps_found = sorted(int(name) for name in entries if name.isdigit())
-    foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE]
+    foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE and name not in interrupted]
     if foreign:
         raise SystemExit(f"--output-dir {directory} holds files that are not this demo's ({', '.join(sorted(foreign))}"
                          f"); pass another --output-dir or remove them")
     if not steps_found:
-        return None, f"starting a new run in {directory}"
+        return None, f"starting a new run in {directory}{found}"
     try:
         with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
             previous = json.load(f)
@@ -103,7 +108,7 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
         previous = None
     last = steps_found[-1]
     if previous == settings and last < steps:
-        return last, f"resuming the run in {directory} from its checkpoint at step {last} (same settings)"
+        return last, f"resuming the run in {directory} from its checkpoint at step {last} (same settings){found}"
     if previous is None:
         reason = f"it has no readable {CONFIG_FILE}"
     elif previous != settings:
@@ -114,7 +119,7 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
     for step in steps_found:
         shutil.rmtree(os.path.join(directory, str(step)))
     return None, (f"starting fresh in {directory}: removed the previous run's checkpoints {steps_found}, as "
-                  f"{reason}")
+                  f"{reason}{found}")
 
 
 def trained_by(compiled_text: str) -> str:
@@ -199,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2)
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2,
+                                                                                    cleanup_tmp_directories=True))
     if resume_from is not None:
         state = manager.restore(resume_from, args=ocp.args.Composite(state=checkpoint.CanonicalRestore(state)))["state"]
     first = (resume_from or 0) + 1

@@ -1,6 +1,12 @@
-"""A shortened demo run through the CLI entry point: trains, checkpoints, restores into plain Flax, logits match."""
+"""A shortened demo run through the CLI entry point: trains, checkpoints, restores into plain Flax, logits match; and
+the demo under faults, in a subprocess: killed (SIGKILL) during a save it resumes from the last complete step."""
 
+import math
+import os
 import re
+import subprocess
+import sys
+import time
 
 import jax
 import pytest
@@ -86,3 +92,66 @@ def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
     else:
         expected = "pure JAX (implementation 'xla')"
     assert f"training with {expected}" in out
+
+
+# A model small enough that a step takes milliseconds, so that the run spends its time saving (every step).
+_TINY = ["--num-units", "8", "--seq-len", "8", "--batch-size", "2", "--embed-size", "4", "--sample-length", "2",
+         "--save-every", "1", "--no-progress"]
+_TIMEOUT = 60  # seconds for any one demo process; each takes about 10 on 2 CPU cores
+
+
+def _start_demo(out_dir, log, *flags):
+    """The demo in its own process, through the command line's module, its output in the file ``log``."""
+    with open(log, "w") as output:
+        return subprocess.Popen([sys.executable, "-m", "jax_cudnn_rnn.cli", "demo", *_TINY, "--output-dir",
+                                 str(out_dir), *flags], stdout=output, stderr=subprocess.STDOUT)
+
+
+def _saves_in_flight(out_dir):
+    """The names of Orbax's temporary directories in ``out_dir``: saves begun and not yet committed."""
+    try:
+        return sorted(name for name in os.listdir(out_dir) if ".orbax-checkpoint-tmp" in name)
+    except FileNotFoundError:
+        return []
+
+
+def _wait_for_a_save_in_flight(process, out_dir, log, min_step):
+    """Polls ``out_dir`` until a save of step >= ``min_step`` is in flight (its temporary directory exists)."""
+    deadline = time.monotonic() + _TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the demo exited ({process.returncode}) before a save was seen:\n{open(log).read()[-3000:]}")
+        if any(int(name.split(".")[0]) >= min_step for name in _saves_in_flight(out_dir)):
+            return
+        time.sleep(0.001)
+    process.kill()
+    pytest.fail(f"no save in flight within {_TIMEOUT} s:\n{open(log).read()[-3000:]}")
+
+
+def _complete_steps(out_dir):
+    return sorted(int(name) for name in os.listdir(out_dir) if name.isdigit())
+
+
+def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path):
+    """The issue's case: SIGKILL while Orbax writes a step left ``<step>.orbax-checkpoint-tmp`` behind, and the
+    re-run refused the folder as not the demo's."""
+    out_dir, log = tmp_path / "out", tmp_path / "first.log"
+    process = _start_demo(out_dir, log, "--steps", "400")
+    _wait_for_a_save_in_flight(process, out_dir, log, min_step=3)
+    process.kill()
+    process.wait(_TIMEOUT)
+    interrupted = _saves_in_flight(out_dir)
+    assert interrupted, f"the kill came after the save was committed: {sorted(os.listdir(out_dir))}"
+    last = _complete_steps(out_dir)[-1]
+    assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
+
+    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.cli", "demo", *_TINY, "--output-dir", str(out_dir),
+                            "--steps", str(last + 2)], capture_output=True, text=True, timeout=_TIMEOUT)
+    out = re.sub(r"\s+", " ", rerun.stdout)  # rich wraps long lines at the console's width
+    assert rerun.returncode == 0, out + rerun.stderr[-3000:]
+    assert f"resuming the run in {out_dir} from its checkpoint at step {last} (same settings)" in out
+    assert f"discarding the interrupted save {interrupted[0]}" in out
+    assert math.isfinite(_final_loss(out))
+    assert f"restored step {last + 2} into plain Flax" in out
+    assert _saves_in_flight(out_dir) == [] and _complete_steps(out_dir) == [last + 1, last + 2]
+
