@@ -1,9 +1,11 @@
 """A shortened demo run through the CLI entry point: trains, checkpoints, restores into plain Flax, logits match; and
-the demo under faults, in a subprocess: killed (SIGKILL) during a save it resumes from the last complete step."""
+the demo under faults, in a subprocess: killed (SIGKILL) during a save it resumes from the last complete step, and
+stopped with Ctrl-C (SIGINT) it finishes the save in flight, says which step to resume from and exits 130."""
 
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -16,11 +18,13 @@ from jax_cudnn_rnn import cli, onednn
 
 
 def test_demo_cli_short_run(tmp_path, capsys):
+    handler = signal.getsignal(signal.SIGINT)
     code = cli.main(["demo", "--steps", "5", "--num-units", "16", "--seq-len", "16", "--batch-size", "4",
                      "--save-every", "2", "--sample-length", "10", "--output-dir", str(tmp_path / "out"),
                      "--no-progress", "--tolerance", "1e-5"])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert signal.getsignal(signal.SIGINT) is handler  # the demo's Ctrl-C handler lives only while it trains
     difference = float(re.search(r"max \|logits difference\| =\s*([0-9.e+-]+)", out).group(1))
     assert difference <= 1e-5
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.isdigit()) == ["4", "5"]  # max_to_keep=2
@@ -155,3 +159,22 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     assert f"restored step {last + 2} into plain Flax" in out
     assert _saves_in_flight(out_dir) == [] and _complete_steps(out_dir) == [last + 1, last + 2]
 
+
+def test_ctrl_c_stops_after_the_save_in_flight_and_exits_130(tmp_path):
+    out_dir, log = tmp_path / "out", tmp_path / "demo.log"
+    process = _start_demo(out_dir, log, "--steps", "400")
+    _wait_for_a_save_in_flight(process, out_dir, log, min_step=2)
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(_TIMEOUT)
+    finally:
+        process.kill()
+    out = re.sub(r"\s+", " ", log.read_text())
+    assert code == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert _saves_in_flight(out_dir) == []  # the save that Ctrl-C interrupted was completed, not left half-written
+    last = _complete_steps(out_dir)[-1]
+    match = re.search(r"stopped by Ctrl-C at step (\d+); step (\d+) is saved: run the same command to resume from it",
+                      out)
+    assert match, out[-3000:]
+    assert int(match.group(2)) == last and int(match.group(1)) >= last >= 2
