@@ -8,13 +8,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import cli, onednn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import saves_in_flight, wait_for_a_save_in_flight  # noqa: E402
 
 
 def test_demo_cli_short_run(tmp_path, capsys):
@@ -111,27 +113,6 @@ def _start_demo(out_dir, log, *flags):
                                  str(out_dir), *flags], stdout=output, stderr=subprocess.STDOUT)
 
 
-def _saves_in_flight(out_dir):
-    """The names of Orbax's temporary directories in ``out_dir``: saves begun and not yet committed."""
-    try:
-        return sorted(name for name in os.listdir(out_dir) if ".orbax-checkpoint-tmp" in name)
-    except FileNotFoundError:
-        return []
-
-
-def _wait_for_a_save_in_flight(process, out_dir, log, min_step):
-    """Polls ``out_dir`` until a save of step >= ``min_step`` is in flight (its temporary directory exists)."""
-    deadline = time.monotonic() + _TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the demo exited ({process.returncode}) before a save was seen:\n{open(log).read()[-3000:]}")
-        if any(int(name.split(".")[0]) >= min_step for name in _saves_in_flight(out_dir)):
-            return
-        time.sleep(0.001)
-    process.kill()
-    pytest.fail(f"no save in flight within {_TIMEOUT} s:\n{open(log).read()[-3000:]}")
-
-
 def _complete_steps(out_dir):
     return sorted(int(name) for name in os.listdir(out_dir) if name.isdigit())
 
@@ -141,10 +122,10 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     re-run refused the folder as not the demo's."""
     out_dir, log = tmp_path / "out", tmp_path / "first.log"
     process = _start_demo(out_dir, log, "--steps", "400")
-    _wait_for_a_save_in_flight(process, out_dir, log, min_step=3)
+    wait_for_a_save_in_flight(process, out_dir, 3, _TIMEOUT, describe=lambda: log.read_text()[-3000:])
     process.kill()
     process.wait(_TIMEOUT)
-    interrupted = _saves_in_flight(out_dir)
+    interrupted = saves_in_flight(out_dir)
     assert interrupted, f"the kill came after the save was committed: {sorted(os.listdir(out_dir))}"
     last = _complete_steps(out_dir)[-1]
     assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
@@ -157,13 +138,13 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     assert f"discarding the interrupted save {interrupted[0]}" in out
     assert math.isfinite(_final_loss(out))
     assert f"restored step {last + 2} into plain Flax" in out
-    assert _saves_in_flight(out_dir) == [] and _complete_steps(out_dir) == [last + 1, last + 2]
+    assert saves_in_flight(out_dir) == [] and _complete_steps(out_dir) == [last + 1, last + 2]
 
 
 def test_ctrl_c_stops_after_the_save_in_flight_and_exits_130(tmp_path):
     out_dir, log = tmp_path / "out", tmp_path / "demo.log"
     process = _start_demo(out_dir, log, "--steps", "400")
-    _wait_for_a_save_in_flight(process, out_dir, log, min_step=2)
+    wait_for_a_save_in_flight(process, out_dir, 2, _TIMEOUT, describe=lambda: log.read_text()[-3000:])
     process.send_signal(signal.SIGINT)
     try:
         code = process.wait(_TIMEOUT)
@@ -172,7 +153,7 @@ def test_ctrl_c_stops_after_the_save_in_flight_and_exits_130(tmp_path):
     out = re.sub(r"\s+", " ", log.read_text())
     assert code == 130, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
-    assert _saves_in_flight(out_dir) == []  # the save that Ctrl-C interrupted was completed, not left half-written
+    assert saves_in_flight(out_dir) == []  # the save that Ctrl-C interrupted was completed, not left half-written
     last = _complete_steps(out_dir)[-1]
     match = re.search(r"stopped by Ctrl-C at step (\d+); step (\d+) is saved: run the same command to resume from it",
                       out)
