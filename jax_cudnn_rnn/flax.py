@@ -52,27 +52,51 @@ def carry_batch(input_shape: Any, time_major: bool) -> int:
                      f"({'time, batch' if time_major else 'batch, time'}, features) or one step's (batch, features)")
 
 
-def _time_major_resets(resets: Any, x_shape: tuple[int, ...], time_major: bool) -> jax.Array:
-    """``resets`` checked against x's layout and returned time-major [T, B] (the layout ``ops.rnn`` takes)."""
-    resets = jnp.asarray(resets)
-    layout_name = "(time, batch)" if time_major else "(batch, time)"
-    if resets.shape != tuple(x_shape[:2]):
-        raise ValueError(f"resets has shape {resets.shape}; expected {tuple(x_shape[:2])} = {layout_name}, the first "
-                         f"two axes of x")
-    if resets.dtype != jnp.bool_:
-        raise TypeError(f"resets has dtype {resets.dtype}; expected bool")
-    return resets if time_major else resets.T
+def argument_names(time_major: bool, has_cell_state: bool = False,
+                   input_size: str = "the module's input size") -> ops.ArgumentNames:
+    """The words the modules' errors use (``ops.check_inputs``): their own arguments, x in their layout, the carry's
+    parts as ``initial_carry[0]``/``[1]`` when it holds a cell state (LSTM); ``input_size`` says what sets x's last
+    axis."""
+    h0, c0 = ("initial_carry[0]", "initial_carry[1]") if has_cell_state else ("initial_carry", "initial_carry")
+    return ops.ArgumentNames(params="rnn_params", x="x", h0=h0, c0=c0, input_size=input_size, dtype=None,
+                             axes=("time", "batch", "features"), batch_major=not time_major, caller="The module",
+                             layout_fix=f"pass jnp.swapaxes(x, 0, 1), or build the module with "
+                                        f"time_major={not time_major}")
+
+
+def _split_carry(initial_carry: Any, config: RNNConfig) -> tuple[Any, Any]:
+    """(h0, c0) from ``initial_carry``: the pair ``(h, c)`` for LSTM, ``h`` alone (c0 None) otherwise."""
+    def described(value):
+        if isinstance(value, (tuple, list)):
+            return f"a {type(value).__name__} of {len(value)}"
+        shape = getattr(value, "shape", None)
+        return f"an array of shape {tuple(shape)}" if shape is not None else f"a {type(value).__name__}"
+
+    hidden = "proj_size" if config.proj_size else "num_units"
+    if config.has_cell_state:
+        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
+            raise TypeError(f"initial_carry is {described(initial_carry)}; mode 'lstm' carries a pair (h, c) of "
+                            f"[num_layers*num_directions, batch, {hidden}] and [num_layers*num_directions, batch, "
+                            f"num_units] arrays")
+        return initial_carry[0], initial_carry[1]
+    if isinstance(initial_carry, (tuple, list)):
+        raise TypeError(f"initial_carry is {described(initial_carry)}; mode {config.mode!r} carries h alone, one "
+                        f"[num_layers*num_directions, batch, {hidden}] array")
+    return initial_carry, None
 
 
 def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
               initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
               precision: Any = None, algorithm: str | None = None, return_carry: bool = False, resets: Any = None,
-              max_segments: int | None = None):
-    """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (the buffer is cast).
+              max_segments: int | None = None, input_size_name: str = "the module's input size"):
+    """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (x, the carry and the
+    buffer are cast to it).
 
     ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
     ``seq_lengths``: int [B] in [0, T]. ``resets``: bool [B, T] (or [T, B] when ``time_major``), ``rnn``'s resets;
-    ``max_segments``: ``rnn``'s (cuDNN only).
+    ``max_segments``: ``rnn``'s (cuDNN only). Every argument is checked as the caller passed it, before any cast or
+    transposition, by ``ops.check_inputs`` in the module's words (``argument_names``; ``input_size_name``: what set
+    the input size, e.g. NNX's ``in_features``).
     Returns y ([B, T, D*H] or time-major), or ``(carry, y)`` with ``return_carry`` (carry shaped like
     ``initial_carry``), as ``flax.linen.RNN`` does.
     """
@@ -83,29 +107,24 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         buffer = params.buffer.astype(compute_dtype)
     else:
         run_config, buffer = config, params.buffer
-    x = jnp.asarray(x, compute_dtype)
-    if x.ndim != 3:
-        raise ValueError(f"x has shape {x.shape}; expected rank 3 ({'time, batch' if time_major else 'batch, time'}, "
-                         f"features)")
-    if x.shape[-1] != config.input_size:
-        raise ValueError(f"x has shape {x.shape}; expected its last axis to be {config.input_size}, the input size "
-                         f"the module's parameters were made for")
-    xs = x if time_major else jnp.swapaxes(x, 0, 1)
-    batch = xs.shape[1]
-    if resets is not None:
-        resets = _time_major_resets(resets, x.shape, time_major)
+    names = argument_names(time_major, config.has_cell_state, input_size_name)
     if initial_carry is None:
-        initial_carry = zero_carry(run_config, batch, compute_dtype)
-    if config.has_cell_state:
-        h0, c0 = initial_carry
-        h0, c0 = jnp.asarray(h0, compute_dtype), jnp.asarray(c0, compute_dtype)
-    else:
-        h0, c0 = jnp.asarray(initial_carry, compute_dtype), None
+        initial_carry = zero_carry(run_config, ops.x_dims(x, names, config.input_size)[1], compute_dtype)
+    h0, c0 = _split_carry(initial_carry, config)
+    if resets is not None:
+        resets = jnp.asarray(resets)
     if seq_lengths is not None:
         seq_lengths = jnp.asarray(seq_lengths)
         if not jnp.issubdtype(seq_lengths.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
             raise TypeError(f"seq_lengths has dtype {seq_lengths.dtype.name}; expected integers (int32 [batch])")
         seq_lengths = seq_lengths.astype(jnp.int32)
+    ops.check_inputs(buffer, x, h0, c0, run_config, seq_lengths, resets, names=names)
+    x = jnp.asarray(x, compute_dtype)
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    if resets is not None and not time_major:
+        resets = resets.T
+    h0 = jnp.asarray(h0, compute_dtype)
+    c0 = None if c0 is None else jnp.asarray(c0, compute_dtype)
     y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
                           is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
                           precision=precision, algorithm=algorithm, resets=resets, max_segments=max_segments)
@@ -192,7 +211,9 @@ class RNN(nn.Module):
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
                  deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
                  max_segments: int | None = None):
-        config = make_config(self.mode, self.num_units, self.num_layers, x.shape[-1], self.direction,
+        # x's last axis sizes the parameters at init: x_dims reports an x that is not a rank-3 array first
+        input_size = ops.x_dims(x, argument_names(self.time_major))[2]
+        config = make_config(self.mode, self.num_units, self.num_layers, input_size, self.direction,
                              self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
                              self.bias_mode)
         if self.has_variable("params", "rnn_params"):  # compare before Flax's own, less specific, shape check

@@ -16,6 +16,11 @@ from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
 
+# The seeds' argument names, in every error the call raises (rnn() checks them under these names).
+ARGUMENTS = ops.ArgumentNames(x="input_data", h0="input_h", c0="input_c", input_size="input_size",
+                              params_size="params_size()", dtype="the model's dtype", caller="The model",
+                              layout_fix="pass jnp.swapaxes(input_data, 0, 1)")
+
 
 class _CudnnRNN:
     _rnn_mode: str = ""
@@ -84,7 +89,8 @@ class _CudnnRNN:
         if dropout_key is None and self._config.dropout > 0 and is_training is True:
             dropout_key = jax.random.key(self._seed)
         return ops.rnn(params, input_data, input_h, input_c, self._config, seq_lengths=seq_lengths,
-                       is_training=is_training, dropout_key=dropout_key, implementation=implementation)
+                       is_training=is_training, dropout_key=dropout_key, implementation=implementation,
+                       argument_names=ARGUMENTS)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._config})"

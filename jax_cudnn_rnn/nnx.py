@@ -69,7 +69,8 @@ class RNN(nnx.Module):
         return apply_rnn(self.params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
                          seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
                          implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
-                         return_carry=return_carry, resets=resets, max_segments=max_segments)
+                         return_carry=return_carry, resets=resets, max_segments=max_segments,
+                         input_size_name="in_features")
 
 
 class LSTM(RNN):

@@ -3,6 +3,7 @@ placement and dropout masks) and runs it on the implementation jax_cudnn_rnn/bac
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -19,6 +20,60 @@ from jax_cudnn_rnn.params import RNNParams
 from jax_cudnn_rnn.sharding import placement
 
 
+
+@dataclasses.dataclass(frozen=True)
+class ArgumentNames:
+    """The words ``check_inputs`` reports errors in: how a frontend calls ``rnn``'s arguments, and its x's layout.
+
+    A frontend (the seed-style classes, the Flax and NNX modules, a Keras or Equinox layer) validates what its user
+    passed through ``check_inputs(..., names=ArgumentNames(...))``, before it converts anything, so that every error
+    names the argument the user passed, in the user's layout: ``initial_carry[0] has shape (1, 2, 8); expected
+    (1, 3, 8)``, not ``h0 has shape ...``. One set of checks for every frontend; only the words differ.
+
+    Fields:
+      params, x, h0, c0, seq_lengths, resets: what the caller calls them (an expression is fine:
+        ``"initial_carry[0]"``).
+      input_size: what sets x's last axis (``"config.input_size"``, ``"in_features"``); params_size: what gives the
+        size of params (``"params_size(config)"``, ``"params_size()"``).
+      dtype: what sets the dtype of params, x, h0 and c0 (``"config.dtype"``, ``"the model's dtype"``), or None for a
+        frontend that casts x, h0 and c0 to it itself (then only that they are arrays is checked for those three).
+      axes: the words for x's time, batch and feature axes, in that order whatever the layout.
+      batch_major: x is [B, T, features] and resets [B, T] (else time-major: [T, B, features], [T, B]).
+      caller: who takes x, starting a sentence (``"rnn()"``, ``"The module"``), and layout_fix: how to pass an x
+        given in the other layout; both complete the error that blames x, rather than h0, when h0's batch is x's
+        time axis.
+
+    ``rnn(argument_names=...)`` takes time-major names (a frontend that calls ``rnn`` with its own arguments as they
+    came); a batch-major frontend calls ``check_inputs`` itself, then transposes and calls ``rnn``.
+    """
+
+    params: str = "params"
+    x: str = "x"
+    h0: str = "h0"
+    c0: str = "c0"
+    seq_lengths: str = "seq_lengths"
+    resets: str = "resets"
+    input_size: str = "config.input_size"
+    params_size: str = "params_size(config)"
+    dtype: str | None = "config.dtype"
+    axes: tuple[str, str, str] = ("max_time", "batch", "input_size")
+    batch_major: bool = False
+    caller: str = "rnn()"
+    layout_fix: str = "pass jnp.swapaxes(x, 0, 1) (the Flax modules take batch-major x unless time_major=True)"
+
+    def x_layout(self, input_size: Any = None) -> tuple[str, str]:
+        """(x's axes in words, in the caller's order; the same as letters, the features as ``input_size`` when
+        given): ``("(max_time, batch, input_size)", "(T, B, 4)")``."""
+        time, batch, features = self.axes
+        letters = ("B", "T") if self.batch_major else ("T", "B")
+        words = (batch, time) if self.batch_major else (time, batch)
+        last = features if input_size is None else input_size
+        return f"({words[0]}, {words[1]}, {features})", f"({letters[0]}, {letters[1]}, {last})"
+
+
+RNN_ARGUMENTS = ArgumentNames()  # rnn()'s own names
+
+
 def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
     shape = getattr(value, "shape", None)
     if shape is None or not hasattr(value, "dtype"):
@@ -26,33 +81,60 @@ def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _check_array(argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype) -> None:
+def _check_array(argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype,
+                 dtype_source: str | None) -> None:
+    """Shape, then dtype unless ``dtype_source`` (what sets the dtype, for the message) is None."""
     shape = _shape_of(argument, value)
     if shape != expected_shape:
         raise ValueError(f"{argument} has shape {shape}; expected {expected_shape} = {meaning}")
-    if np.dtype(value.dtype) != dtype:
-        raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} (config.dtype)")
+    if dtype_source is not None and np.dtype(value.dtype) != dtype:
+        raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} ({dtype_source})")
 
 
 def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def _check_not_batch_major(x_shape: tuple[int, ...], h0: Any, config: RNNConfig) -> None:
-    """Blames x, not h0, when h0's batch axis matches x's first axis instead of its second: x is then most likely
-    batch-major [B, T, I], the layout of the Flax modules and of ``flax.linen.RNN``."""
+def x_dims(x: Any, names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None = None) -> tuple[int, int, int]:
+    """(time steps, batch, features) of x in the caller's layout, after checking that x is a rank-3 array with at
+    least one step and one sequence, and, when ``input_size`` is given, that its last axis is that. The first of
+    ``check_inputs``' checks, for a frontend that needs x's sizes before it has a config (a module that takes its
+    input size from x at init)."""
+    shape = _shape_of(names.x, x)
+    words, letters = names.x_layout(input_size)
+    if len(shape) != 3:
+        raise ValueError(f"{names.x} has shape {shape}; expected rank 3 {words}" +
+                         ("" if input_size is None else f" = {letters}"))
+    num_steps, batch = (shape[1], shape[0]) if names.batch_major else (shape[0], shape[1])
+    if input_size is not None and shape[2] != input_size:
+        raise ValueError(f"{names.x} has shape {shape}; expected {letters}: its last axis must be {names.input_size}")
+    if num_steps == 0 or batch == 0:
+        raise ValueError(f"{names.x} has shape {shape}; {names.axes[0]} and {names.axes[1]} must be at least 1")
+    return num_steps, batch, shape[2]
+
+
+def _check_layout(x_shape: tuple[int, ...], h0: Any, names: ArgumentNames) -> None:
+    """Blames x, not h0, when h0's batch axis matches x's time axis instead of its batch axis: x is then most likely
+    in the other layout (batch-major [B, T, I] given to rnn(), the layout of the Flax modules and of
+    ``flax.linen.RNN``; or time-major given to a batch-major module)."""
     h0_shape = getattr(h0, "shape", None)
-    num_steps, batch, _ = x_shape
-    if h0_shape is None or len(h0_shape) != 3 or h0_shape[1] == batch or h0_shape[1] != num_steps:
+    time_axis, batch_axis = (1, 0) if names.batch_major else (0, 1)
+    if (h0_shape is None or len(h0_shape) != 3 or h0_shape[1] == x_shape[batch_axis]
+            or h0_shape[1] != x_shape[time_axis]):
         return
-    raise ValueError(f"x has shape {x_shape} and h0 {tuple(h0_shape)}: h0's batch is {h0_shape[1]}, x's first axis. "
-                     f"rnn() takes time-major x [T, B, input_size]; x looks batch-major [B, T, input_size]: pass "
-                     f"jnp.swapaxes(x, 0, 1) (the Flax modules take batch-major x unless time_major=True)")
+    layout, other = ("batch-major", "time-major") if names.batch_major else ("time-major", "batch-major")
+    _, letters = names.x_layout()
+    _, other_letters = dataclasses.replace(names, batch_major=not names.batch_major).x_layout()
+    raise ValueError(f"{names.x} has shape {x_shape} and {names.h0} {tuple(h0_shape)}: {names.h0}'s batch is "
+                     f"{h0_shape[1]}, {names.x}'s {('first', 'second')[time_axis]} axis. {names.caller} takes "
+                     f"{layout} {names.x} [{letters[1:-1]}]; {names.x} looks {other} [{other_letters[1:-1]}]: "
+                     f"{names.layout_fix}")
 
 
 def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None,
-                 resets: Any = None) -> None:
-    """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong."""
+                 resets: Any = None, names: ArgumentNames = RNN_ARGUMENTS) -> None:
+    """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong, in the words
+    and the layout of ``names`` (``rnn``'s own by default; see ``ArgumentNames`` for a frontend's)."""
     if isinstance(config, jax.core.Tracer):
         raise TypeError(f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
                         "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
@@ -63,50 +145,46 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     if config.dtype == np.float64 and not jax.config.jax_enable_x64:
         raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
                         "jax.config.update('jax_enable_x64', True)")
-    x_shape = _shape_of("x", x)
-    if len(x_shape) != 3:
-        raise ValueError(f"x has shape {x_shape}; expected rank 3 (max_time, batch, input_size) = "
-                         f"(T, B, {config.input_size})")
-    num_steps, batch, features = x_shape
-    if features != config.input_size:
-        raise ValueError(f"x has shape {x_shape}; expected (T, B, {config.input_size}): its last axis must be "
-                         f"config.input_size")
-    if num_steps == 0 or batch == 0:
-        raise ValueError(f"x has shape {x_shape}; max_time and batch must be at least 1")
-    if np.dtype(x.dtype) != config.dtype:
-        raise TypeError(f"x has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} (config.dtype)")
-    _check_array("params", params, (layout.params_size(config),), "(params_size(config),)", config.dtype)
+    num_steps, batch, _ = x_dims(x, names, config.input_size)
+    if names.dtype is not None and np.dtype(x.dtype) != config.dtype:
+        raise TypeError(f"{names.x} has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} ({names.dtype})")
+    _check_array(names.params, params, (layout.params_size(config),), f"({names.params_size},)", config.dtype,
+                 names.dtype or "config.dtype")
     state_meaning = ("(num_layers*num_directions, batch, proj_size)" if config.proj_size else
                      "(num_layers*num_directions, batch, num_units)")
-    _check_not_batch_major(x_shape, h0, config)
-    _check_array("h0", h0, config.state_shape(batch), state_meaning, config.dtype)
+    _check_layout(tuple(x.shape), h0, names)
+    _check_array(names.h0, h0, config.state_shape(batch), state_meaning, config.dtype, names.dtype)
     if config.has_cell_state:
         cell_shape, cell_meaning = config.cell_shape(batch), "(num_layers*num_directions, batch, num_units)"
         if c0 is None:
-            raise ValueError(f"c0 is None; mode 'lstm' needs an initial cell state of shape {cell_shape} = "
+            raise ValueError(f"{names.c0} is None; mode 'lstm' needs an initial cell state of shape {cell_shape} = "
                              f"{cell_meaning}")
-        _check_array("c0", c0, cell_shape, cell_meaning, config.dtype)
+        _check_array(names.c0, c0, cell_shape, cell_meaning, config.dtype, names.dtype)
     elif c0 is not None:
-        raise ValueError(f"c0 was given but mode {config.mode!r} has no cell state; pass c0=None")
+        raise ValueError(f"{names.c0} was given but mode {config.mode!r} has no cell state; pass {names.c0}=None")
+    time_word, batch_word, _ = names.axes
     if resets is not None:
-        shape = _shape_of("resets", resets)
-        if shape != (num_steps, batch):
-            raise ValueError(f"resets has shape {shape}; expected ({num_steps}, {batch}) = (max_time, batch) like x")
+        shape = _shape_of(names.resets, resets)
+        expected, words = (((batch, num_steps), f"({batch_word}, {time_word})") if names.batch_major else
+                           ((num_steps, batch), f"({time_word}, {batch_word})"))
+        if shape != expected:
+            raise ValueError(f"{names.resets} has shape {shape}; expected {expected} = {words}, the first two axes of "
+                             f"{names.x}")
         if np.dtype(resets.dtype) != np.bool_:
-            raise TypeError(f"resets has dtype {np.dtype(resets.dtype).name}; expected bool")
+            raise TypeError(f"{names.resets} has dtype {np.dtype(resets.dtype).name}; expected bool")
     if seq_lengths is None:
         return
-    shape = _shape_of("seq_lengths", seq_lengths)
+    shape = _shape_of(names.seq_lengths, seq_lengths)
     if shape != (batch,):
-        raise ValueError(f"seq_lengths has shape {shape}; expected ({batch},) = (batch,)")
+        raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
     if np.dtype(seq_lengths.dtype) != np.int32:
-        raise TypeError(f"seq_lengths has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
+        raise TypeError(f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
     if _is_concrete(seq_lengths):
         lengths = np.asarray(seq_lengths)
         bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))
         if bad.size:
-            raise ValueError(f"seq_lengths[{bad[0]}] is {lengths[bad[0]]}; every length must be in [0, {num_steps}] "
-                             f"= [0, max_time]")
+            raise ValueError(f"{names.seq_lengths}[{bad[0]}] is {lengths[bad[0]]}; every length must be in "
+                             f"[0, {num_steps}] = [0, {time_word}]")
 
 
 _PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
@@ -134,7 +212,8 @@ def resolve_precision(precision: Any) -> str:
 
 def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
         is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
-        precision: Any = None, algorithm: str | None = None, resets: Any = None, max_segments: int | None = None):
+        precision: Any = None, algorithm: str | None = None, resets: Any = None, max_segments: int | None = None,
+        argument_names: ArgumentNames | None = None):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
@@ -183,6 +262,8 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (one
         per non-empty sequence, plus one per reset at a valid step > 0) runs the xla implementation instead, with the
         same results. The packed batch's memory grows with max_segments * T.
+      argument_names: for a frontend that passes its user's arguments on as they came (time-major): the
+        ``ArgumentNames`` its errors name them by (the seed-style classes: input_data, input_h, input_c). None: rnn's.
 
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
@@ -194,7 +275,14 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         params, config = params.buffer, params.config
     elif config is None:
         raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
-    check_inputs(params, x, h0, c0, config, seq_lengths, resets)
+    if argument_names is None:
+        argument_names = RNN_ARGUMENTS
+    elif not isinstance(argument_names, ArgumentNames):
+        raise TypeError(f"argument_names must be None or an ArgumentNames, got {type(argument_names).__name__}")
+    elif argument_names.batch_major:
+        raise ValueError("argument_names.batch_major is True, but rnn() takes time-major x: a batch-major frontend "
+                         "checks its arguments with check_inputs(..., names=...) before it transposes them")
+    check_inputs(params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
             raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} "

@@ -215,7 +215,7 @@ stage_build() {
 
 stage_load() {
   run_cmd nvidia-smi
-  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli info
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli info
   pytest_cmd tests/test_extension.py tests/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn
 }
 
@@ -243,7 +243,7 @@ stage_matrix() {
 
 stage_bench_f() {
   require_cudnn_gpu || return
-  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli bench --configs F --json "$LOG_DIR/bench-f.json" \
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli bench --configs F --json "$LOG_DIR/bench-f.json" \
     --markdown "$LOG_DIR/bench-f.md" --plot "$LOG_DIR/bench-f.png"
 }
 
@@ -251,7 +251,7 @@ stage_bench() {
   local args=()
   split_words args "${BENCH_ARGS-}"
   require_cudnn_gpu || return
-  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.cli bench "${args[@]}" --json "$LOG_DIR/bench.json" \
+  run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli bench "${args[@]}" --json "$LOG_DIR/bench.json" \
     --markdown "$LOG_DIR/bench.md" --plot "$LOG_DIR/bench.png"
 }
 

@@ -1,12 +1,15 @@
 """Helpers shared by the test modules (imported like numpy_reference, from this directory): the small random problems
 the oracle comparisons run on, the NumPy oracle applied to an opaque buffer, the inter-layer dropout masks built from
 their documented recipe, the skip-or-fail rule for the native extensions, a walk over a jaxpr's equations, sub-jaxprs
-included, the PyTorch module that a config describes, and what the interop tests share: running ``rnn`` on NumPy
-inputs, comparing its three outputs with a peer's, importing an optional peer library (tests/skips.py)."""
+included, the PyTorch module that a config describes, what the interop tests share: running ``rnn`` on NumPy
+inputs, comparing its three outputs with a peer's, importing an optional peer library (tests/skips.py), and what the
+fault tests share: a subprocess runner and a watch for an Orbax save in flight, to kill or interrupt a process at."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 
 import jax
@@ -142,3 +145,34 @@ def run_checked(command: list[str], timeout: float, **kwargs) -> str:
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     return result.stdout
 
+
+def saves_in_flight(directory) -> list[str]:
+    """The names of Orbax's temporary directories in ``directory`` (``<step>.orbax-checkpoint-tmp``, as Orbax 0.12
+    names them): saves begun and not yet committed."""
+    try:
+        return sorted(name for name in os.listdir(directory) if ".orbax-checkpoint-tmp" in name)
+    except FileNotFoundError:
+        return []
+
+
+def _writing_arrays(save_dir) -> bool:
+    """Whether the save in ``save_dir`` (an Orbax temporary directory) has begun writing array data: a file in one of
+    tensorstore's ``d/`` folders. Until the save commits, the arrays' writing takes most of its time."""
+    return any(os.path.basename(root) == "d" and files for root, _, files in os.walk(save_dir))
+
+
+def wait_for_a_save_in_flight(process: subprocess.Popen, directory, min_step: int, timeout: float,
+                              describe=lambda: "") -> None:
+    """Polls ``directory`` every millisecond until ``process`` is writing the arrays of a step >= ``min_step`` (its
+    temporary directory exists and holds array data); fails the test, with ``describe()`` (e.g. the process's output),
+    when the process exits first or ``timeout`` seconds pass, and kills the process then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the process exited ({process.returncode}) before a save was seen:\n{describe()}")
+        if any(int(name.split(".")[0]) >= min_step and _writing_arrays(os.path.join(directory, name))
+               for name in saves_in_flight(directory)):
+            return
+        time.sleep(0.001)
+    process.kill()
+    pytest.fail(f"no save in flight within {timeout} s:\n{describe()}")

@@ -1,7 +1,13 @@
-"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure."""
+"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure, also
+when the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/test_checkpoint.py
+TASK DIRECTORY`` runs its side of those tests)."""
 
+import itertools
 import json
 import os
+import resource
+import signal
+import subprocess
 import sys
 
 import jax
@@ -18,7 +24,8 @@ from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.params import RNNParams
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from support import IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle  # noqa: E402
+from support import (IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight,  # noqa: E402
+                     wait_for_a_save_in_flight)
 
 ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)
@@ -278,3 +285,117 @@ def test_trained_module_restores_into_a_fresh_model(tmp_path, implementation):
     want = np.swapaxes(oracle(config, rnn_params.buffer, np.swapaxes(np.asarray(x), 0, 1), zeros, zeros)[0], 0, 1)
     tol = ORACLE_TOLERANCE[implementation]
     np.testing.assert_allclose(np.asarray(model.apply({"params": restored["params"]}, x)), want, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------------------- faults, in a subprocess
+_TIMEOUT = 60  # seconds for any one process; each takes about 5 on 2 CPU cores
+
+
+def _state_at(step):
+    """The state a fault test saves at ``step``: ``_state()`` shifted by ``step`` (so that steps differ), plus a
+    4 MiB array of noise, which does not compress: the arrays' writing takes most of a save, and overflows the full
+    disk of ``test_a_full_disk_...``."""
+    shifted = jax.tree_util.tree_map(lambda x: x + step, _state())
+    return {**shifted, "noise": jax.random.normal(jax.random.key(step), (1 << 20,))}
+
+
+def _child(task, directory, file_size_limit=None):
+    """The saving side of a fault test. ``save-until-killed``: saves steps 1, 2, ... until the parent kills it.
+    ``fill-the-disk``: saves step 1 (``_state()``, small), then step 2 (``_state_at(2)``) into a disk too small for
+    it, and prints as JSON the error that raised and the steps the manager finds after ``reload()``. ``file_size_limit`` (bytes): RLIMIT_FSIZE for this process, the full
+    disk's stand-in where no tmpfs can be mounted (writes past it fail with EFBIG, SIGXFSZ ignored)."""
+    if file_size_limit is not None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=1))
+    if task == "save-until-killed":
+        for step in itertools.count(1):  # each save waits for the previous one to commit
+            manager.save(step, args=ocp.args.Composite(state=ckpt.CanonicalSave(_state_at(step))))
+    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(_state())))
+    manager.wait_until_finished()
+    try:
+        manager.save(2, args=ocp.args.Composite(state=ckpt.CanonicalSave(_state_at(2))))
+        manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - what the user gets, whatever its type
+        error = f"{type(e).__name__}: {e}"
+    else:
+        error = None
+    manager.reload()  # the failed save left the manager's list of steps stale (checkpoint.py's docstring)
+    print(json.dumps({"error": error, "steps": list(manager.all_steps())}))
+
+
+def _start_child(task, directory, *extra):
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), task, str(directory), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _assert_step_restores_exactly(directory, step, expected):
+    manager = _opened(ocp.CheckpointManager(directory))
+    assert manager.all_steps() == [step] and manager.latest_step() == step
+    restored = manager.restore(step, args=ocp.args.Composite(state=ckpt.CanonicalRestore(_fresh(expected))))
+    _assert_trees_equal(restored["state"], expected)
+
+
+def test_a_save_killed_mid_write_leaves_the_previous_step_latest_and_exact(tmp_path):
+    """SIGKILL (a preempted VM, an OOM kill) while a step's arrays are written: Orbax writes the step into a
+    temporary directory and commits it by renaming, so the previous step stays the latest (max_to_keep=1 deletes it
+    only after the commit) and restores bit for bit."""
+    directory = tmp_path / "run"
+    child = _start_child("save-until-killed", directory)
+    try:
+        wait_for_a_save_in_flight(child, directory, 2, _TIMEOUT, describe=lambda: child.stderr.read()[-3000:])
+    finally:
+        child.kill()
+        child.communicate(timeout=_TIMEOUT)
+    in_flight = saves_in_flight(directory)
+    assert in_flight, f"the kill came after the save was committed: {sorted(os.listdir(directory))}"
+    killed_step = ocp.path.step.step_from_checkpoint_name(in_flight[-1])
+    _assert_step_restores_exactly(directory, killed_step - 1, _state_at(killed_step - 1))
+
+
+def _mount_tmpfs(where, size):
+    """Mounts a tmpfs of ``size`` at ``where``; the reason when this machine does not allow it (not root, a container
+    without CAP_SYS_ADMIN), else None."""
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                                 capture_output=True, text=True, timeout=_TIMEOUT)
+    except OSError as e:
+        return str(e)
+    return None if mounted.returncode == 0 else mounted.stderr.strip() or f"mount exited {mounted.returncode}"
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "file size limit"])
+def test_a_full_disk_raises_naming_the_path_and_keeps_what_was_saved(tmp_path, disk):
+    """A save into a disk with no room for it (a 1 MiB tmpfs where one can be mounted; everywhere, RLIMIT_FSIZE as a
+    stand-in: writes past 1 MiB fail) raises an error that names the step's path, and step 1, saved before, stays the
+    only step and restores bit for bit, though max_to_keep=1 would have deleted it after a successful save."""
+    disk_dir = tmp_path / "disk"
+    disk_dir.mkdir()
+    directory = disk_dir / "run"
+    extra = []
+    if disk == "tmpfs":
+        reason = _mount_tmpfs(disk_dir, "1m")
+        if reason is not None:
+            pytest.skip(f"cannot mount a tmpfs here ({reason}); the 'file size limit' case stands in for it")
+    else:
+        extra = [str(1 << 20)]
+    try:
+        child = _start_child("fill-the-disk", directory, *extra)
+        out, err = child.communicate(timeout=_TIMEOUT)
+        assert child.returncode == 0, err[-3000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        error = report["error"]
+        assert error is not None, "the save of step 2 did not fail"
+        assert report["steps"] == [1]
+        assert f"{directory}/2.orbax-checkpoint-tmp" in error, error
+        assert ("No space left on device" if disk == "tmpfs" else "File too large") in error, error
+        _assert_step_restores_exactly(directory, 1, _state())
+    finally:
+        while _OPEN:
+            _OPEN.pop().close()
+        if disk == "tmpfs":
+            subprocess.run(["umount", str(disk_dir)], check=True, timeout=_TIMEOUT)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:]))

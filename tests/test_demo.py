@@ -1,6 +1,13 @@
-"""A shortened demo run through the CLI entry point: trains, checkpoints, restores into plain Flax, logits match."""
+"""A shortened demo run through the CLI entry point: trains, checkpoints, restores into plain Flax, logits match; and
+the demo under faults, in a subprocess: killed (SIGKILL) during a save it resumes from the last complete step, and
+stopped with Ctrl-C (SIGINT) it finishes the save in flight, says which step to resume from and exits 130."""
 
+import math
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -9,13 +16,18 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.tools import cli
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from support import saves_in_flight, wait_for_a_save_in_flight  # noqa: E402
+
 
 def test_demo_cli_short_run(tmp_path, capsys):
+    handler = signal.getsignal(signal.SIGINT)
     code = cli.main(["demo", "--steps", "5", "--num-units", "16", "--seq-len", "16", "--batch-size", "4",
                      "--save-every", "2", "--sample-length", "10", "--output-dir", str(tmp_path / "out"),
                      "--no-progress", "--tolerance", "1e-5"])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert signal.getsignal(signal.SIGINT) is handler  # the demo's Ctrl-C handler lives only while it trains
     difference = float(re.search(r"max \|logits difference\| =\s*([0-9.e+-]+)", out).group(1))
     assert difference <= 1e-5
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.isdigit()) == ["4", "5"]  # max_to_keep=2
@@ -87,3 +99,64 @@ def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
     else:
         expected = "pure JAX (implementation 'xla')"
     assert f"training with {expected}" in out
+
+
+# A model small enough that a step takes milliseconds, so that the run spends its time saving (every step).
+_TINY = ["--num-units", "8", "--seq-len", "8", "--batch-size", "2", "--embed-size", "4", "--sample-length", "2",
+         "--save-every", "1", "--no-progress"]
+_TIMEOUT = 60  # seconds for any one demo process; each takes about 10 on 2 CPU cores
+
+
+def _start_demo(out_dir, log, *flags):
+    """The demo in its own process, through the command line's module, its output in the file ``log``."""
+    with open(log, "w") as output:
+        return subprocess.Popen([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir",
+                                 str(out_dir), *flags], stdout=output, stderr=subprocess.STDOUT)
+
+
+def _complete_steps(out_dir):
+    return sorted(int(name) for name in os.listdir(out_dir) if name.isdigit())
+
+
+def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path):
+    """The issue's case: SIGKILL while Orbax writes a step left ``<step>.orbax-checkpoint-tmp`` behind, and the
+    re-run refused the folder as not the demo's."""
+    out_dir, log = tmp_path / "out", tmp_path / "first.log"
+    process = _start_demo(out_dir, log, "--steps", "400")
+    wait_for_a_save_in_flight(process, out_dir, 3, _TIMEOUT, describe=lambda: log.read_text()[-3000:])
+    process.kill()
+    process.wait(_TIMEOUT)
+    interrupted = saves_in_flight(out_dir)
+    assert interrupted, f"the kill came after the save was committed: {sorted(os.listdir(out_dir))}"
+    last = _complete_steps(out_dir)[-1]
+    assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
+
+    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir", str(out_dir),
+                            "--steps", str(last + 2)], capture_output=True, text=True, timeout=_TIMEOUT)
+    out = re.sub(r"\s+", " ", rerun.stdout)  # rich wraps long lines at the console's width
+    assert rerun.returncode == 0, out + rerun.stderr[-3000:]
+    assert f"resuming the run in {out_dir} from its checkpoint at step {last} (same settings)" in out
+    assert f"discarding the interrupted save {interrupted[0]}" in out
+    assert math.isfinite(_final_loss(out))
+    assert f"restored step {last + 2} into plain Flax" in out
+    assert saves_in_flight(out_dir) == [] and _complete_steps(out_dir) == [last + 1, last + 2]
+
+
+def test_ctrl_c_stops_after_the_save_in_flight_and_exits_130(tmp_path):
+    out_dir, log = tmp_path / "out", tmp_path / "demo.log"
+    process = _start_demo(out_dir, log, "--steps", "400")
+    wait_for_a_save_in_flight(process, out_dir, 2, _TIMEOUT, describe=lambda: log.read_text()[-3000:])
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(_TIMEOUT)
+    finally:
+        process.kill()
+    out = re.sub(r"\s+", " ", log.read_text())
+    assert code == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert saves_in_flight(out_dir) == []  # the save that Ctrl-C interrupted was completed, not left half-written
+    last = _complete_steps(out_dir)[-1]
+    match = re.search(r"stopped by Ctrl-C at step (\d+); step (\d+) is saved: run the same command to resume from it",
+                      out)
+    assert match, out[-3000:]
+    assert int(match.group(2)) == last and int(match.group(1)) >= last >= 2

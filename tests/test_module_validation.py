@@ -1,4 +1,5 @@
-"""Bad inputs to the Flax modules are ValueError/TypeError naming the argument, what was expected and what came."""
+"""Bad inputs to the Flax modules are ValueError/TypeError naming the argument as the caller passed it (``x``,
+``initial_carry[0]``, ``seq_lengths``, ``resets``: never ``rnn()``'s h0/c0), what was expected and what came."""
 
 import re
 
@@ -74,11 +75,106 @@ def test_seq_lengths_wrong_shape(lstm):
         module.apply(variables, jnp.ones((B, T, I)), seq_lengths=jnp.array([1, 2, 3], jnp.int32))
 
 
-def test_initial_carry_wrong_shape(lstm):
-    module, variables = lstm
-    h0 = jnp.zeros((1, B, H))
-    with pytest.raises(ValueError, match=re.escape("h0 has shape (1, 2, 4); expected (2, 2, 4)")):
-        module.apply(variables, jnp.ones((B, T, I)), initial_carry=(h0, jnp.zeros((2, B, H))))
+STATE = "(num_layers*num_directions, batch, num_units)"
+
+
+@pytest.fixture(scope="module")
+def gru():
+    module = RNN(mode="gru", num_units=H, num_layers=2)
+    return module, module.init(jax.random.key(0), jnp.ones((B, T, I)))
+
+
+@pytest.fixture(scope="module")
+def nnx_lstm():
+    return NNXRNN(in_features=I, num_units=H, num_layers=2, rngs=nnx.Rngs(0))
+
+
+def _apply(kind, lstm, gru, nnx_lstm):
+    """A call of the module ``kind`` ("linen lstm", "linen gru", "nnx lstm") as (x, **kwargs) -> y."""
+    if kind == "linen lstm":
+        return lambda x, **kw: lstm[0].apply(lstm[1], x, **kw)
+    if kind == "linen gru":
+        return lambda x, **kw: gru[0].apply(gru[1], x, **kw)
+    return nnx_lstm
+
+
+H0, C0 = jnp.zeros((2, B, H)), jnp.zeros((2, B, H))
+BAD_CARRIES = [  # (module, initial_carry, error, message): the issue's case and its relatives
+    ("linen lstm", (H0[:1], C0), ValueError, f"initial_carry[0] has shape (1, 2, 4); expected (2, 2, 4) = {STATE}"),
+    ("linen lstm", (H0, C0[:, :1]), ValueError, f"initial_carry[1] has shape (2, 1, 4); expected (2, 2, 4) = {STATE}"),
+    ("nnx lstm", (H0, C0[..., :3]), ValueError, f"initial_carry[1] has shape (2, 2, 3); expected (2, 2, 4) = {STATE}"),
+    ("linen gru", H0[..., :3], ValueError, f"initial_carry has shape (2, 2, 3); expected (2, 2, 4) = {STATE}"),
+    ("linen lstm", H0, TypeError, "initial_carry is an array of shape (2, 2, 4); mode 'lstm' carries a pair (h, c)"),
+    ("nnx lstm", (H0,), TypeError, "initial_carry is a tuple of 1; mode 'lstm' carries a pair (h, c)"),
+    ("linen gru", (H0, C0), TypeError, "initial_carry is a tuple of 2; mode 'gru' carries h alone"),
+    ("linen lstm", (H0, None), ValueError, "initial_carry[1] is None; mode 'lstm' needs an initial cell state of "
+                                           "shape (2, 2, 4)"),
+    ("nnx lstm", ([[0.0]], C0), TypeError, "initial_carry[0] must be an array, got list"),
+]
+
+
+@pytest.mark.parametrize("kind, carry, error, message", BAD_CARRIES,
+                         ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, message in BAD_CARRIES])
+def test_a_bad_initial_carry_is_named_as_passed(lstm, gru, nnx_lstm, kind, carry, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        _apply(kind, lstm, gru, nnx_lstm)(jnp.ones((B, T, I)), initial_carry=carry)
+
+
+BAD_INPUTS = [  # (module, x, kwargs, error, message)
+    ("linen lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
+    ("nnx lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
+    ("linen lstm", jnp.ones(()), {}, ValueError, "x has shape (); expected rank 3 (batch, time, features)"),
+    ("nnx lstm", jnp.ones((T, I)), {}, ValueError, "x has shape (5, 3); expected rank 3 (batch, time, features) = "
+                                                   "(B, T, 3)"),
+    ("nnx lstm", jnp.ones((B, 0, I)), {}, ValueError, "x has shape (2, 0, 3); time and batch must be at least 1"),
+    # x given time-major to a batch-major module: x is blamed, not the carry that matches the batch
+    ("linen lstm", jnp.ones((T, B, I)), {"initial_carry": (H0, C0)}, ValueError,
+     "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The module "
+     "takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), or build "
+     "the module with time_major=True"),
+    ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 2, 3])}, ValueError,
+     "seq_lengths has shape (3,); expected (2,) = (batch,)"),
+    ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 9])}, ValueError,
+     "seq_lengths[1] is 9; every length must be in [0, 5] = [0, time]"),
+    ("linen gru", jnp.ones((B, T, I)), {"resets": jnp.zeros((T, B), bool)}, ValueError,
+     "resets has shape (5, 2); expected (2, 5) = (batch, time), the first two axes of x"),
+    ("nnx lstm", jnp.ones((B, T, I)), {"resets": jnp.zeros((B, T), jnp.float32)}, TypeError,
+     "resets has dtype float32; expected bool"),
+]
+
+
+@pytest.mark.parametrize("kind, x, kwargs, error, message", BAD_INPUTS,
+                         ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, _, message in BAD_INPUTS])
+def test_a_bad_input_is_named_as_passed(lstm, gru, nnx_lstm, kind, x, kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        _apply(kind, lstm, gru, nnx_lstm)(x, **kwargs)
+
+
+def test_time_major_module_blames_a_batch_major_x():
+    module = LSTM(num_units=H, time_major=True)
+    variables = module.init(jax.random.key(0), jnp.ones((T, B, I)))
+    carry = (jnp.zeros((1, B, H)), jnp.zeros((1, B, H)))
+    with pytest.raises(ValueError, match=re.escape("x's first axis. The module takes time-major x [T, B, features]; x "
+                                                   "looks batch-major [B, T, features]: pass jnp.swapaxes(x, 0, 1), or "
+                                                   "build the module with time_major=False")):
+        module.apply(variables, jnp.ones((B, T, I)), initial_carry=carry)
+
+
+def test_valid_calls_with_every_argument_still_run(lstm, gru, nnx_lstm):
+    """What the checks above accept: a full carry, integer lengths of any width, lists for lengths and resets, and an
+    x or carry of another float dtype (cast to the module's dtype, as Flax modules do)."""
+    x = jax.random.normal(jax.random.key(3), (B, T, I))
+    carry = (jnp.full((2, B, H), 0.1), jnp.full((2, B, H), -0.2))
+    lengths, resets = [T, 2], [[False] * T, [False, False, True, False, False]]
+    for kind in ("linen lstm", "nnx lstm"):
+        new_carry, y = _apply(kind, lstm, gru, nnx_lstm)(x.astype(jnp.float16), initial_carry=carry,
+                                                       seq_lengths=np.array(lengths, np.int64), resets=resets,
+                                                       return_carry=True)
+        assert y.shape == (B, T, H) and y.dtype == jnp.float32 and new_carry[1].shape == (2, B, H)
+        assert np.all(np.isfinite(np.asarray(y))) and np.all(np.asarray(y[1, 2:]) == 0)
+    carry, y = _apply("linen gru", lstm, gru, nnx_lstm)(x, initial_carry=jnp.zeros((2, B, H), jnp.bfloat16),
+                                                       return_carry=True)
+    assert carry.shape == (2, B, H) and y.shape == (B, T, H)
 
 
 def test_unknown_mode():
@@ -100,5 +196,6 @@ def test_dropout_without_rng_stream_names_it():
 
 def test_nnx_wrong_feature_size():
     model = NNXRNN(in_features=I, mode="gru", num_units=H, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=re.escape("x has shape (2, 5, 6); expected its last axis to be 3")):
+    with pytest.raises(ValueError, match=re.escape("x has shape (2, 5, 6); expected (B, T, 3): its last axis must be "
+                                                   "in_features")):
         model(jnp.ones((B, T, 6)))

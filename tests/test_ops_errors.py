@@ -216,7 +216,77 @@ def test_seed_class_lstm_needs_input_c():
     p = lstm.init_params(jax.random.key(0))
     x = jnp.ones((T, B, I))
     h = jnp.zeros((1, B, H))
-    _raises(ValueError, "c0 is None", lambda: lstm(x, h, None, p))
+    _raises(ValueError, re.escape("input_c is None; mode 'lstm' needs an initial cell state of shape (1, 3, 6)"),
+            lambda: lstm(x, h, None, p))
+
+
+SEED_CLASSES = {"lstm": jcr.CudnnLSTM, "gru": jcr.CudnnGRU, "rnn_tanh": jcr.CudnnRNNTanh, "rnn_relu": jcr.CudnnRNNRelu}
+SEED_STATE = "(num_layers*num_directions, batch, num_units)"
+
+
+def _seed_call(mode, **replace):
+    """A two-layer seed-class model of ``mode`` called with valid arguments, those in ``replace`` swapped in."""
+    model = SEED_CLASSES[mode](num_layers=2, num_units=H, input_size=I)
+    args = {"input_data": jnp.ones((T, B, I)), "input_h": jnp.zeros((2, B, H)), "input_c": jnp.zeros((2, B, H)),
+            "params": model.init_params(jax.random.key(0))}
+    if mode != "lstm":
+        del args["input_c"]
+    args.update(replace)
+    return model(**args, is_training=False)
+
+
+# (argument, value, error, message): every argument of the seed classes' call, by its name; for params, the value is
+# made from the model's params_size(), which the message names as {size}
+BAD_SEED_ARGUMENTS = [
+    ("input_data", jnp.ones((T, B)), ValueError, "input_data has shape (5, 3); expected rank 3 (max_time, batch, "
+                                                 "input_size) = (T, B, 4)"),
+    ("input_data", jnp.ones((T, B, I + 1)), ValueError, "input_data has shape (5, 3, 5); expected (T, B, 4): its last "
+                                                        "axis must be input_size"),
+    ("input_data", jnp.ones((T, B, I), jnp.float16), TypeError, "input_data has dtype float16; expected float32 (the "
+                                                                "model's dtype)"),
+    ("input_data", [[[1.0] * I] * B] * T, TypeError, "input_data must be an array, got list"),
+    ("input_data", jnp.ones((B, T, I)), ValueError, "input_data has shape (3, 5, 4) and input_h (2, 3, 6): input_h's "
+                                                    "batch is 3, input_data's first axis. The model takes time-major "
+                                                    "input_data [T, B, input_size]; input_data looks batch-major"),
+    ("input_h", jnp.zeros((1, B, H)), ValueError, f"input_h has shape (1, 3, 6); expected (2, 3, 6) = {SEED_STATE}"),
+    ("input_h", jnp.zeros((2, B, H), jnp.bfloat16), TypeError, "input_h has dtype bfloat16; expected float32 (the "
+                                                               "model's dtype)"),
+    ("input_h", None, TypeError, "input_h must be an array, got NoneType"),
+    ("params", lambda size: jnp.zeros((7,)), ValueError, "params has shape (7,); expected ({size},) = "
+                                                          "(params_size(),)"),
+    ("params", lambda size: jnp.zeros((size,), jnp.float16), TypeError, "params has dtype float16; expected float32 "
+                                                                        "(the model's dtype)"),
+    ("seq_lengths", jnp.array([1, 2], jnp.int32), ValueError, "seq_lengths has shape (2,); expected (3,) = (batch,)"),
+    ("seq_lengths", jnp.array([1, 2, 6], jnp.int32), ValueError, "seq_lengths[2] is 6; every length must be in [0, 5] "
+                                                                 "= [0, max_time]"),
+]
+
+
+@pytest.mark.parametrize("mode", SEED_CLASSES)
+@pytest.mark.parametrize("argument, value, error, message", BAD_SEED_ARGUMENTS,
+                         ids=[message.split(";")[0] for _, _, _, message in BAD_SEED_ARGUMENTS])
+def test_seed_class_errors_name_its_own_arguments(mode, argument, value, error, message):
+    """The issue: the seed classes' errors named rnn()'s x, h0, c0 instead of input_data, input_h, input_c."""
+    if argument == "params":
+        size = SEED_CLASSES[mode](2, H, I).params_size()
+        value, message = value(size), message.format(size=size)
+    _raises(error, re.escape(message), lambda: _seed_call(mode, **{argument: value}))
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (jnp.zeros((2, B, H - 1)), ValueError, f"input_c has shape (2, 3, 5); expected (2, 3, 6) = {SEED_STATE}"),
+    (jnp.zeros((2, B, H), jnp.float16), TypeError, "input_c has dtype float16; expected float32 (the model's dtype)"),
+    ([0.0], TypeError, "input_c must be an array, got list"),
+])
+def test_seed_class_lstm_names_input_c(value, error, message):
+    _raises(error, re.escape(message), lambda: _seed_call("lstm", input_c=value))
+
+
+@pytest.mark.parametrize("mode", SEED_CLASSES)
+def test_seed_class_valid_calls_run(mode):
+    outputs = _seed_call(mode, seq_lengths=jnp.array([T, 1, 0], jnp.int32))
+    assert outputs[0].shape == (T, B, H) and all(o.shape == (2, B, H) for o in outputs[1:])
+    assert np.all(np.asarray(outputs[0][1:, 1]) == 0)
 
 
 def test_seed_class_gru_signature_has_no_input_c():

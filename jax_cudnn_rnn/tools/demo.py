@@ -12,7 +12,9 @@ The output folder (``--output-dir``, default ``./jax_cudnn_rnn_demo``) holds ``d
 shape the model and its training) and the last two checkpoints as ``<step>/state``. A re-run into the same folder
 resumes from the last checkpoint only when those settings match and ``--steps`` is higher than its step; otherwise it
 removes the previous run's checkpoints and starts fresh. It says which it did, and refuses a folder that holds
-anything else.
+anything else. Faults: a save cut off (the process killed) leaves Orbax's temporary directory, which a re-run names and
+discards, resuming from the last complete step. Ctrl-C stops training after the step and the save in flight, says
+which step to resume from and exits 130; a second Ctrl-C abandons that save.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import importlib.resources
 import json
 import os
 import shutil
+import signal
+import threading
 import time
 from typing import Any
 
@@ -87,17 +91,21 @@ def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
 def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tuple[int | None, str]:
     """Decides between resuming and starting fresh in ``directory``: (step to resume from or None, what to tell the
     user). Starting fresh removes a previous run's checkpoints and settings; a folder holding anything else is refused
-    (SystemExit) rather than emptied."""
+    (SystemExit) rather than emptied. Saves that were cut off (Orbax's temporary directories, as Orbax itself
+    recognises them) are the demo's own: named in the message, and left to the CheckpointManager, which the run
+    creates with ``cleanup_tmp_directories``, to remove."""
     if not os.path.isdir(directory):
         return None, f"starting a new run in {directory}"
+    interrupted = sorted(path.get().name for path in ocp.path.step.all_temporary_paths(directory))
+    found = f"; discarding the interrupted save {', '.join(interrupted)}" if interrupted else ""
     entries = os.listdir(directory)
     steps_found = sorted(int(name) for name in entries if name.isdigit())
-    foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE]
+    foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE and name not in interrupted]
     if foreign:
         raise SystemExit(f"--output-dir {directory} holds files that are not this demo's ({', '.join(sorted(foreign))}"
                          f"); pass another --output-dir or remove them")
     if not steps_found:
-        return None, f"starting a new run in {directory}"
+        return None, f"starting a new run in {directory}{found}"
     try:
         with open(os.path.join(directory, CONFIG_FILE), encoding="utf-8") as f:
             previous = json.load(f)
@@ -105,7 +113,7 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
         previous = None
     last = steps_found[-1]
     if previous == settings and last < steps:
-        return last, f"resuming the run in {directory} from its checkpoint at step {last} (same settings)"
+        return last, f"resuming the run in {directory} from its checkpoint at step {last} (same settings){found}"
     if previous is None:
         reason = f"it has no readable {CONFIG_FILE}"
     elif previous != settings:
@@ -116,7 +124,7 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
     for step in steps_found:
         shutil.rmtree(os.path.join(directory, str(step)))
     return None, (f"starting fresh in {directory}: removed the previous run's checkpoints {steps_found}, as "
-                  f"{reason}")
+                  f"{reason}{found}")
 
 
 def trained_by(compiled_text: str) -> str:
@@ -154,7 +162,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) as a request to stop, between ``install()`` and ``restore()``: the first sets ``requested``
+    (the training loop ends after its step, and the save in flight completes); a second raises KeyboardInterrupt at
+    once, abandoning that save (Orbax leaves its temporary directory, which the next run discards). ``restore`` puts
+    back the handler that was there; outside the main thread, where Python allows no signal handler, neither does
+    anything."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def install(self) -> None:
+        if not self._installed and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+
+    def restore(self) -> None:
+        if self._installed:
+            # None: a handler installed from outside Python, which Python cannot reinstall
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
+            self._installed = False
+
+
 def run(args: argparse.Namespace) -> int:
+    """The demo; 0 when the restored plain-Flax model matches, 1 when not, 130 when stopped by Ctrl-C (after saying
+    which step a re-run resumes from; never a traceback)."""
+    stop = StopRequest()
+    try:
+        return _run(args, stop)
+    except KeyboardInterrupt:  # a Ctrl-C outside the training loop, or a second one inside it
+        directory = os.path.abspath(args.output_dir)
+        steps = ocp.path.step.checkpoint_steps(directory) if os.path.isdir(directory) else []
+        saved = f"step {max(steps)} is saved in {directory}" if steps else "no step is saved"
+        print(f"interrupted by Ctrl-C; {saved} (a save it cut off is discarded by the next run)", flush=True)
+        return 130
+    finally:
+        stop.restore()
+
+
+def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -201,13 +254,15 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2)
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    stop.install()  # from here until the last save is complete, Ctrl-C stops after the step and the save in flight
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2,
+                                                                                    cleanup_tmp_directories=True))
     if resume_from is not None:
         state = manager.restore(resume_from, args=ocp.args.Composite(state=checkpoint.CanonicalRestore(state)))["state"]
     first = (resume_from or 0) + 1
     compiled_step = train_step.lower(state, *batch(first)).compile()
     console.print(f"training with {trained_by(compiled_step.as_text())}")
-    loss = float("nan")
+    loss, done = float("nan"), first - 1
     chars_done, started = 0, time.perf_counter()
     columns = [TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("loss {task.fields[loss]:.3f}"), TextColumn("{task.fields[rate]:,.0f} chars/s"),
@@ -215,6 +270,8 @@ def run(args: argparse.Namespace) -> int:
     with Progress(*columns, console=console, disable=args.no_progress) as progress:
         task = progress.add_task("train", total=args.steps, completed=first - 1, loss=float("nan"), rate=0.0)
         for step in range(first, args.steps + 1):
+            if stop.requested:
+                break
             inputs, targets = batch(step)
             state, loss_value = compiled_step(state, inputs, targets)
             if step == first:
@@ -227,8 +284,20 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"step {step}/{args.steps} loss {loss:.4f} {rate:,.0f} chars/s")
             if step % args.save_every == 0 or step == args.steps:
                 manager.save(step, args=ocp.args.Composite(state=checkpoint.CanonicalSave(state)))
+            done = step
     manager.wait_until_finished()
+    stop.restore()
     last = manager.latest_step()
+    if stop.requested:
+        manager.close()
+        if last is None:
+            resume = "no step is saved yet: the next run starts anew"
+        elif done < args.steps:
+            resume = f"step {last} is saved: run the same command to resume from it"
+        else:
+            resume = f"step {last} is saved: pass a higher --steps to continue from it"
+        console.print(f"stopped by Ctrl-C at step {done}; {resume}")
+        return 130
     console.print(f"final loss {loss:.4f}; checkpoints {manager.all_steps()} in {directory}")
     manager.close()
 
