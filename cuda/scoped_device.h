@@ -1,5 +1,5 @@
 // Makes a CUDA device current for a scope and then puts back exactly what the thread had before: its driver context,
-// or none at all. Header-only and free of CUDA headers so that tests/test_scoped_device.py can compile it on a
+// or none at all. Header-only and free of CUDA headers so that tests/cudnn/test_scoped_device.py can compile it on a
 // machine without CUDA against a simulated driver; handle_pool.h instantiates it with the real CUDA calls.
 //
 // Why not cudaGetDevice + cudaSetDevice: on a thread without a current context cudaGetDevice reports device 0, and

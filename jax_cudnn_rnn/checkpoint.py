@@ -35,7 +35,7 @@ Usage::
         state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
 
 Atomicity is Orbax's: the item is written to a temporary directory (``<step>.orbax-checkpoint-tmp``) and renamed when
-complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested (tests/test_checkpoint.py)
+complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested (tests/core/test_checkpoint.py)
 for a process killed while it writes the arrays (the previous step stays ``latest_step()`` and restores bit for bit;
 ``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the leftover temporary directory on the next start)
 and for a full disk (the error, Orbax's, names the file it could not write under the step's temporary directory; the

@@ -8,7 +8,7 @@ time changes: ``inner_loop`` builds the opaque buffer from the variables with tr
 ``grad``) and runs one ``jax_cudnn_rnn.rnn`` call: cuDNN on a GPU (also for GRUs and masked sequences, which Keras on
 JAX runs as a ``lax.scan``), oneDNN or pure JAX on the CPU.
 
-Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests/test_keras.py):
+Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests/frontends/test_keras.py):
 
 * LSTM and SimpleRNN keep one bias per gate: it is the input bias (``bias_mode="single_input"``); GRU is Keras's
   ``reset_after=True`` GRU, cuDNN's, with its input and recurrent biases (``bias`` [2, 3H]). ``use_bias=False``: no

@@ -12,7 +12,7 @@ space (CUDNN_RNN_ALGO_STANDARD, CUDNN_RNN_DOUBLE_BIAS). The layout below is comp
   Where projection and single/no-bias modes put their bytes is the least certain part of this layout: the GPU layout
   test covers them.
 
-This is what jax.experimental.rnn, MXNet and Knet.jl use. On a GPU, ``tests/test_cudnn_layout.py`` compares every
+This is what jax.experimental.rnn, MXNet and Knet.jl use. On a GPU, ``tests/cudnn/test_cudnn_layout.py`` compares every
 offset and the total with ``cudnnGetRNNWeightParams`` / ``cudnnGetRNNWeightSpaceSize``; if cuDNN disagrees, this module
 is the only one to change (``_slot_offsets`` and ``params_size``): every other module goes through ``param_slots``.
 

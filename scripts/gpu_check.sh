@@ -20,7 +20,7 @@
 # Every test command runs with PYTHONSAFEPATH=1, so the installed package is imported and not the source checkout.
 #
 # Stages, run in the order given (none given: $GPU_CHECK_STAGES, else "load"):
-#   load       nvidia-smi, `jax-cudnn-rnn info` (versions, extension, devices, choices), tests/test_extension.py and
+#   load       nvidia-smi, `jax-cudnn-rnn info` (versions, extension, devices, choices), tests/cudnn/test_extension.py and
 #              the test that implementation=None picks cuDNN on this GPU
 #   core       the plan, handle pool, donation, platform-choice and export GPU tests, the float32 matrix
 #              (test_matches_xla), threads, determinism, and the modules, seed classes and checkpoint on cuDNN
@@ -106,10 +106,10 @@ if [ "$DRY_RUN" = 1 ] || "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
   PLUGINS+=(--timeout 420)
   SANITIZER_TIMEOUT=(--timeout 540)
 fi
-MEMCHECK_DEFAULT="tests/test_cudnn_gpu.py::test_matches_xla[lstm-bidirectional-linear_input-float32-heuristic] \
-tests/test_cudnn_gpu.py::test_seq_lengths_match_xla[gru-bidirectional] \
-tests/test_cudnn_gpu.py::test_resets_with_dropout_and_projection_match_xla \
-tests/test_cudnn_gpu.py::test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space"
+MEMCHECK_DEFAULT="tests/cudnn/test_cudnn_gpu.py::test_matches_xla[lstm-bidirectional-linear_input-float32-heuristic] \
+tests/cudnn/test_cudnn_gpu.py::test_seq_lengths_match_xla[gru-bidirectional] \
+tests/cudnn/test_cudnn_gpu.py::test_resets_with_dropout_and_projection_match_xla \
+tests/cudnn/test_cudnn_gpu.py::test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space"
 read -ra MEMCHECK <<< "${MEMCHECK_TESTS-$MEMCHECK_DEFAULT}"
 
 CURRENT_STAGE=""
@@ -216,19 +216,19 @@ stage_build() {
 stage_load() {
   run_cmd nvidia-smi
   run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli info
-  pytest_cmd tests/test_extension.py tests/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn
+  pytest_cmd tests/cudnn/test_extension.py tests/cudnn/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn
 }
 
 stage_core() {
-  pytest_cmd -m gpu tests/test_cudnn_gpu.py -k "trace_time or second_gpu or eager_vjp or cpu_placed or \
+  pytest_cmd -m gpu tests/cudnn/test_cudnn_gpu.py -k "trace_time or second_gpu or eager_vjp or cpu_placed or \
 reserve_space or vmap_folds or batch_sharded or heuristic_and_autotune or inference_and_training or \
 (test_matches_xla and float32)"
-  pytest_cmd -m gpu tests/test_export.py tests/test_concurrency.py tests/test_determinism.py \
-    tests/test_module_values.py tests/test_seed_classes.py tests/test_checkpoint.py
+  pytest_cmd -m gpu tests/cudnn/test_export.py tests/core/test_concurrency.py tests/core/test_determinism.py \
+    tests/frontends/test_module_values.py tests/frontends/test_seed_classes.py tests/core/test_checkpoint.py
 }
 
 stage_features() {
-  pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-40}" -m gpu tests/test_cudnn_gpu.py tests/test_fuzz.py \
+  pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-40}" -m gpu tests/cudnn/test_cudnn_gpu.py tests/backends/test_fuzz.py \
     -k "resets or empty_sequences or longer_than or max_time_steps or seq_lengths or outputs_past_length or \
 lengths_above or packed_and_padded or dropout or options or persist_static or allow_tf32 or cudnn_matches_the_oracle"
 }
@@ -237,7 +237,7 @@ stage_memcheck() { sanitizer_cmd memcheck; }
 stage_racecheck() { sanitizer_cmd racecheck; }
 
 stage_matrix() {
-  pytest_cmd -m gpu tests/test_cudnn_gpu.py tests/test_cudnn_layout.py \
+  pytest_cmd -m gpu tests/cudnn/test_cudnn_gpu.py tests/cudnn/test_cudnn_layout.py \
     -k "(test_matches_xla and (float16 or bfloat16 or float64)) or half_gradients_match_pytorch or layout_matches_cudnn"
 }
 
@@ -257,7 +257,7 @@ stage_bench() {
 
 stage_whole() {
   local whole=()
-  split_words whole "${PYTEST_WHOLE-tests/test_flax_modules.py tests/test_demo.py tests/test_examples.py}"
+  split_words whole "${PYTEST_WHOLE-tests/frontends/test_flax_modules.py tests/tools/test_demo.py tests/tools/test_examples.py}"
   [ ${#whole[@]} -eq 0 ] || pytest_cmd "${whole[@]}"
 }
 
@@ -269,7 +269,7 @@ stage_tests() {
   stage_whole
 }
 
-stage_leaks() { pytest_cmd -m "gpu and slow" tests/test_leaks_gpu.py; }
+stage_leaks() { pytest_cmd -m "gpu and slow" tests/cudnn/test_leaks_gpu.py; }
 
 # Appends the comparisons' recorded errors to the stage's log.
 collect_errors() {

@@ -1,9 +1,9 @@
-"""What the declared minimum jax must support, run by tests/test_jax_floor.py in a venv that has exactly that jax and
+"""What the declared minimum jax must support, run by tests/packaging/test_jax_floor.py in a venv that has exactly that jax and
 jaxlib and the package without its extension (this file is not collected by pytest itself).
 
 Checks, each printing one line: the xla implementation under jit and grad against the reference implementation;
 the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
-tests/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
+tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
 (StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and for CUDA from one
 trace (lax.platform_dependent).
 """

@@ -42,7 +42,7 @@ MAX_TIME_STEPS = 65535
 """The most time steps one cuDNN call is given; a longer x runs as time chunks with the state carried
 (``chunking.run_chunked``). PyTorch's cuDNN LSTM fails with CUDNN_STATUS_NOT_SUPPORTED at 65,536 steps and runs
 65,535 (pytorch issue 133751, PyTorch 2.4). Not yet measured with this library's calls on a GPU:
-tests/test_cudnn_gpu.py runs one call of MAX_TIME_STEPS steps and a chunked call of one step more."""
+tests/cudnn/test_cudnn_gpu.py runs one call of MAX_TIME_STEPS steps and a chunked call of one step more."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,333 @@
+"""Every bad argument of rnn() and the seed-style classes gives a ValueError/TypeError naming it, what was expected
+and what came."""
+
+import os
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from support import oracle  # noqa: E402
+
+T, B, I, H = 5, 3, 4, 6
+
+
+def _setup(mode="lstm", **kwargs):
+    cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=H, input_size=I, **kwargs)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jnp.ones((T, B, I), jnp.float32)
+    h0 = jnp.zeros(cfg.state_shape(B), jnp.float32)
+    c0 = h0 if mode == "lstm" else None
+    return cfg, params, x, h0, c0
+
+
+def _raises(exc, pattern, fn):
+    with pytest.raises(exc, match=pattern):
+        fn()
+
+
+def test_x_rank():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("x has shape (5, 4); expected rank 3"), lambda: jcr.rnn(p, x[:, 0], h0, c0, cfg))
+
+
+def test_x_feature_size():
+    cfg, p, x, h0, c0 = _setup()
+    bad = jnp.ones((T, B, I + 1))
+    _raises(ValueError, re.escape("x has shape (5, 3, 5); expected (T, B, 4)"), lambda: jcr.rnn(p, bad, h0, c0, cfg))
+
+
+@pytest.mark.parametrize("shape", [(0, B, I), (T, 0, I)])
+def test_x_empty(shape):
+    cfg, p, _, _, _ = _setup()
+    x = jnp.ones(shape)
+    h0 = jnp.zeros(cfg.state_shape(shape[1]))
+    _raises(ValueError, "max_time and batch must be at least 1", lambda: jcr.rnn(p, x, h0, h0, cfg))
+
+
+def test_x_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "x has dtype float16; expected float32", lambda: jcr.rnn(p, x.astype(jnp.float16), h0, c0, cfg))
+
+
+def test_x_not_array():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "x must be an array, got list", lambda: jcr.rnn(p, [[1.0]], h0, c0, cfg))
+
+
+def test_params_length():
+    cfg, p, x, h0, c0 = _setup()
+    size = jcr.params_size(cfg)
+    _raises(ValueError, re.escape(f"params has shape ({size - 1},); expected ({size},)"),
+            lambda: jcr.rnn(p[:-1], x, h0, c0, cfg))
+
+
+def test_params_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "params has dtype bfloat16; expected float32",
+            lambda: jcr.rnn(p.astype(jnp.bfloat16), x, h0, c0, cfg))
+
+
+def test_h0_shape_names_meaning():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("h0 has shape (1, 3, 6); expected (2, 3, 6) = (num_layers*num_directions, batch, "
+                                  "num_units)"), lambda: jcr.rnn(p, x, h0[:1], c0, cfg))
+
+
+def test_h0_batch_mismatch():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("h0 has shape (2, 2, 6); expected (2, 3, 6)"),
+            lambda: jcr.rnn(p, x, h0[:, :2], c0, cfg))
+
+
+def test_batch_major_x_is_blamed_not_h0():
+    """The issue's case: x given [B, T, I] with a correct h0 used to be reported as a wrong h0."""
+    cfg, p, x, h0, c0 = _setup()
+    x_batch_major = jnp.swapaxes(x, 0, 1)
+    _raises(ValueError, re.escape("x has shape (3, 5, 4) and h0 (2, 3, 6): h0's batch is 3, x's first axis. rnn() "
+                                  "takes time-major x [T, B, input_size]; x looks batch-major"),
+            lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
+    _raises(ValueError, "jnp.swapaxes", lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
+
+
+def test_jit_without_static_config_gives_the_fix():
+    cfg, p, x, h0, c0 = _setup()
+    message = r"config is a traced value .*static_argnames=\('config',\).*RNNParams"
+    _raises(TypeError, message, lambda: jax.jit(jcr.rnn)(p, x, h0, c0, cfg))
+    _raises(TypeError, message, lambda: jax.jit(jcr.rnn)(p, x, h0, c0, config=cfg))
+    # Both fixes the message names work.
+    y_static = jax.jit(jcr.rnn, static_argnames=("config",))(p, x, h0, c0, config=cfg)[0]
+    y_params = jax.jit(jcr.rnn)(jcr.RNNParams(p, cfg), x, h0, c0)[0]
+    np.testing.assert_array_equal(np.asarray(y_static), np.asarray(y_params))
+
+
+def test_h0_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "h0 has dtype float16; expected float32", lambda: jcr.rnn(p, x, h0.astype(jnp.float16), c0, cfg))
+
+
+def test_c0_missing_for_lstm():
+    cfg, p, x, h0, _ = _setup()
+    _raises(ValueError, "c0 is None; mode 'lstm' needs an initial cell state", lambda: jcr.rnn(p, x, h0, None, cfg))
+
+
+def test_c0_given_for_gru():
+    cfg, p, x, h0, _ = _setup("gru")
+    _raises(ValueError, "c0 was given but mode 'gru' has no cell state", lambda: jcr.rnn(p, x, h0, h0, cfg))
+
+
+def test_c0_shape():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("c0 has shape (2, 3, 5); expected (2, 3, 6)"),
+            lambda: jcr.rnn(p, x, h0, c0[..., :5], cfg))
+
+
+def test_seq_lengths_shape():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("seq_lengths has shape (2,); expected (3,) = (batch,)"),
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1, 2], jnp.int32)))
+
+
+def test_seq_lengths_dtype():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "seq_lengths has dtype float32; expected int32",
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])))
+
+
+@pytest.mark.parametrize("lengths, index, value", [([1, -1, 2], 1, -1), ([1, 2, 6], 2, 6), ([-1, 2, 3], 0, -1)])
+def test_seq_lengths_range(lengths, index, value):
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape(f"seq_lengths[{index}] is {value}; every length must be in [0, 5]"),
+            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array(lengths, jnp.int32)))
+
+
+def test_seq_lengths_under_jit_never_reads_out_of_bounds():
+    """Under jit lengths cannot be checked; the documented behaviour: > T acts as T, < 0 as 0 (an empty sequence)."""
+    cfg, p, x, h0, c0 = _setup()
+    run = jax.jit(lambda lengths: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation="xla"))
+    y, h_n, c_n = run(jnp.array([9, 0, -4], jnp.int32))
+    y_full, h_full, c_full = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
+    np.testing.assert_allclose(y[:, 0], y_full[:, 0], atol=1e-6)
+    np.testing.assert_allclose(h_n[:, 0], h_full[:, 0], atol=1e-6)
+    assert np.all(np.asarray(y[:, 1:]) == 0)
+    np.testing.assert_array_equal(h_n[:, 1:], h0[:, 1:])
+    np.testing.assert_array_equal(c_n[:, 1:], c0[:, 1:])
+
+
+def test_dropout_key_required():
+    cfg, p, x, h0, c0 = _setup(dropout=0.5)
+    _raises(ValueError, "dropout_key is None; is_training=True with config.dropout=0.5",
+            lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=True))
+
+
+def test_unknown_implementation():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(ValueError, "implementation is 'cuda'; expected None or one of", lambda: jcr.rnn(p, x, h0, c0, cfg,
+                                                                                          implementation="cuda"))
+
+
+def test_cudnn_where_it_cannot_run_is_a_clear_error():
+    cfg, p, x, h0, c0 = _setup()
+    if jax.default_backend() == "gpu" and jcr.extension_loaded():
+        pytest.skip("cuDNN can run here")
+    _raises(RuntimeError, "implementation='cudnn' needs", lambda: jcr.rnn(p, x, h0, c0, cfg, implementation="cudnn"))
+
+
+def test_config_must_be_rnnconfig():
+    _, p, x, h0, c0 = _setup()
+    _raises(TypeError, "config must be an RNNConfig, got dict", lambda: jcr.rnn(p, x, h0, c0, {"mode": "lstm"}))
+
+
+def test_float64_without_x64():
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 is on")
+    cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=H, input_size=I, dtype="float64")
+    _raises(TypeError, "config.dtype is float64 but jax_enable_x64 is off",
+            lambda: jcr.init_params(jax.random.key(0), cfg))
+
+
+def test_non_finite_inputs_pass_through():
+    cfg, p, x, h0, c0 = _setup()
+    x = x.at[2, 1, 0].set(jnp.nan).at[0, 0, 0].set(jnp.inf)
+    y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
+    assert np.isnan(np.asarray(y[2:, 1])).all()  # NaN enters batch 1 at t=2 and stays
+    assert np.isfinite(np.asarray(y[:, 2])).all()  # batch 2 never saw a non-finite value
+    # Batch 0 got +inf at t=0: every gate's pre-activation is +-inf there and the sigmoids and tanhs saturate, so the
+    # states stay finite, with exactly the values IEEE arithmetic gives in the float64 oracle.
+    with np.errstate(over="ignore", invalid="ignore"):
+        want_y, want_h, want_c = oracle(cfg, p, x, h0, c0)
+    assert np.isfinite(want_y[:, 0]).all()
+    for name, got, want in (("y", y[:, 0], want_y[:, 0]), ("h_n", h_n[:, 0], want_h[:, 0]),
+                            ("c_n", c_n[:, 0], want_c[:, 0])):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+# Seed-style classes.
+
+
+def test_seed_class_lstm_needs_input_c():
+    lstm = jcr.CudnnLSTM(1, H, I)
+    p = lstm.init_params(jax.random.key(0))
+    x = jnp.ones((T, B, I))
+    h = jnp.zeros((1, B, H))
+    _raises(ValueError, re.escape("input_c is None; mode 'lstm' needs an initial cell state of shape (1, 3, 6)"),
+            lambda: lstm(x, h, None, p))
+
+
+SEED_CLASSES = {"lstm": jcr.CudnnLSTM, "gru": jcr.CudnnGRU, "rnn_tanh": jcr.CudnnRNNTanh, "rnn_relu": jcr.CudnnRNNRelu}
+SEED_STATE = "(num_layers*num_directions, batch, num_units)"
+
+
+def _seed_call(mode, **replace):
+    """A two-layer seed-class model of ``mode`` called with valid arguments, those in ``replace`` swapped in."""
+    model = SEED_CLASSES[mode](num_layers=2, num_units=H, input_size=I)
+    args = {"input_data": jnp.ones((T, B, I)), "input_h": jnp.zeros((2, B, H)), "input_c": jnp.zeros((2, B, H)),
+            "params": model.init_params(jax.random.key(0))}
+    if mode != "lstm":
+        del args["input_c"]
+    args.update(replace)
+    return model(**args, is_training=False)
+
+
+# (argument, value, error, message): every argument of the seed classes' call, by its name; for params, the value is
+# made from the model's params_size(), which the message names as {size}
+BAD_SEED_ARGUMENTS = [
+    ("input_data", jnp.ones((T, B)), ValueError, "input_data has shape (5, 3); expected rank 3 (max_time, batch, "
+                                                 "input_size) = (T, B, 4)"),
+    ("input_data", jnp.ones((T, B, I + 1)), ValueError, "input_data has shape (5, 3, 5); expected (T, B, 4): its last "
+                                                        "axis must be input_size"),
+    ("input_data", jnp.ones((T, B, I), jnp.float16), TypeError, "input_data has dtype float16; expected float32 (the "
+                                                                "model's dtype)"),
+    ("input_data", [[[1.0] * I] * B] * T, TypeError, "input_data must be an array, got list"),
+    ("input_data", jnp.ones((B, T, I)), ValueError, "input_data has shape (3, 5, 4) and input_h (2, 3, 6): input_h's "
+                                                    "batch is 3, input_data's first axis. The model takes time-major "
+                                                    "input_data [T, B, input_size]; input_data looks batch-major"),
+    ("input_h", jnp.zeros((1, B, H)), ValueError, f"input_h has shape (1, 3, 6); expected (2, 3, 6) = {SEED_STATE}"),
+    ("input_h", jnp.zeros((2, B, H), jnp.bfloat16), TypeError, "input_h has dtype bfloat16; expected float32 (the "
+                                                               "model's dtype)"),
+    ("input_h", None, TypeError, "input_h must be an array, got NoneType"),
+    ("params", lambda size: jnp.zeros((7,)), ValueError, "params has shape (7,); expected ({size},) = "
+                                                          "(params_size(),)"),
+    ("params", lambda size: jnp.zeros((size,), jnp.float16), TypeError, "params has dtype float16; expected float32 "
+                                                                        "(the model's dtype)"),
+    ("seq_lengths", jnp.array([1, 2], jnp.int32), ValueError, "seq_lengths has shape (2,); expected (3,) = (batch,)"),
+    ("seq_lengths", jnp.array([1, 2, 6], jnp.int32), ValueError, "seq_lengths[2] is 6; every length must be in [0, 5] "
+                                                                 "= [0, max_time]"),
+]
+
+
+@pytest.mark.parametrize("mode", SEED_CLASSES)
+@pytest.mark.parametrize("argument, value, error, message", BAD_SEED_ARGUMENTS,
+                         ids=[message.split(";")[0] for _, _, _, message in BAD_SEED_ARGUMENTS])
+def test_seed_class_errors_name_its_own_arguments(mode, argument, value, error, message):
+    """The issue: the seed classes' errors named rnn()'s x, h0, c0 instead of input_data, input_h, input_c."""
+    if argument == "params":
+        size = SEED_CLASSES[mode](2, H, I).params_size()
+        value, message = value(size), message.format(size=size)
+    _raises(error, re.escape(message), lambda: _seed_call(mode, **{argument: value}))
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (jnp.zeros((2, B, H - 1)), ValueError, f"input_c has shape (2, 3, 5); expected (2, 3, 6) = {SEED_STATE}"),
+    (jnp.zeros((2, B, H), jnp.float16), TypeError, "input_c has dtype float16; expected float32 (the model's dtype)"),
+    ([0.0], TypeError, "input_c must be an array, got list"),
+])
+def test_seed_class_lstm_names_input_c(value, error, message):
+    _raises(error, re.escape(message), lambda: _seed_call("lstm", input_c=value))
+
+
+@pytest.mark.parametrize("mode", SEED_CLASSES)
+def test_seed_class_valid_calls_run(mode):
+    outputs = _seed_call(mode, seq_lengths=jnp.array([T, 1, 0], jnp.int32))
+    assert outputs[0].shape == (T, B, H) and all(o.shape == (2, B, H) for o in outputs[1:])
+    assert np.all(np.asarray(outputs[0][1:, 1]) == 0)
+
+
+def test_seed_class_gru_signature_has_no_input_c():
+    gru = jcr.CudnnGRU(1, H, I)
+    p = gru.init_params(jax.random.key(0))
+    # A stray input_c lands in the params slot and is rejected by name.
+    _raises(ValueError, re.escape("params has shape (1, 3, 6); expected"),
+            lambda: gru(jnp.ones((T, B, I)), jnp.zeros((1, B, H)), jnp.zeros((1, B, H)), p))
+
+
+def test_is_training_must_be_bool():
+    cfg, p, x, h0, c0 = _setup()
+    _raises(TypeError, "is_training must be a Python bool", lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=p))
+
+
+def test_seed_class_bad_seed():
+    _raises(TypeError, "seed must be an int, got str", lambda: jcr.CudnnRNNTanh(1, H, I, seed="0"))
+
+
+def test_seed_class_bad_direction():
+    _raises(ValueError, "direction is 'both'; expected one of", lambda: jcr.CudnnRNNRelu(1, H, I, direction="both"))
+
+
+def test_rnn_accepts_rnn_params_and_checks_config():
+    cfg, p, x, h0, c0 = _setup()
+    packed = jcr.RNNParams(p, cfg)
+    np.testing.assert_array_equal(jcr.rnn(packed, x, h0, c0)[0], jcr.rnn(p, x, h0, c0, cfg)[0])
+    other = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I, direction="unidirectional",
+                          dropout=0.1)
+    _raises(ValueError, "differs from params.config", lambda: jcr.rnn(packed, x, h0, c0, other))
+    _raises(TypeError, "config is None; pass an RNNConfig", lambda: jcr.rnn(p, x, h0, c0))
+
+
+def test_precision_unknown():
+    cfg, params, x, h0, c0 = _setup()
+    _raises(ValueError, re.escape("precision is 'bfloat16'; expected None or one of ['default', 'float32'"),
+            lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla", precision="bfloat16"))
+
+
+def test_precision_from_the_jax_config_is_checked_too():
+    cfg, params, x, h0, c0 = _setup()
+    with jax.default_matmul_precision("bfloat16"):
+        _raises(ValueError, "jax_default_matmul_precision is 'bfloat16'",
+                lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla"))

@@ -1,0 +1,322 @@
+"""implementation="onednn" (oneDNN's fused RNN primitives on the CPU) against PyTorch's CPU modules, the float64 NumPy
+oracle and the xla implementation: values and every gradient (x, h0, c0 and each weight and bias), every mode, uni- and
+bidirectional, 1-3 layers, float32 and bfloat16; several Python threads at once; and the package without the extension.
+
+Without the extension these tests skip; with JAX_CUDNN_RNN_REQUIRE_ONEDNN=1 (set in CI, which installs the onednn
+extra) they fail instead, so a silently skipped build cannot pass.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import interop
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.call import Call
+from jax_cudnn_rnn.backends.onednn import extension
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import skips  # noqa: E402
+from support import (  # noqa: E402
+    assert_outputs_close,
+    draw_inputs,
+    import_or_skip,
+    make_config,
+    oracle,
+    require_extension,
+    torch_module,
+)
+
+T, B = 5, 3
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture
+def native():
+    """The loaded oneDNN module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_ONEDNN=1) without it."""
+    require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
+    return onednn.module()
+
+
+def _loss_weights(cfg, batch=B, steps=T, seed=7):
+    rng = np.random.default_rng(seed)
+    wy = rng.normal(size=(steps, batch, cfg.output_size))
+    wh = rng.normal(size=cfg.state_shape(batch))
+    wc = rng.normal(size=cfg.cell_shape(batch)) if cfg.has_cell_state else None
+    return wy, wh, wc
+
+
+def _value_and_grads(implementation, cfg, params, x, h0, c0):
+    """((y, h_n, c_n), (dparams, dx, dh0, dc0)) of loss = sum(y wy) + sum(h_n wh) [+ sum(c_n wc)], in float32."""
+    wy, wh, wc = _loss_weights(cfg, x.shape[1], x.shape[0])
+
+    def loss(params, x, h0, c0):
+        y, h, c = jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)
+        total = jnp.sum(y.astype(jnp.float32) * wy) + jnp.sum(h.astype(jnp.float32) * wh)
+        if c is not None:
+            total = total + jnp.sum(c.astype(jnp.float32) * wc)
+        return total, (y, h, c)
+
+    argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
+    (_, outs), grads = jax.jit(jax.value_and_grad(loss, argnums=argnums, has_aux=True))(params, x, h0, c0)
+    return outs, tuple(grads) + ((None,) if c0 is None else ())
+
+
+def _f32(a):
+    return None if a is None else np.asarray(a, np.float32)
+
+
+TORCH_CASES = [(mode, layers, direction) for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+               for layers, direction in ((1, "unidirectional"), (2, "bidirectional"), (3, "unidirectional"))]
+
+
+@pytest.mark.parametrize("mode,num_layers,direction", TORCH_CASES, ids=str)
+def test_values_and_every_gradient_match_torch(native, mode, num_layers, direction):
+    """float32 against PyTorch's CPU module loaded with the same canonical weights (its LSTM is oneDNN's kernel too)."""
+    torch = import_or_skip("torch")
+    cfg = make_config(mode, num_layers, direction)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(0))
+    (y, h, c), (dparams, dx, dh0, dc0) = _value_and_grads("onednn", cfg, params, x, h0, c0)
+
+    weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
+    module = torch_module(cfg, interop.canonical_to_torch(weights, biases, cfg))
+    xt, ht = torch.tensor(x, requires_grad=True), torch.tensor(h0, requires_grad=True)
+    ct = torch.tensor(c0, requires_grad=True) if c0 is not None else None
+    yt, hidden = module(xt, (ht, ct) if c0 is not None else ht)
+    hn, cn = hidden if c0 is not None else (hidden, None)
+    wy, wh, wc = _loss_weights(cfg)
+    total = (yt * torch.tensor(wy, dtype=torch.float32)).sum() + (hn * torch.tensor(wh, dtype=torch.float32)).sum()
+    if cn is not None:
+        total = total + (cn * torch.tensor(wc, dtype=torch.float32)).sum()
+    total.backward()
+
+    close = dict(rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(y), yt.detach().numpy(), **close)
+    np.testing.assert_allclose(np.asarray(h), hn.detach().numpy(), **close)
+    np.testing.assert_allclose(np.asarray(dx), xt.grad.numpy(), **close)
+    np.testing.assert_allclose(np.asarray(dh0), ht.grad.numpy(), **close)
+    if c0 is not None:
+        np.testing.assert_allclose(np.asarray(c), cn.detach().numpy(), **close)
+        np.testing.assert_allclose(np.asarray(dc0), ct.grad.numpy(), **close)
+    dweights, dbiases = jcr.params_to_canonical(dparams, cfg)
+    ours = interop.canonical_to_torch(dweights, dbiases, cfg)
+    theirs = {name: p.grad.numpy() for name, p in module.named_parameters()}
+    assert set(ours) == set(theirs)
+    for name in ours:
+        np.testing.assert_allclose(ours[name], theirs[name], err_msg=name, **close)
+    assert np.abs(np.asarray(dparams)).max() > 1e-2
+
+
+VARIANTS = [  # (mode, num_layers, direction, extra config): what the torch cases do not cover
+    ("lstm", 2, "bidirectional", {"proj_size": 2}),
+    ("lstm", 2, "unidirectional", {"input_mode": "skip_input"}),
+    ("gru", 2, "bidirectional", {"input_mode": "skip_input"}),
+    ("gru", 2, "bidirectional", {"bias_mode": "single_recurrent"}),
+    ("lstm", 1, "unidirectional", {"bias_mode": "single_input"}),
+    ("rnn_relu", 2, "bidirectional", {"bias_mode": "none"}),
+]
+
+
+@pytest.mark.parametrize("mode,num_layers,direction,extra", VARIANTS, ids=str)
+def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_layers, direction, extra):
+    """Projection, skip input and the bias modes: values against the float64 oracle, every gradient against the xla
+    implementation (itself checked against the oracle and PyTorch elsewhere)."""
+    cfg = make_config(mode, num_layers, direction, **extra)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(1))
+    (y, h, c), grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
+    assert_outputs_close((y, h, c), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
+    _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
+    for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads):
+        if expected is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+BF16_CASES = [("lstm", 2, "bidirectional"), ("gru", 3, "unidirectional"), ("rnn_tanh", 1, "bidirectional"),
+              ("rnn_relu", 2, "unidirectional")]
+
+
+@pytest.mark.parametrize("mode,num_layers,direction", BF16_CASES, ids=str)
+def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_layers, direction):
+    """bfloat16 (oneDNN's bf16 kernels, float32 gradients inside) against the xla implementation in float32 on the
+    same bf16-rounded inputs: |error| <= 3e-2 relative to each output's and gradient's largest magnitude (bf16 has 8
+    mantissa bits; errors compound over steps and layers). The float32 run is itself oracle-checked."""
+    cfg16 = make_config(mode, num_layers, direction, dtype=BF16)
+    cfg32 = make_config(mode, num_layers, direction)
+    params, x, h0, c0 = draw_inputs(cfg16, np.random.default_rng(2))
+    outs16, grads16 = _value_and_grads("onednn", cfg16, params, x, h0, c0)
+    outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
+    assert outs16[0].dtype == jnp.bfloat16 and grads16[0].dtype == jnp.bfloat16
+    for name, got, want in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16),
+                               (*outs32, *grads32)):
+        if want is None:
+            assert got is None
+            continue
+        got, want = _f32(got), _f32(want)
+        scale = float(np.abs(want).max())
+        assert float(np.abs(got - want).max()) <= 3e-2 * scale, name
+
+
+def test_dropout_matches_xla_with_the_same_key(native):
+    """Inter-layer dropout runs layer by layer with the same masks as the xla implementation."""
+    cfg = make_config("lstm", 3, "bidirectional", dropout=0.4)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(3))
+    key = jax.random.key(5)
+    got = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="onednn")
+    want = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="xla")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+    no_dropout = jcr.rnn(params, x, h0, c0, cfg, implementation="onednn")
+    assert np.abs(np.asarray(got[0]) - np.asarray(no_dropout[0])).max() > 1e-2
+
+
+def test_vmap_folds_the_batch_and_grad_runs_per_element(native):
+    cfg = make_config("gru", 2, "bidirectional")
+    rng = np.random.default_rng(4)
+    params, _, _, _ = draw_inputs(cfg, rng)
+    xs = rng.normal(size=(3, T, B, cfg.input_size)).astype(np.float32)
+    h0s = rng.normal(size=(3, *cfg.state_shape(B))).astype(np.float32)
+    run = lambda x, h0: jcr.rnn(params, x, h0, None, cfg, implementation="onednn")[0]  # noqa: E731
+    batched = jax.jit(jax.vmap(run))(xs, h0s)
+    grads = jax.vmap(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2)))(xs, h0s)
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(xs[i], h0s[i])), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(grads[i]),
+                                   np.asarray(jax.grad(lambda x: jnp.sum(run(x, h0s[i]) ** 2))(xs[i])),
+                                   rtol=1e-6, atol=1e-6)
+
+
+def test_threads_running_jitted_computations_at_once_stay_correct(native):
+    """Several Python threads, each running forward and gradient computations of its own shape at once, get what a
+    serial run gets, bit for bit (one oneDNN thread serves them all; plans are shared)."""
+    jobs = []
+    for i, mode in enumerate(("lstm", "gru", "rnn_tanh", "lstm")):
+        cfg = make_config(mode, 1 + i % 2, "bidirectional" if i % 2 else "unidirectional")
+        params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(10 + i), steps=4 + i, batch=2 + i)
+        step = jax.jit(jax.value_and_grad(
+            lambda p, x, h0, c0, cfg=cfg: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation="onednn")[0] ** 2)))
+        jobs.append((step, (params, x, h0, c0)))
+    serial = [jax.device_get(step(*args)) for step, args in jobs]
+    results, errors = {}, []
+
+    def work(index):
+        try:
+            step, args = jobs[index]
+            results[index] = [jax.device_get(step(*args)) for _ in range(15)]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors
+    for index, runs in results.items():
+        for value, grad in runs:
+            np.testing.assert_array_equal(value, serial[index][0])
+            np.testing.assert_array_equal(grad, serial[index][1])
+
+
+@pytest.mark.parametrize("extra,seq_lengths,reason", [
+    ({}, True, "seq_lengths"),
+    ({"cell_clip": 1.0}, False, "cell_clip"),
+    ({"dtype": np.float16}, False, "float16"),
+    ({"proj_size": 2, "dtype": BF16}, False, "projection"),
+])
+def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_lengths, reason):
+    cfg = make_config("lstm", 1, "unidirectional", **extra)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(5))
+    lengths = jnp.asarray([2, 5, 1], jnp.int32) if seq_lengths else None
+    with pytest.raises(RuntimeError, match=reason):
+        jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation="onednn")
+    call = Call(cfg, T, B, seq_lengths=seq_lengths)
+    assert jcr.implementation_for("cpu", call) == "xla"
+
+
+@pytest.mark.parametrize("mode, dtype, units, batch, expected", [
+    ("lstm", np.float32, 512, 64, "onednn"),   # 64 * 4 * 512 * 1024 = 134M multiply-adds per step
+    ("lstm", np.float32, 256, 32, "xla"),      # 16.8M: below the measured break-even
+    ("lstm", np.float32, 512, 47, "xla"),      # 98.6M: just below 1e8
+    ("lstm", np.float32, 512, 48, "onednn"),   # 100.7M: just above
+    ("lstm", BF16, 1024, 64, "xla"),           # oneDNN's bfloat16 never wins
+    ("gru", np.float32, 1024, 64, "xla"),      # its training gain came with a slower forward
+    ("rnn_tanh", np.float32, 1024, 64, "xla"),
+    ("rnn_relu", np.float32, 1024, 64, "xla"),
+])
+def test_default_implementation_follows_the_measured_rule(native, mode, dtype, units, batch, expected):
+    cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
+    call = Call(cfg, 10, batch)
+    assert jcr.implementation_for("cpu", call) == expected
+    assert jcr.implementation_for(jnp.zeros(1), call) == expected
+    # the chooser rnn() itself runs: its compiled call is oneDNN's custom call exactly where the rule says so
+    params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
+    x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
+    h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
+    c0 = h0 if mode == "lstm" else None
+    text = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)).lower(params, x, h0, c0).as_text()
+    assert (extension.FORWARD_TARGET in text) == (expected == "onednn")
+    # without a batch (asking what the platform picks in general) the answer is xla
+    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"
+
+
+def test_plan_cache_stays_bounded(native):
+    cfg = make_config("rnn_tanh", 1, "unidirectional")
+    params, _, _, _ = draw_inputs(cfg, np.random.default_rng(6))
+    for steps in range(1, native.PLAN_CACHE_CAPACITY + 6):
+        x = np.ones((steps, 1, cfg.input_size), np.float32)
+        jcr.rnn(params, x, np.zeros(cfg.state_shape(1), np.float32), None, cfg, implementation="onednn")
+    assert native.cached_plans() == native.PLAN_CACHE_CAPACITY
+
+
+def test_buffer_sizes_rejects_bad_arguments(native):
+    with pytest.raises(ValueError, match="mode"):
+        native.buffer_sizes(mode="lstmx", num_layers=1, num_units=4, input_size=3, proj_size=0,
+                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
+                            cell_clip=0.0, dtype="float32", max_time=2, batch=1, training=False)
+    with pytest.raises(ValueError, match="float32 and bfloat16"):
+        native.buffer_sizes(mode="lstm", num_layers=1, num_units=4, input_size=3, proj_size=0,
+                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
+                            cell_clip=0.0, dtype="float16", max_time=2, batch=1, training=False)
+
+
+def test_without_the_extension_the_package_behaves_as_before():
+    """With the native module unimportable: no error at import, the default is "xla", "onednn" says why it cannot
+    run, and nothing touched the process's OpenMP settings."""
+    code = """
+import sys
+sys.modules["jax_cudnn_rnn._onednn_rnn"] = None  # an import of it fails, as without the build
+import os, jax.numpy as jnp, numpy as np
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.call import Call
+assert not onednn.extension_loaded(), onednn.extension_error()
+assert "OMP_WAIT_POLICY" not in os.environ
+cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=4, input_size=3)
+assert jcr.implementation_for("cpu", Call(cfg, 2, 1)) == "xla"
+p = jcr.init_params(__import__("jax").random.key(0), cfg)
+y = jcr.rnn(p, jnp.ones((2, 1, 3)), jnp.zeros((1, 1, 4)), jnp.zeros((1, 1, 4)), cfg)[0]
+assert y.shape == (2, 1, 4)
+try:
+    jcr.rnn(p, jnp.ones((2, 1, 3)), jnp.zeros((1, 1, 4)), jnp.zeros((1, 1, 4)), cfg, implementation="onednn")
+except RuntimeError as e:
+    assert "oneDNN extension" in str(e), e
+else:
+    raise AssertionError("implementation='onednn' ran without the extension")
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

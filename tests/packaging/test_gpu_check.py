@@ -1,0 +1,228 @@
+"""scripts/gpu_check.sh on a machine without a GPU, through its dry run (each stage's commands, one per line, run
+nothing): every pytest command requires the extension and a GPU, the sanitizer's too; quoting survives and the knobs
+can be set empty; a carried wheel is installed instead of building; each stage's selection, collected here by pytest
+(GPU tests are collected without a GPU, they would skip at setup), holds what docs/gpu-verification.md's runbook
+promises, no test twice, and leaves out only the leak check, whose subprocess may outlast a device command; the
+runbook's at most five commands dry-run in the order the issue asks for. Nothing here runs on a GPU.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
+RUNBOOK_ORDER = ["load", "core", "features", "memcheck", "matrix", "bench-f"]
+FLAGS = ("JAX_CUDNN_RNN_REQUIRE_EXTENSION=1", "JAX_CUDNN_RNN_REQUIRE_GPU=1", "PYTHONSAFEPATH=1")
+
+
+def dry_run(*args, **env) -> list[tuple[str, list[str]]]:
+    """(stage, command words) for every line the dry run prints."""
+    result = subprocess.run(["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT, env={**os.environ, "OUT": "/nonexistent/out", "PYTHON": sys.executable, **env})
+    assert result.returncode == 0, result.stdout + result.stderr
+    commands = []
+    for line in result.stdout.splitlines():
+        stage, separator, command = line.partition(": ")
+        assert separator and re.fullmatch(r"[a-z][a-z-]*", stage), line
+        commands.append((stage, shlex.split(command)))
+    return commands
+
+
+def pytest_args(words: list[str]) -> list[str]:
+    """The selection of a printed pytest command: what follows `-m pytest`, without the run-only options."""
+    args = words[words.index("pytest") + 1:]
+    selection, skip_next = [], False
+    for word in args:
+        if skip_next:
+            skip_next = False
+        elif word in ("-n", "--timeout", "-p"):
+            skip_next = True
+        elif word not in ("-rfEs",):
+            selection.append(word)
+    return selection
+
+
+def collect(words: list[str]) -> list[str]:
+    """The node ids the printed pytest command selects, collected here (the installed package imported, as the
+    script's PYTHONSAFEPATH=1 has it, not the checkout's uncompiled copy)."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             *pytest_args(words)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={**os.environ, "PYTHONSAFEPATH": "1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+@pytest.fixture(scope="module")
+def runbook_stages():
+    return dry_run(*RUNBOOK_ORDER)
+
+
+@pytest.fixture(scope="module")
+def collected(runbook_stages) -> dict[str, list[str]]:
+    """{stage: the node ids its pytest commands select} for the runbook's test stages."""
+    nodes = {}
+    for stage, words in runbook_stages:
+        if "pytest" in words:
+            nodes.setdefault(stage, []).extend(collect(words))
+    return nodes
+
+
+def test_every_test_command_requires_the_extension_and_a_gpu(runbook_stages):
+    stages = [stage for stage, _ in runbook_stages]
+    assert list(dict.fromkeys(stages)) == RUNBOOK_ORDER
+    for stage, words in runbook_stages + dry_run("tests", "whole", "leaks", "racecheck"):
+        if "pytest" not in words:
+            continue
+        assert words[0] == "env", (stage, words)
+        environment = words[1:words.index(sys.executable)]
+        assert all(flag in environment for flag in FLAGS), (stage, words)
+    memcheck = [words for stage, words in runbook_stages if stage == "memcheck"]
+    assert len(memcheck) == 1 and memcheck[0][:1] == ["env"]
+    sanitizer = memcheck[0].index("compute-sanitizer")
+    assert all(flag in memcheck[0][:sanitizer] for flag in FLAGS)
+    assert memcheck[0][sanitizer:sanitizer + 3] == ["compute-sanitizer", "--tool", "memcheck"]
+    bench = [words for stage, words in runbook_stages if stage == "bench-f"]
+    assert "extension_loaded()" in bench[0][-1] and bench[1][-9:-6] == ["bench", "--configs", "F"]
+
+
+def test_the_stages_select_what_the_runbook_promises(collected):
+    # No test runs twice, but memcheck's four, which rerun under the sanitizer.
+    for stage, nodes in collected.items():
+        assert [node for node, n in Counter(nodes).items() if n > 1] == [], stage
+    for stage in ("load", "core", "features", "matrix"):
+        for other in ("load", "core", "features", "matrix"):
+            if stage < other:
+                assert not set(collected[stage]) & set(collected[other]), (stage, other)
+
+    def names(stage, prefix):
+        return [node for node in collected[stage] if node.split("::")[1].startswith(prefix)]
+
+    assert "tests/cudnn/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn" in collected["load"]
+    assert len(names("load", "test_loaded_means_no_error")) == 1
+    core = {node.split("::")[1].split("[")[0] for node in collected["core"]}
+    assert {"test_trace_time_queries_go_to_the_named_device",
+            "test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space",
+            "test_cpu_placed_calls_on_a_gpu_host_run_the_xla_implementation", "test_the_recipes_export_runs_on_the_gpu",
+            "test_threads_cudnn", "test_cudnn_bit_identical_across_processes",
+            "test_batch_sharded_over_local_gpus_matches_unsharded"} <= core
+    matrix = names("core", "test_matches_xla")
+    assert len(matrix) == 32 and all("-float32-" in node for node in matrix)
+    features = collected["features"]
+    assert {"tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[None]",
+            "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[ragged]",
+            "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_in_one_call_and_one_more_chunked",
+            "tests/backends/test_fuzz.py::test_cudnn_matches_the_oracle_and_the_xla_gradients"} <= set(features)
+    for prefix, n in (("test_resets", 10), ("test_options_match_xla", 6), ("test_persist_static_matches_xla", 9),
+                      ("test_dropout_matches_xla", 2), ("test_sequences_longer_than_max_time_steps", 4)):
+        assert len(names("features", prefix)) == n, prefix
+    assert len(collected["memcheck"]) == 4
+    assert len(names("matrix", "test_matches_xla")) == 96 and len(names("matrix", "test_half_gradients")) == 16
+    assert len(names("matrix", "test_layout_matches_cudnn")) == 69
+
+
+def test_the_runbook_leaves_out_only_the_leak_check(collected):
+    """Every GPU test runs in a runbook stage except the leak check (3000 calls in a subprocess allowed 900 s, longer
+    than one device command), which has its own stage; the former single run's default selection leaves it out too."""
+    every_gpu_test = set(collect(["pytest", "-m", "gpu", "tests"]))
+    covered = {node for nodes in collected.values() for node in nodes}
+    assert every_gpu_test - covered == {"tests/cudnn/test_leaks_gpu.py::test_cudnn_calls_do_not_grow_memory"}
+    (tests_stage, _) = [words for stage, words in dry_run("tests") if stage == "tests"]
+    assert "tests/cudnn/test_leaks_gpu.py::test_cudnn_calls_do_not_grow_memory" not in collect(tests_stage)
+    selection = pytest_args(tests_stage)
+    assert selection[selection.index("-m") + 1] == "gpu and not slow"
+    (leaks,) = [words for stage, words in dry_run("leaks")]
+    assert collect(leaks) == ["tests/cudnn/test_leaks_gpu.py::test_cudnn_calls_do_not_grow_memory"]
+
+
+def test_quoting_survives_and_knobs_can_be_empty():
+    (command,) = [words for stage, words in dry_run("memcheck", "--", "-k", "lstm or gru")]
+    assert command[-2:] == ["-k", "lstm or gru"]
+    first, _ = [words for stage, words in dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
+    assert first[-3:] == ["-k", "lstm or gru", "tests/cudnn/test_cudnn_gpu.py"]
+    (only,) = [words for stage, words in dry_run("tests", PYTEST_EXTRA="", PYTEST_WHOLE="", PYTEST_SELECT="")]
+    assert only[-3:] == ["-m", "", "--continue-on-collection-errors"]
+    assert dry_run("whole", PYTEST_WHOLE="") == []
+    (memcheck,) = [words for _, words in dry_run("memcheck", MEMCHECK_TESTS="tests/test_x.py::a tests/test_x.py::b")]
+    assert memcheck[-2:] == ["tests/test_x.py::a", "tests/test_x.py::b"]
+
+
+def test_a_carried_wheel_is_installed_instead_of_building(tmp_path):
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    other = "cp39" if tag != "cp39" else "cp310"
+    for name in (f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl", f"jax_cudnn_rnn-0.1.0-{other}-{other}-any.whl"):
+        (tmp_path / name).write_bytes(b"")
+    commands = dry_run("--wheel", str(tmp_path), "load", "core")
+    assert commands[0] == ("install", [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                                       "--force-reinstall", str(tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-"
+                                                                            "linux_x86_64.whl")])
+    assert not any("wheel" in words or "-e" in words for stage, words in commands[1:])
+    # A directory without a wheel for this Python stops the run before any stage, saying what to do.
+    (tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl").unlink()
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", SCRIPT, "--wheel", str(tmp_path), "load"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT, env={**os.environ, "OUT": str(out), "PYTHON": sys.executable})
+    assert result.returncode == 1
+    assert f"no jax_cudnn_rnn wheel for {tag}" in result.stderr and "wheel stage" in result.stderr
+    assert sorted(os.listdir(out)) == ["install.log"]
+
+
+def test_unknown_stages_and_options_are_refused():
+    for args, message in ((["nope"], "unknown stage 'nope'"), (["--nope"], "unknown option --nope")):
+        result = subprocess.run(["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True, timeout=60,
+                                cwd=ROOT)
+        assert result.returncode == 2 and message in result.stderr
+
+
+def runbook_rows() -> list[tuple[str, str, str]]:
+    """(device command, carry, expected duration) of each numbered row of docs/gpu-verification.md's runbook."""
+    with open(os.path.join(ROOT, "docs", "gpu-verification.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Runbook"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = re.findall(r"^\| (\d) \| `([^`]+)` \| ([^|]*) \| ([^|]*) \|", section, re.M)
+    assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1))
+    return [(command, carry.strip(), duration.strip()) for _, command, carry, duration in rows]
+
+
+def test_the_runbook_is_at_most_five_commands_riskiest_first():
+    rows = runbook_rows()
+    assert 1 <= len(rows) <= 5
+    stages = []
+    for command, carry, duration in rows:
+        words = shlex.split(command)
+        env = {}
+        while "=" in words[0]:
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+        assert words[:2] == ["bash", "scripts/gpu_check.sh"], command
+        minutes = re.fullmatch(r"about (\d+) min", duration)
+        assert minutes and int(minutes.group(1)) <= 8, duration
+        for stage, _ in dry_run(*words[2:], **env):
+            if stage not in stages:
+                stages.append(stage)
+        if "--wheel" in words:
+            assert words[words.index("--wheel") + 1] == "dist" and carry == "`dist`", (command, carry)
+        if "CUDNN_HEADERS" in env:  # carried: under dist/
+            assert env["CUDNN_HEADERS"].startswith("dist/") and carry == "`dist`", (command, carry)
+    assert [stage for stage in stages if stage not in ("wheel", "install")] == RUNBOOK_ORDER
+    assert stages[0] in ("wheel", "install")  # the first command builds or installs the wheel, then loads it
+
+
+def test_the_runbook_fetches_the_pinned_cudnn_headers():
+    """Command 1 compiles against the headers of the cuDNN that pyproject.toml pins for isolated builds."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        (pin,) = [r.split(";")[0] for r in tomllib.load(f)["build-system"]["requires"] if "cudnn" in r]
+    with open(os.path.join(ROOT, "docs", "gpu-verification.md"), encoding="utf-8") as f:
+        text = f.read()
+    runbook = text[text.index("## Runbook"):]
+    version = pin.split("==")[1]
+    assert f'pip download --no-deps -d /tmp/cudnn-floor "{pin}"' in runbook
+    assert f"nvidia_cudnn_cu13-{version}-*.whl 'nvidia/cudnn/include/*' -d dist/cudnn-include" in runbook
