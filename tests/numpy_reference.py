@@ -4,7 +4,7 @@ docs/architecture.md.
 It walks one time step at a time, per layer and direction, over the CANONICAL (weights, biases) lists, and knows
 nothing of the opaque buffer: it deliberately imports nothing from ``jax_cudnn_rnn`` so that it can serve as an
 independent oracle for every implementation (and is itself validated against PyTorch in
-``tests/backends/test_numpy_reference_vs_torch.py``).
+``tests/interop/test_numpy_reference_vs_torch.py``).
 
 Canonical order, per layer l, per direction (forward then backward):
   weights: G input matrices [H, in_l] (absent for layer 0 under skip input), G recurrent matrices [H, hidden],

@@ -1,0 +1,127 @@
+"""The canonical tensors by name, and the rules every peer's converter shares: reading any array as NumPy (torch tensors
+without importing torch), skip input as an identity matrix, and moving biases between the canonical pair and a peer's
+one summed bias (exact for GRU's new-memory gate)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+
+Canonical = tuple[list[np.ndarray], list[np.ndarray]]
+
+
+def to_numpy(value: Any, name: str) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        value = value.detach().cpu()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            import ml_dtypes
+
+            return value.float().numpy().astype(ml_dtypes.bfloat16)
+        return value.numpy()
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    return np.asarray(value)
+
+
+def canonical_by_name(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, np.ndarray]:
+    """{slot name: array} after checking counts and shapes; names as in ``ParamSlot.name``."""
+    pairs = layout.check_canonical(weights, biases, config, check_dtype=False)
+    return {slot.name(config): to_numpy(tensor, slot.name(config)) for slot, tensor in pairs}
+
+
+def from_named(named: Mapping[str, np.ndarray], config: RNNConfig, dtype: Any) -> Canonical:
+    weight_slots, bias_slots = layout.param_slots(config)
+    weights = [np.asarray(named[s.name(config)], dtype) for s in weight_slots]
+    biases = [np.asarray(named[s.name(config)], dtype) for s in bias_slots]
+    return weights, biases
+
+
+def gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[str]:
+    return [s.name(config) for s in layout.layer_slots(config, layer, direction)[group]]
+
+
+def check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -> None:
+    """For peers whose LSTM (``lstm_class``) neither projects nor clips."""
+    if config.proj_size:
+        raise ValueError(f"proj_size={config.proj_size} has no {peer} equivalent ({lstm_class} has no projection); "
+                         "use proj_size=0")
+    if config.cell_clip is not None:
+        raise ValueError(f"cell_clip={config.cell_clip} has no {peer} equivalent ({lstm_class} does not clip the "
+                         "cell state); use cell_clip=None")
+
+
+def pseudo_layers(config: RNNConfig) -> Iterator[tuple[int, int, str]]:
+    """(layer, direction, canonical name prefix ``layer_{l}/{forward|backward}``) in canonical order."""
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            yield layer, direction, f"layer_{layer}/{layout.DIRECTION_NAMES[direction]}"
+
+
+def require_zero(where: str, value: Any, why: str, atol: float) -> None:
+    value = np.asarray(value, np.float64)
+    worst = float(np.max(np.abs(value))) if value.size else 0.0
+    if worst > atol:
+        raise ValueError(f"{where} is not representable: {why} (max |value| {worst} > atol {atol})")
+
+
+def input_matrix(config: RNNConfig, named: Mapping[str, np.ndarray], layer: int, prefix: str,
+                  gate: str) -> np.ndarray:
+    """A gate's input matrix [H, in_l]. Skip input stores none on layer 0 (x enters every gate as it is), which is an
+    identity matrix for peers that always have one."""
+    if config.skip_input and layer == 0:
+        return np.eye(config.num_units, dtype=config.dtype)
+    return named[f"{prefix}/w_input/{gate}"]
+
+
+def store_input_matrix(config: RNNConfig, named: dict[str, np.ndarray], layer: int, prefix: str, gate: str,
+                        matrix: np.ndarray, where: str, atol: float) -> None:
+    """The inverse of ``input_matrix``: with skip input, layer 0's matrix must be the identity."""
+    if config.skip_input and layer == 0:
+        require_zero(where, np.asarray(matrix, np.float64) - np.eye(config.num_units),
+                      "skip input needs an identity input kernel", atol)
+    else:
+        named[f"{prefix}/w_input/{gate}"] = matrix
+
+
+def gate_biases(config: RNNConfig, named: Mapping[str, np.ndarray], prefix: str,
+                 gate: str) -> tuple[np.ndarray, np.ndarray]:
+    """(input bias, recurrent bias) [H] of one gate; zeros for a bias that ``config.bias_mode`` does not have."""
+    zeros = np.zeros((config.num_units,), config.dtype)
+    return named.get(f"{prefix}/b_input/{gate}", zeros), named.get(f"{prefix}/b_recurrent/{gate}", zeros)
+
+
+def store_biases(config: RNNConfig, named: dict[str, np.ndarray], prefix: str, gate: str,
+                  peer: Mapping[str, tuple[str, np.ndarray]], atol: float) -> None:
+    """Stores one gate's canonical biases from a peer's. ``peer`` maps "b_input" / "b_recurrent" to (the peer's name
+    for that bias, its value [H]); a peer that keeps one summed bias gives it as "b_input".
+
+    Both biases are added before the gate's nonlinearity, so they can be summed and moved freely, except in GRU's
+    new-memory gate, where the recurrent bias sits inside r * (R h + b_R): there each side is kept as it is and a
+    bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere the peer's total goes to
+    the input bias (the recurrent one is then zero), or to the one bias ``bias_mode`` keeps.
+    """
+    kept = [group for group, has in (("b_input", config.has_input_bias), ("b_recurrent", config.has_recurrent_bias))
+            if has]
+    if (config.mode == "gru" and gate == "n") or set(peer) == set(kept):
+        for group, (where, value) in peer.items():
+            if group in kept:
+                named[f"{prefix}/{group}/{gate}"] = value
+            else:
+                require_zero(where, value, f"bias_mode {config.bias_mode!r} has no {group} for GRU's gate n", atol)
+        for group in kept:
+            named.setdefault(f"{prefix}/{group}/{gate}", np.zeros((config.num_units,), config.dtype))
+        return
+    if not kept:
+        for where, value in peer.values():
+            require_zero(where, value, "bias_mode 'none' has no biases", atol)
+        return
+    values = [value for _, value in peer.values()]
+    total = values[0] + values[1] if len(values) == 2 else values[0]
+    named[f"{prefix}/{kept[0]}/{gate}"] = total
+    for group in kept[1:]:
+        named[f"{prefix}/{group}/{gate}"] = np.zeros_like(total)

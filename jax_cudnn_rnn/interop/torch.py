@@ -1,0 +1,102 @@
+"""PyTorch: the ``state_dict`` of ``torch.nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` and the constructor arguments of the
+module a config describes (the package never imports torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.interop import common
+
+
+def _torch_check(config: RNNConfig) -> None:
+    if config.skip_input:
+        raise ValueError("input_mode 'skip_input' has no PyTorch equivalent (torch.nn.LSTM/GRU/RNN always have "
+                         "weight_ih_l0); use input_mode='linear_input'")
+    if config.bias_mode not in ("double", "none"):
+        raise ValueError(f"bias_mode {config.bias_mode!r} has no PyTorch equivalent; torch has both biases "
+                         "(bias=True, bias_mode='double') or none (bias=False, bias_mode='none')")
+    if config.cell_clip is not None:
+        raise ValueError(f"cell_clip={config.cell_clip} has no PyTorch equivalent (torch.nn.LSTM does not clip the "
+                         "cell state); use cell_clip=None")
+
+
+def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
+    """Constructor arguments of the PyTorch module matching ``config`` (class: ``torch_module_name(config)``);
+    time-major (``batch_first=False``) like ``rnn``."""
+    _torch_check(config)
+    kwargs: dict[str, Any] = dict(input_size=config.input_size, hidden_size=config.num_units,
+                                  num_layers=config.num_layers, bias=config.bias_mode == "double",
+                                  batch_first=False, dropout=config.dropout,
+                                  bidirectional=config.num_directions == 2)
+    if config.mode == "lstm":
+        kwargs["proj_size"] = config.proj_size
+    elif config.mode in ("rnn_tanh", "rnn_relu"):
+        kwargs["nonlinearity"] = config.mode[4:]
+    return kwargs
+
+
+def torch_module_name(config: RNNConfig) -> str:
+    """"LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
+    return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[config.mode]
+
+
+def _torch_names(config: RNNConfig, layer: int, direction: int) -> dict[str, str]:
+    suffix = f"l{layer}{'_reverse' if direction else ''}"
+    names = {"w_input": f"weight_ih_{suffix}", "w_recurrent": f"weight_hh_{suffix}"}
+    if config.has_input_bias:
+        names["b_input"] = f"bias_ih_{suffix}"
+    if config.has_recurrent_bias:
+        names["b_recurrent"] = f"bias_hh_{suffix}"
+    if config.proj_size:
+        names["w_projection"] = f"weight_hr_{suffix}"
+    return names
+
+
+def canonical_to_torch(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> dict[str, np.ndarray]:
+    """The ``state_dict`` (as NumPy arrays, in PyTorch's key order) of the module ``torch_module_kwargs(config)``
+    builds: ``weight_ih_l{l}`` is the row-concatenation of the G input matrices [G*H, in_l], and so on."""
+    _torch_check(config)
+    named = common.canonical_by_name(weights, biases, config)
+    state: dict[str, np.ndarray] = {}
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            for group, key in _torch_names(config, layer, direction).items():
+                state[key] = np.concatenate([named[n] for n in common.gates(config, layer, direction, group)], axis=0)
+    return state
+
+
+def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None) -> common.Canonical:
+    """The inverse of ``canonical_to_torch``: accepts torch tensors or arrays; ``dtype`` defaults to config.dtype.
+
+    Raises ValueError naming missing keys, unexpected keys or the key whose shape is wrong.
+    """
+    _torch_check(config)
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping of name -> tensor, got {type(state_dict).__name__}")
+    expected = {}
+    for layer in range(config.num_layers):
+        for direction in range(config.num_directions):
+            for group, key in _torch_names(config, layer, direction).items():
+                expected[key] = (layer, direction, group)
+    missing = [k for k in expected if k not in state_dict]
+    extra = sorted(k for k in state_dict if k not in expected)
+    if missing or extra:
+        raise ValueError(f"state_dict does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
+                         f"missing {missing}, unexpected {extra}")
+    named: dict[str, np.ndarray] = {}
+    for key, (layer, direction, group) in expected.items():
+        array = common.to_numpy(state_dict[key], f"state_dict[{key!r}]")
+        slots = layout.layer_slots(config, layer, direction)[group]
+        want = (sum(s.shape[0] for s in slots),) + slots[0].shape[1:]
+        if array.shape != want:
+            raise ValueError(f"state_dict[{key!r}] has shape {array.shape}; expected {want}")
+        start = 0
+        for slot in slots:
+            named[slot.name(config)] = array[start:start + slot.shape[0]]
+            start += slot.shape[0]
+    return common.from_named(named, config, config.dtype if dtype is None else dtype)
