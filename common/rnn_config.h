@@ -1,6 +1,6 @@
 // The network both native backends run, as jax_cudnn_rnn.RNNConfig describes it and with its names: decoded and
 // checked once from the attributes every FFI handler of both extensions receives (the `config_attributes` of
-// jax_cudnn_rnn/fused.py), or from the same keywords of the modules' Python functions. The dtype comes from the
+// jax_cudnn_rnn/backends/fused/vjp.py), or from the same keywords of the modules' Python functions. The dtype comes from the
 // buffers, dropout is applied between layers in Python. Each backend adds only what is its own: cuDNN its algorithm
 // and math (cuda/descriptors.h), oneDNN the call's shape and the buffer's slot offsets (onednn/network.h).
 #ifndef JAX_CUDNN_RNN_COMMON_RNN_CONFIG_H_

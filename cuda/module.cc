@@ -183,14 +183,14 @@ std::pair<size_t, size_t> TempSpaceSizes(const RnnConfig& config, std::string dt
 PYBIND11_MODULE(_cudnn_rnn, m) {
   namespace py = ::pybind11;
   using namespace ::jax_cudnn_rnn;
-  m.doc() = "cuDNN RNN kernels as XLA FFI handlers (see jax_cudnn_rnn/_extension.py)";
+  m.doc() = "cuDNN RNN kernels as XLA FFI handlers (see jax_cudnn_rnn/backends/cudnn/extension.py)";
   DefRegistrations(m, {{"jax_cudnn_rnn_forward", RnnForward},
                        {"jax_cudnn_rnn_backward_data", RnnBackwardData},
                        {"jax_cudnn_rnn_backward_weights", RnnBackwardWeights}});
   m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
         "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
-  // What the module was compiled against (cuda/CMakeLists.txt), compared with what runs by _extension.py.
+  // What the module was compiled against (cuda/CMakeLists.txt), compared with what runs by jax_cudnn_rnn/backends/cudnn/extension.py.
   m.attr("JAX_BUILD_VERSION") = JCR_JAX_BUILD_VERSION;
   m.attr("JAXLIB_BUILD_VERSION") = JCR_JAXLIB_BUILD_VERSION;
   m.attr("XLA_FFI_API_BUILD_VERSION") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

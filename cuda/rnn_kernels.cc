@@ -1,4 +1,4 @@
-// The three handlers. Argument lists (names as in jax_cudnn_rnn/cudnn.py; [..] only when the condition holds):
+// The three handlers. Argument lists (names as in jax_cudnn_rnn/backends/cudnn/; [..] only when the condition holds):
 //
 //   jax_cudnn_rnn_forward(x, h0, params, [c0: lstm], [seq_lengths]) -> (y, h_n, [c_n: lstm], [reserve_space: training])
 //   jax_cudnn_rnn_backward_data(y, dy, h0, dh_n, params, reserve_space, [c0, dc_n: lstm], [seq_lengths])
@@ -26,7 +26,7 @@
 #include "handle_pool.h"
 #include "rnn_config.h"
 
-// The attributes of every handler (jax_cudnn_rnn/cudnn.py `_attributes`), in RnnAttrs' order.
+// The attributes of every handler (jax_cudnn_rnn/backends/cudnn/ `_attributes`), in RnnAttrs' order.
 #define JCR_CUDNN_ATTRS                                                        \
   JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("allow_tf32"),          \
       ::xla::ffi::StructMember<std::string_view>("algorithm")

@@ -13,7 +13,7 @@ machinery. The configs (``RNNConfig.to_json``, keyed by tree path) and a format 
   disagrees raises ``ValueError`` naming the tree path, the tensor and both shapes. Fields that do not change the
   weights (dtype, dropout, cell_clip) may differ: the target's win, values are cast to its dtype.
 
-Sharding (``sharded_canonical.py`` has the rules and their costs). Saving converts each buffer where it lives, in every
+Sharding (``sharding/canonical.py`` has the rules and their costs). Saving converts each buffer where it lives, in every
 process: a replicated buffer gives replicated canonical tensors, a buffer split over mesh axes gives tensors split over
 the same axes (a tensor that no split divides is replicated), so in a multi-process job each process writes the shards
 it holds and no buffer is gathered onto one device or process. A ``NamedSharding`` buffer's sharding is recorded in
@@ -115,7 +115,7 @@ def _convert(tree: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, dict[
 
 def to_canonical_tree(tree: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """(tree with each RNNParams replaced by its canonical named tree, {path: config json}). Exposed for tests and
-    for writing the same format with other tools. Each canonical tensor is placed as ``sharded_canonical.py`` says."""
+    for writing the same format with other tools. Each canonical tensor is placed as ``sharding/canonical.py`` says."""
     converted, configs, _ = _convert(tree)
     return converted, configs
 

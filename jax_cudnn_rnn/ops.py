@@ -235,7 +235,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         "cudnn" on CUDA when the extension is loaded and this process sees a GPU; on the CPU "onednn" when its
         extension is loaded, it runs the call and it is measured faster for the call's shape
         (``onednn.faster_than_xla``); else "xla";
-        under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends.py and
+        under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends/registry.py and
         ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
         seq_lengths or cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan;
         supports forward-mode autodiff).
@@ -250,14 +250,14 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         and for float16 where it wins, the standard algorithm otherwise), "autotune" (time every algorithm cuDNN can
         run for this shape once per process, at trace time, and keep the fastest), or one of "standard",
         "persist_static", "persist_static_small_h" (a ValueError says why when cuDNN cannot run it here). Results
-        agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/algorithm.py.
+        agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/backends/cudnn/algorithm.py.
       resets: optional bool [T, B]. Where ``resets[t, b]``, a new segment starts at step t of sequence b: the state
         entering step t is zero in every layer (h and c), and each segment is an independent sequence. The forward
         direction of the first segment starts from h0/c0 (from zero if ``resets[0, b]``); the backward direction
         runs each segment from its last valid step starting from zero, except the last segment, which starts from
         h0/c0's backward entries. h_n/c_n: forward entries after the last valid step, backward entries after
         position 0. Resets at steps >= len change nothing. The xla implementations mask the state inside their scan;
-        cuDNN runs every segment as a row of its own (jax_cudnn_rnn/segments.py).
+        cuDNN runs every segment as a row of its own (jax_cudnn_rnn/backends/fused/segments.py).
       max_segments: implementation="cudnn" with ``resets`` only (the others accept and ignore it): the static number
         of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (one
         per non-empty sequence, plus one per reset at a valid step > 0) runs the xla implementation instead, with the

@@ -45,7 +45,7 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   namespace py = ::pybind11;
   using namespace ::jax_cudnn_rnn;
   using namespace ::jax_cudnn_rnn::onednn;
-  m.doc() = "oneDNN's fused RNN primitives as XLA FFI handlers for the CPU (see jax_cudnn_rnn/onednn.py)";
+  m.doc() = "oneDNN's fused RNN primitives as XLA FFI handlers for the CPU (see jax_cudnn_rnn/backends/onednn/)";
   DefRegistrations(m, {{"jax_cudnn_rnn_onednn_forward", RnnForward}, {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"));

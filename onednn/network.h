@@ -1,4 +1,4 @@
-// One oneDNN RNN call's network and shape, decoded from the FFI attributes that jax_cudnn_rnn/onednn.py passes, and
+// One oneDNN RNN call's network and shape, decoded from the FFI attributes that jax_cudnn_rnn/backends/onednn/ passes, and
 // where each layer's weights and biases live in the opaque buffer (offsets computed by jax_cudnn_rnn/layout.py, the
 // one module that knows the layout).
 #ifndef JAX_CUDNN_RNN_ONEDNN_NETWORK_H_

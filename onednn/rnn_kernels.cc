@@ -1,4 +1,4 @@
-// The handlers. Argument lists (names as in jax_cudnn_rnn/onednn.py; [..] only when the condition holds):
+// The handlers. Argument lists (names as in jax_cudnn_rnn/backends/onednn/; [..] only when the condition holds):
 //
 //   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm])
 //       -> (y, h_n, scratch, [c_n: lstm], [reserve_space: training])
@@ -26,7 +26,7 @@
 #include "weights.h"
 
 namespace jax_cudnn_rnn::onednn {
-// Both handlers' attributes (jax_cudnn_rnn/onednn.py `_attributes`): the network, where its tensors are in the
+// Both handlers' attributes (jax_cudnn_rnn/backends/onednn/ `_attributes`): the network, where its tensors are in the
 // buffer, and whether the call trains (always true for the backward).
 struct CallAttrs {
   RnnConfigAttrs config;

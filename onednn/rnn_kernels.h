@@ -1,4 +1,4 @@
-// The two XLA FFI handlers (platform "cpu"); jax_cudnn_rnn/onednn.py calls them.
+// The two XLA FFI handlers (platform "cpu"); jax_cudnn_rnn/backends/onednn/ calls them.
 #ifndef JAX_CUDNN_RNN_ONEDNN_RNN_KERNELS_H_
 #define JAX_CUDNN_RNN_ONEDNN_RNN_KERNELS_H_
 

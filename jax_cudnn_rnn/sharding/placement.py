@@ -2,7 +2,7 @@
 
 Under ``jax.jit`` the platform and devices are decided after tracing (by the arguments' placement at call time, by
 ``lower(lowering_platforms=...)`` or ``jax.export(platforms=...)``), so code that must differ per platform cannot ask
-``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent`` (jax_cudnn_rnn/backends.py).
+``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent`` (jax_cudnn_rnn/backends/registry.py).
 What tracing does know, ``of_arrays`` collects:
 
 * concrete arrays (an eager call, all of its arrays concrete) carry their sharding: platform, devices and the batch
@@ -14,7 +14,7 @@ What tracing does know, ``of_arrays`` collects:
 
 Anything else (a ``jax.jit`` over uncommitted or single-device arrays) is unknown: ``platform`` and ``device`` are
 None and the batch is taken to be whole (a partitioned call then splits only where it was planned for; see
-jax_cudnn_rnn/partitioning.py).
+jax_cudnn_rnn/sharding/partitioning.py).
 """
 
 from __future__ import annotations

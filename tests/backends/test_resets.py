@@ -1,7 +1,7 @@
 """rnn(..., resets=...): every CPU implementation against the NumPy oracle with resets (itself checked against PyTorch
 run segment by segment in test_numpy_reference_vs_torch.py), gradients (the xla custom backward against autodiff of
 the reference and against finite differences of the oracle), the segment repacking that a fused backend runs
-(segments.py), with the xla implementation standing in for cuDNN, and the errors.
+(backends/fused/segments.py), with the xla implementation standing in for cuDNN, and the errors.
 
 Tolerances as in test_xla_vs_numpy.py / test_gradients.py: float32 1e-5 against the oracle, 2e-5 between
 implementations, float64 finite differences 1e-7.
@@ -45,7 +45,7 @@ NUM_SEGMENTS = 8
 
 
 def stand_in(precision="float32"):
-    """The xla implementation as a fused backend without resets of its own (what cuDNN is to segments.py)."""
+    """The xla implementation as a fused backend without resets of its own (what cuDNN is to the fused kit)."""
     return functools.partial(xla.rnn_xla, precision=precision)
 
 

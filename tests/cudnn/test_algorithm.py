@@ -1,4 +1,4 @@
-"""The cuDNN algorithm choice (jax_cudnn_rnn/algorithm.py) without a GPU: PyTorch's heuristic on given device facts,
+"""The cuDNN algorithm choice (jax_cudnn_rnn/backends/cudnn/algorithm.py) without a GPU: PyTorch's heuristic on given device facts,
 the documented limits, autotune's selection and cache, argument checking, and the attribute the handlers receive."""
 
 import jax

@@ -1,4 +1,4 @@
-"""Checkpoints keep the target's sharding (checkpoint.py, sharded_canonical.py), in one process with 8 CPU devices.
+"""Checkpoints keep the target's sharding (checkpoint.py, sharding/canonical.py), in one process with 8 CPU devices.
 
 The functions without ``test_`` run in a fresh process with 8 CPU devices (``multiprocess.Cluster(1, 8)``); the
 multi-process versions are in test_multiprocess.py. Values are random NumPy arrays, so every restored buffer is

@@ -85,7 +85,7 @@ def _per_element(call: Callable[..., tuple[jax.Array, ...]], in_batched: Sequenc
 def sequential_vmap(fn: Callable[..., Sequence[jax.Array]]) -> Callable[..., tuple[jax.Array, ...]]:
     """Wraps ``fn(*arrays) -> tuple of arrays`` so that ``jax.vmap`` runs it once per mapped element, as
     ``ffi_call(..., vmap_method="sequential")`` does: for kernel calls inside ``custom_partitioning``
-    (jax_cudnn_rnn/partitioning.py), which has no batching rule of its own."""
+    (jax_cudnn_rnn/sharding/partitioning.py), which has no batching rule of its own."""
 
     @jax.custom_batching.custom_vmap
     def call(*args: jax.Array) -> tuple[jax.Array, ...]:
