@@ -9,6 +9,9 @@ Quick tour::
     params = jcr.init_params(jax.random.key(0), cfg)          # 1-D opaque buffer, cuDNN's weight space
     weights, biases = jcr.params_to_canonical(params, cfg)    # canonical lists (portable)
     y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg)             # x [T, B, 64] time-major
+
+``extension_loaded()``/``extension_error()`` speak of the cuDNN extension, the one this package is named after
+(``jax_cudnn_rnn.cudnn`` has the same names); ``jax_cudnn_rnn.onednn`` has the oneDNN extension's.
 """
 
 from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
