@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import ml_dtypes
 import numpy as np
 
@@ -43,9 +44,14 @@ def canonical_dtype(dtype: Any, *, argument: str = "dtype") -> np.dtype:
     return result
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int after checking that it is one (a Python or NumPy integer, not a bool) and at least
+    ``minimum``; the TypeError or ValueError names it as ``name``, the caller's word for it (``"num_units"``,
+    ``"hidden_size"``). A value traced by ``jax.jit`` is called one, with the fix: sizes must be static."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        kind = ("a traced value (mark it static under jax.jit)" if isinstance(value, jax.core.Tracer) else
+                f"{type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int, got {kind}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
@@ -105,9 +111,9 @@ class RNNConfig:
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
-        _check_int("num_layers", self.num_layers, 1)
-        _check_int("num_units", self.num_units, 1)
-        _check_int("input_size", self.input_size, 1)
+        check_int("num_layers", self.num_layers, 1)
+        check_int("num_units", self.num_units, 1)
+        check_int("input_size", self.input_size, 1)
         _check_choice("direction", self.direction, DIRECTIONS)
         _check_choice("input_mode", self.input_mode, INPUT_MODES)
         input_mode = self.input_mode
@@ -120,7 +126,7 @@ class RNNConfig:
             raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        _check_int("proj_size", self.proj_size, 0)
+        check_int("proj_size", self.proj_size, 0)
         if self.proj_size and self.mode != "lstm":
             raise ValueError(f"proj_size is {self.proj_size}; projection exists only for mode 'lstm', got mode "
                              f"{self.mode!r} (use proj_size=0)")
