@@ -180,6 +180,7 @@ class _Fused:
                          bias_mode=self._bias_mode(), dtype=dtype)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras's config of the layer plus this package's ``implementation`` and ``precision``."""
         config = super().get_config()
         config.update(implementation=self.implementation, precision=self.precision)
         return config
@@ -187,6 +188,7 @@ class _Fused:
     # ------------------------------------------------------------------------------------------------- checks
 
     def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
+        """Keras's ``build``, after checking that the inputs' shape is (batch, timesteps, features)."""
         ops.x_shape_dims(tuple(sequences_shape), _argument_names(self._mode))
         super().build(sequences_shape, initial_state_shape)
 

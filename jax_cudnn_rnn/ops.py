@@ -19,6 +19,9 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 from jax_cudnn_rnn.sharding import placement
 
+__all__ = ["ArgumentNames", "RNN_ARGUMENTS", "check_inputs", "check_params", "resolve_precision", "rnn", "x_dims",
+           "x_shape_dims"]
+
 
 @dataclasses.dataclass(frozen=True)
 class ArgumentNames:
@@ -31,24 +34,25 @@ class ArgumentNames:
     checks for every frontend; only the words differ.
 
     Fields:
-      params, x, h0, c0, seq_lengths, resets: what the caller calls them (an expression is fine:
-        ``"initial_carry[0]"``).
-      input_size: what sets x's last axis (``"config.input_size"``, ``"in_features"``); params_size: what gives the
-        size of params (``"params_size(config)"``, ``"params_size()"``).
-      dtype: what sets the dtype of params, x, h0 and c0 (``"config.dtype"``, ``"the model's dtype"``), or None for a
-        frontend that casts x, h0 and c0 to it itself (then only that they are arrays is checked for those three).
-      axes: the words for x's time, batch and feature axes, in that order whatever the layout. A batch word of None
-        is an unbatched frontend (an Equinox module, which ``jax.vmap`` batches): x is [time, features], h0 and c0
-        have no batch axis and seq_lengths is one length, a scalar.
-      state_axes: the words for the first and the last axis of h0 and c0 (their middle one is the batch). A first
-        word of None is a frontend whose network has one layer and one direction (a Keras layer): h0 and c0 are then
-        [batch, hidden] without the layer axis. The last word is replaced by ``"proj_size"`` in h0's shape for a
-        projected LSTM.
-      batch_major: x is [B, T, features] and resets [B, T] (else time-major: [T, B, features], [T, B]).
-      caller: who takes x, starting a sentence (``"rnn()"``, ``"The module"``), and layout_fix: how to pass an x
-        given in the other layout; both complete the error that blames x, rather than h0, when h0's batch is x's
-        time axis. For an unbatched frontend, layout_fix says how to run a batch (``"jax.vmap the model over a
-        batch"``) when x comes with one axis too many.
+
+    * params, x, h0, c0, seq_lengths, resets: what the caller calls them (an expression is fine:
+      ``"initial_carry[0]"``).
+    * input_size: what sets x's last axis (``"config.input_size"``, ``"in_features"``); params_size: what gives the
+      size of params (``"params_size(config)"``, ``"params_size()"``).
+    * dtype: what sets the dtype of params, x, h0 and c0 (``"config.dtype"``, ``"the model's dtype"``), or None for a
+      frontend that casts x, h0 and c0 to it itself (then only that they are arrays is checked for those three).
+    * axes: the words for x's time, batch and feature axes, in that order whatever the layout. A batch word of None
+      is an unbatched frontend (an Equinox module, which ``jax.vmap`` batches): x is [time, features], h0 and c0
+      have no batch axis and seq_lengths is one length, a scalar.
+    * state_axes: the words for the first and the last axis of h0 and c0 (their middle one is the batch). A first
+      word of None is a frontend whose network has one layer and one direction (a Keras layer): h0 and c0 are then
+      [batch, hidden] without the layer axis. The last word is replaced by ``"proj_size"`` in h0's shape for a
+      projected LSTM.
+    * batch_major: x is [B, T, features] and resets [B, T] (else time-major: [T, B, features], [T, B]).
+    * caller: who takes x, starting a sentence (``"rnn()"``, ``"The module"``), and layout_fix: how to pass an x
+      given in the other layout; both complete the error that blames x, rather than h0, when h0's batch is x's
+      time axis. For an unbatched frontend, layout_fix says how to run a batch (``"jax.vmap the model over a
+      batch"``) when x comes with one axis too many.
 
     ``rnn(argument_names=...)`` takes time-major, batched names (a frontend that calls ``rnn`` with its own arguments
     as they came); any other frontend calls ``check_inputs`` itself, then reshapes or transposes and calls ``rnn``.
@@ -94,7 +98,8 @@ class ArgumentNames:
         return kept, "(" + ", ".join(w for w, keep in zip(words, present) if keep) + ")"
 
 
-RNN_ARGUMENTS = ArgumentNames()  # rnn()'s own names
+#: ``rnn()``'s own words: its argument names, time-major x.
+RNN_ARGUMENTS = ArgumentNames()
 
 
 def _shape_of(argument: str, value: Any) -> tuple[int, ...]:

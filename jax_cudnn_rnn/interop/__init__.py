@@ -40,6 +40,11 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
+__all__ = ["Canonical", "KERAS_GATES", "canonical_to_equinox", "canonical_to_flax", "canonical_to_keras",
+           "canonical_to_torch", "equinox_to_canonical", "flax_stack_kwargs", "flax_to_canonical", "keras_layers",
+           "keras_to_canonical", "torch_module_kwargs", "torch_module_name", "torch_to_canonical"]
+
+#: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
 Canonical = tuple[list[np.ndarray], list[np.ndarray]]
 
 
@@ -366,8 +371,8 @@ def flax_stack_kwargs(config: RNNConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------------------ Keras
 
-# The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names. Public: the traceable
-# conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives here only.
+#: The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names. Public: the
+#: traceable conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives here only.
 KERAS_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n"), "rnn_tanh": ("h",), "rnn_relu": ("h",)}
 _KERAS_CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
 # Keras on JAX cannot build half-precision recurrent layers (its orthogonal initializer runs a QR decomposition, which
