@@ -61,7 +61,12 @@ from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams, is_rnn_params
 from jax_cudnn_rnn.sharding import canonical as sharded_canonical
 
+__all__ = ["CanonicalCheckpointHandler", "CanonicalRestore", "CanonicalSave", "CheckpointError", "FORMAT_VERSION",
+           "METADATA_KEY", "path_str", "to_canonical_tree"]
+
+#: The version of the canonical checkpoint layout, stored in the metadata (restoring checks it).
 FORMAT_VERSION = 1
+#: The key of this library's entry (format version, configs, shardings) in Orbax's custom metadata.
 METADATA_KEY = "jax_cudnn_rnn"
 
 
@@ -183,6 +188,9 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
     ``ocp.StandardCheckpointHandler``'s."""
 
     async def async_save(self, directory, item=None, save_args=None, args=None):
+        """Writes ``args.item`` (a ``CanonicalSave``; or ``item``) with every RNNParams replaced by its canonical
+        named tree, and the configs, the format version and the buffers' shardings in the custom metadata under
+        ``"jax_cudnn_rnn"``. Returns Orbax's commit futures."""
         if args is not None:
             item, custom = args.item, args.custom_metadata
         else:
@@ -244,6 +252,10 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         return result
 
     def restore(self, directory, item=None, args=None):
+        """Reads the checkpoint at ``directory`` into ``args.item`` (a ``CanonicalRestore``; or ``item``): each
+        RNNParams rebuilt for the target's config (a differing layout is a ValueError naming the path and the first
+        differing tensor) and placed on the target buffer's sharding. Without a target, the saved tree (see
+        ``CanonicalRestore``)."""
         target = args.item if args is not None else item
         strict = args.strict if args is not None else True
         saved = self._read_metadata(directory)

@@ -39,36 +39,38 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import layout, ops
+from jax_cudnn_rnn.config import RNNConfig, check_int
 
 __all__ = ["get_num_params_in_lstm", "init_lstm_weight", "lstm", "unpack_lstm_weights"]
 
 
-def _check_int(argument: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        kind = "a traced value (mark it static under jax.jit)" if isinstance(value, jax.core.Tracer) else \
-            f"{type(value).__name__} {value!r}"
-        raise TypeError(f"{argument} must be an int, got {kind}")
-    if value < minimum:
-        raise ValueError(f"{argument} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _config(input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: Any, dtype: Any = np.float32,
-            dropout: float = 0.0) -> jcr.RNNConfig:
+            dropout: float = 0.0) -> RNNConfig:
     """The network ``jax.experimental.rnn``'s arguments describe, after checks that name them."""
     if not isinstance(bidirectional, (bool, np.bool_)) and bidirectional not in (0, 1):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
-    return jcr.RNNConfig(mode="lstm", num_layers=_check_int("num_layers", num_layers, 1),
-                         num_units=_check_int("hidden_size", hidden_size, 1),
-                         input_size=_check_int("input_size", input_size, 1),
-                         direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype,
-                         dropout=dropout)
+    return RNNConfig(mode="lstm", num_layers=check_int("num_layers", num_layers, 1),
+                     num_units=check_int("hidden_size", hidden_size, 1),
+                     input_size=check_int("input_size", input_size, 1),
+                     direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype, dropout=dropout)
+
+
+def _argument_names(config: RNNConfig) -> ops.ArgumentNames:
+    """``jax.experimental.rnn.lstm``'s words for ``ops.check_inputs``: batch-major x [batch, max_seq_length,
+    input_size], h_0 and c_0 [num_directions * num_layers, batch, hidden_size], the flat ``weights`` sized by
+    ``get_num_params_in_lstm``, everything in x's dtype."""
+    size_call = (f"get_num_params_in_lstm(input_size={config.input_size}, hidden_size={config.num_units}, "
+                 f"num_layers={config.num_layers}, bidirectional={config.num_directions == 2})")
+    return ops.ArgumentNames(params="weights", x="x", h0="h_0", c0="c_0", input_size="input_size",
+                             params_size=size_call, dtype="x's dtype", axes=("max_seq_length", "batch", "input_size"),
+                             state_axes=("num_directions * num_layers", "hidden_size"), batch_major=True,
+                             caller="lstm()", layout_fix="pass jnp.swapaxes(x, 0, 1)")
 
 
 def get_num_params_in_lstm(input_size: int, hidden_size: int, num_layers: int, bidirectional: bool) -> int:
     """The number of elements of the flat weights: ``params_size`` of the matching config."""
-    return jcr.params_size(_config(input_size, hidden_size, num_layers, bidirectional))
+    return layout.params_size(_config(input_size, hidden_size, num_layers, bidirectional))
 
 
 def init_lstm_weight(rng: Any, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool) -> jax.Array:
@@ -89,8 +91,8 @@ def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_lay
     if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
         raise TypeError(f"weights must be an array, got {type(weights).__name__}")
     config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(weights, "weights"))
-    _check_weights(weights, config, input_size, hidden_size, num_layers, bidirectional)
-    matrices, biases = jcr.params_to_canonical(weights, config)
+    ops.check_params(weights, config, _argument_names(config))
+    matrices, biases = layout.params_to_canonical(weights, config)
     result: Unpacked = ({}, {}, {}, {})
     for pseudo in range(config.num_layers * config.num_directions):
         w, b = matrices[8 * pseudo:8 * pseudo + 8], biases[8 * pseudo:8 * pseudo + 8]
@@ -107,30 +109,6 @@ def _dtype_of(value: Any, argument: str) -> np.dtype:
     if dtype.name not in supported:
         raise TypeError(f"{argument} has dtype {dtype.name}; expected one of {list(supported)}")
     return dtype
-
-
-def _check_weights(weights: Any, config: jcr.RNNConfig, input_size: int, hidden_size: int, num_layers: int,
-                   bidirectional: bool) -> None:
-    """Type, shape and dtype (config.dtype: x's, or the weights' own for unpack_lstm_weights)."""
-    if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
-        raise TypeError(f"weights must be an array, got {type(weights).__name__}")
-    if np.dtype(weights.dtype) != config.dtype:
-        raise TypeError(f"weights has dtype {np.dtype(weights.dtype).name}; expected {config.dtype.name} (x's dtype)")
-    size = jcr.params_size(config)
-    if tuple(weights.shape) != (size,):
-        raise ValueError(f"weights has shape {tuple(weights.shape)}; expected ({size},) = (get_num_params_in_lstm("
-                         f"input_size={input_size}, hidden_size={hidden_size}, num_layers={num_layers}, "
-                         f"bidirectional={bool(bidirectional)}),)")
-
-
-def _check_array(argument: str, value: Any, shape: tuple[int, ...], meaning: str, dtype: np.dtype) -> None:
-    got = getattr(value, "shape", None)
-    if got is None or not hasattr(value, "dtype"):
-        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
-    if tuple(got) != shape:
-        raise ValueError(f"{argument} has shape {tuple(got)}; expected {shape} = {meaning}")
-    if np.dtype(value.dtype) != dtype:
-        raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} (x's dtype)")
 
 
 def _precision(precision: Any) -> Any:
@@ -166,47 +144,24 @@ def lstm(x: Any, h_0: Any, c_0: Any, weights: Any, seq_lengths: Any, input_size:
     Returns:
       (y [batch, max_seq_length, num_directions * hidden_size], h_n, c_n shaped like h_0).
     """
-    shape = getattr(x, "shape", None)
-    if shape is None or not hasattr(x, "dtype"):
-        raise TypeError(f"x must be an array, got {type(x).__name__}")
     if not isinstance(dropout, (bool, np.bool_, int, float, np.integer, np.floating)):
         raise TypeError(f"dropout must be a float, got {type(dropout).__name__} {dropout!r}")
     rate = float(dropout)  # a bool too: jax.experimental.rnn's own example passes dropout=False
     if not 0 <= rate < 1:
         raise ValueError(f"dropout must be a rate in [0, 1), got {dropout!r}")
-    dtype = _dtype_of(x, "x")
-    config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=dtype, dropout=rate)
-    if len(shape) != 3 or shape[2] != config.input_size:
-        raise ValueError(f"x has shape {tuple(shape)}; expected (batch, max_seq_length, {config.input_size}) = "
-                         f"(batch, max_seq_length, input_size), batch-major")
-    batch, steps, _ = shape
-    if batch == 0 or steps == 0:
-        raise ValueError(f"x has shape {tuple(shape)}; batch and max_seq_length must be at least 1")
-    state_shape = config.state_shape(batch)
-    meaning = "(num_directions * num_layers, batch, hidden_size)"
-    _check_array("h_0", h_0, state_shape, meaning, dtype)
-    _check_array("c_0", c_0, state_shape, meaning, dtype)
-    _check_weights(weights, config, input_size, hidden_size, num_layers, bidirectional)
-    lengths_shape = getattr(seq_lengths, "shape", None)
-    if lengths_shape is None or not hasattr(seq_lengths, "dtype"):
-        raise TypeError(f"seq_lengths must be an array, got {type(seq_lengths).__name__}")
-    if tuple(lengths_shape) != (batch,):
-        raise ValueError(f"seq_lengths has shape {tuple(lengths_shape)}; expected ({batch},) = (batch,)")
-    if np.dtype(seq_lengths.dtype) != np.int32:
-        raise TypeError(f"seq_lengths has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
-    if not isinstance(seq_lengths, jax.core.Tracer):
-        lengths = np.asarray(seq_lengths)
-        bad = np.flatnonzero((lengths < 0) | (lengths > steps))
-        if bad.size:
-            raise ValueError(f"seq_lengths[{bad[0]}] is {lengths[bad[0]]}; every length must be in [0, {steps}] = "
-                             f"[0, max_seq_length]")
+    if getattr(x, "shape", None) is None or not hasattr(x, "dtype"):
+        raise TypeError(f"x must be an array, got {type(x).__name__}")
+    config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(x, "x"), dropout=rate)
+    if seq_lengths is None:  # required, as in jax.experimental.rnn (check_inputs takes None for "no lengths")
+        raise TypeError("seq_lengths must be an array, got NoneType")
+    ops.check_inputs(weights, x, h_0, c_0, config, seq_lengths, names=_argument_names(config))
     applies = rate > 0 and config.num_layers > 1
     if applies and dropout_key is None:
         raise ValueError(f"dropout is {dropout} between {config.num_layers} layers but dropout_key is None: "
                          f"jax.experimental.rnn's dropout has no reproducible meaning (cuDNN without random states; "
                          f"its lstm_ref refuses it); pass dropout_key=jax.random.key(...) for this library's "
                          f"inter-layer dropout, or dropout=0.0")
-    y, h_n, c_n = jcr.rnn(weights, jnp.swapaxes(x, 0, 1), h_0, c_0, config, seq_lengths=seq_lengths,
+    y, h_n, c_n = ops.rnn(weights, jnp.swapaxes(x, 0, 1), h_0, c_0, config, seq_lengths=seq_lengths,
                           is_training=applies, dropout_key=dropout_key if applies else None,
                           implementation=implementation, precision=_precision(precision))
     return jnp.swapaxes(y, 0, 1), h_n, c_n

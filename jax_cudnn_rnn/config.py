@@ -9,17 +9,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import ml_dtypes
 import numpy as np
 
+__all__ = ["BIAS_MODES", "DIRECTIONS", "GATE_NAMES", "INPUT_MODES", "LAYOUT_FIELDS", "MODES", "RNNConfig",
+           "SUPPORTED_DTYPES", "canonical_dtype", "check_int"]
+
+#: The values of ``RNNConfig.mode``: cuDNN's four cells.
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+#: The values of ``RNNConfig.direction`` (D = 1, 2).
 DIRECTIONS = ("unidirectional", "bidirectional")
+#: The values of ``RNNConfig.input_mode`` ("auto_select" is resolved on construction).
 INPUT_MODES = ("linear_input", "skip_input", "auto_select")
-# Which biases exist: both (cuDNN's CUDNN_RNN_DOUBLE_BIAS, the canonical format's default), only the input ones
-# (SINGLE_INP_BIAS), only the recurrent ones (SINGLE_REC_BIAS), or none (NO_BIAS).
+#: The values of ``RNNConfig.bias_mode``, which biases exist: both (cuDNN's CUDNN_RNN_DOUBLE_BIAS, the canonical
+#: format's default), only the input ones (SINGLE_INP_BIAS), only the recurrent ones (SINGLE_REC_BIAS), or none
+#: (NO_BIAS).
 BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 
-# Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh).
+#: Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh).
 GATE_NAMES: dict[str, tuple[str, ...]] = {
     "lstm": ("i", "f", "g", "o"),  # input, forget, new memory (cell), output
     "gru": ("r", "z", "n"),  # reset, update, new memory
@@ -27,7 +35,7 @@ GATE_NAMES: dict[str, tuple[str, ...]] = {
     "rnn_relu": ("h",),
 }
 
-# ml_dtypes (a dependency of jax) gives NumPy its bfloat16.
+#: The dtypes a config may have: float16, bfloat16 (NumPy's from ml_dtypes, a dependency of jax), float32, float64.
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -43,9 +51,14 @@ def canonical_dtype(dtype: Any, *, argument: str = "dtype") -> np.dtype:
     return result
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int after checking that it is one (a Python or NumPy integer, not a bool) and at least
+    ``minimum``; the TypeError or ValueError names it as ``name``, the caller's word for it (``"num_units"``,
+    ``"hidden_size"``). A value traced by ``jax.jit`` is called one, with the fix: sizes must be static."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        kind = ("a traced value (mark it static under jax.jit)" if isinstance(value, jax.core.Tracer) else
+                f"{type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int, got {kind}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
@@ -57,8 +70,8 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
-# Fields of RNNConfig that decide which canonical tensors exist and their shapes (and so the buffer's layout); the
-# others (dtype, dropout, cell_clip) change how the weights are stored or used, not which weights there are.
+#: Fields of RNNConfig that decide which canonical tensors exist and their shapes (and so the buffer's layout); the
+#: others (dtype, dropout, cell_clip) change how the weights are stored or used, not which weights there are.
 LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
                  "bias_mode")
 
@@ -105,9 +118,9 @@ class RNNConfig:
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
-        _check_int("num_layers", self.num_layers, 1)
-        _check_int("num_units", self.num_units, 1)
-        _check_int("input_size", self.input_size, 1)
+        check_int("num_layers", self.num_layers, 1)
+        check_int("num_units", self.num_units, 1)
+        check_int("input_size", self.input_size, 1)
         _check_choice("direction", self.direction, DIRECTIONS)
         _check_choice("input_mode", self.input_mode, INPUT_MODES)
         input_mode = self.input_mode
@@ -120,7 +133,7 @@ class RNNConfig:
             raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        _check_int("proj_size", self.proj_size, 0)
+        check_int("proj_size", self.proj_size, 0)
         if self.proj_size and self.mode != "lstm":
             raise ValueError(f"proj_size is {self.proj_size}; projection exists only for mode 'lstm', got mode "
                              f"{self.mode!r} (use proj_size=0)")
@@ -153,6 +166,7 @@ class RNNConfig:
 
     @property
     def gate_names(self) -> tuple[str, ...]:
+        """The gates in canonical order: ("i", "f", "g", "o") for LSTM, ("r", "z", "n") for GRU, ("h",) else."""
         return GATE_NAMES[self.mode]
 
     @property
@@ -162,10 +176,12 @@ class RNNConfig:
 
     @property
     def skip_input(self) -> bool:
+        """Whether layer 0 has no input matrices (x enters every gate as it is; input_size == num_units)."""
         return self.input_mode == "skip_input"
 
     @property
     def has_cell_state(self) -> bool:
+        """Whether the network carries a cell state c (LSTM only): c0 and c_n are None otherwise."""
         return self.mode == "lstm"
 
     @property
@@ -175,10 +191,12 @@ class RNNConfig:
 
     @property
     def has_input_bias(self) -> bool:
+        """Whether the input biases b_W exist (``bias_mode`` "double" or "single_input")."""
         return self.bias_mode in ("double", "single_input")
 
     @property
     def has_recurrent_bias(self) -> bool:
+        """Whether the recurrent biases b_R exist (``bias_mode`` "double" or "single_recurrent")."""
         return self.bias_mode in ("double", "single_recurrent")
 
     @property
@@ -206,6 +224,8 @@ class RNNConfig:
 
     @classmethod
     def from_json(cls, fields: dict[str, Any]) -> RNNConfig:
+        """The config ``to_json`` wrote (fields missing from ``fields`` take their defaults); unknown fields are a
+        ValueError."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(fields) - known
         if unknown:

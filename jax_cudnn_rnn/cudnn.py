@@ -1,13 +1,20 @@
 """The cuDNN backend's public names (its code: jax_cudnn_rnn/backends/cudnn/)."""
 
-from jax_cudnn_rnn.backends.cudnn.exporting import EXPORT_ADVICE, export
+from jax_cudnn_rnn.backends.cudnn import exporting as _exporting
+from jax_cudnn_rnn.backends.cudnn import wiring as _wiring
+from jax_cudnn_rnn.backends.cudnn.exporting import export
 from jax_cudnn_rnn.backends.cudnn.extension import (
     cudnn_library_path,
     extension_error,
     extension_loaded,
     registered_targets,
 )
-from jax_cudnn_rnn.backends.cudnn.wiring import MAX_TIME_STEPS
 
 __all__ = ["EXPORT_ADVICE", "MAX_TIME_STEPS", "cudnn_library_path", "export", "extension_error", "extension_loaded",
            "registered_targets"]
+
+#: What to do instead, in the error that ``jax.export`` of a computation with a cuDNN call raises.
+EXPORT_ADVICE = _exporting.EXPORT_ADVICE
+#: The most time steps one cuDNN call is given, 65,535 (PyTorch's cuDNN LSTM fails at 65,536: pytorch issue 133751;
+#: not yet measured with this library's calls): ``rnn`` runs a longer x as time chunks with the state carried.
+MAX_TIME_STEPS = _wiring.MAX_TIME_STEPS

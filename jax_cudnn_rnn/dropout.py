@@ -11,6 +11,8 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig
 
+__all__ = ["compute_dtype", "dropout_masks", "masks_for"]
+
 
 def compute_dtype(dtype: Any) -> Any:
     """The dtype every implementation computes in, and draws the masks in: float64 stays float64; everything else is

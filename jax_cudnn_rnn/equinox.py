@@ -27,22 +27,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import interop
+from jax_cudnn_rnn import interop, ops
+from jax_cudnn_rnn.config import RNNConfig, check_int
+from jax_cudnn_rnn.params import RNNParams
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
 
-def _check_int(argument: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{argument} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{argument} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: Any, use_bias: Any,
-                 dropout: Any, dtype: Any) -> jcr.RNNConfig:
+                 dropout: Any, dtype: Any) -> RNNConfig:
     """The config, after checks that name this module's arguments (RNNConfig's own would say num_units, direction)."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
@@ -50,64 +43,57 @@ def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, 
         raise TypeError(f"use_bias must be a bool, got {type(use_bias).__name__} {use_bias!r}")
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-    return jcr.RNNConfig(mode=mode, num_layers=_check_int("num_layers", num_layers, 1),
-                         num_units=_check_int("hidden_size", hidden_size, 1),
-                         input_size=_check_int("input_size", input_size, 1),
-                         direction="bidirectional" if bidirectional else "unidirectional",
-                         bias_mode="double" if use_bias else "none", dropout=float(dropout),
-                         dtype=jnp.float32 if dtype is None else dtype)
+    return RNNConfig(mode=mode, num_layers=check_int("num_layers", num_layers, 1),
+                     num_units=check_int("hidden_size", hidden_size, 1),
+                     input_size=check_int("input_size", input_size, 1),
+                     direction="bidirectional" if bidirectional else "unidirectional",
+                     bias_mode="double" if use_bias else "none", dropout=float(dropout),
+                     dtype=jnp.float32 if dtype is None else dtype)
 
 
-def _shape(value: Any, argument: str) -> tuple[int, ...]:
-    shape = getattr(value, "shape", None)
-    if shape is None or not hasattr(value, "dtype"):
-        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
-    return tuple(shape)
+def _argument_names(has_cell_state: bool) -> ops.ArgumentNames:
+    """The words the modules' errors use (``ops.check_inputs``): unbatched x [time, input_size], the state as
+    ``state`` (``state[0] (h)`` and ``state[1] (c)`` for an LSTM) without a batch axis, ``seq_length`` one length."""
+    h0, c0 = ("state[0] (h)", "state[1] (c)") if has_cell_state else ("state", "state")
+    return ops.ArgumentNames(x="x", h0=h0, c0=c0, seq_lengths="seq_length", input_size="input_size",
+                             dtype="the module's dtype", axes=("time", None, "input_size"),
+                             state_axes=("num_layers*num_directions", "hidden_size"), caller="The module",
+                             layout_fix="unbatched: jax.vmap the model over a batch")
 
 
 class _FusedRNN(eqx.Module):
     """What the three modules share: the parameters, the call and its checks."""
 
-    params: jcr.RNNParams
+    params: RNNParams
     inference: bool
     implementation: str | None = eqx.field(static=True)
     precision: str | None = eqx.field(static=True)
 
-    def _init(self, config: jcr.RNNConfig, inference: bool, implementation: str | None, precision: Any,
+    def _init(self, config: RNNConfig, inference: bool, implementation: str | None, precision: Any,
               key: Any) -> None:
         if key is None:
             raise ValueError("key is None; pass a JAX PRNG key (jax.random.key(seed)) to initialise the parameters")
-        self.params = jcr.RNNParams.init(key, config)
+        self.params = RNNParams.init(key, config)
         self.inference = inference
         self.implementation = implementation
         self.precision = precision
 
     @property
-    def config(self) -> jcr.RNNConfig:
+    def config(self) -> RNNConfig:
         """The network: mode, sizes, direction, dropout, dtype."""
         return self.params.config
 
-    def _check_state(self, state: Any) -> tuple[Any, Any]:
-        """(h0, c0 or None), each [L*D, H], from ``state`` as the caller passed it."""
+    def _split_state(self, state: Any) -> tuple[Any, Any]:
+        """(h0, c0 or None) from ``state`` as the caller passed it: the pair ``(h, c)`` for an LSTM, ``h`` otherwise;
+        their shapes and dtypes are ``ops.check_inputs``' to check."""
         config = self.config
-        want = config.state_shape(1)[::2]
-        meaning = f"{want} = (num_layers*num_directions, hidden_size)"
-        if config.has_cell_state:
-            if not isinstance(state, (tuple, list)) or len(state) != 2:
-                got = f"a {type(state).__name__}" + (f" of {len(state)}" if isinstance(state, (tuple, list)) else "")
-                raise TypeError(f"state must be a tuple (h, c) for an LSTM, each {meaning}; got {got}")
-            pairs = [("state[0] (h)", state[0]), ("state[1] (c)", state[1])]
-        else:
-            pairs = [("state", state)]
-        for argument, value in pairs:
-            shape = _shape(value, argument)
-            if shape != want:
-                raise ValueError(f"{argument} has shape {shape}; expected {meaning} (unbatched: jax.vmap the model "
-                                 f"over a batch)")
-            if np.dtype(value.dtype) != config.dtype:
-                raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {config.dtype.name} "
-                                f"(the module's dtype)")
-        return pairs[0][1], (pairs[1][1] if config.has_cell_state else None)
+        if not config.has_cell_state:
+            return state, None
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            shape, meaning = (names := _argument_names(True)).state(config.state_shape(1), names.state_axes[1])
+            got = f"a {type(state).__name__}" + (f" of {len(state)}" if isinstance(state, (tuple, list)) else "")
+            raise TypeError(f"state must be a tuple (h, c) for an LSTM, each {shape} = {meaning}; got {got}")
+        return state[0], state[1]
 
     def __call__(self, x: Any, state: Any = None, *, seq_length: Any = None, key: Any = None) -> tuple[Any, Any]:
         """Runs the network over one sequence.
@@ -126,38 +112,27 @@ class _FusedRNN(eqx.Module):
           (y [T, D*hidden_size], final state shaped like ``state``).
         """
         config = self.config
-        shape = _shape(x, "x")
-        if len(shape) != 2 or shape[1] != config.input_size:
-            batched = " (unbatched: jax.vmap the model over a batch)" if len(shape) == 3 else ""
-            raise ValueError(f"x has shape {shape}; expected (T, {config.input_size}) = (time, input_size){batched}")
-        if shape[0] == 0:
-            raise ValueError(f"x has shape {shape}; expected at least one time step")
-        if np.dtype(x.dtype) != config.dtype:
-            raise TypeError(f"x has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} (the module's dtype)")
         if state is None:
             zeros = jnp.zeros(config.state_shape(1)[::2], config.dtype)
             state = (zeros, jnp.zeros_like(zeros)) if config.has_cell_state else zeros
-        h0, c0 = self._check_state(state)
-        lengths = None
+        h0, c0 = self._split_state(state)
         if isinstance(seq_length, (int, np.integer)) and not isinstance(seq_length, bool):
             seq_length = jnp.asarray(seq_length, jnp.int32)
-        if seq_length is not None:
-            if _shape(seq_length, "seq_length") != ():
-                raise ValueError(f"seq_length has shape {tuple(seq_length.shape)}; expected () (one sequence's "
-                                 f"length; jax.vmap the model over a batch)")
-            if not jnp.issubdtype(seq_length.dtype, jnp.integer):
+        if getattr(seq_length, "dtype", None) is not None:
+            if not jnp.issubdtype(seq_length.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
                 raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
-            if not isinstance(seq_length, jax.core.Tracer) and not 0 <= int(seq_length) <= shape[0]:
-                raise ValueError(f"seq_length is {int(seq_length)}; expected a value in [0, {shape[0]}] = [0, T]")
-            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
-                raise ValueError("seq_length was given, but implementation='onednn' has no per-sequence lengths; use "
-                                 "implementation=None (the best one that can) or 'xla'")
-            lengths = jnp.reshape(seq_length, (1,)).astype(jnp.int32)
+            seq_length = seq_length.astype(jnp.int32)
+        ops.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
+        if seq_length is not None and self.implementation == "onednn":
+            # rnn() would blame seq_lengths, which the caller never passed
+            raise ValueError("seq_length was given, but implementation='onednn' has no per-sequence lengths; use "
+                             "implementation=None (the best one that can) or 'xla'")
+        lengths = None if seq_length is None else jnp.reshape(seq_length, (1,))
         dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
         if dropout_applies and key is None:
             raise ValueError(f"key is None; dropout={config.dropout} between the {config.num_layers} layers needs a "
                              f"PRNG key when the module is not in inference mode (or use eqx.nn.inference_mode)")
-        y, h_n, c_n = jcr.rnn(self.params, x[:, None], h0[:, None], None if c0 is None else c0[:, None],
+        y, h_n, c_n = ops.rnn(self.params, x[:, None], h0[:, None], None if c0 is None else c0[:, None],
                               seq_lengths=lengths, is_training=dropout_applies,
                               dropout_key=key if dropout_applies else None, implementation=self.implementation,
                               precision=self.precision)
@@ -197,7 +172,7 @@ class _FromCells(_FusedRNN):
                      bidirectional=config.num_directions == 2, use_bias=config.bias_mode != "none",
                      dropout=config.dropout, inference=inference, dtype=config.dtype, implementation=implementation,
                      precision=precision, key=jax.random.key(0))  # the key only fills what tree_at replaces
-        return eqx.tree_at(lambda m: m.params, module, jcr.RNNParams.from_canonical(weights, biases, config))
+        return eqx.tree_at(lambda m: m.params, module, RNNParams.from_canonical(weights, biases, config))
 
 
 class LSTM(_FromCells):

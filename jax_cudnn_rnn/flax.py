@@ -24,10 +24,14 @@ from jax_cudnn_rnn import ops
 from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 
+__all__ = ["GRU", "LSTM", "RNN", "apply_rnn", "argument_names", "carry_batch", "make_config", "zero_carry"]
+
 
 def make_config(mode: str, num_units: int, num_layers: int, input_size: int, direction: str, input_mode: str,
                 dropout: float, dtype: Any, proj_size: int = 0, cell_clip: float | None = None,
                 bias_mode: str = "double") -> RNNConfig:
+    """The ``RNNConfig`` of a module's fields (the linen module's, and NNX's with ``in_features`` as input_size), its
+    buffer in ``dtype`` (the modules' ``param_dtype``)."""
     return RNNConfig(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
                      direction=direction, input_mode=input_mode, dropout=dropout, dtype=dtype, proj_size=proj_size,
                      cell_clip=cell_clip, bias_mode=bias_mode)
@@ -211,6 +215,11 @@ class RNN(nn.Module):
     def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
                  deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
                  max_segments: int | None = None):
+        """Runs the network over x ([B, T, I], or [T, B, I] when ``time_major``); ``seq_lengths`` int [B],
+        ``initial_carry`` (``(h, c)`` for LSTM, ``h`` otherwise, each [num_layers*D, B, hidden]), ``resets`` bool
+        [B, T] ([T, B] when ``time_major``) and ``max_segments`` as in ``apply_rnn``; dropout applies unless
+        ``deterministic`` (this argument, else the field). Returns y [B, T, D*hidden] (time-major like x), or
+        ``(carry, y)`` with ``return_carry``. At init, x's last axis sets the input size."""
         # x's last axis sizes the parameters at init: x_dims reports an x that is not a rank-3 array first
         input_size = ops.x_dims(x, argument_names(self.time_major))[2]
         config = make_config(self.mode, self.num_units, self.num_layers, input_size, self.direction,

@@ -48,8 +48,8 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import interop
+from jax_cudnn_rnn import interop, layout, ops
+from jax_cudnn_rnn.config import RNNConfig
 
 if keras.backend.backend() != "jax":
     raise ImportError(f"jax_cudnn_rnn.keras needs Keras 3 on the JAX backend; keras was imported with backend "
@@ -68,7 +68,7 @@ def _activation_name(function: Any) -> str:
     return name if isinstance(name, str) else repr(name)
 
 
-def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: jcr.RNNConfig) -> Any:
+def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) -> Any:
     """The opaque buffer [params_size(config)] of one Keras layer's weights, with jnp ops only (it runs under ``jit``
     and ``grad``, where the NumPy converters of ``interop`` cannot).
 
@@ -88,7 +88,7 @@ def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: jcr.RN
     if bias is not None:
         for row in (bias[None] if bias.ndim == 1 else bias):
             biases += [row[j * units:(j + 1) * units] for j in columns]
-    return jcr.canonical_to_params(weights, biases, config)
+    return layout.canonical_to_params(weights, biases, config)
 
 
 def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str, Any]) -> str | None:
@@ -124,6 +124,15 @@ def _shape(value: Any, argument: str) -> tuple[Any, ...]:
     if shape is None or isinstance(value, (str, bytes)):
         raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
     return tuple(shape)
+
+
+def _argument_names(mode: str) -> ops.ArgumentNames:
+    """Keras's words for ``ops.check_inputs``: ``inputs`` [batch, timesteps, features], the states
+    ``initial_state[0] (h)`` and ``initial_state[1] (c)`` (LSTM), each [batch, units], without a layer axis."""
+    h0, c0 = ("initial_state[0] (h)", "initial_state[1] (c)") if mode == "lstm" else ("initial_state[0] (h)",) * 2
+    return ops.ArgumentNames(x="inputs", h0=h0, c0=c0, input_size="the number of features the layer was built for",
+                             dtype=None, axes=("timesteps", "batch", "features"), state_axes=(None, "units"),
+                             batch_major=True, caller="The layer", layout_fix="pass keras.ops.swapaxes(inputs, 0, 1)")
 
 
 class _Fused:
@@ -165,12 +174,13 @@ class _Fused:
     def _bias_mode(self) -> str:
         return "single_input" if self.cell.use_bias else "none"
 
-    def _rnn_config(self, input_size: int, dtype: Any) -> jcr.RNNConfig:
+    def _rnn_config(self, input_size: int, dtype: Any) -> RNNConfig:
         """The one-layer, one-direction network this layer is, in the compute dtype."""
-        return jcr.RNNConfig(mode=self._mode, num_layers=1, num_units=self.cell.units, input_size=input_size,
-                             bias_mode=self._bias_mode(), dtype=dtype)
+        return RNNConfig(mode=self._mode, num_layers=1, num_units=self.cell.units, input_size=input_size,
+                         bias_mode=self._bias_mode(), dtype=dtype)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras's config of the layer plus this package's ``implementation`` and ``precision``."""
         config = super().get_config()
         config.update(implementation=self.implementation, precision=self.precision)
         return config
@@ -178,32 +188,32 @@ class _Fused:
     # ------------------------------------------------------------------------------------------------- checks
 
     def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
-        if len(sequences_shape) != 3:
-            raise ValueError(f"inputs has shape {tuple(sequences_shape)}; expected rank 3 (batch, timesteps, "
-                             f"features)")
+        """Keras's ``build``, after checking that the inputs' shape is (batch, timesteps, features)."""
+        ops.x_shape_dims(tuple(sequences_shape), _argument_names(self._mode))
         super().build(sequences_shape, initial_state_shape)
 
     def _check_call(self, sequences: Any, initial_state: Any, mask: Any) -> None:
-        shape = _shape(sequences, "inputs")
-        if len(shape) != 3:
-            raise ValueError(f"inputs has shape {shape}; expected rank 3 (batch, timesteps, features)")
-        batch, steps, features = shape
+        """Checks what the caller passed, named as Keras names it: ``inputs``, ``initial_state[i]``, ``mask``. The
+        list structure of ``initial_state`` and the mask (Keras's own arguments) here, the arrays by
+        ``ops.check_inputs`` in Keras's words."""
+        names = _argument_names(self._mode)
+        steps, batch, features = ops.x_dims(sequences, names)
         kernel = getattr(self.cell, "kernel", None)
-        if kernel is not None and features != kernel.shape[0]:
-            raise ValueError(f"inputs has shape {shape}; expected (batch, timesteps, {kernel.shape[0]}): the layer "
-                             f"was built for {kernel.shape[0]} features")
-        if initial_state is not None:
+        config = self._rnn_config(features if kernel is None else kernel.shape[0],
+                                  jnp.dtype(self.cell.compute_dtype))
+        if initial_state is None:  # Keras starts from zeros
+            ops.x_dims(sequences, names, config.input_size)
+        else:
             states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
-            names = ("h", "c") if self._mode == "lstm" else ("h",)
-            meaning = f"[{', '.join(names)}], each (batch, units) = ({batch}, {self.cell.units})"
-            if len(states) != len(names):
+            parts = ("h", "c") if config.has_cell_state else ("h",)
+            if len(states) != len(parts):
                 raise ValueError(f"initial_state has {len(states)} tensor{'s' if len(states) != 1 else ''}; "
-                                 f"expected {len(names)}: {meaning}")
-            for i, (name, state) in enumerate(zip(names, states)):
-                got = _shape(state, f"initial_state[{i}]")
-                if got != (batch, self.cell.units):
-                    raise ValueError(f"initial_state[{i}] ({name}) has shape {got}; expected ({batch}, "
-                                     f"{self.cell.units}) = (batch, units)")
+                                 f"expected {len(parts)}: [{', '.join(parts)}], each (batch, units) = ({batch}, "
+                                 f"{self.cell.units})")
+            for i, state in enumerate(states):
+                _shape(state, f"initial_state[{i}]")
+            h0, c0 = [jnp.asarray(state) for state in states] + [None] * (2 - len(states))
+            ops.check_inputs(None, sequences, h0, c0, config, names=names)
         if mask is not None:
             if isinstance(mask, (list, tuple)):
                 mask = mask[0]
@@ -245,7 +255,7 @@ class _Fused:
             xs = xs[::-1]
         run = dict(implementation=self.implementation, precision=self.precision)
         if mask is None:
-            outputs, h_n, c_n = jcr.rnn(params, xs, h0, c0, config, **run)
+            outputs, h_n, c_n = ops.rnn(params, xs, h0, c0, config, **run)
         else:
             valid = jnp.swapaxes(jnp.asarray(mask).astype(bool), 0, 1)  # [T, B], in reading order
             if self.go_backwards:
@@ -253,7 +263,7 @@ class _Fused:
             rank = jnp.cumsum(valid, axis=0, dtype=jnp.int32) - 1  # index of the latest valid step among the valid
             order = jnp.argsort(~valid, axis=0, stable=True)  # each sequence's valid steps first, in order
             packed = jnp.take_along_axis(xs, order[..., None], axis=0)
-            y, h_n, c_n = jcr.rnn(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
+            y, h_n, c_n = ops.rnn(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
             # A masked step keeps the state: its output is the latest valid step's (h0 before the first one).
             latest = jnp.take_along_axis(y, jnp.maximum(rank, 0)[..., None], axis=0)
             outputs = jnp.where((rank >= 0)[..., None], latest, h0)

@@ -36,8 +36,14 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
 
+__all__ = ["DIRECTION_NAMES", "GROUP_NAMES", "ParamSlot", "assemble", "canonical_to_params", "check_canonical",
+           "flatten_tree", "init_params", "layer_slots", "param_slots", "params_size", "params_to_canonical",
+           "params_to_tree", "slice_slots", "sub_config", "sub_params", "tree_to_canonical", "tree_to_params",
+           "unflatten_tree"]
+
+#: The directions' names in the named tree (``params_to_tree``), by direction index.
 DIRECTION_NAMES = ("forward", "backward")
-# Names of the groups of one pseudo-layer in the named tree, in canonical order.
+#: Names of the groups of one pseudo-layer in the named tree, in canonical order.
 GROUP_NAMES = ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent")
 
 
@@ -57,10 +63,12 @@ class ParamSlot:
 
     @property
     def size(self) -> int:
+        """Elements of the tensor (the product of ``shape``)."""
         return math.prod(self.shape)
 
     @property
     def is_bias(self) -> bool:
+        """Whether the tensor is a bias (group ``b_input`` or ``b_recurrent``), not a matrix."""
         return self.group.startswith("b_")
 
     def name(self, config: RNNConfig) -> str:

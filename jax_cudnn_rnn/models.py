@@ -14,9 +14,11 @@ import jax
 from jax_cudnn_rnn import layout, ops
 from jax_cudnn_rnn.config import RNNConfig
 
+__all__ = ["ARGUMENTS", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+
 Array = jax.Array
 
-# The seeds' argument names, in every error the call raises (rnn() checks them under these names).
+#: The seeds' argument names, in every error the call raises (rnn() checks them under these names).
 ARGUMENTS = ops.ArgumentNames(x="input_data", h0="input_h", c0="input_c", input_size="input_size",
                               params_size="params_size()", dtype="the model's dtype", caller="The model",
                               layout_fix="pass jnp.swapaxes(input_data, 0, 1)")
@@ -39,34 +41,42 @@ class _CudnnRNN:
 
     @property
     def config(self) -> RNNConfig:
+        """The network: the ``RNNConfig`` the constructor's arguments make."""
         return self._config
 
     @property
     def rnn_mode(self) -> str:
+        """``config.mode``: "lstm", "gru", "rnn_tanh" or "rnn_relu" (``tf.contrib.cudnn_rnn``'s name)."""
         return self._config.mode
 
     @property
     def num_layers(self) -> int:
+        """Stacked layers L."""
         return self._config.num_layers
 
     @property
     def num_units(self) -> int:
+        """Hidden size H."""
         return self._config.num_units
 
     @property
     def input_size(self) -> int:
+        """Features I of input_data."""
         return self._config.input_size
 
     @property
     def input_mode(self) -> str:
+        """"linear_input" or "skip_input" ("auto_select" is resolved on construction)."""
         return self._config.input_mode
 
     @property
     def direction(self) -> str:
+        """"unidirectional" or "bidirectional"."""
         return self._config.direction
 
     @property
     def dtype(self):
+        """The dtype of the parameters, input_data and the states."""
         return self._config.dtype
 
     def params_size(self) -> int:

@@ -19,6 +19,8 @@ from flax import nnx
 from jax_cudnn_rnn.flax import apply_rnn, carry_batch, make_config, zero_carry
 from jax_cudnn_rnn.params import RNNParams
 
+__all__ = ["GRU", "LSTM", "RNN"]
+
 
 class RNN(nnx.Module):
     """A stacked LSTM/GRU/RNN layer; arguments as the linen ``jax_cudnn_rnn.flax.RNN`` fields, plus ``in_features``
@@ -74,10 +76,14 @@ class RNN(nnx.Module):
 
 
 class LSTM(RNN):
+    """``RNN`` with ``mode="lstm"``: ``LSTM(in_features, num_units, **RNN's keyword arguments)``."""
+
     def __init__(self, in_features: int, num_units: int, **kwargs):
         super().__init__(in_features, num_units, mode="lstm", **kwargs)
 
 
 class GRU(RNN):
+    """``RNN`` with ``mode="gru"``: ``GRU(in_features, num_units, **RNN's keyword arguments)``."""
+
     def __init__(self, in_features: int, num_units: int, **kwargs):
         super().__init__(in_features, num_units, mode="gru", **kwargs)

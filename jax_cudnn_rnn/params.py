@@ -20,6 +20,8 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
+__all__ = ["RNNParams", "is_rnn_params"]
+
 
 @jax.tree_util.register_pytree_with_keys_class
 class RNNParams:
@@ -57,13 +59,17 @@ class RNNParams:
 
     # Pytree protocol: the buffer is the only child, the config the aux data.
     def tree_flatten_with_keys(self):
+        """Pytree protocol: the buffer, under the key ``buffer``, is the only child; the config is static aux data."""
         return ((jax.tree_util.GetAttrKey("buffer"), self.buffer),), self.config
 
     def tree_flatten(self):
+        """Pytree protocol: ``((buffer,), config)``."""
         return (self.buffer,), self.config
 
     @classmethod
     def tree_unflatten(cls, config: RNNConfig, children: Sequence[Any]) -> RNNParams:
+        """Pytree protocol: rebuilds from ``tree_flatten``'s output without checks (the child may be a tracer or an
+        optimizer's state leaf of any shape)."""
         self = object.__new__(cls)
         (buffer,) = children
         object.__setattr__(self, "buffer", buffer)
@@ -99,10 +105,12 @@ class RNNParams:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The buffer's shape, ``(params_size(config),)``."""
         return tuple(self.buffer.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The buffer's dtype (``config.dtype`` unless an optimizer state holds it in another)."""
         return np.dtype(self.buffer.dtype)
 
     def __repr__(self) -> str:

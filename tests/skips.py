@@ -5,7 +5,7 @@ it next to the independent oracle).
 
 Flags (environment, "1" to set):
 - ``JAX_CUDNN_RNN_REQUIRE_PEERS``: the peer libraries of the test extra and of the README's test command (torch,
-  keras, equinox) must import. Set by .ci/run.
+  keras, equinox; sphinx and myst-parser for the docs build) must import. Set by .ci/run.
 - ``JAX_CUDNN_RNN_REQUIRE_EXTENSION``: the cuDNN extension must be built and loaded (tests marked ``gpu`` still skip
   without a GPU). Set by .ci/run and scripts/gpu_check.sh.
 - ``JAX_CUDNN_RNN_REQUIRE_ONEDNN``: the oneDNN extension must be built and loaded. Set by .ci/run.

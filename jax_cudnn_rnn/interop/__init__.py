@@ -30,27 +30,18 @@ Every converter checks names, counts and shapes and says what is missing, unexpe
 ``canonical`` below means the ``(weights, biases)`` lists of ``layout.params_to_canonical``.
 """
 
-from jax_cudnn_rnn.interop.common import Canonical
-from jax_cudnn_rnn.interop.equinox import canonical_to_equinox, equinox_to_canonical
-from jax_cudnn_rnn.interop.flax import (
-           canonical_to_flax,
-           flax_stack_kwargs,
-           flax_to_canonical,
-)
-from jax_cudnn_rnn.interop.keras import (
-           KERAS_GATES,
-           canonical_to_keras,
-           keras_layers,
-           keras_to_canonical,
-)
-from jax_cudnn_rnn.interop.torch import (
-           canonical_to_torch,
-           torch_module_kwargs,
-           torch_module_name,
-           torch_to_canonical,
-)
+from jax_cudnn_rnn.interop import _common, _keras
+from jax_cudnn_rnn.interop._equinox import canonical_to_equinox, equinox_to_canonical
+from jax_cudnn_rnn.interop._flax import canonical_to_flax, flax_stack_kwargs, flax_to_canonical
+from jax_cudnn_rnn.interop._keras import canonical_to_keras, keras_layers, keras_to_canonical
+from jax_cudnn_rnn.interop._torch import canonical_to_torch, torch_module_kwargs, torch_module_name, torch_to_canonical
 
-__all__ = ["KERAS_GATES", "Canonical", "canonical_to_equinox", "canonical_to_flax",
-           "canonical_to_keras", "canonical_to_torch", "equinox_to_canonical", "flax_stack_kwargs",
-           "flax_to_canonical", "keras_layers", "keras_to_canonical", "torch_module_kwargs", "torch_module_name",
-           "torch_to_canonical"]
+#: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
+Canonical = _common.Canonical
+#: The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names (the traceable
+#: conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives in one place).
+KERAS_GATES = _keras.KERAS_GATES
+
+__all__ = ["Canonical", "KERAS_GATES", "canonical_to_equinox", "canonical_to_flax", "canonical_to_keras",
+           "canonical_to_torch", "equinox_to_canonical", "flax_stack_kwargs", "flax_to_canonical", "keras_layers",
+           "keras_to_canonical", "torch_module_kwargs", "torch_module_name", "torch_to_canonical"]

@@ -21,6 +21,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+__all__ = ["FlaxCellStack", "MODES", "make_cell"]
+
+#: The modes a stack of plain Flax cells can express (all four).
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
@@ -45,12 +48,14 @@ class FlaxCellStack(nn.Module):
     """``num_layers`` recurrent layers of plain Flax cells; optional bidirectional layers concatenate forward and
     backward outputs (forward first), like cuDNN and PyTorch.
 
-    Call: ``y = model.apply({'params': p}, x, seq_lengths=None, initial_state=None, return_state=False)``.
-      x: [B, T, I] (or [T, B, I] with ``time_major=True``).
-      seq_lengths: optional int [B]: outputs at t >= length are zero, the final state is the one after the last valid
-        step, the backward direction reads positions length-1 .. 0 (this library's and PyTorch's semantics).
-      initial_state: optional ``(h0, c0)`` in this library's layout, h0/c0 [num_layers*D, B, H] (c0 None unless
-        LSTM); zeros when omitted.
+    Call: ``y = model.apply({'params': p}, x, seq_lengths=None, initial_state=None, return_state=False)``, with
+
+    * x: [B, T, I] (or [T, B, I] with ``time_major=True``);
+    * seq_lengths: optional int [B]: outputs at t >= length are zero, the final state is the one after the last valid
+      step, the backward direction reads positions length-1 .. 0 (this library's and PyTorch's semantics);
+    * initial_state: optional ``(h0, c0)`` in this library's layout, h0/c0 [num_layers*D, B, H] (c0 None unless
+      LSTM); zeros when omitted.
+
     Returns y [B, T, D*H] (time-major if asked), and with ``return_state=True`` also ``(h_n, c_n)`` in the same
     layout as ``initial_state``.
     """
@@ -66,6 +71,7 @@ class FlaxCellStack(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, seq_lengths: jax.Array | None = None, initial_state: Any = None,
                  return_state: bool = False):
+        """y [B, T, D*H] (time-major like x), and ``(h_n, c_n)`` with ``return_state``: see the class docstring."""
         if self.mode not in MODES:
             raise ValueError(f"mode is {self.mode!r}; expected one of {list(MODES)}")
         lstm = self.mode == "lstm"

@@ -124,14 +124,19 @@ def test_errors_name_the_argument():
     good = dict(x=x, h_0=h_0, c_0=c_0, weights=weights, seq_lengths=LENGTHS, input_size=I, hidden_size=H,
                 num_layers=2, dropout=0.0, bidirectional=True)
     cases = [
-        (dict(x=x[0]), ValueError, r"x has shape \(5, 4\); expected \(batch, max_seq_length, 4\) = .*batch-major"),
-        (dict(x=x[..., :3]), ValueError, r"x has shape \(3, 5, 3\); expected \(batch, max_seq_length, 4\)"),
+        (dict(x=x[0]), ValueError, r"x has shape \(5, 4\); expected rank 3 \(batch, max_seq_length, input_size\) = "
+                                   r"\(B, T, 4\)"),
+        (dict(x=x[..., :3]), ValueError, r"x has shape \(3, 5, 3\); expected \(B, T, 4\): its last axis must be "
+                                         r"input_size"),
         (dict(x=x.astype(jnp.int32)), TypeError, r"x has dtype int32; expected one of"),
-        (dict(x=np.zeros((B, 0, I), np.float32)), ValueError, r"batch and max_seq_length must be at least 1"),
+        (dict(x=jnp.swapaxes(x, 0, 1)), ValueError, r"x has shape \(5, 3, 4\) and h_0 \(4, 3, 6\): .* lstm\(\) takes "
+                                                     r"batch-major x \[B, T, input_size\]; x looks time-major"),
+        (dict(x=np.zeros((B, 0, I), np.float32)), ValueError, r"max_seq_length and batch must be at least 1"),
         (dict(h_0=h_0[:2]), ValueError, r"h_0 has shape \(2, 3, 6\); expected \(4, 3, 6\) = \(num_directions \* "
                                         r"num_layers, batch, hidden_size\)"),
         (dict(c_0=jnp.swapaxes(c_0, 0, 1)), ValueError, r"c_0 has shape \(3, 4, 6\); expected \(4, 3, 6\)"),
-        (dict(c_0=None), TypeError, r"c_0 must be an array, got NoneType"),
+        (dict(c_0=None), ValueError, r"c_0 is None; mode 'lstm' needs an initial cell state of shape \(4, 3, 6\) = "
+                                     r"\(num_directions \* num_layers, batch, hidden_size\)"),
         (dict(h_0=h_0.astype(jnp.float16)), TypeError, r"h_0 has dtype float16; expected float32 \(x's dtype\)"),
         (dict(weights=weights[:-1]), ValueError, r"weights has shape \(1535,\); expected \(1536,\) = "
                                                  r"\(get_num_params_in_lstm\(input_size=4, hidden_size=6, "

@@ -230,7 +230,7 @@ def test_call_errors_name_the_argument():
     h = jnp.zeros((2, H))
     cases = [
         (lstm, dict(x=jnp.zeros((2, T, I))), ValueError,
-         r"x has shape \(2, 6, 3\); expected \(T, 3\) = \(time, input_size\) \(unbatched: jax.vmap"),
+         r"x has shape \(2, 6, 3\); expected rank 2 \(time, input_size\) = \(T, 3\) \(unbatched: jax.vmap"),
         (lstm, dict(x=jnp.zeros((T, I + 1))), ValueError, r"x has shape \(6, 4\); expected \(T, 3\)"),
         (lstm, dict(x=jnp.zeros((T, I), jnp.float16)), TypeError, r"x has dtype float16; expected float32"),
         (lstm, dict(x=[[0.0] * I] * T), TypeError, r"x must be an array, got list"),
@@ -244,7 +244,7 @@ def test_call_errors_name_the_argument():
         (gru, dict(state=h), ValueError, r"state has shape \(2, 4\); expected \(1, 4\) = "),
         (gru, dict(seq_length=jnp.array([3], jnp.int32)), ValueError, r"seq_length has shape \(1,\); expected \(\)"),
         (gru, dict(seq_length=jnp.array(3.0)), TypeError, r"seq_length has dtype float32; expected an integer"),
-        (gru, dict(seq_length=T + 1), ValueError, r"seq_length is 7; expected a value in \[0, 6\] = \[0, T\]"),
+        (gru, dict(seq_length=T + 1), ValueError, r"seq_length is 7; every length must be in \[0, 6\] = \[0, time\]"),
     ]
     for model, change, error, message in cases:
         kwargs = dict(x=x) | change

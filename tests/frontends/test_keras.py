@@ -249,8 +249,8 @@ def test_malformed_inputs_states_and_masks_are_named(layer_class):
     with pytest.raises(ValueError, match=r"inputs has shape \(3, 4\); expected rank 3 \(batch, timesteps, "):
         layer(X[:, 0])  # an unbuilt layer checks before it builds
     layer(X)
-    with pytest.raises(ValueError, match=r"inputs has shape \(3, 6, 2\); expected \(batch, timesteps, 4\): the layer "
-                                         r"was built for 4 features"):
+    with pytest.raises(ValueError, match=r"inputs has shape \(3, 6, 2\); expected \(B, T, 4\): its last axis must be "
+                                         r"the number of features the layer was built for"):
         layer(X[..., :2])
     names = ["h", "c"] if layer_class is jk.LSTM else ["h"]
     good = [np.zeros((B, H), np.float32) for _ in names]
@@ -263,6 +263,10 @@ def test_malformed_inputs_states_and_masks_are_named(layer_class):
         with pytest.raises(ValueError, match=rf"initial_state\[{i}\] \({name}\) has shape \(4, 5\); expected "
                                              rf"\(3, 5\) = \(batch, units\)"):
             layer(X, initial_state=bad)
+    with pytest.raises(ValueError, match=r"inputs has shape \(6, 3, 4\) and initial_state\[0\] \(h\) \(3, 5\): .* "
+                                         r"The layer takes batch-major inputs \[B, T, features\]; inputs looks "
+                                         r"time-major \[T, B, features\]: pass keras.ops.swapaxes\(inputs, 0, 1\)"):
+        layer(np.swapaxes(X, 0, 1), initial_state=good)  # the state's batch is the time-major inputs' second axis
     with pytest.raises(TypeError, match=r"initial_state\[0\] must be an array, got str"):
         layer(X, initial_state=["zeros"] * len(names))  # (Keras itself refuses arrays mixed with non-arrays)
     with pytest.raises(ValueError, match=r"mask has shape \(3, 5\); expected \(3, 6\) = \(batch, timesteps\) of "

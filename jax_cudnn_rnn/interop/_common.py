@@ -12,6 +12,7 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
+#: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
 Canonical = tuple[list[np.ndarray], list[np.ndarray]]
 
 

@@ -10,8 +10,10 @@ import numpy as np
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.interop import common
+from jax_cudnn_rnn.interop import _common as common
 
+#: The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names. Public: the
+#: traceable conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives here only.
 KERAS_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n"), "rnn_tanh": ("h",), "rnn_relu": ("h",)}
 _KERAS_CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
 # Keras on JAX cannot build half-precision recurrent layers (its orthogonal initializer runs a QR decomposition, which

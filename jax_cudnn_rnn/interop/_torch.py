@@ -10,7 +10,7 @@ import numpy as np
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.interop import common
+from jax_cudnn_rnn.interop import _common as common
 
 
 def _torch_check(config: RNNConfig) -> None:

@@ -10,8 +10,9 @@ import numpy as np
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.interop import common
+from jax_cudnn_rnn.interop import _common as common
 
+# Flax's own names per gate: (input dense, recurrent dense); which of them carries the (summed) bias.
 _FLAX_CELL_NAMES = {
     "lstm": ({"i": "ii", "f": "if", "g": "ig", "o": "io"}, {"i": "hi", "f": "hf", "g": "hg", "o": "ho"}),
     "gru": ({"r": "ir", "z": "iz", "n": "in"}, {"r": "hr", "z": "hz", "n": "hn"}),

@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.interop import common
+from jax_cudnn_rnn.interop import _common as common
 
+# Equinox's cells keep the gates in the canonical order (LSTM i, f, g, o; GRU reset, update, new); equinox.nn has no
+# vanilla tanh/relu cell.
 _EQUINOX_CELLS = {"lstm": "LSTMCell", "gru": "GRUCell"}
 
 
