@@ -14,6 +14,7 @@
 #include "plan.h"
 #include "rnn_config.h"
 #include "rnn_kernels.h"
+#include "threading.h"
 
 namespace jax_cudnn_rnn::onednn {
 namespace {
@@ -51,6 +52,7 @@ PYBIND11_MODULE(_onednn_rnn, m) {
                 py::arg("training"));
   m.def("cached_plans", &CachedPlanCount, "Number of call plans (primitives per network and shape) in the cache.");
   m.attr("PLAN_CACHE_CAPACITY") = kPlanCacheCapacity;
+  m.attr("CPU_RUNTIME") = CpuRuntime();
   m.def("onednn_version", []() {
     const dnnl_version_t* v = dnnl_version();
     return py::make_tuple(v->major, v->minor, v->patch);

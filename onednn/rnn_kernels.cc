@@ -178,8 +178,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
-    return RunOnOnednnThread([&]() -> ffi::Error {
-      dnnl::stream stream(Engine());
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       void* layer_input = x.untyped_data();
       for (int64_t l = 0; l < network.num_layers; ++l) {
         const LayerPlan& layer = *plan->layers[l];
@@ -257,8 +256,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     void* dc0_data = DataOrNull(dc0);
     const auto& b = plan->backward;
 
-    return RunOnOnednnThread([&]() -> ffi::Error {
-      dnnl::stream stream(Engine());
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       void* scratchpad = b.scratchpad.in(work);
       // oneDNN's bf16 backward takes and gives float32 gradients.
       void* dy32 = dy.untyped_data();
