@@ -7,10 +7,12 @@ from jax_cudnn_rnn.backends.onednn.extension import (
            module,
 )
 from jax_cudnn_rnn.backends.onednn.wiring import (
+           CPU_TABLE,
            DTYPES,
-           faster_than_xla,
+           TABLE_MEASURED,
+           cpu_choice,
            unsupported_reason,
 )
 
-__all__ = ["DTYPES", "cpu_runtime", "extension_error", "extension_loaded", "faster_than_xla", "module",
-           "unsupported_reason"]
+__all__ = ["CPU_TABLE", "DTYPES", "TABLE_MEASURED", "cpu_choice", "cpu_runtime", "extension_error",
+           "extension_loaded", "module", "unsupported_reason"]

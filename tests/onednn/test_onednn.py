@@ -23,7 +23,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
 from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import extension
+from jax_cudnn_rnn.backends.onednn import extension, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips  # noqa: E402
@@ -246,30 +246,76 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
     assert jcr.implementation_for("cpu", call) == "xla"
 
 
-@pytest.mark.parametrize("mode, dtype, units, batch, expected", [
-    ("lstm", np.float32, 512, 64, "onednn"),   # 64 * 4 * 512 * 1024 = 134M multiply-adds per step
-    ("lstm", np.float32, 256, 32, "xla"),      # 16.8M: below the measured break-even
-    ("lstm", np.float32, 512, 47, "xla"),      # 98.6M: just below 1e8
-    ("lstm", np.float32, 512, 48, "onednn"),   # 100.7M: just above
-    ("lstm", BF16, 1024, 64, "xla"),           # oneDNN's bfloat16 never wins
-    ("gru", np.float32, 1024, 64, "xla"),      # its training gain came with a slower forward
-    ("rnn_tanh", np.float32, 1024, 64, "xla"),
-    ("rnn_relu", np.float32, 1024, 64, "xla"),
-])
-def test_default_implementation_follows_the_measured_rule(native, mode, dtype, units, batch, expected):
+def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
+    """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
+    "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
+    monkeypatch.setattr(wiring, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
+    cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
+    assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
+    assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008
+    assert onednn.cpu_choice(cfg, 35) == ("onednn", "onednn")  # 3920
+    assert onednn.cpu_choice(cfg, 36) == ("xla", "xla")  # 4032: no row covers it
+    assert onednn.cpu_choice(cfg, None) == ("xla", "xla")
+    assert onednn.cpu_choice(jcr.RNNConfig("gru", 1, 4, 3), 8) == ("xla", "xla")
+
+
+def test_cpu_choice_rows_are_sorted_and_name_implementations():
+    for (mode, dtype), rows in onednn.CPU_TABLE.items():
+        assert mode in ("lstm", "gru", "rnn_tanh", "rnn_relu") and dtype in onednn.DTYPES
+        bounds = [bound for bound, _, _ in rows]
+        assert bounds == sorted(bounds) and bounds[-1] == float("inf"), (mode, dtype)
+        assert all((inference, training) in wiring._NAMES for _, inference, training in rows), (mode, dtype)
+    assert onednn.TABLE_MEASURED
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("units, batch", [(256, 1), (256, 32), (1024, 64)])
+def test_default_implementation_follows_the_table(native, mode, dtype, units, batch):
+    """What rnn(implementation=None) compiles on the CPU is the table's choice: oneDNN's forward target in the
+    undifferentiated call exactly where the table says "onednn" undifferentiated, and in the training step exactly
+    where it says "onednn" under jax.grad."""
     cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
+    inference, training = onednn.cpu_choice(cfg, batch)
     call = Call(cfg, 10, batch)
-    assert jcr.implementation_for("cpu", call) == expected
-    assert jcr.implementation_for(jnp.zeros(1), call) == expected
-    # the chooser rnn() itself runs: its compiled call is oneDNN's custom call exactly where the rule says so
+    assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == wiring._NAMES[
+        (inference, training)]
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
     x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
     h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
     c0 = h0 if mode == "lstm" else None
-    text = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)).lower(params, x, h0, c0).as_text()
-    assert (extension.FORWARD_TARGET in text) == (expected == "onednn")
-    # without a batch (asking what the platform picks in general) the answer is xla
-    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"
+    run = lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)[0]  # noqa: E731
+    text = jax.jit(run).lower(params, x, h0, c0).as_text()
+    assert (extension.FORWARD_TARGET in text) == (inference == "onednn")
+    grad = jax.jit(jax.grad(lambda p, x, h, c: jnp.sum(run(p, x, h, c).astype(jnp.float32) ** 2)))
+    text = grad.lower(params, x, h0, c0).as_text()
+    assert (extension.BACKWARD_TARGET in text) == (training == "onednn")
+    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
+
+
+@pytest.mark.parametrize("mode", ["gru", "lstm"])
+def test_hybrid_runs_xla_undifferentiated_and_onednn_under_grad(native, mode):
+    """"xla+onednn": undifferentiated, exactly the xla implementation's values; under jax.grad, exactly oneDNN's
+    values and gradients; both within float32 rounding of the float64 oracle, so that mixing the two is sound: each
+    transformation sees one implementation of the same function."""
+    cfg = make_config(mode, 2, "bidirectional")
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
+    hybrid = jcr.rnn(params, x, h0, c0, cfg, implementation="xla+onednn")
+    for got, want in zip(hybrid, jcr.rnn(params, x, h0, c0, cfg, implementation="xla")):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert_outputs_close(hybrid, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
+    outs, grads = _value_and_grads("xla+onednn", cfg, params, x, h0, c0)
+    onednn_outs, onednn_grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
+    for got, want in zip((*outs, *grads), (*onednn_outs, *onednn_grads)):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert_outputs_close(outs, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
+    _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
+    for got, want in zip(grads, xla_grads):
+        if want is not None:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_plan_cache_stays_bounded(native):
