@@ -293,27 +293,40 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
+@pytest.mark.parametrize("hybrid, undifferentiated, differentiated", [("xla+onednn", "xla", "onednn"),
+                                                                       ("onednn+xla", "onednn", "xla")])
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
-def test_hybrid_runs_xla_undifferentiated_and_onednn_under_grad(native, mode):
-    """"xla+onednn": undifferentiated, exactly the xla implementation's values; under jax.grad, exactly oneDNN's
-    values and gradients; both within float32 rounding of the float64 oracle, so that mixing the two is sound: each
-    transformation sees one implementation of the same function."""
-    cfg = make_config(mode, 2, "bidirectional")
+def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid, undifferentiated, differentiated):
+    """A hybrid is, undifferentiated, exactly one implementation's values, and under jax.grad exactly the other's
+    values and gradients; both within float32 rounding of the float64 oracle, and the gradients of the two within
+    rounding of each other, so that mixing them is sound: each transformation sees one implementation of the same
+    function. Under jax.vmap as well."""
+    cfg = make_config(mode, 2, "bidirectional", dropout=0.3)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
-    hybrid = jcr.rnn(params, x, h0, c0, cfg, implementation="xla+onednn")
-    for got, want in zip(hybrid, jcr.rnn(params, x, h0, c0, cfg, implementation="xla")):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    assert_outputs_close(hybrid, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
-    outs, grads = _value_and_grads("xla+onednn", cfg, params, x, h0, c0)
-    onednn_outs, onednn_grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
-    for got, want in zip((*outs, *grads), (*onednn_outs, *onednn_grads)):
+    key = jax.random.key(3)
+    run = lambda name, x=x, h0=h0: jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key,  # noqa: E731
+                                           implementation=name)
+    for got, want in zip(run(hybrid), run(undifferentiated)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
+    xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
+    for got, want in zip(jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
+                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    cfg = make_config(mode, 2, "bidirectional")
+    assert_outputs_close(jcr.rnn(params, x, h0, c0, cfg, implementation=hybrid), oracle(cfg, params, x, h0, c0),
+                         atol=1e-5, rtol=1e-5)
+    outs, grads = _value_and_grads(hybrid, cfg, params, x, h0, c0)
+    want_outs, want_grads = _value_and_grads(differentiated, cfg, params, x, h0, c0)
+    for got, want in zip((*outs, *grads), (*want_outs, *want_grads)):
         if want is None:
             assert got is None
         else:
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert_outputs_close(outs, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
-    _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
-    for got, want in zip(grads, xla_grads):
+    _, other_grads = _value_and_grads(undifferentiated, cfg, params, x, h0, c0)
+    for got, want in zip(grads, other_grads):
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 

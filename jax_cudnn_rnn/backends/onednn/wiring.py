@@ -9,7 +9,8 @@ bfloat16.
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
 Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py). ``_hybrid_rnn``
-("xla+onednn") is the same custom_vjp with the xla implementation's forward where nothing differentiates the call.
+("xla+onednn") is the same custom_vjp with the xla implementation's forward where nothing differentiates the call;
+``_onednn_then_xla`` ("onednn+xla") runs oneDNN's inference forward there and the xla implementation under jax.grad.
 
 ``choose_on_cpu`` is what ``rnn(implementation=None)`` runs on the CPU, from a table measured per mode, dtype and
 size (``CPU_TABLE``).
@@ -24,6 +25,8 @@ from __future__ import annotations
 import functools
 import math
 from typing import Any
+
+import jax
 
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
@@ -62,7 +65,8 @@ CPU_TABLE: dict[tuple[str, str], tuple[tuple[float, str, str], ...]] = {
     ("gru", "bfloat16"): ((math.inf, "xla", "xla"),),
 }
 # The registered implementation of each (undifferentiated, under jax.grad) pair.
-_NAMES = {("xla", "xla"): "xla", ("onednn", "onednn"): "onednn", ("xla", "onednn"): "xla+onednn"}
+_NAMES = {("xla", "xla"): "xla", ("onednn", "onednn"): "onednn", ("xla", "onednn"): "xla+onednn",
+          ("onednn", "xla"): "onednn+xla"}
 
 
 def step_macs(config: RNNConfig, batch: int) -> int:
@@ -110,6 +114,25 @@ _rnn = vjp.fused_rnn(_forward, _backward)
 _hybrid_rnn = vjp.fused_rnn(_forward, _backward, inference=_xla_inference)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _onednn_then_xla(params, x, h0, c0, config: RNNConfig):
+    """oneDNN's inference forward where nothing differentiates the call; the xla implementation's forward and
+    backward under jax.grad ("onednn+xla")."""
+    return _rnn(params, x, h0, c0, None, config)
+
+
+def _onednn_then_xla_fwd(params, x, h0, c0, config):
+    outputs, pullback = jax.vjp(lambda *args: xla.rnn_xla(*args, config), params, x, h0, c0)
+    return outputs, pullback
+
+
+def _onednn_then_xla_bwd(config, pullback, cotangents):
+    return pullback(cotangents)
+
+
+_onednn_then_xla.defvjp(_onednn_then_xla_fwd, _onednn_then_xla_bwd)
+
+
 def _kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
     """oneDNN as the fused kit's kernel (lengths and masks never reach it)."""
     del seq_lengths, dropout_masks
@@ -121,9 +144,19 @@ def _hybrid_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_ma
     return _hybrid_rnn(params, x, h0, c0, None, config)
 
 
+def _onednn_then_xla_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+    del seq_lengths, dropout_masks
+    return _onednn_then_xla(params, x, h0, c0, config)
+
+
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on oneDNN (dropout layer by layer)."""
     return backend.run(_kernel, call, inputs)
+
+
+def rnn_onednn_then_xla(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """The registry's ``run`` of "onednn+xla": oneDNN undifferentiated, the xla implementation under jax.grad."""
+    return backend.run(_onednn_then_xla_kernel, call, inputs)
 
 
 def rnn_hybrid(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
@@ -146,12 +179,12 @@ def unsupported(call: Call) -> str | None:
 
 
 def choose_on_cpu(call: Call) -> str:
-    """The CPU's first candidate for the call's network and batch (``cpu_choice``): "onednn", "xla+onednn" or
-    "xla"."""
+    """The CPU's first candidate for the call's network and batch (``cpu_choice``): "onednn", "xla+onednn",
+    "onednn+xla" or "xla"."""
     return "xla" if call.config is None else _NAMES[cpu_choice(call.config, call.batch)]
 
 
 registry.register(registry.Backend("onednn", ("cpu",), lambda: unavailable(), lambda call: unsupported(call), rnn),
                   candidate_for=("cpu",), before="xla", chooser=choose_on_cpu)
-registry.register(registry.Backend("xla+onednn", ("cpu",), lambda: unavailable(), lambda call: unsupported(call),
-                                   rnn_hybrid))
+for _name, _run in (("xla+onednn", rnn_hybrid), ("onednn+xla", rnn_onednn_then_xla)):
+    registry.register(registry.Backend(_name, ("cpu",), lambda: unavailable(), lambda call: unsupported(call), _run))
