@@ -340,6 +340,26 @@ def test_plan_cache_stays_bounded(native):
     assert native.cached_plans() == native.PLAN_CACHE_CAPACITY
 
 
+def test_scratch_is_reused_and_bounded(native):
+    """The handlers' temporary memory comes from the extension's pool (onednn/scratch.h): repeated calls reuse it
+    (the pool neither grows nor shrinks once warm), and however many shapes run, it keeps at most its bounds."""
+    cfg = make_config("lstm", 2, "bidirectional")
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
+    step = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation="onednn")[0] ** 2)))
+    jax.block_until_ready(step(params, x))
+    warm = native.kept_scratch()
+    assert warm[1] >= 1
+    for _ in range(5):
+        jax.block_until_ready(step(params, x))
+        assert native.kept_scratch() == warm
+    max_bytes, max_buffers = native.MAX_KEPT_SCRATCH
+    for batch in range(1, 12):
+        params1, x1, h1, c1 = draw_inputs(cfg, np.random.default_rng(batch), batch=batch)
+        jax.grad(lambda p: jnp.sum(jcr.rnn(p, x1, h1, c1, cfg, implementation="onednn")[0]))(params1)
+        kept_bytes, kept_buffers = native.kept_scratch()
+        assert kept_buffers <= max_buffers and kept_bytes <= max_bytes
+
+
 def test_buffer_sizes_rejects_bad_arguments(native):
     with pytest.raises(ValueError, match="mode"):
         native.buffer_sizes(mode="lstmx", num_layers=1, num_units=4, input_size=3, proj_size=0,

@@ -281,3 +281,12 @@ def test_same_process_runs_every_contender_here(tmp_path):
     assert data["machine"]["isolation"] == "one process" and data["neighbour"] == []
     assert {r["contender"] for r in data["records"]} == {"jcr-xla", "flax"}
     assert all(r["process"] is None for r in data["records"])
+
+
+def test_rounds_keep_the_middle_round_for_everyone():
+    records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms, "round": i}
+               for name, times in (("torch", (3.0, 1.0, 2.0)), ("jcr-xla", (5.0, 4.0))) for i, ms in enumerate(times)]
+    combined = {r["contender"]: r for r in measure.combine_rounds(records)}
+    assert combined["torch"]["ms"] == 2.0 and combined["torch"]["round"] == 2
+    assert combined["torch"]["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert combined["jcr-xla"]["ms"] == 4.0  # the lower middle of two

@@ -60,8 +60,8 @@ def _at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[s
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", type=_names("config", list(CONFIGS)), default=None,
-                        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-F on a GPU, the cpu-* "
-                             "ones otherwise)")
+                        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-F on a GPU, the CPU "
+                             f"ones otherwise: {', '.join(c.name for c in CPU_CONFIGS)})")
     parser.add_argument("--dtypes", type=_names("dtype", DTYPES), default=None,
                         help="comma-separated dtypes (default: float32,bfloat16)")
     parser.add_argument("--contenders", type=_names("contender", list(CONTENDERS)), default=None,
@@ -84,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time every contender in this one process (the default gives each contender, config "
                              "and dtype a fresh process, so that none slows or speeds another: threads, settings, "
                              "caches) and skip the neighbour ratio")
+    parser.add_argument("--rounds", type=_at_least(1), default=1,
+                        help="run the whole grid this many times (each contender in fresh processes each time) and "
+                             "keep each measurement's middle round: a process that ran slow or fast for reasons of "
+                             "its own moves no result (default 1)")
     parser.add_argument("--neighbour-rounds", type=_at_least(0), default=None,
                         help="on the CPU, rounds of PyTorch's LSTM forward in a fresh process alone and after this "
                              "package ran (alternating; the ratio of the medians is reported; 0 skips it; default 2, "
@@ -159,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         frameworks = ["jax"] + ([] if contenders.CONTENDERS[contenders.TORCH].unavailable() else ["torch"])
         facts["gemm_gflops"] = measure.gemm_throughput(dtypes, QUICK_GEMM_SIZE if args.quick else GEMM_SIZE, timing,
                                                     frameworks, log)
-    results = measure.run_all(configs, dtypes, chosen, timing, log, isolated, args.precision)
+    results = measure.run_all(configs, dtypes, chosen, timing, log, isolated, args.precision, args.rounds)
     _neighbour(args, configs, timing, log, results)
     report.add_roofline(results.records, facts.get("gemm_gflops") or {})
     facts["loadavg_end"] = measure.loadavg()
@@ -173,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     log("info", f"load average {facts['loadavg_start']} at the start, {facts['loadavg_end']} at the end")
     settings = {"configs": [dataclasses.asdict(c) for c in configs], "dtypes": dtypes,
                 "contenders": [c.name for c in chosen], **dataclasses.asdict(timing), "quick": args.quick,
-                "precision": args.precision, "isolation": facts["isolation"]}
+                "precision": args.precision, "isolation": facts["isolation"], "rounds": args.rounds}
     if args.json:
         report.write_json(args.json, facts, settings, results)
     if args.markdown:

@@ -193,9 +193,10 @@ def run_guarded(results: Results, log: Callable[[str, str], None], contender: C.
 
 def run_all(configs: Sequence[C.BenchConfig], dtypes: Sequence[str], contenders: Sequence[C.Contender],
             timing: Timing, log: Callable[[str, str], None], isolated: bool = True,
-            precision: str = "float32") -> Results:
-    """Runs every contender on every config and dtype, each in a process of its own when ``isolated``;
-    ``log(kind, text)`` gets one line per result ("ok"), skip ("skip") or error ("error")."""
+            precision: str = "float32", rounds: int = 1) -> Results:
+    """Runs every contender on every config and dtype, each in a process of its own when ``isolated``, ``rounds``
+    times over the whole grid; ``log(kind, text)`` gets one line per result ("ok"), skip ("skip") or error ("error").
+    Each measurement's record is its middle round's (``combine_rounds``)."""
     results = Results()
     available = []
     for contender in contenders:
@@ -205,12 +206,31 @@ def run_all(configs: Sequence[C.BenchConfig], dtypes: Sequence[str], contenders:
             results.skipped.append({"config": None, "dtype": None, "contender": contender.name, "reason": reason})
         else:
             available.append(contender)
-    for bc in configs:
-        for dtype in dtypes:
-            for contender in available:
-                run_guarded(results, log, contender, bc, dtype, timing, isolated, precision)
+    for round_index in range(rounds):
+        if rounds > 1:
+            log("info", f"round {round_index + 1} of {rounds}")
+        for bc in configs:
+            for dtype in dtypes:
+                for contender in available:
+                    run_guarded(results, log, contender, bc, dtype, timing, isolated, precision)
+    results.records = combine_rounds(results.records)
+    results.skipped = list({json.dumps(s, sort_keys=True): s for s in results.skipped}.values())
     add_ratios(results.records)
     return results
+
+
+def combine_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (config, dtype, contender, measurement): of several rounds, the one with the middle time (the
+    lower of the two middle ones for an even count), with every round's time in ``ms_rounds``. The same rule for
+    every contender: a process that ran slow or fast for reasons of its own moves no one's result."""
+    grouped: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        grouped.setdefault((r["config"], r["dtype"], r["contender"], r["measurement"]), []).append(r)
+    combined = []
+    for group in grouped.values():
+        ordered = sorted(group, key=lambda r: r["ms"])
+        combined.append({**ordered[(len(ordered) - 1) // 2], "ms_rounds": [r["ms"] for r in group]})
+    return combined
 
 
 def add_ratios(records: list[dict[str, Any]]) -> None:

@@ -21,7 +21,8 @@ NOTES = (
     "(of the training step where there is one). torch on CUDA: max_memory_allocated - memory_allocated, both after "
     "reset_peak_memory_stats; jax: XLA's memory analysis of the compiled step (outputs + temporaries - aliased) plus, "
     "for jcr-cudnn, the largest cuDNN workspace of its calls (taken from XLA's scratch allocator at run time, which "
-    "the analysis does not see); None for torch off CUDA.",
+    "the analysis does not see), for oneDNN's calls the largest scratch they take from the extension's pool; None for "
+    "torch off CUDA.",
     "peak_bytes: torch = torch.cuda.max_memory_allocated after reset_peak_memory_stats; jax = the device's "
     "peak_bytes_in_use, a high-water mark since process start that JAX cannot reset; None off GPU.",
     "compiled_bytes (jax contenders only): XLA's memory analysis of the compiled step (arguments + outputs + "
@@ -153,7 +154,7 @@ LEGEND = (
     "fwd/pt, train/pt: that time divided by PyTorch's for the same config, dtype and measurement; fwd/flax, "
     "train/flax: divided by Flax nn.RNN's. Below 1 is faster.",
     "op MiB: device memory the training step (the forward pass where there is none) needs beyond its inputs: "
-    "outputs, temporaries and cuDNN's workspace; '-' where it is not measured (PyTorch off CUDA).",
+    "outputs, temporaries and cuDNN's workspace or oneDNN's scratch; '-' where it is not measured (PyTorch off CUDA).",
 )
 
 
