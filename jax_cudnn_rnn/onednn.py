@@ -5,6 +5,7 @@ from jax_cudnn_rnn.backends.onednn.extension import (
            extension_error,
            extension_loaded,
            module,
+           release_scratch,
 )
 from jax_cudnn_rnn.backends.onednn.wiring import (
            CPU_TABLE,
@@ -15,4 +16,4 @@ from jax_cudnn_rnn.backends.onednn.wiring import (
 )
 
 __all__ = ["CPU_TABLE", "DTYPES", "TABLE_MEASURED", "cpu_choice", "cpu_runtime", "extension_error",
-           "extension_loaded", "module", "unsupported_reason"]
+           "extension_loaded", "module", "release_scratch", "unsupported_reason"]

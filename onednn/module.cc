@@ -57,6 +57,7 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   m.def("kept_scratch", []() { return py::make_tuple(KeptScratchBytes(), KeptScratchBuffers()); },
         "(bytes, buffers) of scratch memory the extension keeps between calls (scratch.h).");
   m.attr("MAX_KEPT_SCRATCH") = py::make_tuple(kMaxKeptBytes, kMaxKeptBuffers);
+  m.def("release_scratch", &ReleaseScratch, "Frees the scratch memory the extension keeps between calls.");
   m.def("onednn_version", []() {
     const dnnl_version_t* v = dnnl_version();
     return py::make_tuple(v->major, v->minor, v->patch);

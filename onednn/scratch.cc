@@ -54,6 +54,16 @@ class Pool {
     for (const Buffer& buffer : released) std::free(buffer.data);
   }
 
+  void Release() {
+    std::list<Buffer> released;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released.swap(kept_);
+      kept_bytes_ = 0;
+    }
+    for (const Buffer& buffer : released) std::free(buffer.data);
+  }
+
   std::pair<size_t, size_t> Kept() {
     std::lock_guard<std::mutex> lock(mutex_);
     return {kept_bytes_, kept_.size()};
@@ -85,5 +95,7 @@ ScratchLease TakeScratch(size_t bytes) { return ThePool().Take(bytes); }
 size_t KeptScratchBytes() { return ThePool().Kept().first; }
 
 size_t KeptScratchBuffers() { return ThePool().Kept().second; }
+
+void ReleaseScratch() { ThePool().Release(); }
 
 }  // namespace jax_cudnn_rnn::onednn

@@ -40,6 +40,9 @@ ScratchLease TakeScratch(size_t bytes);
 size_t KeptScratchBytes();
 size_t KeptScratchBuffers();
 
+// Frees every buffer the pool keeps (calls in flight keep theirs, and return them when they end).
+void ReleaseScratch();
+
 }  // namespace jax_cudnn_rnn::onednn
 
 #endif  // JAX_CUDNN_RNN_ONEDNN_SCRATCH_H_

@@ -358,6 +358,10 @@ def test_scratch_is_reused_and_bounded(native):
         jax.grad(lambda p: jnp.sum(jcr.rnn(p, x1, h1, c1, cfg, implementation="onednn")[0]))(params1)
         kept_bytes, kept_buffers = native.kept_scratch()
         assert kept_buffers <= max_buffers and kept_bytes <= max_bytes
+    onednn.release_scratch()
+    assert native.kept_scratch() == (0, 0)
+    jax.block_until_ready(step(params, x))  # allocates afresh
+    assert native.kept_scratch()[1] >= 1
 
 
 def test_buffer_sizes_rejects_bad_arguments(native):

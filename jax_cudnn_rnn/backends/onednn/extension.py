@@ -68,6 +68,13 @@ def cpu_runtime() -> str | None:
     return EXTENSION.module().CPU_RUNTIME if EXTENSION.loaded() else None
 
 
+def release_scratch() -> None:
+    """Frees the temporary memory the oneDNN calls keep between calls (at most 4 buffers and 1 GiB together:
+    onednn/scratch.h); the next call allocates afresh. Does nothing without the extension."""
+    if EXTENSION.loaded():
+        EXTENSION.module().release_scratch()
+
+
 def extension_loaded() -> bool:
     """True when the oneDNN extension was imported and its FFI targets are registered for platform "cpu"."""
     return EXTENSION.loaded()
