@@ -2,21 +2,24 @@
 
 from jax_cudnn_rnn.backends.onednn import wiring as _wiring
 from jax_cudnn_rnn.backends.onednn.extension import (
+           cpu_runtime,
            extension_error,
            extension_loaded,
            module,
-           openmp_wait_policy,
+           release_scratch,
 )
 from jax_cudnn_rnn.backends.onednn.wiring import (
-           faster_than_xla,
+           cpu_choice,
            unsupported_reason,
 )
 
-__all__ = ["DTYPES", "ONEDNN_MIN_STEP_MACS", "extension_error", "extension_loaded", "faster_than_xla", "module",
-           "openmp_wait_policy", "unsupported_reason"]
+__all__ = ["CPU_TABLE", "DTYPES", "TABLE_MEASURED", "cpu_choice", "cpu_runtime", "extension_error",
+           "extension_loaded", "module", "release_scratch", "unsupported_reason"]
 
 #: The dtypes ``implementation="onednn"`` runs (names as ``np.dtype(...).name``).
 DTYPES = _wiring.DTYPES
-#: The multiply-adds of the first layer's step (B·G·H·(I+hidden)) from which ``faster_than_xla`` picks oneDNN for a
-#: float32 LSTM: below it oneDNN's per-call floor loses to the xla implementation (docs/BENCHMARKS.md, the sweep).
-ONEDNN_MIN_STEP_MACS = _wiring.ONEDNN_MIN_STEP_MACS
+#: What ``implementation=None`` runs on the CPU, per (mode, dtype): rows of (step multiply-adds below which the row
+#: applies, the implementation undifferentiated, the implementation under jax.grad); read by ``cpu_choice``.
+CPU_TABLE = _wiring.CPU_TABLE
+#: Where and how ``CPU_TABLE`` was measured.
+TABLE_MEASURED = _wiring.TABLE_MEASURED

@@ -303,13 +303,13 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
       is_training: applies inter-layer dropout when ``config.dropout > 0``.
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
       implementation: None (the best implementation available for the platform the computation is lowered for:
-        "cudnn" on CUDA when the extension is loaded and this process sees a GPU; on the CPU "onednn" when its
-        extension is loaded, it runs the call and it is measured faster for the call's shape
-        (``onednn.faster_than_xla``); else "xla";
+        "cudnn" on CUDA when the extension is loaded and this process sees a GPU; on the CPU, when oneDNN's
+        extension is loaded and runs the call, what ``onednn.CPU_TABLE`` measured faster for the call's mode, dtype
+        and size (``onednn.cpu_choice``): "onednn", "onednn+xla" or "xla+onednn"; else "xla";
         under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends/registry.py and
         ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
-        seq_lengths or cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan;
-        supports forward-mode autodiff).
+        seq_lengths or cell_clip), "xla+onednn" (as "onednn" under jax.grad, the xla forward otherwise), "onednn+xla"
+        (oneDNN's forward undifferentiated, "xla" under jax.grad), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):

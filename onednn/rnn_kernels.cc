@@ -1,13 +1,13 @@
 // The handlers. Argument lists (names as in jax_cudnn_rnn/backends/onednn/; [..] only when the condition holds):
 //
 //   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm])
-//       -> (y, h_n, scratch, [c_n: lstm], [reserve_space: training])
+//       -> (y, h_n, [c_n: lstm], [reserve_space: training])
 //   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm])
-//       -> (dparams, dx, dh0, scratch, [dc0: lstm])
+//       -> (dparams, dx, dh0, [dc0: lstm])
 //
 // The network runs layer by layer, each layer one oneDNN primitive over both directions (bidirectional_concat).
-// `scratch` is an output that only serves as the call's temporary memory (XLA's CPU runtime has no scratch
-// allocator for FFI handlers); its size and the reserve space's come from `buffer_sizes` in module.cc, the same plan.
+// The call's temporary memory comes from the extension's scratch pool (scratch.h); the reserve space's size comes
+// from `buffer_sizes` in module.cc, the same plan.
 #include "rnn_kernels.h"
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "ffi_args.h"
 #include "network.h"
 #include "plan.h"
+#include "scratch.h"
 #include "threading.h"
 #include "weights.h"
 
@@ -145,7 +146,7 @@ Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const 
 
 ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs optional_args,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
-                          ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
+                          ffi::RemainingRets optional_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
@@ -171,15 +172,14 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
-    void* work = scratch->untyped_data();
-    JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->forward.bytes));
+    ScratchLease scratch = TakeScratch(plan->forward.bytes);
+    void* work = scratch.data();
     if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, plan->reserve_bytes));
     void* reserve = DataOrNull(reserve_space);
     const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
-    return RunOnOnednnThread([&]() -> ffi::Error {
-      dnnl::stream stream(Engine());
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       void* layer_input = x.untyped_data();
       for (int64_t l = 0; l < network.num_layers; ++l) {
         const LayerPlan& layer = *plan->layers[l];
@@ -205,7 +205,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
                            ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_space,
                            ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dparams,
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
-                           ffi::Result<ffi::AnyBuffer> scratch, ffi::RemainingRets optional_rets, CallAttrs attrs) {
+                           ffi::RemainingRets optional_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
     Network network;
     std::vector<SlotOffsets> slots;
@@ -248,8 +248,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
-    void* work = scratch->untyped_data();
-    JCR_RETURN_IF_ERROR(CheckBytes("scratch", *scratch, plan->backward.bytes));
+    ScratchLease scratch = TakeScratch(plan->backward.bytes);
+    void* work = scratch.data();
     JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, plan->reserve_bytes));
     void* reserve = reserve_space.untyped_data();
     const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
@@ -257,8 +257,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     void* dc0_data = DataOrNull(dc0);
     const auto& b = plan->backward;
 
-    return RunOnOnednnThread([&]() -> ffi::Error {
-      dnnl::stream stream(Engine());
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       void* scratchpad = b.scratchpad.in(work);
       // oneDNN's bf16 backward takes and gives float32 gradients.
       void* dy32 = dy.untyped_data();
@@ -349,7 +348,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                                   .RemainingArgs()        // [c0]
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n
-                                  .Ret<ffi::AnyBuffer>()  // scratch
                                   .RemainingRets()        // [c_n], [reserve_space]
                                   .Attrs<CallAttrs>());
 
@@ -367,7 +365,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // dparams
                                   .Ret<ffi::AnyBuffer>()  // dx
                                   .Ret<ffi::AnyBuffer>()  // dh0
-                                  .Ret<ffi::AnyBuffer>()  // scratch
                                   .RemainingRets()        // [dc0]
                                   .Attrs<CallAttrs>());
 

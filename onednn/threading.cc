@@ -1,5 +1,12 @@
 #include "threading.h"
 
+#include <utility>
+
+#include "plan.h"
+
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+#include <oneapi/tbb/task_arena.h>
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <pthread.h>
 
 #include <condition_variable>
@@ -7,19 +14,30 @@
 #include <future>
 #include <mutex>
 #include <thread>
-#include <utility>
+#else
+#error "the oneDNN extension supports oneDNN's TBB and OMP CPU runtimes"
+#endif
 
 namespace jax_cudnn_rnn::onednn {
 
+namespace ffi = ::xla::ffi;
+
 namespace {
+
+ffi::Error RunWithStream(const std::function<ffi::Error(dnnl::stream&)>& fn) {
+  dnnl::stream stream(Engine());
+  return fn(stream);
+}
+
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 
 class OnednnThread {
  public:
   OnednnThread() : thread_([this] { Loop(); }) { thread_.detach(); }
 
-  xla::ffi::Error Run(std::function<xla::ffi::Error()> fn) {
-    std::packaged_task<xla::ffi::Error()> task(std::move(fn));
-    std::future<xla::ffi::Error> result = task.get_future();
+  ffi::Error Run(std::function<ffi::Error()> fn) {
+    std::packaged_task<ffi::Error()> task(std::move(fn));
+    std::future<ffi::Error> result = task.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(task));
@@ -33,7 +51,7 @@ class OnednnThread {
     // Named for tools like top -H; oneDNN's OpenMP workers, started from this thread, inherit the name.
     pthread_setname_np(pthread_self(), "jcr-onednn");
     for (;;) {
-      std::packaged_task<xla::ffi::Error()> task;
+      std::packaged_task<ffi::Error()> task;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         ready_.wait(lock, [this] { return !queue_.empty(); });
@@ -46,16 +64,34 @@ class OnednnThread {
 
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<std::packaged_task<xla::ffi::Error()>> queue_;
+  std::deque<std::packaged_task<ffi::Error()>> queue_;
   std::thread thread_;
 };
 
+#endif
+
 }  // namespace
 
-xla::ffi::Error RunOnOnednnThread(std::function<xla::ffi::Error()> fn) {
-  // Never destroyed: the thread serves calls until the process exits.
-  static OnednnThread* thread = new OnednnThread();
-  return thread->Run(std::move(fn));
+ffi::Error RunOnednn(const std::function<ffi::Error(dnnl::stream&)>& fn) {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  // Default concurrency (the process's CPUs); its threads start on first use. Never destroyed: calls may still run
+  // while the process exits. Concurrent calls share it (TBB queues a caller that finds no free slot).
+  static tbb::task_arena* arena = new tbb::task_arena();
+  ffi::Error result = ffi::Error::Success();
+  arena->execute([&] { result = RunWithStream(fn); });
+  return result;
+#else
+  static OnednnThread* thread = new OnednnThread();  // never destroyed, like the arena above
+  return thread->Run([&fn] { return RunWithStream(fn); });
+#endif
+}
+
+const char* CpuRuntime() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  return "tbb";
+#else
+  return "omp";
+#endif
 }
 
 }  // namespace jax_cudnn_rnn::onednn

@@ -4,8 +4,8 @@
 # libraries that come from other wheels at run time are excluded from grafting: libcudnn from NVIDIA's
 # nvidia-cudnn-cu13 (the module's RUNPATH points at site-packages/nvidia/cudnn/lib; the `cudnn` or `cuda` extra
 # installs it), cuBLAS and the driver's libcuda likewise (the CUDA runtime is linked statically), and libdnnl from
-# onednn-cpu-gomp (the `onednn` extra) with the system's GNU OpenMP it uses: a grafted second copy of libgomp would
-# run its own thread team beside PyTorch's.
+# onednn-cpu-tbb (the `onednn` extra) with oneTBB (tbb) and Intel's compiler runtime (intel-cmplr-lib-rt) that it
+# uses: a grafted second copy of libtbb would run a thread pool of its own beside the one other TBB users share.
 #
 # Usage: scripts/build_wheel.sh [OUT_DIR]   (default: dist/; prints the repaired wheel's path last)
 # Environment: PYTHON (default python3) builds the wheel, so its version decides the cpXY tag.
@@ -25,6 +25,7 @@ raw_wheel="$(ls "$work"/raw/*.whl)"
 auditwheel show "$raw_wheel"
 auditwheel repair "$raw_wheel" -w "$out_dir" \
   --exclude 'libcudnn*.so*' --exclude 'libcublas*.so*' --exclude 'libcudart.so*' --exclude 'libcuda.so*' \
-  --exclude 'libnvrtc*.so*' --exclude 'libdnnl.so*' --exclude 'libgomp.so*'
+  --exclude 'libnvrtc*.so*' --exclude 'libdnnl.so*' --exclude 'libgomp.so*' \
+  --exclude 'libtbb*.so*' --exclude 'libimf.so' --exclude 'libintlc.so*'
 repaired="$out_dir/$(ls -t "$out_dir" | grep -F "$(basename "${raw_wheel%%-linux_*}")" | grep manylinux | head -1)"
 echo "$repaired"

@@ -26,7 +26,7 @@ from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
-                 "onednn-cpu-gomp", "numpy", "flax", "optax", "orbax-checkpoint", "torch")
+                 "onednn-cpu-tbb", "tbb", "intel-cmplr-lib-rt", "numpy", "flax", "optax", "orbax-checkpoint", "torch")
 # The call each device's pick is asked for: one float32 layer of each mode, a typical training shape.
 _PROBE_UNITS, _PROBE_STEPS, _PROBE_BATCH = 128, 100, 32
 
@@ -90,7 +90,7 @@ def collect() -> dict[str, Any]:
         "jax_default_backend": jax.default_backend(),
         "extension": extension,
         "onednn_extension": {"loaded": onednn.extension_loaded(), "error": onednn.extension_error(),
-                             "openmp_wait_policy": onednn.openmp_wait_policy()},
+                             "cpu_runtime": onednn.cpu_runtime()},
         "devices": [{"device": str(device), "platform": device.platform, "kind": device.device_kind,
                      "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES}}
                     for device in _devices()],
@@ -119,7 +119,7 @@ def format_report(report: dict[str, Any]) -> str:
     if one["error"]:
         lines.append(f"  {'why' if not one['loaded'] else 'note'}: {one['error']}")
     if one["loaded"]:
-        lines.append(f"  OpenMP wait policy: {one['openmp_wait_policy']}")
+        lines.append(f"  CPU threading runtime: {one['cpu_runtime']} (onednn/threading.h: no process-wide setting)")
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
     lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
     lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]

@@ -26,7 +26,7 @@ CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backwar
 def gpu_host(monkeypatch):
     """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in. The CPU's choice is the xla
     implementation here, oneDNN's extension or not (tests/onednn/test_onednn.py covers when the CPU picks oneDNN)."""
-    monkeypatch.setattr(onednn, "faster_than_xla", lambda config, batch: False)
+    monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with CudnnStandIn(reserve_bytes=lambda problem: 256, kernels=False):
         yield
@@ -120,8 +120,10 @@ def test_closed_over_arrays_do_not_decide_the_platform_under_jit(gpu_host):
 
 @pytest.fixture
 def no_cudnn_extension(monkeypatch):
-    """A GPU user's install whose cuDNN extension did not load; the once-per-process warning not yet given."""
+    """A GPU user's install whose cuDNN extension did not load; the once-per-process warning not yet given. The CPU's
+    choice is the xla implementation here, so that both platforms' lowerings show the same pure-JAX scan."""
     reason = "the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; build it with ..."
+    monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
     monkeypatch.setattr(_extension, "extension_loaded", lambda: False)
     monkeypatch.setattr(_extension, "extension_error", lambda: reason)
     monkeypatch.setattr(fallback, "_warned", False)

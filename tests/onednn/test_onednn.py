@@ -23,7 +23,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
 from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import extension
+from jax_cudnn_rnn.backends.onednn import extension, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips  # noqa: E402
@@ -246,30 +246,89 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
     assert jcr.implementation_for("cpu", call) == "xla"
 
 
-@pytest.mark.parametrize("mode, dtype, units, batch, expected", [
-    ("lstm", np.float32, 512, 64, "onednn"),   # 64 * 4 * 512 * 1024 = 134M multiply-adds per step
-    ("lstm", np.float32, 256, 32, "xla"),      # 16.8M: below the measured break-even
-    ("lstm", np.float32, 512, 47, "xla"),      # 98.6M: just below 1e8
-    ("lstm", np.float32, 512, 48, "onednn"),   # 100.7M: just above
-    ("lstm", BF16, 1024, 64, "xla"),           # oneDNN's bfloat16 never wins
-    ("gru", np.float32, 1024, 64, "xla"),      # its training gain came with a slower forward
-    ("rnn_tanh", np.float32, 1024, 64, "xla"),
-    ("rnn_relu", np.float32, 1024, 64, "xla"),
-])
-def test_default_implementation_follows_the_measured_rule(native, mode, dtype, units, batch, expected):
+def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
+    """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
+    "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
+    monkeypatch.setattr(wiring, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
+    cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
+    assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
+    assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008
+    assert onednn.cpu_choice(cfg, 35) == ("onednn", "onednn")  # 3920
+    assert onednn.cpu_choice(cfg, 36) == ("xla", "xla")  # 4032: no row covers it
+    assert onednn.cpu_choice(cfg, None) == ("xla", "xla")
+    assert onednn.cpu_choice(jcr.RNNConfig("gru", 1, 4, 3), 8) == ("xla", "xla")
+
+
+def test_cpu_choice_rows_are_sorted_and_name_implementations():
+    for (mode, dtype), rows in onednn.CPU_TABLE.items():
+        assert mode in ("lstm", "gru", "rnn_tanh", "rnn_relu") and dtype in onednn.DTYPES
+        bounds = [bound for bound, _, _ in rows]
+        assert bounds == sorted(bounds) and bounds[-1] == float("inf"), (mode, dtype)
+        assert all((inference, training) in wiring._NAMES for _, inference, training in rows), (mode, dtype)
+    assert onednn.TABLE_MEASURED
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("units, batch", [(256, 1), (256, 32), (1024, 64)])
+def test_default_implementation_follows_the_table(native, mode, dtype, units, batch):
+    """What rnn(implementation=None) compiles on the CPU is the table's choice: oneDNN's forward target in the
+    undifferentiated call exactly where the table says "onednn" undifferentiated, and in the training step exactly
+    where it says "onednn" under jax.grad."""
     cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
+    inference, training = onednn.cpu_choice(cfg, batch)
     call = Call(cfg, 10, batch)
-    assert jcr.implementation_for("cpu", call) == expected
-    assert jcr.implementation_for(jnp.zeros(1), call) == expected
-    # the chooser rnn() itself runs: its compiled call is oneDNN's custom call exactly where the rule says so
+    assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == wiring._NAMES[
+        (inference, training)]
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
     x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
     h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
     c0 = h0 if mode == "lstm" else None
-    text = jax.jit(lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)).lower(params, x, h0, c0).as_text()
-    assert (extension.FORWARD_TARGET in text) == (expected == "onednn")
-    # without a batch (asking what the platform picks in general) the answer is xla
-    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"
+    run = lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)[0]  # noqa: E731
+    text = jax.jit(run).lower(params, x, h0, c0).as_text()
+    assert (extension.FORWARD_TARGET in text) == (inference == "onednn")
+    grad = jax.jit(jax.grad(lambda p, x, h, c: jnp.sum(run(p, x, h, c).astype(jnp.float32) ** 2)))
+    text = grad.lower(params, x, h0, c0).as_text()
+    assert (extension.BACKWARD_TARGET in text) == (training == "onednn")
+    assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
+
+
+@pytest.mark.parametrize("hybrid, undifferentiated, differentiated", [("xla+onednn", "xla", "onednn"),
+                                                                       ("onednn+xla", "onednn", "xla")])
+@pytest.mark.parametrize("mode", ["gru", "lstm"])
+def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid, undifferentiated, differentiated):
+    """A hybrid is, undifferentiated, exactly one implementation's values, and under jax.grad exactly the other's
+    values and gradients; both within float32 rounding of the float64 oracle, and the gradients of the two within
+    rounding of each other, so that mixing them is sound: each transformation sees one implementation of the same
+    function. Under jax.vmap as well."""
+    cfg = make_config(mode, 2, "bidirectional", dropout=0.3)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
+    key = jax.random.key(3)
+    run = lambda name, x=x, h0=h0: jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key,  # noqa: E731
+                                           implementation=name)
+    for got, want in zip(run(hybrid), run(undifferentiated)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
+    xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
+    for got, want in zip(jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
+                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    cfg = make_config(mode, 2, "bidirectional")
+    assert_outputs_close(jcr.rnn(params, x, h0, c0, cfg, implementation=hybrid), oracle(cfg, params, x, h0, c0),
+                         atol=1e-5, rtol=1e-5)
+    outs, grads = _value_and_grads(hybrid, cfg, params, x, h0, c0)
+    want_outs, want_grads = _value_and_grads(differentiated, cfg, params, x, h0, c0)
+    for got, want in zip((*outs, *grads), (*want_outs, *want_grads)):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert_outputs_close(outs, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
+    _, other_grads = _value_and_grads(undifferentiated, cfg, params, x, h0, c0)
+    for got, want in zip(grads, other_grads):
+        if want is not None:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_plan_cache_stays_bounded(native):
@@ -279,6 +338,30 @@ def test_plan_cache_stays_bounded(native):
         x = np.ones((steps, 1, cfg.input_size), np.float32)
         jcr.rnn(params, x, np.zeros(cfg.state_shape(1), np.float32), None, cfg, implementation="onednn")
     assert native.cached_plans() == native.PLAN_CACHE_CAPACITY
+
+
+def test_scratch_is_reused_and_bounded(native):
+    """The handlers' temporary memory comes from the extension's pool (onednn/scratch.h): repeated calls reuse it
+    (the pool neither grows nor shrinks once warm), and however many shapes run, it keeps at most its bounds."""
+    cfg = make_config("lstm", 2, "bidirectional")
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
+    step = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation="onednn")[0] ** 2)))
+    jax.block_until_ready(step(params, x))
+    warm = native.kept_scratch()
+    assert warm[1] >= 1
+    for _ in range(5):
+        jax.block_until_ready(step(params, x))
+        assert native.kept_scratch() == warm
+    max_bytes, max_buffers = native.MAX_KEPT_SCRATCH
+    for batch in range(1, 12):
+        params1, x1, h1, c1 = draw_inputs(cfg, np.random.default_rng(batch), batch=batch)
+        jax.grad(lambda p: jnp.sum(jcr.rnn(p, x1, h1, c1, cfg, implementation="onednn")[0]))(params1)
+        kept_bytes, kept_buffers = native.kept_scratch()
+        assert kept_buffers <= max_buffers and kept_bytes <= max_bytes
+    onednn.release_scratch()
+    assert native.kept_scratch() == (0, 0)
+    jax.block_until_ready(step(params, x))  # allocates afresh
+    assert native.kept_scratch()[1] >= 1
 
 
 def test_buffer_sizes_rejects_bad_arguments(native):

@@ -2,6 +2,7 @@
 extension, says in the log what was missing and how to fix it, and writes the same sentence into the package
 (``_build_info.py``) for ``extension_error()``; ON makes the same situation a build error."""
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -58,7 +59,7 @@ def test_no_cuda_runtime_skips_with_the_fix(tmp_path, bare_python):
     assert "pip install nvidia-cuda-runtime nvidia-cuda-crt" in reason
     assert reason in log
     onednn_reason = _skip_reason(tmp_path, "JAX_CUDNN_RNN_ONEDNN")
-    assert "oneDNN 3.2 was not found" in onednn_reason and "onednn-devel-cpu-gomp" in onednn_reason
+    assert "oneDNN 3.2 was not found" in onednn_reason and "onednn-devel-cpu-tbb" in onednn_reason
 
 
 def test_on_turns_the_skip_into_an_error(tmp_path, bare_python):
@@ -73,6 +74,14 @@ def test_off_records_why(tmp_path):
     assert code == 0, log
     assert "JAX_CUDNN_RNN_CUDA=OFF" in _skip_reason(tmp_path)
     assert "JAX_CUDNN_RNN_ONEDNN=OFF" in _skip_reason(tmp_path, "JAX_CUDNN_RNN_ONEDNN")
+
+
+def _distribution_installed(name):
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _importable(name):
@@ -91,3 +100,20 @@ def test_everything_present_records_no_reason(tmp_path):
     assert code == 0, log
     assert "building the cuDNN extension" in log
     assert _skip_reason(tmp_path) == ""
+
+
+@pytest.mark.skipif(not (_importable("pybind11") and importlib.util.find_spec("jax") is not None
+                         and _distribution_installed("onednn-devel-cpu-tbb")),
+                    reason="this environment lacks onednn-devel-cpu-tbb, jax or pybind11 (an isolated build brings "
+                           "its own)")
+def test_onednn_builds_on_tbb_and_records_its_runtime_wheel(tmp_path):
+    """oneDNN's TBB build is found through the build Python's onednn-devel-cpu-tbb and tbb-devel wheels, and the
+    runtime wheel whose libraries the loader preloads is written into the package."""
+    code, log = _configure(tmp_path, f"-DPython_EXECUTABLE={sys.executable}", "-DJAX_CUDNN_RNN_CUDA=OFF",
+                           "-DJAX_CUDNN_RNN_ONEDNN=ON")
+    assert code == 0, log
+    assert re.search(r"building the oneDNN extension \(oneDNN 3\.2\.\d+ \(TBB\)", log), log
+    namespace = {}
+    exec((tmp_path / "_build_info.py").read_text(), namespace)  # noqa: S102 - the file CMake just wrote
+    assert namespace["SKIP_REASONS"]["JAX_CUDNN_RNN_ONEDNN"] == ""
+    assert namespace["ONEDNN_RUNTIME_WHEEL"] == "onednn-cpu-tbb"

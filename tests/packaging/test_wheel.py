@@ -41,7 +41,8 @@ from jax_cudnn_rnn import onednn
 implementations = ["xla"]
 if os.uname().machine == "x86_64":
     assert onednn.extension_loaded(), onednn.extension_error()
-    implementations.append("onednn")
+    assert onednn.cpu_runtime() == "tbb", onednn.cpu_runtime()  # the onednn extra's oneTBB build, loaded RTLD_LOCAL
+    implementations += ["onednn", "xla+onednn"]
 
 cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 rng = np.random.default_rng(0)

@@ -1,4 +1,6 @@
-"""``jax-cudnn-rnn bench --quick`` through the CLI entry point: JSON records, ratios, PNG and Markdown outputs."""
+"""``jax-cudnn-rnn bench --quick`` through the CLI entry point: each contender in a worker process of its own, JSON
+records with the machine's and each process's facts, ratios, the roofline, the neighbour ratio, PNG and Markdown
+outputs; and ``--same-process``."""
 
 import importlib.util
 import json
@@ -6,8 +8,10 @@ import math
 
 import pytest
 
+import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.tools import bench, cli
+from jax_cudnn_rnn.tools.bench import contenders, measure, report
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 CPU_CONFIGS = {"cpu-lstm", "cpu-gru"}
@@ -30,8 +34,11 @@ def test_quick_exits_zero(quick_run):
 def test_json_records(quick_run):
     _, paths = quick_run
     data = json.loads(paths["json"].read_text())
-    assert data["machine"]["jax_backend"] and data["machine"]["cpu_count"] >= 1
-    assert data["machine"]["versions"]["jax"]
+    machine = data["machine"]
+    assert machine["jax_backend"] and machine["cpu_count"] >= 1
+    assert machine["versions"]["jax"] and machine["processor"] and len(machine["loadavg_start"]) == 3
+    assert machine["isolation"] == data["settings"]["isolation"] == "process per contender"
+    assert machine["onednn_cpu_runtime"] == onednn.cpu_runtime()
     assert data["settings"]["quick"] and data["settings"]["repeats"] == bench.QUICK_TIMING.repeats
     assert data["settings"]["warmup_seconds"] == bench.QUICK_TIMING.warmup_seconds
     assert data["settings"]["precision"] == "float32"
@@ -42,11 +49,12 @@ def test_json_records(quick_run):
     measured = {(r["config"], r["contender"], r["measurement"]) for r in data["records"]}
     for config in CPU_CONFIGS:
         for contender in expected:
-            for measurement in bench.MEASUREMENTS:
+            for measurement in contenders.MEASUREMENTS:
                 assert (config, contender, measurement) in measured
     for record in data["records"]:
         assert math.isfinite(record["ms"]) and record["ms"] > 0, record
         assert record["dtype"] == "float32"
+        assert record["loadavg_1min"] is not None
     if HAS_TORCH:
         for record in data["records"]:
             assert record["ratio_to_torch"] is not None and record["ratio_to_torch"] > 0
@@ -62,7 +70,7 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
         assert skipped["jcr-cudnn"] in ("implementation='cudnn' needs the arrays on a CUDA device, but this call runs on "
                                         "CPU", f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
-                                               f"{bench.jcr.extension_error()}")
+                                               f"{jcr.extension_error()}")
     assert all(s["reason"] for s in data["skipped"])
 
 
@@ -70,7 +78,7 @@ def test_plot_and_markdown(quick_run):
     _, paths = quick_run
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = paths["markdown"].read_text().splitlines()
-    header = lines.index("| " + " | ".join(bench.TABLE_COLUMNS) + " |")
+    header = lines.index("| " + " | ".join(report.TABLE_COLUMNS) + " |")
     assert set(lines[header + 1].replace("|", "").split()) == {"---"}
     assert any(line.startswith("| cpu-lstm | float32 | jcr-xla |") for line in lines)
 
@@ -103,7 +111,7 @@ def test_ratios():
     records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms}
                for name, ms in (("torch", 2.0), ("flax", 4.0), ("jcr-xla", 1.0))]
     records.append({"config": "c", "dtype": "bfloat16", "contender": "jcr-xla", "measurement": "fwd", "ms": 1.0})
-    bench.add_ratios(records)
+    measure.add_ratios(records)
     assert [r["ratio_to_torch"] for r in records] == [1.0, 2.0, 0.5, None]
     assert [r["ratio_to_flax"] for r in records] == [0.5, 1.0, 0.25, None]
 
@@ -116,7 +124,7 @@ def test_op_bytes(quick_run):
     for record in data["records"]:
         if record["contender"] in ("jcr-xla", "flax"):
             assert 0 < record["op_bytes"] < record["compiled_bytes"], record  # the arguments are not counted
-        if record["contender"] == "torch" and data["machine"]["torch_cuda_device"] is None:
+        if record["contender"] == "torch" and not record["process"].get("torch_cuda_device"):
             assert record["op_bytes"] is None
 
 
@@ -126,12 +134,12 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
     def step():
         state["peak"] = max(state["peak"], state["allocated"] + 250)
 
-    runner = bench.Runner(forward=step, train=None, reset_peak=lambda: state.update(peak=state["allocated"]),
-                          peak_bytes=lambda: state["peak"], allocated_bytes=lambda: state["allocated"])
-    measured = bench._measure(runner, bench.FWD, bench.Timing(repeats=2, warmup=1))
+    runner = contenders.Runner(forward=step, train=None, reset_peak=lambda: state.update(peak=state["allocated"]),
+                               peak_bytes=lambda: state["peak"], allocated_bytes=lambda: state["allocated"])
+    measured = measure.measure(runner, contenders.FWD, measure.Timing(repeats=2, warmup=1))
     assert measured["op_bytes"] == 250 and measured["peak_bytes"] == 350 and measured["ms"] >= 0
-    analysed = bench._measure(bench.Runner(forward=step, train=None, op_bytes={bench.FWD: 7}), bench.FWD,
-                              bench.Timing(1, 0))
+    analysed = measure.measure(contenders.Runner(forward=step, train=None, op_bytes={contenders.FWD: 7}),
+                           contenders.FWD, measure.Timing(1, 0))
     assert analysed["op_bytes"] == 7  # no allocator to ask: the analysis' figure
 
 
@@ -145,10 +153,10 @@ def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch)
         raise RuntimeError("temp_space_sizes needs a CUDA GPU")
 
     monkeypatch.setattr(plan, "temp_space_sizes", no_gpu)
-    assert bench._cudnn_workspace(bc, cfg, training=True) is None
+    assert contenders.cudnn_workspace(bc, cfg, training=True) is None
     asked = []
     monkeypatch.setattr(plan, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
-    assert bench._cudnn_workspace(bc, cfg, training=False) == 4096
+    assert contenders.cudnn_workspace(bc, cfg, training=False) == 4096
     problem, algo = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
 
@@ -162,36 +170,37 @@ def test_table_fits_100_columns_and_every_column_has_a_legend_line():
     from rich.console import Console
 
     console = Console(width=200, record=True)
-    bench.print_table(console, _widest_rows(), "title")
+    report.print_table(console, _widest_rows(), "title")
     lines = console.export_text().splitlines()
     header = next(line for line in lines if line.startswith("config"))
     table = lines[lines.index(header) - 1:lines.index(header) + 3]  # title, header, rule, row
     assert max(len(line.rstrip()) for line in table) <= 100
     assert "12345.67" in "\n".join(lines) and "…" not in "\n".join(lines)  # nothing cut
-    legend = " ".join(bench.LEGEND)
-    for column in bench.TABLE_COLUMNS:
+    legend = " ".join(report.LEGEND)
+    for column in report.TABLE_COLUMNS:
         assert f"{column}:" in legend or f"{column}," in legend, column
 
 
 @pytest.mark.parametrize("value, text", [(0.4213, "0.42"), (1.0, "1.00"), (12.34, "12.3"), (435.2, "435"),
                                          (0.000359, "0.00"), (None, "-")])
 def test_ratios_never_in_scientific_notation(value, text):
-    assert bench._ratio(value) == text
+    assert report.ratio_text(value) == text
 
 
 def test_timing_header_reads_as_a_sentence():
-    assert bench.describe_timing(bench.Timing(repeats=20, warmup=3, warmup_seconds=0.25)) == (
+    assert measure.describe_timing(measure.Timing(repeats=20, warmup=3, warmup_seconds=0.25)) == (
         "median of 20 timed runs, after 3 warm-up runs lasting at least 0.25 s")
-    assert bench.describe_timing(bench.Timing(repeats=3, warmup=1)) == "median of 3 timed runs, after 1 warm-up run"
+    assert measure.describe_timing(measure.Timing(repeats=3, warmup=1)) == "median of 3 timed runs, after 1 warm-up run"
 
 
 def test_skip_reasons_are_plain_sentences():
-    if bench._on_gpu():
+    if contenders.on_gpu():
         pytest.skip("checks the CPU skip reasons")
-    assert bench._jax_exp_unavailable() == "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'"
-    assert bench._implementation_unavailable("cudnn")() in (
+    assert contenders.jax_exp_unavailable() == (
+        "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'")
+    assert contenders.implementation_unavailable("cudnn")() in (
         "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
-        f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {bench.jcr.extension_error()}")
+        f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}")
 
 
 def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars():
@@ -200,13 +209,84 @@ def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [{"config": "A", "dtype": "float32", "contender": "jcr-xla", "measurement": bench.FWD,
+    records = [{"config": "A", "dtype": "float32", "contender": "jcr-xla", "measurement": contenders.FWD,
                 "ratio_to_torch": 0.65},
-               {"config": "A", "dtype": "float32", "contender": "flax", "measurement": bench.FWD,
+               {"config": "A", "dtype": "float32", "contender": "flax", "measurement": contenders.FWD,
                 "ratio_to_torch": 1.05}]
     fig, ax = plt.subplots()
-    bench._plot_panel(ax, records, bench.FWD)
+    report.plot_panel(ax, records, contenders.FWD)
     assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 1.05
     assert [line.get_ydata()[0] for line in ax.get_lines()] == [1.0]
     assert sorted(t.get_text() for t in ax.texts) == ["0.65", "1.05"]
     plt.close(fig)
+
+
+def test_each_contender_ran_in_a_process_of_its_own(quick_run):
+    """A fresh worker per (config, dtype, contender): PyTorch's and Flax's never imported this package."""
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    pids = {}
+    for record in data["records"]:
+        process = record["process"]
+        pids.setdefault((record["config"], record["dtype"], record["contender"]), set()).add(process["pid"])
+        assert process["package_imported"] == record["contender"].startswith("jcr-"), record
+        assert process["threads"] >= 1
+        if record["contender"] == "torch":
+            assert process["torch_num_threads"] >= 1
+    assert all(len(p) == 1 for p in pids.values())  # both measurements of a contender in one process
+    all_pids = [next(iter(p)) for p in pids.values()]
+    assert len(set(all_pids)) == len(all_pids)
+    default = [r for r in data["records"] if r["contender"] == "jcr-default"]
+    assert default and all(r["implementation"] in ("xla", "onednn") for r in default)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="the neighbour ratio times PyTorch")
+def test_neighbour_ratio_is_recorded(quick_run):
+    """PyTorch's forward alone and after this package ran every implementation that runs here, each in fresh
+    processes; only its recording is checked here (the 1.15 target needs full sizes and a quiet machine)."""
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    (neighbour,) = data["neighbour"]
+    assert neighbour["config"] == "cpu-lstm" and neighbour["dtype"] == "float32"
+    assert {"default", "xla", "reference"} <= set(neighbour["package_ran"])
+    if onednn.extension_loaded():
+        assert "onednn" in neighbour["package_ran"]
+    ratio = neighbour["ratio"]
+    alone, after = neighbour["torch_fwd_ms_alone"], neighbour["torch_fwd_ms_after_package"]
+    assert ratio == pytest.approx(sorted(after)[len(after) // 2] / sorted(alone)[len(alone) // 2])
+    assert any(line.startswith("* neighbour cpu-lstm float32") for line in paths["markdown"].read_text().splitlines())
+
+
+def test_roofline_fractions(quick_run):
+    """Each record's GEMM flops over its time, as a fraction of the GEMM throughput measured on this machine."""
+    _, paths = quick_run
+    data = json.loads(paths["json"].read_text())
+    peak = data["machine"]["gemm_gflops"]["float32"]
+    assert peak > 0
+    bc = bench.CONFIGS["cpu-lstm"].shrunk()
+    for record in data["records"]:
+        if record["config"] == "cpu-lstm":
+            # T=10 B=4 I=H=32 LSTM: 2 * 10 * 4 * 128 * 64 flops forward, three times that in training
+            expected = 2 * 10 * 4 * 128 * 64 * (1 if record["measurement"] == contenders.FWD else 3)
+            assert record["gflop"] * 1e9 == pytest.approx(expected) == bc.gemm_flops(record["measurement"])
+            rate = record["gflop"] / (record["ms"] / 1e3)
+            assert record["roofline_fraction"] == pytest.approx(rate / peak)
+
+
+def test_same_process_runs_every_contender_here(tmp_path):
+    path = tmp_path / "same.json"
+    assert cli.main(["bench", "--quick", "--same-process", "--configs", "cpu-gru", "--contenders",
+                     "jcr-xla,flax", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["machine"]["isolation"] == "one process" and data["neighbour"] == []
+    assert {r["contender"] for r in data["records"]} == {"jcr-xla", "flax"}
+    assert all(r["process"] is None for r in data["records"])
+
+
+def test_rounds_keep_the_middle_round_for_everyone():
+    records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms, "round": i}
+               for name, times in (("torch", (3.0, 1.0, 2.0)), ("jcr-xla", (5.0, 4.0))) for i, ms in enumerate(times)]
+    combined = {r["contender"]: r for r in measure.combine_rounds(records)}
+    assert combined["torch"]["ms"] == 2.0 and combined["torch"]["round"] == 2
+    assert combined["torch"]["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert combined["jcr-xla"]["ms"] == 4.0  # the lower middle of two

@@ -9,6 +9,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.onednn import wiring
 from jax_cudnn_rnn.tools import cli, info
 
 
@@ -25,12 +26,13 @@ def test_json_report_matches_this_process(capsys):
     assert report["extension"]["error"] == jcr.extension_error()
     assert report["onednn_extension"]["loaded"] == onednn.extension_loaded()
     cpu = [d for d in report["devices"] if d["platform"] == "cpu"]
-    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and faster for the mode.
-    assert cpu and all(set(d["rnn_implementation"].values()) <= {"xla", "onednn"} for d in cpu)
+    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and faster for the mode (onednn.CPU_TABLE).
+    names = wiring._NAMES  # (undifferentiated, under jax.grad) -> the registered implementation
+    assert cpu and all(set(d["rnn_implementation"].values()) <= set(names.values()) for d in cpu)
     for d in cpu:
         for mode, picked in d["rnn_implementation"].items():
-            faster = onednn.extension_loaded() and onednn.faster_than_xla(jcr.RNNConfig(mode, 1, 128, 128), 32)
-            assert picked == ("onednn" if faster else "xla"), (mode, picked)
+            choice = onednn.cpu_choice(jcr.RNNConfig(mode, 1, 128, 128), 32)
+            assert picked == (names[choice] if onednn.extension_loaded() else "xla"), (mode, picked)
     if jcr.extension_loaded():
         build = _extension.build_versions(_extension.module())
         assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
@@ -43,7 +45,7 @@ def test_the_picked_implementation_is_what_rnn_runs(mode):
     """Cross-check with what rnn() really does on the CPU: the named implementation's result, bit for bit."""
     device = jax.devices("cpu")[0]
     picked_name = info.implementation_on(device, mode)
-    assert picked_name in ("xla", "onednn")
+    assert picked_name in ("xla", *wiring._NAMES.values())
     cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2)
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jax.device_put(np.ones((4, 2, 2), np.float32), device)

@@ -37,11 +37,12 @@ def in_source_checkout() -> bool:
     return os.path.isfile(os.path.join(root, "pyproject.toml")) and os.path.isdir(os.path.join(root, "cuda"))
 
 
-def preload(distribution: str, filename: str) -> str | None:
-    """Loads the shared library ``filename`` that the pip distribution ``distribution`` installed, with RTLD_GLOBAL
-    (wherever pip put it: a virtual environment, --user or another prefix), so that a native module linking it finds
-    that one and never another library of that name. Returns its path, or None when the distribution is not
-    installed or holds no such file; raises OSError when it cannot be loaded."""
+def preload(distribution: str, filename: str, global_scope: bool = True) -> str | None:
+    """Loads the shared library ``filename`` that the pip distribution ``distribution`` installed (wherever pip put
+    it: a virtual environment, --user or another prefix), so that a native module linking it finds that one by its
+    soname and never another library of that name. ``global_scope``: RTLD_GLOBAL (its symbols serve every library
+    loaded later), else RTLD_LOCAL (only the libraries that link it bind to it). Returns its path, or None when the
+    distribution is not installed or holds no such file; raises OSError when it cannot be loaded."""
     try:
         files = importlib.metadata.distribution(distribution).files or []
     except importlib.metadata.PackageNotFoundError:
@@ -49,7 +50,7 @@ def preload(distribution: str, filename: str) -> str | None:
     for file in files:
         if file.name == filename:
             path = str(file.locate())
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL if global_scope else ctypes.RTLD_LOCAL)
             return path
     return None
 

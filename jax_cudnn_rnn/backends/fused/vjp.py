@@ -37,12 +37,24 @@ Forward = Callable[..., tuple[Any, Any, Any, Any]]
 Backward = Callable[..., tuple[Any, Any, Any, Any]]
 
 
-def fused_rnn(forward: Forward, backward: Backward) -> Callable[..., tuple[Any, Any, Any]]:
+# inference(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)
+Inference = Callable[..., tuple[Any, Any, Any]]
+
+
+def fused_rnn(forward: Forward, backward: Backward,
+              inference: Inference | None = None) -> Callable[..., tuple[Any, Any, Any]]:
     """``rnn(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)``, differentiable in its array
-    arguments (seq_lengths gets no gradient) through ``backward``."""
+    arguments (seq_lengths gets no gradient) through ``backward``.
+
+    ``inference``, where given, computes the undifferentiated call instead of the inference forward: another
+    implementation of the same function that is faster there (the CPU's xla forward under oneDNN's gradients,
+    jax_cudnn_rnn/backends/onednn/wiring.py). Under ``jax.grad`` the values are the training forward's, the gradients
+    the backward's, as without it: each transformation sees one implementation, and the two agree to rounding."""
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
     def rnn(params, x, h0, c0, seq_lengths, static):
+        if inference is not None:
+            return inference(params, x, h0, c0, seq_lengths, static)
         y, h_n, c_n, _ = forward(params, x, h0, c0, seq_lengths, static, training=False)
         return y, h_n, c_n
 

@@ -1,13 +1,15 @@
 """Loads the native oneDNN module ``jax_cudnn_rnn._onednn_rnn`` if it was built, and registers its FFI targets for
 the CPU (``loader.NativeExtension``, as the cuDNN extension is loaded).
 
-The extension is optional (the ``onednn`` extra: the ``onednn-cpu-gomp`` wheel at run time, ``onednn-devel-cpu-gomp``
-to build): without it ``extension_loaded()`` is False, ``extension_error()`` says why, and nothing else changes.
+The extension is optional (the ``onednn`` extra: ``onednn-cpu-tbb``, ``tbb`` and ``intel-cmplr-lib-rt`` at run time;
+``onednn-devel-cpu-tbb`` and ``tbb-devel`` to build): without it ``extension_loaded()`` is False,
+``extension_error()`` says why, and nothing else changes. Loading it changes nothing process-wide either: no
+environment variable, no OpenMP or TBB setting (onednn/threading.h), and its libraries are loaded RTLD_LOCAL, so that
+no other library in the process binds to their symbols.
 """
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from jax_cudnn_rnn.backends.fused import loader
@@ -15,54 +17,62 @@ from jax_cudnn_rnn.backends.fused import loader
 # Targets are registered under these names for platform "cpu"; jax_cudnn_rnn/backends/onednn/kernels.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
 BACKWARD_TARGET = "jax_cudnn_rnn_onednn_backward"
-RUNTIME_DISTRIBUTION = "onednn-cpu-gomp"
 BUILD_HINT = ("install the package with its `onednn` extra (`pip install \".[onednn]\"`: the isolated build brings "
-              "oneDNN's headers from the onednn-devel-cpu-gomp wheel on Linux x86_64 with a C++17 compiler), or build "
-              "it with `pip install --no-build-isolation -e .` in an environment with jax, pybind11 and "
-              "onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0; JAX_CUDNN_RNN_ONEDNN=ON makes a missing "
-              "oneDNN a build error instead of a skip")
+              "oneDNN's headers from the onednn-devel-cpu-tbb and tbb-devel wheels on Linux x86_64 with a C++17 "
+              "compiler), or build it with `pip install --no-build-isolation -e .` in an environment with jax, "
+              "pybind11, onednn-devel-cpu-tbb==2023.2.0 and tbb-devel==2021.13.1; JAX_CUDNN_RNN_ONEDNN=ON makes a "
+              "missing oneDNN a build error instead of a skip")
 
 EXTENSION = loader.NativeExtension(
     "jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", BUILD_HINT, "JAX_CUDNN_RNN_ONEDNN",
-    library=("libdnnl", "the extension needs oneDNN 3.2's libdnnl.so.3: `pip install \"jax-cudnn-rnn[onednn]\"` or "
-                        "`pip install onednn-cpu-gomp==2023.2.0` brings it"))
-_wait_policy = "not set: libgomp not loaded by this package"
+    library=("cannot open shared object file", "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler "
+                    "runtime (libimf.so, libintlc.so.5): `pip install \"jax-cudnn-rnn[onednn]\"` brings them "
+                    "(onednn-cpu-tbb, tbb, intel-cmplr-lib-rt)"))
+
+# The shared libraries loaded before the extension, per runtime wheel: (distribution, file name), in load order.
+# The TBB wheel's libdnnl.so.3 has no RUNPATH: it finds oneTBB and Intel's compiler runtime (libimf, libintlc, which
+# its wheel does not declare) only when they are already loaded.
+PRELOADS = {
+    "onednn-cpu-tbb": (("tbb", "libtbb.so.12"), ("intel-cmplr-lib-rt", "libintlc.so.5"),
+                       ("intel-cmplr-lib-rt", "libimf.so"), ("onednn-cpu-tbb", "libdnnl.so.3")),
+    "onednn-cpu-gomp": (("onednn-cpu-gomp", "libdnnl.so.3"),),
+}
 
 
-def _libgomp_loaded() -> bool:
-    with open("/proc/self/maps") as maps:
-        return any("libgomp" in line for line in maps)
+def runtime_wheel() -> str | None:
+    """The wheel whose libdnnl.so.3 the extension was built against (CMake records it in _build_info.py), or None for
+    a oneDNN that no wheel provides (DNNL_ROOT) or a source checkout that was never built."""
+    try:
+        from jax_cudnn_rnn import _build_info
+    except ImportError:
+        return None
+    return getattr(_build_info, "ONEDNN_RUNTIME_WHEEL", "") or None
 
 
-def _choose_wait_policy() -> None:
-    """Makes GNU OpenMP's idle threads sleep instead of spin (OMP_WAIT_POLICY=PASSIVE), unless the user chose a
-    policy or libgomp is already loaded (then its setting stands: libgomp reads it once, when it loads).
-
-    Why: oneDNN's threads are an OpenMP team and XLA's are not. A spinning OpenMP worker keeps a core busy for
-    milliseconds after each parallel region (300,000 spins by default), while XLA's threads run the ops between the
-    RNN calls; on a machine with few cores, or one shared with other processes, the two fight for the cores. Measured on
-    this project's 2-core machine under load (LSTM T100 B32 H256 float32, forward): 222-302 ms of CPU per call spinning,
-    27-31 ms passive, and the wall time 3x lower passive. The setting is process-wide: it also applies to PyTorch when
-    both are loaded (they share libgomp). Set OMP_WAIT_POLICY=ACTIVE before importing to keep spinning."""
-    global _wait_policy
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        _wait_policy = "set by the user: " + ", ".join(
-            f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ)
-    elif _libgomp_loaded():
-        _wait_policy = "libgomp's default (spin): it was loaded before jax_cudnn_rnn, e.g. by PyTorch"
-    else:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        _wait_policy = "PASSIVE, set by jax_cudnn_rnn"
+def _preload() -> str | None:
+    """Loads the runtime wheel's libraries wherever pip put them (the module's RPATH covers a virtual environment's
+    lib/; this covers --user and other prefixes), RTLD_LOCAL: the extension finds them by their sonames, and nothing
+    else in the process binds to their symbols (RTLD_GLOBAL had put libdnnl's OpenMP into the global scope, where a
+    PyTorch imported later bound its own OpenMP calls to it). Returns a note for an import error, or None."""
+    for distribution, filename in PRELOADS.get(runtime_wheel() or "", ()):
+        try:
+            loader.preload(distribution, filename, global_scope=False)
+        except OSError as e:
+            return f"preloading {distribution}'s {filename} failed: {e}"
+    return None
 
 
-def openmp_wait_policy() -> str:
-    """How oneDNN's OpenMP threads wait between parallel regions in this process, and who decided it."""
-    return _wait_policy
+def cpu_runtime() -> str | None:
+    """The CPU threading runtime of the loaded extension's oneDNN ("tbb" or "omp": onednn/threading.h), or None when
+    the extension is not loaded."""
+    return EXTENSION.module().CPU_RUNTIME if EXTENSION.loaded() else None
 
-def _before_import() -> None:
-    _choose_wait_policy()
-    loader.preload(RUNTIME_DISTRIBUTION, "libdnnl.so.3")
 
+def release_scratch() -> None:
+    """Frees the temporary memory the oneDNN calls keep between calls (at most 4 buffers and 1 GiB together:
+    onednn/scratch.h); the next call allocates afresh. Does nothing without the extension."""
+    if EXTENSION.loaded():
+        EXTENSION.module().release_scratch()
 
 
 def extension_loaded() -> bool:
@@ -80,4 +90,4 @@ def module() -> ModuleType:
     return EXTENSION.module()
 
 
-EXTENSION.load(_before_import)
+EXTENSION.load(_preload)

@@ -2,7 +2,8 @@
 
 The handlers read the weights from the opaque buffer's bytes at every call (gate blocks reordered into the format the
 primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation; they build and cache each
-shape's primitives, and tell the sizes of the reserve space and scratch they need (``buffer_sizes``).
+shape's primitives, take their temporary memory from a pool of their own (onednn/scratch.h), and tell the size of the
+reserve space (``buffer_sizes``).
 """
 
 from __future__ import annotations
@@ -44,38 +45,32 @@ def attributes(config: RNNConfig) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=256)
 def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
-    """Bytes of the reserve space and of the forward's and backward's scratch for one call (asked of the extension,
-    which builds and caches the call's primitives: the first call of a shape takes milliseconds)."""
+    """Bytes of the reserve space and of the forward's and backward's scratch (from the extension's pool) for one
+    call (asked of the extension, which builds and caches the call's primitives: the first call of a shape takes
+    milliseconds)."""
     return dict(extension.module().buffer_sizes(**kernel.config_attributes(config), dtype=config.dtype.name,
                                                 max_time=max_time, batch=batch, training=training))
 
 
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
-    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); the scratch output is dropped here."""
+    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
     num_steps, batch, _ = x.shape
-    lstm = config.has_cell_state
-    sizes = buffer_sizes(config, num_steps, batch, training)
     out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
-                 jax.ShapeDtypeStruct((sizes["forward_scratch"],), jnp.uint8)]
-    if lstm:
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    if config.has_cell_state:
         out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
     if training:
-        out_types.append(jax.ShapeDtypeStruct((sizes["reserve_space"],), jnp.uint8))
-    y, h_n, _, *rest = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
-        x, h0, params, *c0, training=np.bool_(training), **attributes(config))
-    return (y, h_n, *rest)
+        reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"]
+        out_types.append(jax.ShapeDtypeStruct((reserve_bytes,), jnp.uint8))
+    return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
+        x, h0, params, *c0, training=np.bool_(training), **attributes(config)))
 
 
 def backward(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig):
     """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
-    num_steps, batch, _ = x.shape
-    sizes = buffer_sizes(config, num_steps, batch, True)
     out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype),
-                 jax.ShapeDtypeStruct((sizes["backward_scratch"],), jnp.uint8)]
+                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
     if lstm_args:
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
-    dparams, dx, dh0, _, *dc0 = jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
-        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config))
-    return (dparams, dx, dh0, *dc0)
+    return tuple(jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
+        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config)))

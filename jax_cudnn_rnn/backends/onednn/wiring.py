@@ -8,7 +8,12 @@ bfloat16.
 ``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py).
+Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py). ``_hybrid_rnn``
+("xla+onednn") is the same custom_vjp with the xla implementation's forward where nothing differentiates the call;
+``_onednn_then_xla`` ("onednn+xla") runs oneDNN's inference forward there and the xla implementation under jax.grad.
+
+``choose_on_cpu`` is what ``rnn(implementation=None)`` runs on the CPU, from a table measured per mode, dtype and
+size (``CPU_TABLE``).
 
 What oneDNN lacks stays on the xla implementation (``unsupported_reason``): ``seq_lengths``, resets, ``cell_clip``,
 float16 and float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero),
@@ -18,9 +23,12 @@ and skip input runs with identity input matrices.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
-from jax_cudnn_rnn.backends import registry
+import jax
+
+from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
 from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
@@ -45,29 +53,48 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return None
 
 
-# Where oneDNN beats the xla implementation on the CPU, which rnn(implementation=None) follows there
-# (``choose_on_cpu``). Measured 2026-11-23 on this project's 2-core Intel Xeon (family 6 model 207, AVX-512
-# with AVX512-BF16, no AMX exposed to the VM), quiet, jax 0.10.2, oneDNN 3.2, one layer unless said, the two
-# implementations alternating in one process, best of two medians of 9: oneDNN time / xla time, forward and
-# forward+backward, against the step's multiply-adds B * G * H * (I + H) (G gates):
-#   float32   lstm H64 B8 (0.26M) 16.9 / 10.1    H256 B1 (0.52M) 4.9 / 6.3    H256 B32 (16.8M) 1.17 / 1.13
-#             lstm H512 B64 (134M) 0.97 / 0.86   2 layers H1024 B64 (537M) 0.98 / 0.90
-#             gru H64 B8 8.7 / 15.1   H512 B64 (101M) 1.03 / 0.97   H1024 B64 (403M) 1.23 / 0.90
-#             rnn_tanh H512 B64 (33.6M) 1.01 / 1.31
-#   bfloat16  every one of those 1.2-25 (both modes): oneDNN 3.2's bf16 RNN never wins here.
-# oneDNN pays a floor of milliseconds per call (small shapes), and wins only where each step's GEMMs are large: the
-# float32 LSTM from about 1e8 multiply-adds per step, both modes. The float32 GRU's gain in training comes with a
-# slower forward (1.23 at H1024), so it stays on xla, as do the vanilla RNNs and bfloat16.
-ONEDNN_MIN_STEP_MACS = 10**8
+# What rnn(implementation=None) runs on the CPU (``choose_on_cpu``): per mode and dtype, rows of (the largest step in
+# multiply-adds, B * G * H * (I + H) of the first layer, the row covers; what runs undifferentiated; what runs under
+# jax.grad), the first row that covers the call deciding; "xla" for modes and dtypes without rows (the vanilla RNNs
+# were not measured). Measured by benchmarks/cpu_table.py; bounds at the geometric middle between measured shapes,
+# ties within 5 % to oneDNN. oneDNN time / xla time, forward and training step (fastest median of 10 over 2 rounds):
+#   shape (H, B, T)     step MACs  lstm float32   lstm bfloat16   gru float32   gru bfloat16
+#   64, 8, 100           0.2-0.3M  0.77 / 0.89    0.82 / 0.97     0.80 / 1.08   0.83 / 1.17
+#   256, 1, 100          0.4-0.5M  0.71 / 0.85    0.56 / 0.83     0.85 / 1.19   0.73 / 1.26
+#   256, 8, 100          3.1-4.2M  0.74 / 0.76    0.66 / 0.73     0.54 / 0.78   0.58 / 0.88
+#   256, 32, 100         13-17M    0.64 / 0.71    0.53 / 0.62     0.66 / 0.67   0.55 / 0.68
+#   512, 64, 50          101-134M  0.77 / 0.88    0.65 / 0.73     0.72 / 0.79   0.56 / 0.71
+#   1024, 64, 25         403-537M  0.79 / 0.87    0.75 / 0.92     0.85 / 0.89   0.79 / 0.70
+# (Before oneDNN's scratch came from the extension's pool, page faults on a fresh scratch every call made xla the
+# faster forward of the largest GRU and the faster training step of several shapes; "xla+onednn" was for those.)
+# An Intel Xeon (family 6 model 207, AVX-512 with AVX512-BF16, no AMX) measured on 2026-11-23 favoured xla far more
+# (oneDNN 1.2-25x slower in bfloat16), but under the GNU OpenMP runtime with OMP_WAIT_POLICY=PASSIVE, which cost
+# oneDNN milliseconds per call (issue 30), and with the per-call scratch: not comparable, and not re-measured.
+TABLE_MEASURED = ("2026-11-24 on this project's 2-core AMD EPYC (Zen 4: family 25 model 17, AVX-512 with AVX512-BF16), "
+                  "nothing else running, oneDNN 3.2 on oneTBB, jax 0.10.2, each shape, dtype and implementation in a "
+                  "process of its own")
+CPU_TABLE: dict[tuple[str, str], tuple[tuple[float, str, str], ...]] = {
+    ("lstm", "float32"): ((math.inf, "onednn", "onednn"),),
+    ("lstm", "bfloat16"): ((math.inf, "onednn", "onednn"),),
+    ("gru", "float32"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
+    ("gru", "bfloat16"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
+}
+# The registered implementation of each (undifferentiated, under jax.grad) pair.
+_NAMES = {("xla", "xla"): "xla", ("onednn", "onednn"): "onednn", ("xla", "onednn"): "xla+onednn",
+          ("onednn", "xla"): "onednn+xla"}
 
 
-def faster_than_xla(config: RNNConfig, batch: int | None) -> bool:
-    """Whether oneDNN is the faster implementation on the CPU for ``config`` at ``batch`` sequences (False where the
-    batch is not known): a float32 LSTM whose first layer's step costs at least ``ONEDNN_MIN_STEP_MACS``."""
-    if config.mode != "lstm" or config.dtype.name != "float32" or batch is None:
-        return False
-    step_macs = batch * config.num_gates * config.num_units * (config.input_size + config.hidden_size)
-    return step_macs >= ONEDNN_MIN_STEP_MACS
+def step_macs(config: RNNConfig, batch: int) -> int:
+    """Multiply-adds of one step of the first layer and direction: B * G * H * (I + hidden)."""
+    return batch * config.num_gates * config.num_units * (config.input_size + config.hidden_size)
+
+
+def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
+    """(what runs undifferentiated, what runs under jax.grad) on the CPU for ``config`` at ``batch`` sequences, from
+    ``CPU_TABLE``: "xla" for what the table does not cover, and where the batch is not known."""
+    rows = CPU_TABLE.get((config.mode, config.dtype.name), ()) if batch is not None else ()
+    macs = step_macs(config, batch) if batch is not None else 0
+    return next(((inference, training) for bound, inference, training in rows if macs <= bound), ("xla", "xla"))
 
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
@@ -89,8 +116,36 @@ def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n):
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
-# oneDNN's kernels are specialised on the config alone.
+def _xla_inference(params, x, h0, c0, seq_lengths, config: RNNConfig):
+    """The xla implementation's forward, strict float32 as oneDNN's (``seq_lengths`` is always None here)."""
+    del seq_lengths
+    return xla.rnn_xla(params, x, h0, c0, config)
+
+
+# oneDNN's kernels are specialised on the config alone. The hybrid runs the xla implementation where nothing
+# differentiates the call, oneDNN's training forward and backward under jax.grad: on the CPU's GRU the xla forward is
+# the faster one and oneDNN's training step the faster one (CPU_TABLE).
 _rnn = vjp.fused_rnn(_forward, _backward)
+_hybrid_rnn = vjp.fused_rnn(_forward, _backward, inference=_xla_inference)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _onednn_then_xla(params, x, h0, c0, config: RNNConfig):
+    """oneDNN's inference forward where nothing differentiates the call; the xla implementation's forward and
+    backward under jax.grad ("onednn+xla")."""
+    return _rnn(params, x, h0, c0, None, config)
+
+
+def _onednn_then_xla_fwd(params, x, h0, c0, config):
+    outputs, pullback = jax.vjp(lambda *args: xla.rnn_xla(*args, config), params, x, h0, c0)
+    return outputs, pullback
+
+
+def _onednn_then_xla_bwd(config, pullback, cotangents):
+    return pullback(cotangents)
+
+
+_onednn_then_xla.defvjp(_onednn_then_xla_fwd, _onednn_then_xla_bwd)
 
 
 def _kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
@@ -99,9 +154,29 @@ def _kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
     return _rnn(params, x, h0, c0, None, config)
 
 
+def _hybrid_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+    del seq_lengths, dropout_masks
+    return _hybrid_rnn(params, x, h0, c0, None, config)
+
+
+def _onednn_then_xla_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+    del seq_lengths, dropout_masks
+    return _onednn_then_xla(params, x, h0, c0, config)
+
+
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on oneDNN (dropout layer by layer)."""
     return backend.run(_kernel, call, inputs)
+
+
+def rnn_onednn_then_xla(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """The registry's ``run`` of "onednn+xla": oneDNN undifferentiated, the xla implementation under jax.grad."""
+    return backend.run(_onednn_then_xla_kernel, call, inputs)
+
+
+def rnn_hybrid(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """The registry's ``run`` of "xla+onednn": the xla forward undifferentiated, oneDNN under jax.grad."""
+    return backend.run(_hybrid_kernel, call, inputs)
 
 
 def unavailable() -> str | None:
@@ -119,10 +194,12 @@ def unsupported(call: Call) -> str | None:
 
 
 def choose_on_cpu(call: Call) -> str:
-    """The CPU's first candidate: "onednn" where it is measured faster than "xla" for the call's network and batch
-    (``faster_than_xla``), else "xla"."""
-    return "onednn" if call.config is not None and faster_than_xla(call.config, call.batch) else "xla"
+    """The CPU's first candidate for the call's network and batch (``cpu_choice``): "onednn", "xla+onednn",
+    "onednn+xla" or "xla"."""
+    return "xla" if call.config is None else _NAMES[cpu_choice(call.config, call.batch)]
 
 
 registry.register(registry.Backend("onednn", ("cpu",), lambda: unavailable(), lambda call: unsupported(call), rnn),
                   candidate_for=("cpu",), before="xla", chooser=choose_on_cpu)
+for _name, _run in (("xla+onednn", rnn_hybrid), ("onednn+xla", rnn_onednn_then_xla)):
+    registry.register(registry.Backend(_name, ("cpu",), lambda: unavailable(), lambda call: unsupported(call), _run))

@@ -1,0 +1,67 @@
+"""Measures what rnn(implementation=None) should run on this CPU: the xla implementation and oneDNN, forward and
+training step, over a grid of shapes, each (shape, dtype, implementation) in a fresh process (the bench's workers:
+jax_cudnn_rnn/tools/bench/measure.py), and prints the per-shape winners from which onednn.CPU_TABLE
+(jax_cudnn_rnn/backends/onednn/wiring.py) is written, with the machine's facts.
+
+    python benchmarks/cpu_table.py [--modes lstm,gru] [--dtypes float32,bfloat16] [--repeats 10] [--rounds 2]
+                                   [--json out.json]
+
+Each round times every (shape, dtype, implementation) once; the fastest median over the rounds is kept, the time
+least disturbed by whatever else ran on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from jax_cudnn_rnn.tools.bench import contenders as C
+from jax_cudnn_rnn.tools.bench import measure, report
+
+# (hidden = input size, batch, time steps): small to large steps.
+SHAPES = ((64, 8, 100), (256, 1, 100), (256, 8, 100), (256, 32, 100), (512, 64, 50), (1024, 64, 25))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modes", default="lstm,gru")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    configs = [C.BenchConfig(f"{mode}-h{h}-b{b}-t{t}", mode, 1, h, h, b, t, platform="cpu")
+               for mode in args.modes.split(",") for h, b, t in SHAPES]
+    timing = measure.Timing(repeats=args.repeats, warmup=3, warmup_seconds=0.25)
+    facts = report.machine_facts(isolated=True)
+    print(facts["processor"], facts["cpu_features"], "load", facts["loadavg_start"], flush=True)
+    records, errors, ms = [], [], {}
+    for _ in range(args.rounds):
+        results = measure.run_all(configs, args.dtypes.split(","),
+                                  [C.CONTENDERS["jcr-xla"], C.CONTENDERS["jcr-onednn"]], timing,
+                                  lambda kind, text: print(kind, text, flush=True))
+        records += results.records
+        errors += results.errors
+        for r in results.records:
+            key = (r["config"], r["dtype"], r["contender"], r["measurement"])
+            ms[key] = min(ms.get(key, float("inf")), r["ms"])
+    print("\nconfig dtype step-MACs | fastest ms xla fwd, fwd+bwd; oneDNN fwd, fwd+bwd | oneDNN/xla | faster")
+    for bc in configs:
+        for dtype in args.dtypes.split(","):
+            ratios = [ms.get((bc.name, dtype, "jcr-onednn", m), float("nan")) /
+                      ms.get((bc.name, dtype, "jcr-xla", m), float("nan")) for m in C.MEASUREMENTS]
+            macs = bc.batch * bc.num_gates * bc.hidden * (bc.input_size + bc.hidden)
+            winners = ["onednn" if r < 1 else "xla" for r in ratios]
+            times = [ms.get((bc.name, dtype, c, m), float("nan")) for c in ("jcr-xla", "jcr-onednn")
+                     for m in C.MEASUREMENTS]
+            print(f"{bc.name} {dtype} {macs:.3g} | {', '.join(f'{t:.2f}' for t in times)} | {ratios[0]:.2f}, "
+                  f"{ratios[1]:.2f} | {', '.join(winners)}", flush=True)
+    facts["loadavg_end"] = measure.loadavg()
+    print("load at the end", facts["loadavg_end"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": facts, "records": records, "errors": errors}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

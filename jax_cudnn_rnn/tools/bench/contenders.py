@@ -1,0 +1,429 @@
+"""What ``jax-cudnn-rnn bench`` times: the benchmark problems (``BenchConfig``) and the contenders, each of which sets
+itself up for one problem and dtype as a ``Runner`` of zero-argument calls that block on their result.
+
+Nothing here imports JAX or this package at module level: a PyTorch contender's worker process
+(jax_cudnn_rnn/tools/bench/measure.py) loads this file without them, so that PyTorch is timed in a process that holds
+nothing else. Each builder imports what it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+FWD, TRAIN = "fwd", "fwd+bwd"
+MEASUREMENTS = (FWD, TRAIN)
+TORCH, FLAX = "torch", "flax"
+DTYPES = ("float32", "bfloat16", "float16")
+QUICK_SIZES = {"time": 10, "batch": 4, "hidden": 32, "input_size": 32}
+PACKAGE = "jax_cudnn_rnn"
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark problem. ``time`` x ``batch`` x ``input_size`` input, ``hidden`` units per layer."""
+
+    name: str
+    mode: str
+    num_layers: int
+    hidden: int
+    input_size: int
+    batch: int
+    time: int
+    direction: str = "unidirectional"
+    inference_only: bool = False
+    platform: str = "gpu"
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.direction == "bidirectional"
+
+    @property
+    def num_gates(self) -> int:
+        return {"lstm": 4, "gru": 3}.get(self.mode, 1)
+
+    def rnn_config(self, dtype: str) -> Any:
+        import jax_cudnn_rnn as jcr
+
+        return jcr.RNNConfig(mode=self.mode, num_layers=self.num_layers, num_units=self.hidden,
+                             input_size=self.input_size, direction=self.direction, dtype=dtype)
+
+    def describe(self) -> str:
+        layers = f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}"
+        extras = [layers] + (["bidirectional"] if self.bidirectional else []) + (
+            ["inference only"] if self.inference_only else [])
+        return (f"{self.mode.upper()} T={self.time} B={self.batch} I={self.input_size} H={self.hidden}, "
+                + ", ".join(extras))
+
+    def shrunk(self) -> BenchConfig:
+        """The ``--quick`` form: the same network shape with tiny sizes."""
+        return dataclasses.replace(self, **{k: min(v, getattr(self, k)) for k, v in QUICK_SIZES.items()})
+
+    def gemm_flops(self, measurement: str) -> float:
+        """Floating-point operations of the problem's matrix products (2 per multiply-add): per step and direction,
+        the input and recurrent products B x G*H x (in + H); the training step three times the forward's (the
+        forward, the gradients of the inputs and states, the gradients of the weights)."""
+        directions = 2 if self.bidirectional else 1
+        total = 0.0
+        for layer in range(self.num_layers):
+            layer_input = self.input_size if layer == 0 else directions * self.hidden
+            total += directions * 2.0 * self.time * self.batch * self.num_gates * self.hidden * (
+                layer_input + self.hidden)
+        return total if measurement == FWD else 3 * total
+
+
+GPU_CONFIGS = (
+    BenchConfig("A", "lstm", 1, 512, 512, 64, 100),
+    BenchConfig("B", "lstm", 2, 512, 512, 1, 100, inference_only=True),
+    BenchConfig("C", "lstm", 1, 1024, 1024, 128, 25),
+    BenchConfig("D", "lstm", 4, 1024, 512, 64, 200, direction="bidirectional"),
+    BenchConfig("E", "gru", 1, 2048, 2048, 32, 750),
+    BenchConfig("F", "lstm", 1, 128, 64, 32, 1000),
+)
+CPU_CONFIGS = (
+    BenchConfig("cpu-lstm", "lstm", 1, 256, 256, 32, 100, platform="cpu"),
+    BenchConfig("cpu-gru", "gru", 1, 256, 256, 32, 100, platform="cpu"),
+    # Names of at most 8 characters keep the printed table within 100 columns.
+    BenchConfig("lstm-b1", "lstm", 1, 256, 256, 1, 100, platform="cpu"),
+    BenchConfig("gru-b1", "gru", 1, 256, 256, 1, 100, platform="cpu"),
+    BenchConfig("lstm-big", "lstm", 1, 1024, 1024, 64, 25, platform="cpu"),
+    BenchConfig("gru-big", "gru", 1, 1024, 1024, 64, 25, platform="cpu"),
+)
+CONFIGS = {c.name: c for c in GPU_CONFIGS + CPU_CONFIGS}
+
+
+@dataclasses.dataclass
+class Runner:
+    """A contender set up for one config and dtype: zero-argument calls that run and block on the result."""
+
+    forward: Callable[[], Any]
+    train: Callable[[], Any] | None
+    reset_peak: Callable[[], None] = lambda: None
+    peak_bytes: Callable[[], int | None] = lambda: None
+    allocated_bytes: Callable[[], int | None] = lambda: None  # now, for op_bytes = peak - allocated at reset
+    compiled_bytes: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    op_bytes: dict[str, int | None] = dataclasses.field(default_factory=dict)  # where known without running
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # facts for the records (what ran)
+
+
+def on_gpu() -> bool:
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def _jax_peak_bytes() -> int | None:
+    import jax
+
+    if not on_gpu():
+        return None
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def _memory_analysis(fn: Any, *args: Any) -> Any:
+    """XLA's memory analysis of the jitted ``fn`` compiled for ``args``, or None where the backend has none."""
+    try:
+        return fn.lower(*args).compile().memory_analysis()
+    except Exception:  # noqa: BLE001 - the analysis is optional on every backend
+        return None
+
+
+def _jax_runner(forward: Callable[..., Any], loss: Callable[..., Any], args: tuple[Any, ...],
+                inference_only: bool, extra_bytes: dict[str, int | None] | None = None) -> Runner:
+    """Jits ``forward(*args)`` and the gradient of ``loss(*args)`` with respect to its first two arguments.
+    ``extra_bytes``: per measurement, device memory the step takes outside XLA's buffers (cuDNN's workspace)."""
+    import jax
+
+    fwd = jax.jit(forward)
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    runner = Runner(forward=lambda: jax.block_until_ready(fwd(*args)), train=None, peak_bytes=_jax_peak_bytes)
+    if not inference_only:
+        runner.train = lambda: jax.block_until_ready(grad(*args))
+    for measurement, fn in ((FWD, fwd), (TRAIN, grad))[:1 if inference_only else 2]:
+        stats = _memory_analysis(fn, *args)
+        if stats is None:
+            continue
+        step = stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
+        runner.compiled_bytes[measurement] = int(stats.argument_size_in_bytes + step)
+        extra = (extra_bytes or {}).get(measurement, 0)
+        runner.op_bytes[measurement] = None if extra is None else int(step + extra)
+    return runner
+
+
+def _sum_squares(y: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+
+def inputs(bc: BenchConfig) -> np.ndarray:
+    """The time-major input [T, B, I] as float32 NumPy (each contender casts it)."""
+    return np.random.default_rng(0).standard_normal((bc.time, bc.batch, bc.input_size), dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------ this library
+
+
+def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runner:
+    import jax
+    import jax.numpy as jnp
+
+    import jax_cudnn_rnn as jcr
+    from jax_cudnn_rnn.backends import registry
+    from jax_cudnn_rnn.backends.call import Call
+
+    cfg = bc.rnn_config(dtype)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jnp.asarray(inputs(bc), dtype=dtype)
+    h0 = jnp.zeros(cfg.state_shape(bc.batch), dtype)
+    c0 = jnp.zeros(cfg.cell_shape(bc.batch), dtype) if cfg.has_cell_state else None
+
+    def forward(params: Any, x: Any) -> Any:
+        return jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0]
+
+    picked = implementation or registry.implementation_for(x, Call(cfg, bc.time, bc.batch))
+    extra = {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)} \
+        if picked == "cudnn" else onednn_scratch(bc, cfg, picked)
+    runner = _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only, extra)
+    if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
+        runner.notes["implementation"] = picked
+    return runner
+
+
+def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str) -> dict[str, int]:
+    """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
+    outside its memory analysis): the larger of the training forward's and the backward's in a training step."""
+    from jax_cudnn_rnn.backends.onednn import kernels
+
+    runs = {"onednn": (FWD, TRAIN), "xla+onednn": (TRAIN,), "onednn+xla": (FWD,)}.get(implementation, ())
+    extra = {}
+    for measurement in runs:
+        sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN)
+        extra[measurement] = max(sizes["forward_scratch"], sizes["backward_scratch"])
+    return extra
+
+
+def cudnn_workspace(bc: BenchConfig, cfg: Any, training: bool) -> int | None:
+    """The workspace cuDNN asks for the benchmark's call (under the default algorithm choice), or None if unknown."""
+    from jax_cudnn_rnn import ops
+    from jax_cudnn_rnn.backends.cudnn import algorithm, plan
+
+    allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
+    problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=False, training=training, allow_tf32=allow_tf32)
+    try:
+        return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
+    except Exception:  # noqa: BLE001 - then op_bytes is unknown rather than wrong
+        return None
+
+
+def _needs(name: str, bc: BenchConfig | None, dtype: str | None) -> str | None:
+    """The registry's own answer (jax_cudnn_rnn/backends/registry.py) to why ``name`` cannot run the call here."""
+    import jax
+
+    from jax_cudnn_rnn.backends import registry
+    from jax_cudnn_rnn.backends.call import Call
+    from jax_cudnn_rnn.sharding import placement
+
+    call = Call() if bc is None else Call(bc.rnn_config(dtype), bc.time, bc.batch)
+    reason = registry.why_not(name, placement.lowering_platform(jax.devices()[0]), call)
+    return None if reason is None else f"implementation={name!r} needs {reason}"
+
+
+def implementation_unavailable(name: str) -> Callable[[], str | None]:
+    return lambda: _needs(name, None, None)
+
+
+def implementation_unsupported(name: str) -> Callable[[BenchConfig, str], str | None]:
+    return lambda bc, dtype: _needs(name, bc, dtype)
+
+
+# ------------------------------------------------------------------------------------------------------- peers
+
+
+def _module_missing(module: str) -> Callable[[], str | None]:
+    """Whether ``module`` is installed, asked without importing it (the process that asks times nothing; the one
+    that times it reports a failed import as a skip)."""
+    def check() -> str | None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError) as e:
+            return f"{module} is not importable: {e}"
+        return None if found else f"{module} is not installed"
+
+    return check
+
+
+def _flax_model(bc: BenchConfig, dtype: str) -> Any:
+    """A stack of ``num_layers`` ``nn.RNN`` layers (``nn.Bidirectional`` pairs when bidirectional), batch-major."""
+    import flax.linen as nn
+
+    def cell() -> nn.Module:
+        kind = nn.OptimizedLSTMCell if bc.mode == "lstm" else nn.GRUCell
+        return kind(bc.hidden, dtype=dtype, param_dtype=dtype)
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            for _ in range(bc.num_layers):
+                x = nn.Bidirectional(nn.RNN(cell()), nn.RNN(cell()))(x) if bc.bidirectional else nn.RNN(cell())(x)
+            return x
+
+    return Stack()
+
+
+def _build_flax(bc: BenchConfig, dtype: str) -> Runner:
+    import jax
+    import jax.numpy as jnp
+
+    model = _flax_model(bc, dtype)
+    x32 = jnp.asarray(np.swapaxes(inputs(bc), 0, 1))
+    # Initialised in float32 and cast: the orthogonal recurrent initialiser has no bfloat16 QR on the CPU.
+    variables = _flax_model(bc, "float32").init(jax.random.key(0), x32)
+    variables = jax.tree.map(lambda v: v.astype(dtype), variables)
+    x = x32.astype(dtype)
+    return _jax_runner(model.apply, lambda v, x: _sum_squares(model.apply(v, x)), (variables, x), bc.inference_only)
+
+
+def _build_jax_exp(bc: BenchConfig, dtype: str) -> Runner:
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import rnn as exp_rnn
+
+    bidirectional = bc.bidirectional
+    weights = exp_rnn.init_lstm_weight(jax.random.key(0), bc.input_size, bc.hidden, bc.num_layers,
+                                       bidirectional).astype(dtype)
+    x = jnp.asarray(np.swapaxes(inputs(bc), 0, 1), dtype=dtype)
+    state_shape = (bc.num_layers * (2 if bidirectional else 1), bc.batch, bc.hidden)
+    h0, c0 = jnp.zeros(state_shape, dtype), jnp.zeros(state_shape, dtype)
+    lengths = jnp.full((bc.batch,), bc.time, jnp.int32)
+
+    def forward(weights: Any, x: Any) -> Any:
+        return exp_rnn.lstm(x, h0, c0, weights, lengths, input_size=bc.input_size, hidden_size=bc.hidden,
+                            num_layers=bc.num_layers, dropout=0.0, bidirectional=bidirectional)[0]
+
+    return _jax_runner(forward, lambda w, x: _sum_squares(forward(w, x)), (weights, x), bc.inference_only)
+
+
+def jax_exp_unavailable() -> str | None:
+    """``jax.experimental.rnn`` only lowers to cuDNN/MIOpen; a tiny probe call tells whether it runs here."""
+    import jax
+    import jax.numpy as jnp
+
+    if not on_gpu():
+        return f"jax.experimental.rnn runs only on a GPU, and JAX's backend here is {jax.default_backend()!r}"
+    try:
+        from jax.experimental import rnn as exp_rnn
+
+        weights = exp_rnn.init_lstm_weight(jax.random.key(0), 2, 2, 1, False)
+        zeros = jnp.zeros((1, 1, 2))
+        jax.block_until_ready(exp_rnn.lstm(zeros, zeros, zeros, weights, jnp.ones((1,), jnp.int32), input_size=2,
+                                           hidden_size=2, num_layers=1, dropout=0.0, bidirectional=False))
+    except Exception as e:  # noqa: BLE001 - any failure means it does not run on this backend
+        return f"jax.experimental.rnn failed on a tiny probe call here ({short(e)})"
+    return None
+
+
+def _lstm_only(bc: BenchConfig, dtype: str) -> str | None:
+    return None if bc.mode == "lstm" else f"jax.experimental.rnn supports LSTM only, not {bc.mode.upper()}"
+
+
+def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype = getattr(torch, dtype)
+    kind = torch.nn.LSTM if bc.mode == "lstm" else torch.nn.GRU
+    module = kind(bc.input_size, bc.hidden, num_layers=bc.num_layers, bidirectional=bc.bidirectional)
+    module = module.to(device=device, dtype=torch_dtype)
+    x = torch.from_numpy(inputs(bc)).to(device=device, dtype=torch_dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def forward() -> None:
+        with torch.no_grad():
+            module(x)
+        sync()
+
+    def train() -> None:
+        xg = x.detach().requires_grad_(True)
+        loss = module(xg)[0].float().square().sum()
+        torch.autograd.grad(loss, [xg, *module.parameters()])
+        sync()
+
+    on_cuda = device.type == "cuda"
+    return Runner(forward=forward, train=None if bc.inference_only else train,
+                  reset_peak=torch.cuda.reset_peak_memory_stats if on_cuda else (lambda: None),
+                  peak_bytes=torch.cuda.max_memory_allocated if on_cuda else (lambda: None),
+                  allocated_bytes=torch.cuda.memory_allocated if on_cuda else (lambda: None),
+                  notes={"torch_num_threads": torch.get_num_threads()})
+
+
+def set_torch_precision(precision: str) -> None:
+    """PyTorch's float32 matmul precision for cuDNN and cuBLAS (``--precision``)."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = precision == "tensorfloat32"
+
+
+def short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first[:300]
+
+
+def _any_config(bc: BenchConfig, dtype: str) -> str | None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Contender:
+    """``unavailable()`` and ``unsupported(config, dtype)`` return a reason to skip, or None; ``build`` sets up.
+    ``ours``: this library's (a failure is an error, not a skip); ``imports_package``: its process imports this
+    package (PyTorch's and Flax's do not, when each contender runs in a process of its own); ``framework``: "jax" or
+    "torch", whose float32 precision setting applies."""
+
+    name: str
+    build: Callable[[BenchConfig, str], Runner]
+    unavailable: Callable[[], str | None] = lambda: None
+    unsupported: Callable[[BenchConfig, str], str | None] = _any_config
+    ours: bool = False
+    imports_package: bool = False
+    framework: str = "jax"
+
+
+CONTENDERS = {c.name: c for c in (
+    Contender("jcr-cudnn", lambda bc, dt: _build_jcr(bc, dt, "cudnn"), implementation_unavailable("cudnn"),
+              implementation_unsupported("cudnn"), ours=True, imports_package=True),
+    Contender("jcr-onednn", lambda bc, dt: _build_jcr(bc, dt, "onednn"), implementation_unavailable("onednn"),
+              implementation_unsupported("onednn"), ours=True, imports_package=True),
+    Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
+    # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
+    Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True, imports_package=True),
+    Contender(FLAX, _build_flax, _module_missing("flax")),
+    Contender("jax-exp-rnn", _build_jax_exp, jax_exp_unavailable, _lstm_only),
+    Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
+)}
+
+
+def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
+    """A [size, size] x [size, size] matrix product in ``framework`` ("jax" or "torch") and ``dtype`` (float32
+    accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's attainable
+    GEMM throughput, the roofline's ceiling."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    if framework == "torch":
+        import torch
+
+        ta, tb = (torch.from_numpy(m).to(getattr(torch, dtype)) for m in (a, b))
+        return lambda: torch.mm(ta, tb)
+    import jax
+    import jax.numpy as jnp
+
+    ja, jb = (jnp.asarray(m, dtype) for m in (a, b))
+    product = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    return lambda: jax.block_until_ready(product(ja, jb))
