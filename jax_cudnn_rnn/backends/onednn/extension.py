@@ -42,11 +42,7 @@ PRELOADS = {
 def runtime_wheel() -> str | None:
     """The wheel whose libdnnl.so.3 the extension was built against (CMake records it in _build_info.py), or None for
     a oneDNN that no wheel provides (DNNL_ROOT) or a source checkout that was never built."""
-    try:
-        from jax_cudnn_rnn import _build_info
-    except ImportError:
-        return None
-    return getattr(_build_info, "ONEDNN_RUNTIME_WHEEL", "") or None
+    return loader.build_record("ONEDNN_RUNTIME_WHEEL") or None
 
 
 def _preload() -> str | None:
