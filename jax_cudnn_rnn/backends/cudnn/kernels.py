@@ -26,13 +26,8 @@ def attributes(config: RNNConfig, allow_tf32: bool, algorithm: str) -> dict[str,
 def forward(x, h0, params, *rest, plan, config: RNNConfig, allow_tf32: bool, training: bool):
     """One cuDNN forward under ``plan`` (jax_cudnn_rnn/backends/cudnn/plan.py); ``rest`` is c0 for an LSTM, then
     seq_lengths where given. Returns (y, h_n, [c_n: lstm], [reserve_space [B, plan.row_bytes]: training])."""
-    num_steps, batch, _ = x.shape
-    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
-    if config.has_cell_state:
-        out_types.append(jax.ShapeDtypeStruct(rest[0].shape, x.dtype))
-    if training:
-        out_types.append(jax.ShapeDtypeStruct((batch * plan.row_bytes,), jnp.uint8))
+    batch = x.shape[1]
+    out_types = kernel.output_types(config, x, h0, batch * plan.row_bytes if training else None)
     outs = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
         x, h0, params, *rest, training=np.bool_(training), **attributes(config, allow_tf32, plan.algorithm))
     if training:

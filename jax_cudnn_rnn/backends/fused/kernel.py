@@ -5,7 +5,7 @@ over the whole network: operands ``x`` [T, B, I], ``h0`` [L*D, B, hidden], the o
 batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call has them; outputs ``y`` [T, B, D*hidden],
 ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the backward reads (its rows are the
 batch). ``forward_operands`` lays the operands out with their batch axes, ``vmapped`` gives the call its ``jax.vmap``
-rule, ``forward_outputs`` names what came back. ``Kernel`` is the signature of a whole network's run that the rest of
+rule, ``output_types`` types what comes back and ``forward_outputs`` names it. ``Kernel`` is the signature of a whole network's run that the rest of
 the kit composes.
 """
 
@@ -49,6 +49,19 @@ def forward_operands(x, h0, params, c0, seq_lengths) -> tuple[list[jax.Array], l
 def output_axes(lstm: bool, training: bool) -> list[int]:
     """The batch axes of a fused forward's outputs: y, h_n, [c_n: lstm], [reserve rows: training]."""
     return [1, 1] + [1] * lstm + [0] * training
+
+
+def output_types(config: RNNConfig, x, h0, reserve_bytes: int | None) -> list[jax.ShapeDtypeStruct]:
+    """The types of a fused forward's outputs: y, h_n, [c_n: lstm], [the reserve space, ``reserve_bytes`` bytes:
+    training (``reserve_bytes`` given)]."""
+    num_steps, batch, _ = x.shape
+    types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+             jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    if config.has_cell_state:
+        types.append(jax.ShapeDtypeStruct(config.cell_shape(batch), x.dtype))
+    if reserve_bytes is not None:
+        types.append(jax.ShapeDtypeStruct((reserve_bytes,), np.uint8))
+    return types
 
 
 def vmapped(kernel: Callable[..., Sequence[jax.Array]], batch_axes: Sequence[int | None], lstm: bool,

@@ -12,7 +12,6 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import layout
@@ -55,13 +54,8 @@ def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
     """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
     num_steps, batch, _ = x.shape
-    out_types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
-    if config.has_cell_state:
-        out_types.append(jax.ShapeDtypeStruct(c0[0].shape, x.dtype))
-    if training:
-        reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"]
-        out_types.append(jax.ShapeDtypeStruct((reserve_bytes,), jnp.uint8))
+    reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"] if training else None
+    out_types = kernel.output_types(config, x, h0, reserve_bytes)
     return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
         x, h0, params, *c0, training=np.bool_(training), **attributes(config)))
 
