@@ -309,7 +309,8 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends/registry.py and
         ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
         seq_lengths or cell_clip), "xla+onednn" (as "onednn" under jax.grad, the xla forward otherwise), "onednn+xla"
-        (oneDNN's forward undifferentiated, "xla" under jax.grad), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff).
+        (oneDNN's forward undifferentiated, "xla" under jax.grad), "xla" (fast pure JAX with a custom backward pass)
+        or "reference" (naive scan; supports forward-mode autodiff).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):

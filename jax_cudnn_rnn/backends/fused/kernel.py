@@ -5,8 +5,8 @@ over the whole network: operands ``x`` [T, B, I], ``h0`` [L*D, B, hidden], the o
 batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call has them; outputs ``y`` [T, B, D*hidden],
 ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the backward reads (its rows are the
 batch). ``forward_operands`` lays the operands out with their batch axes, ``vmapped`` gives the call its ``jax.vmap``
-rule, ``output_types`` types what comes back and ``forward_outputs`` names it. ``Kernel`` is the signature of a whole network's run that the rest of
-the kit composes.
+rule, ``output_types`` types what comes back and ``forward_outputs`` names it. ``Kernel`` is the signature of a whole
+network's run that the rest of the kit composes.
 """
 
 from __future__ import annotations

@@ -25,9 +25,10 @@ BUILD_HINT = ("install the package with its `onednn` extra (`pip install \".[one
 
 EXTENSION = loader.NativeExtension(
     "jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", BUILD_HINT, "JAX_CUDNN_RNN_ONEDNN",
-    library=("cannot open shared object file", "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler "
-                    "runtime (libimf.so, libintlc.so.5): `pip install \"jax-cudnn-rnn[onednn]\"` brings them "
-                    "(onednn-cpu-tbb, tbb, intel-cmplr-lib-rt)"))
+    library=("cannot open shared object file",
+             "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler runtime "
+             "(libimf.so, libintlc.so.5): `pip install \"jax-cudnn-rnn[onednn]\"` brings them (onednn-cpu-tbb, tbb, "
+             "intel-cmplr-lib-rt)"))
 
 # The shared libraries loaded before the extension, per runtime wheel: (distribution, file name), in load order.
 # The TBB wheel's libdnnl.so.3 has no RUNPATH: it finds oneTBB and Intel's compiler runtime (libimf, libintlc, which
