@@ -331,6 +331,30 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("choice, differentiated", [(("onednn", "xla"), "xla"), (("xla", "onednn"), "onednn")])
+@pytest.mark.parametrize("mode", ["gru", "lstm"])
+def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, choice, differentiated):
+    """Under jax.jit the platform is not known at trace time, so rnn(implementation=None) stages the CPU's hybrid
+    and the other platforms' xla implementation under lax.platform_dependent; jax.grad of that vmapped (as an Equinox
+    model is) once failed in JAX ("Expected cotangent type f32[3,6,...] but got f32[6,3,...]": the hybrid's two
+    sides came back mapped on different axes). Its gradients are the differentiated implementation's."""
+    monkeypatch.setattr(wiring, "cpu_choice", lambda config, batch: choice)
+    cfg = make_config(mode, 2, "unidirectional")
+    params, _, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
+    xs = jax.random.normal(jax.random.key(4), (3, 6, h0.shape[1], cfg.input_size))
+
+    def loss(params, implementation):
+        ys = jax.vmap(lambda x: jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0])(xs)
+        return jnp.sum(ys ** 2)
+
+    assert jcr.implementation_for("cpu", Call(cfg, 6, h0.shape[1])) == wiring._NAMES[choice]
+    got = jax.jit(jax.grad(loss), static_argnums=1)(params, None)
+    want = jax.jit(jax.grad(loss), static_argnums=1)(params, differentiated)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    ys = jax.jit(lambda p: jax.vmap(lambda x: jcr.rnn(p, x, h0, c0, cfg)[0])(xs))(params)
+    assert ys.shape == (3, 6, h0.shape[1], cfg.output_size)
+
+
 def test_plan_cache_stays_bounded(native):
     cfg = make_config("rnn_tanh", 1, "unidirectional")
     params, _, _, _ = draw_inputs(cfg, np.random.default_rng(6))

@@ -10,11 +10,15 @@ Only calls whose every output is per example can fold. cuDNN's backward weights 
 ``jax.vmap(jax.grad(...))`` JAX needs one weight gradient per mapped element, each from the reserve space of its own
 training forward; so the training forward and the backward call run once per mapped element (``sequential_vmap``,
 what ``ffi_call``'s ``vmap_method="sequential"`` does, for calls that ``custom_partitioning`` wraps).
+
+``batch_first`` puts the mapped axis of a ``custom_vjp``'s outputs first, for a custom_vjp whose undifferentiated
+function and whose forward rule are different implementations (the CPU's hybrids).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -97,3 +101,25 @@ def sequential_vmap(fn: Callable[..., Sequence[jax.Array]]) -> Callable[..., tup
         return _per_element(call, in_batched, args)
 
     return call
+
+
+@jax.custom_batching.custom_vmap
+def _batch_first(*arrays: jax.Array) -> tuple[jax.Array, ...]:
+    return arrays
+
+
+@_batch_first.def_vmap
+def _batch_first_rule(size: int, in_batched: Sequence[bool], *arrays: jax.Array):
+    del size
+    return arrays, tuple(in_batched)  # custom_vmap hands the rule every mapped axis first
+
+
+def batch_first(outputs: Any) -> Any:
+    """``outputs`` (a pytree of arrays; None leaves stay None) unchanged, but under ``jax.vmap`` with the mapped axis
+    of each array first. JAX batches a ``custom_vjp`` staged inside a jaxpr (a ``lax.platform_dependent`` or
+    ``lax.cond`` branch) by batching its undifferentiated function and reusing that function's output axes for its
+    forward rule's outputs; where the two are different implementations their natural axes can differ (a folded kernel
+    call's outputs come back mapped first, a scan's stacked outputs mapped second), and ``jax.grad`` of the vmapped
+    branch then fails ("Expected cotangent type ..."). Both sides through ``batch_first`` agree."""
+    leaves, tree = jax.tree.flatten(outputs)
+    return jax.tree.unflatten(tree, _batch_first(*leaves)) if leaves else outputs

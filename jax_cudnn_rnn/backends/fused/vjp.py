@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from jax_cudnn_rnn.backends.fused.batching import batch_first
 
 class Residuals(NamedTuple):
     """What the training forward leaves for the backward pass: the inputs, the outputs and the reserve space."""
@@ -53,14 +54,15 @@ def fused_rnn(forward: Forward, backward: Backward,
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
     def rnn(params, x, h0, c0, seq_lengths, static):
-        if inference is not None:
-            return inference(params, x, h0, c0, seq_lengths, static)
+        if inference is not None:  # another implementation: its outputs' mapped axes as the forward rule's
+            return batch_first(inference(params, x, h0, c0, seq_lengths, static))
         y, h_n, c_n, _ = forward(params, x, h0, c0, seq_lengths, static, training=False)
         return y, h_n, c_n
 
     def rnn_fwd(params, x, h0, c0, seq_lengths, static):
         y, h_n, c_n, reserve = forward(params, x, h0, c0, seq_lengths, static, training=True)
-        return (y, h_n, c_n), Residuals(params, x, h0, c0, seq_lengths, y, h_n, c_n, reserve)
+        outputs = (y, h_n, c_n) if inference is None else batch_first((y, h_n, c_n))
+        return outputs, Residuals(params, x, h0, c0, seq_lengths, y, h_n, c_n, reserve)
 
     def rnn_bwd(static, residuals: Residuals, cotangents):
         dy, dh_n, dc_n = cotangents

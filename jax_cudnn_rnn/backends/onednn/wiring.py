@@ -31,7 +31,7 @@ import jax
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
-from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
+from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
 from jax_cudnn_rnn.backends.onednn import extension, kernels
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -133,12 +133,12 @@ _hybrid_rnn = vjp.fused_rnn(_forward, _backward, inference=_xla_inference)
 def _onednn_then_xla(params, x, h0, c0, config: RNNConfig):
     """oneDNN's inference forward where nothing differentiates the call; the xla implementation's forward and
     backward under jax.grad ("onednn+xla")."""
-    return _rnn(params, x, h0, c0, None, config)
+    return batch_first(_rnn(params, x, h0, c0, None, config))
 
 
 def _onednn_then_xla_fwd(params, x, h0, c0, config):
     outputs, pullback = jax.vjp(lambda *args: xla.rnn_xla(*args, config), params, x, h0, c0)
-    return outputs, pullback
+    return batch_first(outputs), pullback
 
 
 def _onednn_then_xla_bwd(config, pullback, cotangents):
