@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 
 import jax
 
-from jax_cudnn_rnn.backends.fused.batching import batch_first
 
 class Residuals(NamedTuple):
     """What the training forward leaves for the backward pass: the inputs, the outputs and the reserve space."""
@@ -38,31 +37,18 @@ Forward = Callable[..., tuple[Any, Any, Any, Any]]
 Backward = Callable[..., tuple[Any, Any, Any, Any]]
 
 
-# inference(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)
-Inference = Callable[..., tuple[Any, Any, Any]]
-
-
-def fused_rnn(forward: Forward, backward: Backward,
-              inference: Inference | None = None) -> Callable[..., tuple[Any, Any, Any]]:
+def fused_rnn(forward: Forward, backward: Backward) -> Callable[..., tuple[Any, Any, Any]]:
     """``rnn(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)``, differentiable in its array
-    arguments (seq_lengths gets no gradient) through ``backward``.
-
-    ``inference``, where given, computes the undifferentiated call instead of the inference forward: another
-    implementation of the same function that is faster there (the CPU's xla forward under oneDNN's gradients,
-    jax_cudnn_rnn/backends/onednn/wiring.py). Under ``jax.grad`` the values are the training forward's, the gradients
-    the backward's, as without it: each transformation sees one implementation, and the two agree to rounding."""
+    arguments (seq_lengths gets no gradient) through ``backward``."""
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
     def rnn(params, x, h0, c0, seq_lengths, static):
-        if inference is not None:  # another implementation: its outputs' mapped axes as the forward rule's
-            return batch_first(inference(params, x, h0, c0, seq_lengths, static))
         y, h_n, c_n, _ = forward(params, x, h0, c0, seq_lengths, static, training=False)
         return y, h_n, c_n
 
     def rnn_fwd(params, x, h0, c0, seq_lengths, static):
         y, h_n, c_n, reserve = forward(params, x, h0, c0, seq_lengths, static, training=True)
-        outputs = (y, h_n, c_n) if inference is None else batch_first((y, h_n, c_n))
-        return outputs, Residuals(params, x, h0, c0, seq_lengths, y, h_n, c_n, reserve)
+        return (y, h_n, c_n), Residuals(params, x, h0, c0, seq_lengths, y, h_n, c_n, reserve)
 
     def rnn_bwd(static, residuals: Residuals, cotangents):
         dy, dh_n, dc_n = cotangents

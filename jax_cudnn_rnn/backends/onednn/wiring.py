@@ -8,9 +8,9 @@ bfloat16.
 ``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py). ``_hybrid_rnn``
-("xla+onednn") is the same custom_vjp with the xla implementation's forward where nothing differentiates the call;
-``_onednn_then_xla`` ("onednn+xla") runs oneDNN's inference forward there and the xla implementation under jax.grad.
+Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py). The hybrids
+(``_hybrid``) run one implementation where nothing differentiates the call and the other under jax.grad: "xla+onednn"
+the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and the xla implementation.
 
 ``choose_on_cpu`` is what ``rnn(implementation=None)`` runs on the CPU, from a table measured per mode, dtype and
 size (``CPU_TABLE``).
@@ -116,67 +116,54 @@ def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n):
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
-def _xla_inference(params, x, h0, c0, seq_lengths, config: RNNConfig):
-    """The xla implementation's forward, strict float32 as oneDNN's (``seq_lengths`` is always None here)."""
-    del seq_lengths
-    return xla.rnn_xla(params, x, h0, c0, config)
-
-
-# oneDNN's kernels are specialised on the config alone. The hybrid runs the xla implementation where nothing
-# differentiates the call, oneDNN's training forward and backward under jax.grad: on the CPU's GRU the xla forward is
-# the faster one and oneDNN's training step the faster one (CPU_TABLE).
-_rnn = vjp.fused_rnn(_forward, _backward)
-_hybrid_rnn = vjp.fused_rnn(_forward, _backward, inference=_xla_inference)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _onednn_then_xla(params, x, h0, c0, config: RNNConfig):
-    """oneDNN's inference forward where nothing differentiates the call; the xla implementation's forward and
-    backward under jax.grad ("onednn+xla")."""
-    return batch_first(_rnn(params, x, h0, c0, None, config))
-
-
-def _onednn_then_xla_fwd(params, x, h0, c0, config):
-    outputs, pullback = jax.vjp(lambda *args: xla.rnn_xla(*args, config), params, x, h0, c0)
-    return batch_first(outputs), pullback
-
-
-def _onednn_then_xla_bwd(config, pullback, cotangents):
-    return pullback(cotangents)
-
-
-_onednn_then_xla.defvjp(_onednn_then_xla_fwd, _onednn_then_xla_bwd)
-
-
-def _kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
-    """oneDNN as the fused kit's kernel (lengths and masks never reach it)."""
-    del seq_lengths, dropout_masks
+def _onednn(params, x, h0, c0, config: RNNConfig):
+    """oneDNN: its inference forward undifferentiated, its training forward and backward under jax.grad."""
     return _rnn(params, x, h0, c0, None, config)
 
 
-def _hybrid_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
-    del seq_lengths, dropout_masks
-    return _hybrid_rnn(params, x, h0, c0, None, config)
+def _xla(params, x, h0, c0, config: RNNConfig):
+    """The xla implementation, strict float32 as oneDNN's."""
+    return xla.rnn_xla(params, x, h0, c0, config)
 
 
-def _onednn_then_xla_kernel(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
-    del seq_lengths, dropout_masks
-    return _onednn_then_xla(params, x, h0, c0, config)
+# oneDNN's kernels are specialised on the config alone.
+_rnn = vjp.fused_rnn(_forward, _backward)
+
+
+def _hybrid(undifferentiated, differentiated):
+    """``(params, x, h0, c0, config) -> (y, h_n, c_n)``: ``undifferentiated`` where nothing differentiates the call,
+    ``differentiated``'s values and gradients under jax.grad (a custom_vjp over its own vjp). Both sides' outputs go
+    through ``batch_first`` (jax_cudnn_rnn/backends/fused/batching.py: why)."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+    def run(params, x, h0, c0, config: RNNConfig):
+        return batch_first(undifferentiated(params, x, h0, c0, config))
+
+    def run_fwd(params, x, h0, c0, config):
+        outputs, pullback = jax.vjp(lambda *args: differentiated(*args, config), params, x, h0, c0)
+        return batch_first(outputs), pullback
+
+    run.defvjp(run_fwd, lambda config, pullback, cotangents: pullback(cotangents))
+    return run
+
+
+def _as_kernel(run):
+    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/kernel.py ``Kernel``): lengths never reach it
+    (``unsupported_reason``), and the kit applies dropout between layers."""
+
+    def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
+        del seq_lengths, dropout_masks
+        return run(params, x, h0, c0, config)
+
+    return kernel_
+
+
+_KERNEL = _as_kernel(_onednn)
 
 
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on oneDNN (dropout layer by layer)."""
-    return backend.run(_kernel, call, inputs)
-
-
-def rnn_onednn_then_xla(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """The registry's ``run`` of "onednn+xla": oneDNN undifferentiated, the xla implementation under jax.grad."""
-    return backend.run(_onednn_then_xla_kernel, call, inputs)
-
-
-def rnn_hybrid(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """The registry's ``run`` of "xla+onednn": the xla forward undifferentiated, oneDNN under jax.grad."""
-    return backend.run(_hybrid_kernel, call, inputs)
+    return backend.run(_KERNEL, call, inputs)
 
 
 def unavailable() -> str | None:
@@ -201,5 +188,6 @@ def choose_on_cpu(call: Call) -> str:
 
 registry.register(registry.Backend("onednn", ("cpu",), lambda: unavailable(), lambda call: unsupported(call), rnn),
                   candidate_for=("cpu",), before="xla", chooser=choose_on_cpu)
-for _name, _run in (("xla+onednn", rnn_hybrid), ("onednn+xla", rnn_onednn_then_xla)):
-    registry.register(registry.Backend(_name, ("cpu",), lambda: unavailable(), lambda call: unsupported(call), _run))
+for _name, _run in (("xla+onednn", _hybrid(_xla, _onednn)), ("onednn+xla", _hybrid(_onednn, _xla))):
+    registry.register(registry.Backend(_name, ("cpu",), lambda: unavailable(), lambda call: unsupported(call),
+                                       functools.partial(backend.run, _as_kernel(_run))))
