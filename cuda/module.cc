@@ -190,10 +190,8 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
         "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
-  // What the module was compiled against (cuda/CMakeLists.txt), compared with what runs by jax_cudnn_rnn/backends/cudnn/extension.py.
-  m.attr("JAX_BUILD_VERSION") = JCR_JAX_BUILD_VERSION;
-  m.attr("JAXLIB_BUILD_VERSION") = JCR_JAXLIB_BUILD_VERSION;
-  m.attr("XLA_FFI_API_BUILD_VERSION") = py::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
+  // What the module was compiled against: jax_cudnn_rnn/backends/fused/loader.py compares it with what runs.
+  DefBuildRecord(m);
   DefWithConfig(m, "weight_params", &WeightParams, py::arg("dtype"), py::arg("device") = -1);
   DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"),
                 py::arg("algorithm"), py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"),

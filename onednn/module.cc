@@ -49,6 +49,7 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   using namespace ::jax_cudnn_rnn::onednn;
   m.doc() = "oneDNN's fused RNN primitives as XLA FFI handlers for the CPU (see jax_cudnn_rnn/backends/onednn/)";
   DefRegistrations(m, {{"jax_cudnn_rnn_onednn_forward", RnnForward}, {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
+  DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"));
   m.def("cached_plans", &CachedPlanCount, "Number of call plans (primitives per network and shape) in the cache.");

@@ -1,7 +1,10 @@
-"""What the declared minimum jax must support, run by tests/packaging/test_jax_floor.py in a venv that has exactly that jax and
-jaxlib and the package without its extension (this file is not collected by pytest itself).
+"""What every jax the package declares must support, run by tests/packaging/test_jax_floor.py in a fresh venv that has
+exactly that jax and jaxlib and the binary wheel of an isolated build with its extensions (this file is not collected
+by pytest itself). Argument: the jax version the venv must have.
 
-Checks, each printing one line: the xla implementation under jit and grad against the reference implementation;
+Checks, each printing one line: JAX still computes after the import, with the extensions' FFI targets registered (an
+extension built against newer FFI headers than this jaxlib's had broken every computation: issue 37); every
+implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the reference implementation;
 the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
 tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
 (StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and for CUDA from one
@@ -27,6 +30,16 @@ from jax_cudnn_rnn.backends.cudnn import plan, wiring  # noqa: E402
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
 
+from jax_cudnn_rnn.backends import registry  # noqa: E402
+from jax_cudnn_rnn.backends.onednn import extension as onednn_extension  # noqa: E402
+
+assert float(jnp.sum(jnp.ones(3) + 1)) == 6.0
+print("cuDNN extension:", jcr.extension_loaded(), jcr.extension_error())
+print("oneDNN extension:", onednn_extension.extension_loaded(), onednn_extension.extension_error())
+if os.uname().machine == "x86_64":
+    assert onednn_extension.extension_loaded(), onednn_extension.extension_error()
+print("jnp after import ok")
+
 cfg = jcr.RNNConfig("lstm", 2, 6, 4, direction="bidirectional")
 params = jcr.init_params(jax.random.key(0), cfg)
 B = 4
@@ -40,6 +53,25 @@ def loss(implementation, p, x):
     y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
     return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
+
+# Without seq_lengths, which oneDNN's primitives do not take.
+want = jcr.rnn(params, x, h0, c0, cfg, implementation="reference")
+ran, refused = [], []
+for implementation in (None, *registry.names()):
+    try:
+        got = jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=implementation))(params, x)
+    except RuntimeError as e:
+        assert f"implementation={implementation!r} needs" in str(e), str(e)
+        print(f"refused {implementation}: {e}")
+        refused.append(implementation)
+        continue
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    ran.append(implementation)
+print("ran:", ran, "refused:", refused)
+assert refused == ["cudnn"] and None in ran and "xla" in ran
+assert "onednn" in ran or os.uname().machine != "x86_64"
+print("every implementation ok")
 
 got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
 want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)

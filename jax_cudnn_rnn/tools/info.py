@@ -23,6 +23,7 @@ from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.fused import loader
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
@@ -71,6 +72,14 @@ def _picks(picked: dict[str, str]) -> str:
     return ", ".join(f"{name} ({', '.join(modes)})" for name, modes in by_name.items())
 
 
+def _onednn_build() -> dict[str, Any] | None:
+    """The jaxlib and XLA FFI API version the loaded oneDNN extension was compiled against, or None."""
+    if not onednn.extension_loaded():
+        return None
+    native = onednn.module()
+    return {"jaxlib": native.JAXLIB_BUILD_VERSION, "xla_ffi_api": tuple(native.XLA_FFI_API_BUILD_VERSION)}
+
+
 def collect() -> dict[str, Any]:
     """The report as a JSON-serialisable dict."""
     native = _extension.module() if _extension.extension_loaded() else None
@@ -86,11 +95,11 @@ def collect() -> dict[str, Any]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "versions": {name: _version(name) for name in DISTRIBUTIONS},
-        "xla_ffi_api": ".".join(map(str, _extension.running_xla_ffi_api_version() or ())) or None,
+        "xla_ffi_api": ".".join(map(str, loader.running_xla_ffi_api_version() or ())) or None,
         "jax_default_backend": jax.default_backend(),
         "extension": extension,
         "onednn_extension": {"loaded": onednn.extension_loaded(), "error": onednn.extension_error(),
-                             "cpu_runtime": onednn.cpu_runtime()},
+                             "cpu_runtime": onednn.cpu_runtime(), "built_against": _onednn_build()},
         "devices": [{"device": str(device), "platform": device.platform, "kind": device.device_kind,
                      "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES}}
                     for device in _devices()],
@@ -109,7 +118,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines += [f"  module: {ext['path']}",
                   f"  cuDNN: {ext['cudnn_runtime']} at run time ({ext['cudnn_library'] or 'found through RPATH'}), "
                   f"{build['cudnn']} at build time",
-                  f"  built against: jax {build['jax']}, jaxlib {build['jaxlib']}, XLA FFI API "
+                  f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
                   f"{'.'.join(map(str, build['xla_ffi_api'] or ())) or 'unknown'}",
                   f"  FFI targets for CUDA: {', '.join(ext['targets'])}"]
     if ext["error"]:
@@ -120,6 +129,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {'why' if not one['loaded'] else 'note'}: {one['error']}")
     if one["loaded"]:
         lines.append(f"  CPU threading runtime: {one['cpu_runtime']} (onednn/threading.h: no process-wide setting)")
+        build = one["built_against"]
+        lines.append(f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
+                     f"{'.'.join(map(str, build['xla_ffi_api']))}")
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
     lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
     lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]

@@ -248,7 +248,7 @@ def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, cudnn_trace
 
 # ------------------------------------------------------------------------------ build/run-time version coupling
 
-_BUILD = {"jax": "0.10.2", "jaxlib": "0.10.2", "xla_ffi_api": (0, 3), "cudnn": 92801}
+_BUILD = {"jaxlib": "0.7.2", "xla_ffi_api": (0, 1), "cudnn": 92801}
 
 
 def test_format_cudnn_version():
@@ -270,23 +270,17 @@ def test_older_runtime_cudnn_is_refused_with_what_to_install():
     assert "/x/libcudnn.so.9" in refusal and 'pip install "nvidia-cudnn-cu13>=9.28.1"' in refusal
 
 
-def test_other_jaxlib_is_reported_not_refused():
-    refusal, note = _extension.check_versions(_BUILD, {**_BUILD, "jax": "0.11.0", "jaxlib": "0.11.0"})
-    assert refusal is None
-    assert "jaxlib 0.10.2 and jaxlib 0.11.0 is running" in note and "--no-build-isolation" in note
-    _, note = _extension.check_versions(_BUILD, {**_BUILD, "jaxlib": "0.9.0", "xla_ffi_api": (0, 2)})
-    assert "XLA FFI API version 0.3 is newer than the running jaxlib's 0.2" in note
-
-
-def test_running_xla_ffi_api_version_is_read_from_jaxlib_headers():
-    version = _extension.running_xla_ffi_api_version()
-    assert version is not None and version[0] == 0 and version[1] >= 1
+def test_a_newer_jaxlib_loads_silently():
+    """An isolated build compiles against the oldest jaxlib the package supports: every newer one is the normal case,
+    not a note (the XLA FFI API versions are compared by the loader: tests/packaging/test_ffi_compat.py)."""
+    running = {**_BUILD, "jax": "0.11.0", "jaxlib": "0.11.0", "xla_ffi_api": (0, 3)}
+    assert _extension.check_versions(_BUILD, running) == (None, None)
 
 
 class _FakeNative:
     """Stands in for the compiled module: what it was built against, and the cuDNN it finds at run time."""
 
-    JAX_BUILD_VERSION = JAXLIB_BUILD_VERSION = "0.10.2"
+    JAXLIB_BUILD_VERSION = "0.7.2"
     XLA_FFI_API_BUILD_VERSION = (0, 1)
 
     def __init__(self, build_cudnn, runtime_cudnn):
@@ -376,8 +370,9 @@ def test_missing_libcudnn_says_what_to_install(monkeypatch):
 
 def test_loaded_module_records_its_build(native):
     build = _extension.build_versions(native)
-    assert build["jaxlib"] not in ("", "unknown") and build["jax"] not in ("", "unknown")
+    assert build["jaxlib"] not in ("", "unknown")
     assert len(build["xla_ffi_api"]) == 2 and build["cudnn"] == native.CUDNN_BUILD_VERSION
+    assert build["xla_ffi_api"] <= _native.running_xla_ffi_api_version()
 
 
 def test_importing_the_source_checkout_says_so(monkeypatch):

@@ -1,13 +1,15 @@
-"""The declared minimum jax is a tested one: a fresh venv gets exactly that jax and jaxlib, the package's other
-dependencies, and this package without its extensions, and runs tests/floor_smoke.py (the xla implementation under jit
-and grad, the cuDNN path's custom_partitioning per batch shard with stand-in kernels, its lowering for CUDA).
+"""Every jax the package declares is a tested one (issue 37): the binary wheel of an isolated build (built once per
+session, tests/packaging/conftest.py) goes into a fresh venv with exactly the declared floor jax, and into another with
+a jax between the floor and the newest whose XLA FFI API differs from the build's, and tests/floor_smoke.py runs there
+in a fresh process: JAX computes after the import, every implementation runs or refuses by name, the xla
+implementation under jit and grad, the cuDNN path's custom_partitioning per batch shard with stand-in kernels, its
+lowering for CUDA.
 
 Needs the package index (pip's cache makes a repeated run quick); every step has a bounded timeout.
 """
 
 import os
 import re
-import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -18,41 +20,44 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from support import run_checked  # noqa: E402
 
+from jax_cudnn_rnn.backends.fused import loader  # noqa: E402
 
-def declared() -> tuple[str, list[str]]:
-    """(the jax floor, the other runtime dependencies) from pyproject.toml."""
+# Between the floor (XLA FFI API 0.1, what an isolated build compiles against) and jax 0.10 (0.3): FFI API 0.2.
+BETWEEN = "0.9.0"
+
+
+def declared() -> str:
+    """The jax floor, from pyproject.toml."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    floors = [re.fullmatch(r"jax>=([\w.]+)", d) for d in project["dependencies"]]
-    floor = next(m.group(1) for m in floors if m)
-    return floor, [d for d in project["dependencies"] if not d.startswith("jax>=")]
+    return next(m.group(1) for d in project["dependencies"] if (m := re.fullmatch(r"jax>=([\w.]+)", d)))
 
 
 def test_every_jax_floor_agrees():
-    """The runtime floor, the cuda extra's and the build requirement (whose jax provides the FFI headers) are one."""
-    floor, _ = declared()
+    """The runtime floor, the cuda extra's and the build requirement's jaxlib (the FFI headers) are one."""
+    floor = declared()
     text = (ROOT / "pyproject.toml").read_text()
-    assert re.findall(r'"jax(?:\[cuda13\])?>=([\w.]+)"', text) == [floor] * 3
+    assert re.findall(r'"jax(?:\[cuda13\])?>=([\w.]+)"', text) == [floor] * 2
+    assert re.findall(r'"jaxlib==([\w.]+)', text) == [floor]
+
+
+def test_the_between_jax_is_between():
+    floor = declared()
+    table = loader.XLA_FFI_API_OF_JAXLIB
+    assert loader._release(floor) < loader._release(BETWEEN) and table[floor] < table[BETWEEN] < max(table.values())
 
 
 @pytest.mark.floor
-def test_declared_minimum_jax_runs_the_smoke_test(tmp_path):
-    floor, dependencies = declared()
+@pytest.mark.parametrize("jax_version", ["floor", BETWEEN])
+def test_declared_jax_runs_the_isolated_build(built_wheel, tmp_path, jax_version):
+    version = declared() if jax_version == "floor" else jax_version
     venv = tmp_path / "venv"
     run_checked([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # scikit-build-core builds the package without isolation: an isolated build would fetch the native extensions'
-    # build requirements (cuDNN, oneDNN), which this check switches off anyway.
-    run_checked([*pip, f"jax=={floor}", f"jaxlib=={floor}", *dependencies, "scikit-build-core>=0.10"], timeout=600)
-    # A copy of the sources, so that this build never touches the developer's build directory.
-    source = tmp_path / "source"
-    for name in ("pyproject.toml", "README.md", "CMakeLists.txt"):
-        shutil.copy(ROOT / name, source / name if source.exists() else (source.mkdir() or source / name))
-    for name in ("cmake", "common", "cuda", "onednn", "jax_cudnn_rnn"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    run_checked([*pip, "--no-deps", "--no-build-isolation", str(source)], timeout=600,
-         env={**os.environ, "JAX_CUDNN_RNN_CUDA": "OFF", "JAX_CUDNN_RNN_ONEDNN": "OFF"})
-    out = run_checked([python, str(ROOT / "tests" / "floor_smoke.py"), floor], timeout=600, cwd=tmp_path,
-               env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")})
-    for line in ("xla jit grad ok", "custom_partitioning per shard ok", "cuda lowering ok", "platform choice ok"):
+    # The cudnn extra too: the cuDNN extension must register its CUDA targets with this jax as well.
+    run_checked([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
+                 f"{built_wheel}[cudnn,onednn]", f"jax=={version}", f"jaxlib=={version}"], timeout=900)
+    out = run_checked([python, str(ROOT / "tests" / "floor_smoke.py"), version], timeout=600, cwd=tmp_path,
+                      env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")})
+    for line in ("jnp after import ok", "every implementation ok", "xla jit grad ok",
+                 "custom_partitioning per shard ok", "cuda lowering ok", "platform choice ok"):
         assert line in out.splitlines(), out

@@ -8,11 +8,10 @@ its build's headers.
 Minutes (an isolated build, then a fresh environment with cuDNN's wheel: 149 s here; the older runtime's download,
 install and checks add 7 s): marked ``wheel`` so that a developer can deselect it with ``-m "not wheel"``.
 Where it cannot run (no C++ compiler, no bash) it skips, except in CI (``CI`` set), where the wheel is part of what is
-tested and it fails instead.
+tested and it fails instead (tests/packaging/conftest.py).
 """
 
 import os
-import shutil
 import sys
 import venv
 
@@ -90,26 +89,11 @@ print("older runtime OK")
 """
 
 
-def _unavailable(reason):
-    if os.environ.get("CI"):
-        pytest.fail(f"CI tests the binary wheel, but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
-def installed_wheel(tmp_path_factory):
+def installed_wheel(built_wheel, tmp_path_factory):
     """(the wheel built by scripts/build_wheel.sh, the fresh environment's bin directory, its environment variables),
-    with the wheel and its `cudnn` and `onednn` extras installed there; built once for this file's tests."""
-    if not shutil.which("bash"):
-        _unavailable("bash is not on the PATH")
-    if not (shutil.which("c++") or shutil.which("g++") or os.environ.get("CXX")):
-        _unavailable("no C++ compiler to build the wheel with")
-    tmp_path = tmp_path_factory.mktemp("wheel")
-    build = run_checked(["bash", os.path.join(ROOT, "scripts", "build_wheel.sh"), str(tmp_path / "dist")], 1200,
-                        env={**os.environ, "PYTHON": sys.executable})
-    wheel = build.strip().splitlines()[-1]
-    assert os.path.isfile(wheel) and "manylinux" in os.path.basename(wheel), wheel
-
+    with the wheel and its `cudnn` and `onednn` extras installed there; built once per session (conftest.py)."""
+    wheel, tmp_path = built_wheel, tmp_path_factory.mktemp("wheel")
     env_dir = tmp_path / "fresh"
     venv.create(env_dir, with_pip=True)
     bin_dir = str(env_dir / "bin")

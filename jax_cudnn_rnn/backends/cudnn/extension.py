@@ -9,20 +9,17 @@ wheel (``site-packages/nvidia/cudnn/lib``); the module's RPATH points there, and
 is also preloaded here (``RTLD_GLOBAL``), so no ``LD_LIBRARY_PATH`` is needed either way. The CUDA runtime is linked
 statically, so importing needs no GPU and no ``libcudart.so``.
 
-The module records what it was compiled against (cuDNN headers, the jax/jaxlib whose XLA FFI headers it used).
+The module records what it was compiled against (cuDNN headers, the jaxlib whose XLA FFI headers it used).
 Loading refuses a run-time cuDNN older than the build's headers (cuDNN is compatible with newer libraries of the same
-major version only). An isolated build (``pip install .``, the binary wheel) compiles against the oldest cuDNN the
-extension supports, ``CUDNN_FLOOR`` (pinned in pyproject.toml's build requirements), so it loads with every newer
-cuDNN 9; a ``--no-build-isolation`` build compiles against the environment's cuDNN, which is then its floor. A
-different jaxlib is reported by ``extension_error()`` and ``jax-cudnn-rnn info`` but loads, since the XLA FFI's C API
-is versioned and XLA keeps accepting handlers built for older versions of it.
+major version only), and a running jaxlib whose XLA FFI API is older than the build's (``loader.ffi_api_refusal``).
+An isolated build (``pip install .``, the binary wheel) compiles against the oldest cuDNN and the oldest jaxlib the
+package supports (pinned in pyproject.toml's build requirements), so it loads with every newer cuDNN 9 and jax; a
+``--no-build-isolation`` build compiles against the environment's, which are then its floors.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import re
 from types import ModuleType
 from typing import Any
 
@@ -67,21 +64,6 @@ def format_cudnn_version(version: int | None) -> str:
     return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
 
 
-def running_xla_ffi_api_version() -> tuple[int, int] | None:
-    """The XLA FFI C API version (major, minor) of the running jaxlib, read from its headers; None if unreadable."""
-    try:
-        import jax
-
-        with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h"), encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, AttributeError):
-        return None
-    found = {k: re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.M) for k in ("MAJOR", "MINOR")}
-    if not all(found.values()):
-        return None
-    return int(found["MAJOR"].group(1)), int(found["MINOR"].group(1))
-
-
 def _distribution_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -92,15 +74,14 @@ def _distribution_version(name: str) -> str | None:
 def runtime_versions(native: ModuleType | None = None) -> dict[str, Any]:
     """What runs now: jax, jaxlib, their XLA FFI API version, and (given the native module) the cuDNN library."""
     return {"jax": _distribution_version("jax"), "jaxlib": _distribution_version("jaxlib"),
-            "xla_ffi_api": running_xla_ffi_api_version(),
+            "xla_ffi_api": loader.running_xla_ffi_api_version(),
             "cudnn": int(native.cudnn_version()) if native is not None else None}
 
 
 def build_versions(native: ModuleType) -> dict[str, Any]:
     """What ``native`` was compiled against; "unknown"/None for a module built before these were recorded."""
     ffi_api = getattr(native, "XLA_FFI_API_BUILD_VERSION", None)
-    return {"jax": getattr(native, "JAX_BUILD_VERSION", "unknown"),
-            "jaxlib": getattr(native, "JAXLIB_BUILD_VERSION", "unknown"),
+    return {"jaxlib": getattr(native, "JAXLIB_BUILD_VERSION", "unknown"),
             "xla_ffi_api": tuple(ffi_api) if ffi_api is not None else None,
             "cudnn": int(native.CUDNN_BUILD_VERSION)}
 
@@ -108,7 +89,8 @@ def build_versions(native: ModuleType) -> dict[str, Any]:
 def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: str | None = None
                    ) -> tuple[str | None, str | None]:
     """Compares ``build_versions`` with ``runtime_versions``: (why the extension must not load, or None; a note on a
-    mismatch it can live with, or None)."""
+    mismatch it can live with, or None). The XLA FFI API versions are compared before this, for both extensions
+    (``loader.ffi_api_refusal``)."""
     if runtime["cudnn"] is not None and runtime["cudnn"] < build["cudnn"]:
         where = f" ({cudnn_path})" if cudnn_path else ""
         # A --no-build-isolation build against a newer cuDNN than the one running: an isolated build would load.
@@ -119,19 +101,7 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
                 f"library loaded at run time{where} is {format_cudnn_version(runtime['cudnn'])}, which is older and "
                 f"may lack functions or fixes the extension uses; install a newer one with `pip install "
                 f"\"nvidia-cudnn-cu13>={format_cudnn_version(build['cudnn'])}\"`{rebuild}"), None
-    notes = []
-    if build["jaxlib"] != runtime["jaxlib"]:
-        notes.append(f"it was compiled against the XLA FFI headers of jaxlib {build['jaxlib']} and jaxlib "
-                     f"{runtime['jaxlib']} is running")
-    if build["xla_ffi_api"] and runtime["xla_ffi_api"] and build["xla_ffi_api"] > runtime["xla_ffi_api"]:
-        notes.append("its XLA FFI API version {}.{} is newer than the running jaxlib's {}.{}, which may refuse its "
-                     "handlers".format(*build["xla_ffi_api"], *runtime["xla_ffi_api"]))
-    if not notes:
-        return None, None
-    return None, (f"the cuDNN extension is loaded, but {'; '.join(notes)}. It should work (XLA accepts handlers "
-                  f"built for older FFI API versions); if cuDNN calls fail, rebuild it against this jax: "
-                  f"`pip install --force-reinstall --no-deps --no-build-isolation .` with jax {runtime['jax']} "
-                  f"installed, or install jax/jaxlib {build['jaxlib']}")
+    return None, None
 
 
 def _check(native: ModuleType) -> tuple[str | None, str | None]:
@@ -151,8 +121,7 @@ def extension_loaded() -> bool:
 
 def extension_error() -> str | None:
     """Why the extension is not loaded (not built and why, import error, a run-time cuDNN older than the build's,
-    registration error); when it is loaded, a note if it was built against another jaxlib than the one running;
-    else None."""
+    a running jaxlib older than the build's XLA FFI API, registration error), or None when it is loaded."""
     return EXTENSION.error()
 
 

@@ -6,6 +6,11 @@ reason the build recorded when it skipped it (``jax_cudnn_rnn/_build_info.py``, 
 package was imported from an uncompiled source checkout, or else how to build it. A module exports
 ``registrations()``, a dict of target name -> FFI capsule, registered with ``jax.ffi.register_ffi_target`` for one
 platform.
+
+No handler that the running XLA would refuse is ever registered: XLA accepts a handler whose XLA FFI API version is at
+most its own, and refuses a newer one when it initializes its backend, which then fails for every computation, ours
+or not. Each module records the FFI API version of the headers it was compiled against (common/module_helpers.h);
+``ffi_api_refusal`` compares it with the running jaxlib's before anything is registered.
 """
 
 from __future__ import annotations
@@ -15,11 +20,88 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import re
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # jax_cudnn_rnn/
+
+
+# The XLA FFI C API version (major, minor) of jaxlib releases, read from each release's wheel on PyPI
+# (jaxlib/include/xla/ffi/api/c_api.h: XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) on 2026-11-25; docs/compatibility.md
+# keeps the same table. The running jaxlib's own headers are read first (``running_xla_ffi_api_version``); this
+# table answers where they are missing, for a release at or after a listed one (the version never goes down).
+XLA_FFI_API_OF_JAXLIB = {
+    "0.7.2": (0, 1), "0.8.0": (0, 1), "0.9.0": (0, 2), "0.10.0": (0, 3), "0.10.2": (0, 3), "0.11.0": (0, 3),
+    "0.11.1": (0, 4), "0.12.0": (0, 5),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """"0.10.2" -> (0, 10, 2); a local or pre-release suffix is ignored ("0.11.1.dev20260101" -> (0, 11, 1))."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def _jaxlib_version() -> str | None:
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def running_xla_ffi_api_version() -> tuple[int, int] | None:
+    """The XLA FFI C API version (major, minor) of the running jaxlib: read from the headers its wheel ships, else
+    from ``XLA_FFI_API_OF_JAXLIB`` (the newest listed release at or before it); None if neither tells."""
+    spec = importlib.util.find_spec("jaxlib")
+    if spec is not None and spec.origin:
+        try:
+            with open(os.path.join(os.path.dirname(spec.origin), "include", "xla", "ffi", "api", "c_api.h"),
+                      encoding="utf-8") as f:
+                text = f.read()
+            found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.M) for k in ("MAJOR", "MINOR")]
+            if all(found):
+                return int(found[0].group(1)), int(found[1].group(1))
+        except OSError:
+            pass
+    running = _jaxlib_version()
+    if running is None:
+        return None
+    listed = [r for r in XLA_FFI_API_OF_JAXLIB if _release(r) <= _release(running)]
+    return XLA_FFI_API_OF_JAXLIB[max(listed, key=_release)] if listed else None
+
+
+def ffi_api_refusal(what: str, platform: str, module: ModuleType) -> str | None:
+    """Why the handlers of ``module`` (the ``what``, registered for ``platform``) must not be registered with the
+    running jaxlib, or None when XLA accepts them: its recorded XLA FFI API version is newer than the running one, or
+    of another major version."""
+    built = tuple(getattr(module, "XLA_FFI_API_BUILD_VERSION", ()))
+    fix = ("reinstall this package from an isolated build (`pip install --force-reinstall --no-deps jax-cudnn-rnn`, "
+           "or `pip install .` in a checkout), which compiles against the oldest jaxlib the package supports and "
+           "loads with every newer one")
+    if len(built) != 2:  # a module older than this loader: nothing says which jax it can be registered with
+        return (f"the {what} ({module.__file__}) does not record the XLA FFI API version it was compiled against, so "
+                f"none of its handlers were registered (one newer than the running jaxlib's would have broken every "
+                f"JAX computation on {platform}); {fix}")
+    running = running_xla_ffi_api_version()
+    if running is None or (built[0] == running[0] and built[1] <= running[1]):
+        return None
+    jaxlib, built_jaxlib = _jaxlib_version(), getattr(module, "JAXLIB_BUILD_VERSION", "unknown")
+    first = min((r for r, v in XLA_FFI_API_OF_JAXLIB.items() if v >= built), key=_release, default=None)
+    upgrade = f"jax and jaxlib >= {first}" if first else "a jax and jaxlib whose XLA FFI API is " + ".".join(
+        map(str, built))
+    return (f"the {what} was compiled against the XLA FFI headers of jaxlib {built_jaxlib} (XLA FFI API "
+            f"{built[0]}.{built[1]}), which the running jaxlib {jaxlib} (XLA FFI API {running[0]}.{running[1]}) "
+            f"cannot accept: XLA refuses handlers newer than itself, and the refusal would have broken every JAX "
+            f"computation on {platform}, so none were registered and the pure-JAX implementation runs instead. Fix: "
+            f"{fix}, or install {upgrade}")
+
+
+class ExtensionRefusedWarning(UserWarning):
+    """A native extension is installed but was not registered, because the running jax cannot accept its handlers:
+    ``rnn()`` runs the pure-JAX implementation where it would have run. ``extension_error()`` says why and how to
+    fix it."""
 
 
 def build_record(name: str, default: Any = None) -> Any:
@@ -124,6 +206,11 @@ class NativeExtension:
                 self._error += f"; {self.library[1]}"
             if note:
                 self._error += f" ({note})"
+            return
+        refusal = ffi_api_refusal(self.what, self.platform, module)
+        if refusal:
+            self._error = refusal
+            warnings.warn(ExtensionRefusedWarning(refusal[0].upper() + refusal[1:]), stacklevel=2)
             return
         try:
             refusal, warning = check(module)
