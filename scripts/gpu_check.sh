@@ -4,16 +4,18 @@
 #
 #     bash scripts/gpu_check.sh [--dry-run] [--wheel DIR] STAGE... [-- PYTEST_ARG...]
 #
-# docs/gpu-verification.md's runbook gives the five commands that verify the backlog, riskiest first, with their
+# docs/gpu-verification.md's runbook gives the five commands that verify the backlog, what proves most first, with their
 # expected durations (estimates: no stage of this script has been timed on a GPU yet).
 #
 # Getting the extension there without rebuilding in every command:
 #   --wheel DIR  installs the jax_cudnn_rnn wheel in DIR that is built for this Python (pip --no-deps --no-index
 #                --force-reinstall) before the stages run, e.g. a wheel carried in dist/ (git-ignored: name it in the
-#                device tool's `carry`). It must match the device's Python (cp312 on the lent machines); the CPU
-#                machines have Python 3.11, so the first command usually builds it there with the `wheel` stage.
+#                device tool's `carry`). It must match the device's Python (cp312 on the lent machines): build it on
+#                the CPU machine with `PYTHON=python3.12 bash scripts/build_wheel.sh dist` (an isolated build: the
+#                pinned oldest jaxlib's FFI headers and cuDNN's, as a user's wheel is built).
 #   wheel        builds a wheel here (pip wheel --no-build-isolation --no-deps, JAX_CUDNN_RNN_CUDA=ON) into the log
-#                directory, so that it comes back with $OUT to be carried by later commands, and installs it.
+#                directory, so that it comes back with $OUT to be carried by later commands, and installs it. It
+#                compiles against this machine's jaxlib, not the pinned oldest one: a fallback, not the user's build.
 #   build        builds in place instead (pip install --no-build-isolation --no-deps -e .), as before.
 #   CUDNN_HEADERS=DIR  the wheel and build stages compile against the cuDNN headers in DIR (e.g. 9.12's, carried in
 #                dist/: the binary an isolated build makes) and link this machine's libcudnn.so.9.
@@ -147,8 +149,14 @@ sanitizer_cmd() {  # sanitizer_cmd TOOL: compute-sanitizer over MEMCHECK_TESTS, 
     STAGE_STATUS=127
     return
   fi
-  run_cmd env "${TEST_ENV[@]}" compute-sanitizer --tool "$1" --error-exitcode 99 "$PYTHON" -m pytest -rfEs \
-    -p no:cacheprovider -p no:xdist "${SANITIZER_TIMEOUT[@]}" "${MEMCHECK[@]}" "${PASSTHROUGH[@]}"
+  # What the sanitizer runs under goes into the log: it has been seen refusing an H200 under gVisor (run it on an H100).
+  run_cmd uname -r
+  run_cmd compute-sanitizer --version
+  # XLA's own allocator, not its pool: a pooled allocation hides an out-of-bounds write into the workspace or the
+  # reserve space from the sanitizer, which sees only the pool's one large buffer.
+  run_cmd env "${TEST_ENV[@]}" XLA_PYTHON_CLIENT_ALLOCATOR=platform compute-sanitizer --tool "$1" --error-exitcode 99 \
+    "$PYTHON" -m pytest -rfEs -p no:cacheprovider -p no:xdist "${SANITIZER_TIMEOUT[@]}" "${MEMCHECK[@]}" \
+    "${PASSTHROUGH[@]}"
 }
 
 require_cudnn_gpu() {  # the bench skips contenders that cannot run: make a missing extension or GPU fail the stage
