@@ -130,7 +130,13 @@ HandlePool& HandlePool::Instance() {
 }
 
 ::xla::ffi::Error HandlePool::BorrowForDevice(int device, BorrowedHandle* out) {
-  if (device < 0) JCR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < 0) {
+    // Resolving "the current device" belongs to the caller's ScopedDevice, which must hold it before the handle is
+    // used (handle_pool.h).
+    return ::xla::ffi::Error::InvalidArgument("device is " + std::to_string(device) +
+                                              "; expected a CUDA ordinal >= 0 (ScopedDevice::device() after "
+                                              "Activate(-1) for the current one)");
+  }
   return BorrowFor({device, nullptr}, out);
 }
 

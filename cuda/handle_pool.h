@@ -65,7 +65,10 @@ class ScopedDevice {
   ScopedDevice() = default;
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
+  // `device` (-1: the thread's current device) until the guard is destroyed (BasicScopedDevice::Activate).
   ::xla::ffi::Error Activate(int device);
+  // The device Activate made current, -1 resolved; -1 until it succeeded.
+  int device() const { return guard_.device(); }
 
  private:
   BasicScopedDevice<CudaContextOps> guard_;
@@ -79,8 +82,9 @@ class HandlePool {
   // Borrows a handle bound to `stream`, for the device that owns it (an FFI handler's stream).
   ::xla::ffi::Error Borrow(cudaStream_t stream, BorrowedHandle* out);
 
-  // Borrows a handle on CUDA device `device` of this process (its legacy default stream), for the questions asked
-  // at trace time; -1 means the current device.
+  // Borrows a handle on CUDA device `device` (>= 0) of this process (its legacy default stream), for the questions
+  // asked at trace time. The caller holds a ScopedDevice on `device` for as long as it uses the handle: cuDNN's calls
+  // and the caller's cudaMalloc run on the current device, and only the guard puts back the thread's context after.
   ::xla::ffi::Error BorrowForDevice(int device, BorrowedHandle* out);
 
  private:

@@ -44,8 +44,10 @@ cudnnDataType_t CudnnDataTypeFromName(const std::string& dtype) {
 }
 
 // Every function below asks cuDNN on CUDA device `device` of this process (-1: the current one), made current for the
-// question's duration; say so plainly where there is no such device. The caller holds no GIL: the first cudnnCreate
-// on a device can take a second.
+// question's duration by `scoped_device`, which the caller declares before anything that uses the device and so
+// destroys after it; say so plainly where there is no such device. The guard is taken before the handle is borrowed,
+// for -1 too: the question's cudaMalloc and cuDNN calls would otherwise make the device's primary context current and
+// leave it so (scoped_device.h). The caller holds no GIL: the first cudnnCreate on a device can take a second.
 BorrowedHandle BorrowHandleOrThrow(const char* function, int device, ScopedDevice* scoped_device) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
@@ -58,9 +60,9 @@ BorrowedHandle BorrowHandleOrThrow(const char* function, int device, ScopedDevic
     throw std::invalid_argument("device is " + std::to_string(device) + "; this process sees " +
                                 std::to_string(count) + " CUDA device(s)");
   }
-  if (device >= 0) ThrowIfError(scoped_device->Activate(device));
+  ThrowIfError(scoped_device->Activate(device));
   BorrowedHandle handle;
-  ThrowIfError(HandlePool::Instance().BorrowForDevice(device, &handle));
+  ThrowIfError(HandlePool::Instance().BorrowForDevice(scoped_device->device(), &handle));
   return handle;
 }
 

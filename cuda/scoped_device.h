@@ -19,7 +19,9 @@ namespace jax_cudnn_rnn {
 // `Ops` supplies, each returning "" on success or else what failed:
 //   std::string GetCurrentContext(void** context)  the calling thread's current driver context (nullptr: none)
 //   std::string SetCurrentContext(void* context)   makes `context` current on the calling thread (nullptr: none)
-//   std::string GetDevice(int* device)             the device of the current context (asked only when one is current)
+//   std::string GetDevice(int* device)             the current context's device, else the runtime's device for the
+//                                                  thread (cudaGetDevice); asked with no context current only to
+//                                                  resolve device -1
 //   std::string SetDevice(int device)              makes `device`'s primary context current (cudaSetDevice)
 template <typename Ops>
 class BasicScopedDevice {
@@ -31,28 +33,43 @@ class BasicScopedDevice {
     if (switched_) ops_.SetCurrentContext(previous_);  // nothing to report an error to in a destructor
   }
 
-  // Makes `device` current until the guard is destroyed; "" on success, else the error (the thread's context is
-  // then restored by the destructor if it may have changed). Call at most once per guard.
+  // Makes `device` current until the guard is destroyed; a negative `device` means the thread's current device
+  // (GetDevice's answer), which may have no context yet: it is then made current under the same rule, so that what
+  // runs in the scope (cudnnCreate, cudaMalloc) does not make a primary context current for good. "" on success, else
+  // the error (the thread's context is then restored by the destructor if it may have changed). Call at most once per
+  // guard.
   std::string Activate(int device) {
-    if (switched_) return "BasicScopedDevice::Activate was called twice on one guard";
+    if (activated_) return "BasicScopedDevice::Activate was called twice on one guard";
+    activated_ = true;
     void* previous = nullptr;
     std::string error = ops_.GetCurrentContext(&previous);
     if (!error.empty()) return error;
-    if (previous != nullptr) {
+    if (previous != nullptr || device < 0) {
       int current = -1;
       error = ops_.GetDevice(&current);
       if (!error.empty()) return error;
-      if (current == device) return "";
+      if (device < 0) device = current;
+      if (previous != nullptr && current == device) {
+        device_ = device;
+        return "";
+      }
     }
     previous_ = previous;
     switched_ = true;
-    return ops_.SetDevice(device);
+    error = ops_.SetDevice(device);
+    if (error.empty()) device_ = device;
+    return error;
   }
+
+  // The device Activate made current (device -1 resolved); -1 until it succeeded.
+  int device() const { return device_; }
 
  private:
   Ops ops_;
   void* previous_ = nullptr;
   bool switched_ = false;
+  bool activated_ = false;
+  int device_ = -1;
 };
 
 }  // namespace jax_cudnn_rnn

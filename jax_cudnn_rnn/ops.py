@@ -303,9 +303,10 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
       is_training: applies inter-layer dropout when ``config.dropout > 0``.
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
       implementation: None (the best implementation available for the platform the computation is lowered for:
-        "cudnn" on CUDA when the extension is loaded and this process sees a GPU; on the CPU, when oneDNN's
-        extension is loaded and runs the call, what ``onednn.CPU_TABLE`` measured faster for the call's mode, dtype
-        and size (``onednn.cpu_choice``): "onednn", "onednn+xla" or "xla+onednn"; else "xla";
+        "cudnn" on CUDA when the extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16
+        needs cuDNN >= 9.13 and compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); on the CPU,
+        when oneDNN's extension is loaded and runs the call, what ``onednn.CPU_TABLE`` measured faster for the
+        call's mode, dtype and size (``onednn.cpu_choice``): "onednn", "onednn+xla" or "xla+onednn"; else "xla";
         under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends/registry.py and
         ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
         seq_lengths or cell_clip), "xla+onednn" (as "onednn" under jax.grad, the xla forward otherwise), "onednn+xla"
@@ -373,7 +374,7 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     call = Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
                 resets is not None, resolve_precision(precision), check_algorithm(algorithm), max_segments,
                 placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]))
-    x = fallback.note_missing_cudnn(implementation, call.placement, x)
+    x = fallback.note_fallback(implementation, call, x)
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     inputs = Inputs(params, x, h0, c0, None if seq_lengths is None else jnp.asarray(seq_lengths),
                     None if resets is None else jnp.asarray(resets), masks)

@@ -2,6 +2,7 @@
 jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
 declared available and jax.default_backend() says "gpu", as on a GPU machine; nothing is run on CUDA, only lowered."""
 
+import dataclasses
 import re
 import warnings
 
@@ -126,7 +127,7 @@ def no_cudnn_extension(monkeypatch):
     monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
     monkeypatch.setattr(_extension, "extension_loaded", lambda: False)
     monkeypatch.setattr(_extension, "extension_error", lambda: reason)
-    monkeypatch.setattr(fallback, "_warned", False)
+    monkeypatch.setattr(fallback, "_warned", set())
     return reason
 
 
@@ -165,7 +166,7 @@ def test_lowering_for_cuda_without_the_extension_warns_once(no_cudnn_extension):
 
 def test_no_fallback_warning_with_the_extension_or_an_explicit_choice(gpu_host, monkeypatch):
     """With the extension loaded CUDA runs cuDNN; implementation="xla" is a choice, not a fallback: neither warns."""
-    monkeypatch.setattr(fallback, "_warned", False)
+    monkeypatch.setattr(fallback, "_warned", set())
     cfg, params, x, h0, c0 = _problem()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -203,10 +204,107 @@ def test_a_call_known_to_run_on_cuda_warns_when_traced(no_cudnn_extension):
     """Where tracing knows the platform (eager GPU arrays, a GPU mesh, jax.default_device) the warning comes at the
     call; a CPU placement neither warns nor marks."""
     x = jnp.ones((2, 3, 4))
+    cfg = jcr.RNNConfig("gru", 1, 6, 4)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        assert fallback.note_missing_cudnn(None, Placement(platform="cpu"), x) is x
+        assert fallback.note_fallback(None, Call(cfg, placement=Placement(platform="cpu")), x) is x
         assert _fallback_warnings(record) == []
-        assert fallback.note_missing_cudnn(None, Placement(platform="cuda"), x) is x
+        assert fallback.note_fallback(None, Call(cfg, placement=Placement(platform="cuda")), x) is x
         (warning,) = _fallback_warnings(record)
     assert no_cudnn_extension in str(warning.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeGPU:
+    """What the choice reads of a jax CUDA device: its compute capability, kind and CUDA ordinal."""
+
+    compute_capability: str
+    device_kind: str = "NVIDIA GPU"
+    id: int = 0
+    local_hardware_id: int = 0
+    core_count: int = 40
+    platform: str = "gpu"
+
+
+TURING = FakeGPU("7.5", "Tesla T4")
+
+
+@pytest.fixture
+def cudnn_9_28(gpu_host, monkeypatch):
+    """A GPU host whose loaded libcudnn runs bfloat16 RNNs (9.28.0), whatever this machine's is; no warning given
+    yet."""
+    monkeypatch.setattr(_extension, "cudnn_version", lambda: 92800)
+    monkeypatch.setattr(fallback, "_warned", set())
+
+
+@pytest.mark.parametrize("dtype, capability, want", [
+    ("bfloat16", "7.5", "xla"),  # Turing: cuDNN's bfloat16 RNNs need Ampere
+    ("bfloat16", "8.0", "cudnn"),
+    ("bfloat16", "9.0", "cudnn"),
+    ("float32", "7.5", "cudnn"),
+    ("float16", "7.5", "cudnn"),
+])
+def test_bfloat16_runs_on_cudnn_from_compute_capability_8(cudnn_9_28, dtype, capability, want):
+    """bfloat16 on a GPU of compute capability below 8.0: implementation=None runs the xla implementation and warns
+    with the reason, implementation="cudnn" is refused naming the GPU's capability, the requirement and the fix. Other
+    dtypes, and bfloat16 from 8.0 on, run cuDNN without a word."""
+    gpu = dataclasses.replace(TURING, compute_capability=capability)
+    call = Call(jcr.RNNConfig("lstm", 1, 6, 4, dtype=dtype), placement=Placement(platform="cuda", device=gpu))
+    x = jnp.ones((5, 3, 4), dtype)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert registry.choose(None, call) == {"cuda": want}
+        fallback.note_fallback(None, call, x)
+        fallback.note_fallback("xla", call, x)  # a choice, not a fallback
+    if want == "cudnn":
+        assert registry.choose("cudnn", call) == {"cuda": "cudnn"}
+        assert _fallback_warnings(record) == []
+        return
+    with pytest.raises(RuntimeError) as refused:
+        registry.choose("cudnn", call)
+    for message in (str(refused.value), str(_fallback_warnings(record)[0].message)):
+        assert "compute capability >= 8.0 for bfloat16" in message and "has compute capability 7.5" in message
+        assert "Tesla T4 (CUDA device 0)" in message and "use float32 or float16, or implementation='xla'" in message
+    assert str(refused.value).startswith("implementation='cudnn' needs a GPU of compute capability >= 8.0")
+    assert len(_fallback_warnings(record)) == 1
+
+
+def test_bfloat16_needs_cudnn_9_13(cudnn_9_28, monkeypatch):
+    """The other half of the rule, checked in Python too (before the kernels' own check): a libcudnn older than 9.13
+    runs bfloat16 on the xla implementation, even on an H100."""
+    monkeypatch.setattr(_extension, "cudnn_version", lambda: 91200)
+    call = Call(jcr.RNNConfig("gru", 1, 6, 4, dtype="bfloat16"),
+                placement=Placement(platform="cuda", device=FakeGPU("9.0", "NVIDIA H100 80GB HBM3")))
+    assert registry.choose(None, call) == {"cuda": "xla"}
+    with pytest.raises(RuntimeError, match=r"needs cuDNN >= 9\.13\.0 for bfloat16 RNNs, but the loaded libcudnn is "
+                                           r"9\.12\.0: install a newer one .*or use float32 or float16"):
+        registry.choose("cudnn", call)
+    assert registry.choose(None, dataclasses.replace(call, config=jcr.RNNConfig("gru", 1, 6, 4))) == {"cuda": "cudnn"}
+
+
+@pytest.mark.parametrize("capability", ["7.5", "8.0"])
+def test_bfloat16_under_jit_on_a_pre_ampere_gpu_host(cudnn_9_28, monkeypatch, capability):
+    """Under jax.jit over uncommitted arrays tracing does not know the call's GPU, so the process's GPUs decide (one
+    of each model, as for planning): on a Turing host the CUDA lowering holds the xla implementation and warns, and
+    implementation="cudnn" is refused when traced; on an Ampere host it holds cuDNN's kernels."""
+    gpus = [dataclasses.replace(TURING, compute_capability=capability)]
+    local_devices = jax.local_devices
+    monkeypatch.setattr(jax, "local_devices",
+                        lambda *args, backend=None, **kwargs: gpus if backend == "gpu"
+                        else local_devices(*args, backend=backend, **kwargs))
+    cfg = jcr.RNNConfig("lstm", 1, 6, 4, dtype="bfloat16")
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x = jnp.ones((5, 3, 4), jnp.bfloat16)
+    h0 = c0 = jnp.zeros((1, 3, 6), jnp.bfloat16)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        text = jax.jit(_loss(cfg)).trace(params, x, h0, c0).lower(lowering_platforms=("cuda",)).as_text()
+    if capability == "8.0":
+        assert _cudnn_calls(text) == ["forward"] and _fallback_warnings(record) == []
+        return
+    assert _cudnn_calls(text) == [] and "stablehlo.while" in text
+    (warning,) = _fallback_warnings(record)
+    assert "has compute capability 7.5" in str(warning.message)
+    with pytest.raises(RuntimeError, match=r"implementation='cudnn' needs a GPU of compute capability >= 8\.0 for "
+                                           r"bfloat16 RNNs .*Tesla T4 \(CUDA device 0\).* has compute capability 7\.5"):
+        jax.jit(_loss(cfg, "cudnn")).trace(params, x, h0, c0)

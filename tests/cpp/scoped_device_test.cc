@@ -170,6 +170,62 @@ void SwitchFails() {
   Check(driver.current == zero, scenario, "the previous context is current afterwards");
 }
 
+void CurrentDeviceWithoutContext() {
+  const char* scenario = "no context current, the current device (-1) asked";
+  for (int runtime_device : {0, 2}) {  // never set (0), or set before the thread's context was taken away (2)
+    Driver driver;
+    driver.runtime_device = runtime_device;
+    {
+      Guard guard(FakeOps{&driver});
+      Check(guard.Activate(-1).empty(), scenario, "Activate succeeds");
+      Check(guard.device() == runtime_device, scenario, "-1 resolves to the runtime's device for the thread");
+      Check(driver.current == driver.primaries[runtime_device], scenario, "that device's primary context is current");
+    }
+    Check(driver.current == nullptr, scenario, "afterwards no context is current, as before");
+    Check(driver.primaries.size() == 1, scenario, "no other device's primary context is created");
+  }
+}
+
+void CurrentDeviceWithContext() {
+  const char* scenario = "a non-primary context of device 1 current, the current device (-1) asked";
+  Driver driver;
+  Context* custom = driver.Custom(1);
+  driver.current = custom;
+  {
+    Guard guard(FakeOps{&driver});
+    Check(guard.Activate(-1).empty(), scenario, "Activate succeeds");
+    Check(guard.device() == 1, scenario, "-1 resolves to the current context's device");
+    Check(driver.current == custom && !Called(driver, "SetDevice"), scenario, "that context stays current");
+  }
+  Check(driver.current == custom && !Called(driver, "SetCurrentContext"), scenario, "nothing to restore");
+  Check(driver.primaries_created.empty(), scenario, "no primary context is created");
+}
+
+void CurrentDeviceQueryFails() {
+  const char* scenario = "cudaGetDevice fails while resolving -1";
+  Driver driver;
+  driver.fail = "GetDevice";
+  {
+    Guard guard(FakeOps{&driver});
+    Check(guard.Activate(-1) == "GetDevice failed", scenario, "Activate returns the error");
+    Check(guard.device() == -1, scenario, "no device is held");
+  }
+  Check(!Called(driver, "SetDevice") && !Called(driver, "SetCurrentContext"), scenario, "nothing switched or restored");
+  Check(driver.current == nullptr, scenario, "no context is current");
+}
+
+void ActivatedTwice() {
+  const char* scenario = "Activate called twice on one guard";
+  Driver driver;
+  Context* one = driver.Primary(1);
+  driver.current = one;
+  Guard guard(FakeOps{&driver});
+  Check(guard.Activate(1).empty() && guard.device() == 1, scenario, "the first call holds device 1 (no switch)");
+  Check(guard.Activate(0) == "BasicScopedDevice::Activate was called twice on one guard", scenario,
+        "the second call is an error, even after a first that switched nothing");
+  Check(driver.current == one && guard.device() == 1, scenario, "device 1 stays held");
+}
+
 }  // namespace
 
 int main() {
@@ -179,6 +235,10 @@ int main() {
   CustomContextCurrent();
   QueryFails();
   SwitchFails();
+  CurrentDeviceWithoutContext();
+  CurrentDeviceWithContext();
+  CurrentDeviceQueryFails();
+  ActivatedTwice();
   std::printf("%d of %d checks failed\n", failures, checks);
   return failures == 0 ? 0 : 1;
 }

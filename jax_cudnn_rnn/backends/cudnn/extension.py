@@ -130,6 +130,13 @@ def cudnn_library_path() -> str | None:
     return _cudnn_path
 
 
+def cudnn_version() -> int | None:
+    """The version of the libcudnn loaded at run time, as cudnnGetVersion() reads it (92801 for 9.28.1); None when the
+    extension is not loaded. What the loaded library supports, bfloat16 RNNs among it, depends on this, not on the
+    headers the extension was built against."""
+    return int(EXTENSION.module().cudnn_version()) if extension_loaded() else None
+
+
 def registered_targets() -> tuple[str, ...]:
     """Names of the FFI targets registered for platform "CUDA" (empty when the extension is not loaded)."""
     return EXTENSION.targets()

@@ -192,5 +192,50 @@ def unavailable() -> str | None:
     return None
 
 
-registry.register(registry.Backend("cudnn", ("cuda",), lambda: unavailable(), lambda call: None, rnn),
+BFLOAT16_CUDNN_VERSION = 91300
+"""The first cuDNN whose RNNs accept bfloat16 data, as cudnnGetVersion() reads it: cuda/descriptors.h's
+kBfloat16RnnCudnnVersion, which the kernels check again (where no Python stands in front of them)."""
+BFLOAT16_COMPUTE_CAPABILITY = (8, 0)
+"""The oldest GPUs (Ampere) on which cuDNN's RNNs run bfloat16 data here. PyTorch's rule: it runs bfloat16 RNNs on cuDNN
+only with cuDNN >= 9.13 and a compute capability major >= 8 (``supportsBFloat16RNNWithCuDNN``,
+aten/src/ATen/cuda/detail/CUDAHooks.cpp), else its own implementation. The rule is applied in Python because
+``rnn(implementation=None)`` must choose before any kernel runs; what cuDNN itself does with bfloat16 on an older GPU
+has not been seen on this project's machines (docs/gpu-verification.md)."""
+
+
+def _compute_capability(device: Any) -> tuple[int, int] | None:
+    """``device.compute_capability`` ("7.5" on a CUDA device) as (7, 5); None where the device does not say."""
+    major, _, minor = str(getattr(device, "compute_capability", "")).partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else None
+
+
+def unsupported(call: Call) -> str | None:
+    """What cuDNN needs that ``call`` lacks (the registry's question), or None.
+
+    bfloat16 needs the loaded libcudnn to be >= 9.13 (``BFLOAT16_CUDNN_VERSION``) and each GPU the call may run on to
+    have compute capability >= 8.0 (``BFLOAT16_COMPUTE_CAPABILITY``): the call's GPU when tracing knows it, else one
+    GPU of each model this process has (``plan.planning_devices``, as the plan must hold on each). Asked while the call
+    is traced, before it is planned or any kernel is called, so that ``rnn(implementation=None)`` runs the xla
+    implementation there (``fallback.note_fallback`` warns) and ``implementation="cudnn"`` is refused with the fix,
+    instead of failing inside cuDNN on the GPU."""
+    if call.config is None or call.config.dtype.name != "bfloat16":
+        return None
+    use_instead = "use float32 or float16, or implementation='xla'"
+    version = extension.cudnn_version()
+    if version is not None and version < BFLOAT16_CUDNN_VERSION:
+        wanted = extension.format_cudnn_version(BFLOAT16_CUDNN_VERSION)
+        return (f"cuDNN >= {wanted} for bfloat16 RNNs, but the loaded libcudnn is "
+                f"{extension.format_cudnn_version(version)}: install a newer one (`pip install "
+                f"\"nvidia-cudnn-cu13>={wanted}\"`), or {use_instead}")
+    for device in plan.planning_devices(call.placement):
+        capability = _compute_capability(device)
+        if capability is not None and capability < BFLOAT16_COMPUTE_CAPABILITY:
+            return (f"a GPU of compute capability >= {'.'.join(map(str, BFLOAT16_COMPUTE_CAPABILITY))} for bfloat16 "
+                    f"RNNs (Ampere or newer, as PyTorch's supportsBFloat16RNNWithCuDNN), but "
+                    f"{device.device_kind} (CUDA device {algorithm.device_info(device).ordinal}), where this call "
+                    f"may run, has compute capability {'.'.join(map(str, capability))}: {use_instead}")
+    return None
+
+
+registry.register(registry.Backend("cudnn", ("cuda",), lambda: unavailable(), lambda call: unsupported(call), rnn),
                   candidate_for=("cuda",), before="xla")
