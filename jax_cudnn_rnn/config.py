@@ -13,11 +13,13 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from jax_cudnn_rnn import cells
+
 __all__ = ["BIAS_MODES", "DIRECTIONS", "GATE_NAMES", "INPUT_MODES", "LAYOUT_FIELDS", "MODES", "RNNConfig",
            "SUPPORTED_DTYPES", "canonical_dtype", "check_int"]
 
-#: The values of ``RNNConfig.mode``: cuDNN's four cells.
-MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+#: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four).
+MODES = cells.MODES
 #: The values of ``RNNConfig.direction`` (D = 1, 2).
 DIRECTIONS = ("unidirectional", "bidirectional")
 #: The values of ``RNNConfig.input_mode`` ("auto_select" is resolved on construction).
@@ -27,13 +29,9 @@ INPUT_MODES = ("linear_input", "skip_input", "auto_select")
 #: (NO_BIAS).
 BIAS_MODES = ("double", "single_input", "single_recurrent", "none")
 
-#: Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh).
-GATE_NAMES: dict[str, tuple[str, ...]] = {
-    "lstm": ("i", "f", "g", "o"),  # input, forget, new memory (cell), output
-    "gru": ("r", "z", "n"),  # reset, update, new memory
-    "rnn_tanh": ("h",),
-    "rnn_relu": ("h",),
-}
+#: Gates per mode, in cuDNN's linLayerID order (== PyTorch's row order inside weight_ih / weight_hh): each cell's own
+#: (jax_cudnn_rnn/cells/).
+GATE_NAMES: dict[str, tuple[str, ...]] = {mode: cell.gate_names for mode, cell in cells.CELLS.items()}
 
 #: The dtypes a config may have: float16, bfloat16 (NumPy's from ml_dtypes, a dependency of jax), float32, float64.
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
@@ -160,14 +158,19 @@ class RNNConfig:
 
     # Derived quantities, named as in docs/architecture.md.
     @property
+    def cell(self) -> cells.Cell:
+        """The mode's cell (jax_cudnn_rnn/cells/): its gates, state and step."""
+        return cells.CELLS[self.mode]
+
+    @property
     def num_gates(self) -> int:
         """G: 4 for LSTM, 3 for GRU, 1 for the vanilla RNNs."""
-        return len(GATE_NAMES[self.mode])
+        return self.cell.num_gates
 
     @property
     def gate_names(self) -> tuple[str, ...]:
         """The gates in canonical order: ("i", "f", "g", "o") for LSTM, ("r", "z", "n") for GRU, ("h",) else."""
-        return GATE_NAMES[self.mode]
+        return self.cell.gate_names
 
     @property
     def num_directions(self) -> int:
@@ -182,7 +185,7 @@ class RNNConfig:
     @property
     def has_cell_state(self) -> bool:
         """Whether the network carries a cell state c (LSTM only): c0 and c_n are None otherwise."""
-        return self.mode == "lstm"
+        return self.cell.has_cell_state
 
     @property
     def hidden_size(self) -> int:

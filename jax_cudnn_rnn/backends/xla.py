@@ -3,7 +3,8 @@
 Per layer and direction, the input projection of all time steps is one GEMM outside the scan, the scan carries only
 the recurrent GEMM, and a ``jax.custom_vjp`` backward pass runs one reverse scan that emits the gate gradients, then
 forms the recurrent weight gradient as one GEMM over all time steps (the input-side gradients follow from autodiff of
-the outer GEMM, also one GEMM each). The cell equations and the layer loop are jax_cudnn_rnn/backends/cells.py's.
+the outer GEMM, also one GEMM each). The cells' steps are jax_cudnn_rnn/cells/'s, the layer loop
+jax_cudnn_rnn/backends/layers.py's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_cudnn_rnn.backends import cells, registry
+from jax_cudnn_rnn.backends import layers, registry
+from jax_cudnn_rnn.cells import Cell
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -28,7 +30,7 @@ Array = jax.Array
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
+def _recurrence(cell: Cell, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
                 w_rec: Array, b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None,
                 mask: Array | None, reset: Array | None):
     """Runs the recurrence over precomputed input projections.
@@ -41,7 +43,7 @@ def _recurrence(mode: str, reverse: bool, cell_clip: float | None, precision: st
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
     with jax.default_matmul_precision(precision):
-        outputs, _ = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset,
+        outputs, _ = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset,
                                  save=False)
     return outputs
 
@@ -64,38 +66,38 @@ def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
     return _dot(h, w_rec, _NT)
 
 
-def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save):
+def _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
-    b_ins = None if b_in is None else cells.gate_inputs(mode, b_in)
+    b_ins = None if b_in is None else cell.gate_inputs(b_in[None])  # [1, G*H]: added to each step's [B, G*H]
 
     def step(carry, inputs):
         xps_t, mask_t, reset_t = inputs
-        h, c = (cells.zeroed(reset_t, state) for state in carry)
+        h, c = (layers.zeroed(reset_t, state) for state in carry)
         if b_ins is not None:
             xps_t = tuple(xp_t + b for xp_t, b in zip(xps_t, b_ins, strict=True))
-        hp = cells.add_bias(_recurrent_matmul(h, w_rec), b_rec)
-        h_full, c_new, saved = cells.cell(mode, xps_t, hp, h, c, cell_clip)
+        hp = layers.add_bias(_recurrent_matmul(h, w_rec), b_rec)
+        h_full, c_new, saved = cell.step(xps_t, hp, h, c, cell_clip)
         h_new = h_full if w_proj is None else _dot(h_full, w_proj, _NT)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
-        return (cells.masked(mask_t, h_new, h), cells.masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
+        return (layers.masked(mask_t, h_new, h), layers.masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
 
-    (h_n, c_n), stacked = lax.scan(step, (h0, c0), (cells.gate_inputs(mode, xp), mask, reset), reverse=reverse)
+    (h_n, c_n), stacked = lax.scan(step, (h0, c0), (cell.gate_inputs(xp), mask, reset), reverse=reverse)
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(mode, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
+def _recurrence_fwd(cell, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
     with jax.default_matmul_precision(precision):
-        outputs, (saved, h_prev, c_prev) = _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0,
+        outputs, (saved, h_prev, c_prev) = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0,
                                                        c0, mask, reset, save=True)
     return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask, reset)
 
 
-def _recurrence_bwd(mode, reverse, cell_clip, precision, residuals, cotangents):
+def _recurrence_bwd(cell, reverse, cell_clip, precision, residuals, cotangents):
     with jax.default_matmul_precision(precision):
-        return _backward(mode, reverse, cell_clip, residuals, cotangents)
+        return _backward(cell, reverse, cell_clip, residuals, cotangents)
 
 
-def _backward(mode, reverse, cell_clip, residuals, cotangents):
+def _backward(cell, reverse, cell_clip, residuals, cotangents):
     has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask, reset = residuals
     d_ys, dh_n, dc_n = cotangents
 
@@ -108,14 +110,14 @@ def _backward(mode, reverse, cell_clip, residuals, cotangents):
             if dc is not None:
                 dc, dc_pass = jnp.where(mask_t, dc, 0), jnp.where(mask_t, 0, dc)
         dh_full = dh_new if w_proj is None else _dot(dh_new, w_proj, _NN)
-        d_xp, d_hp, dh_direct, dc_prev, h_full = cells.cell_backward(mode, saved_t, h, c, dh_full, dc, cell_clip)
-        dh_prev = cells.add_bias(_dot(d_hp, w_rec, _NN), dh_direct)
+        d_xp, d_hp, dh_direct, dc_prev, h_full = cell.step_backward(saved_t, h, c, dh_full, dc, cell_clip)
+        dh_prev = layers.add_bias(_dot(d_hp, w_rec, _NN), dh_direct)
         if mask_t is not None:
             dh_prev = dh_prev + dh_pass
             if dc_prev is not None:
                 dc_prev = dc_prev + dc_pass
-        stacked = (d_xp, d_hp if mode == "gru" else None, None if w_proj is None else (dh_new, h_full))
-        return (cells.zeroed(reset_t, dh_prev), cells.zeroed(reset_t, dc_prev)), stacked
+        stacked = (d_xp, None if d_hp is d_xp else d_hp, None if w_proj is None else (dh_new, h_full))
+        return (layers.zeroed(reset_t, dh_prev), layers.zeroed(reset_t, dc_prev)), stacked
 
     (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset),
                                                      reverse=not reverse)
@@ -183,7 +185,7 @@ def _fast_direction(config, x, weights, h0, c0, mask, reset, reverse, precision)
     if config.dtype == jnp.bfloat16:  # the matrices back in their own dtype (exact): bfloat16 GEMMs (_dot, _einsum)
         w_in, w_rec, w_proj = (None if w is None else w.astype(jnp.bfloat16) for w in (w_in, w_rec, w_proj))
     xp = _input_projection(x, w_in, config.num_gates, precision)
-    return _recurrence(config.mode, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
+    return _recurrence(config.cell, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
                        mask, reset)
 
 
@@ -192,7 +194,7 @@ def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_mask
     """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``;
     ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul); ``resets``
     bool [T, B] or None."""
-    return cells.run_layers(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
+    return layers.run_layers(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
 
 
 def rnn(call: Call, inputs: Inputs):

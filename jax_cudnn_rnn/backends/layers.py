@@ -1,0 +1,99 @@
+"""The layer loop the two pure-JAX implementations share (jax_cudnn_rnn/backends/xla.py, the fast path, and
+jax_cudnn_rnn/backends/reference.py, the textbook scan), around the cells' steps (jax_cudnn_rnn/cells/).
+
+Both implementations share the sequence-length semantics: a step
+t >= len leaves the state unchanged and outputs zero; the backward direction scans t = T-1 .. 0, so it starts at
+len-1 on each sequence. Resets are a second per-step mask: where it is set, the state entering the step is zero
+(``reset_masks``). Half-precision inputs are computed in float32 and cast back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.cells.spec import leading
+from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.dropout import compute_dtype
+
+Array = jax.Array
+
+
+def masked(mask_t: Array | None, new: Array | None, old: Array | None) -> Array | None:
+    if mask_t is None or new is None:
+        return new
+    return jnp.where(mask_t, new, old)
+
+
+def zeroed(reset_t: Array | None, state: Array | None) -> Array | None:
+    """The state (or its gradient) with the rows where ``reset_t`` [B, 1] is set zeroed."""
+    if reset_t is None or state is None:
+        return state
+    return jnp.where(reset_t, jnp.zeros((), state.dtype), state)
+
+
+def add_bias(a: Array, b: Array | None) -> Array:
+    """a + b, a bias b [N] broadcast over a's leading axes (``leading``); b None adds nothing."""
+    return a if b is None else a + leading(b, a.ndim)
+
+
+def project(h_full: Array, w_proj: Array | None) -> Array:
+    """h = W_proj h_full for a projected LSTM ([B, H] -> [B, P]); identity otherwise."""
+    return h_full if w_proj is None else h_full @ w_proj.T
+
+
+def layer_weights(params: Array, config: RNNConfig, layer: int, direction: int, dtype: Any):
+    """(w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H], b_rec [G*H]) in ``dtype``; None where absent
+    (w_in under skip input on layer 0, w_proj without projection, biases per bias_mode)."""
+    groups = layout.layer_slots(config, layer, direction)
+    take = lambda name: layout.slice_slots(params, groups[name]).astype(dtype) if groups[name] else None  # noqa: E731
+    return tuple(take(name) for name in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"))
+
+
+def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]:
+    """Where each direction zeroes the state entering a step, as [T, B, 1] bool masks (forward, backward).
+
+    resets [T, B] bool: a segment starts at step t. The forward direction zeroes the state entering t; the backward
+    direction reads t = T-1 .. 0, so a segment starting at t + 1 zeroes the state entering t. Only valid steps
+    (t < seq_lengths) count: a reset in the padding changes nothing.
+    """
+    if seq_lengths is not None:
+        resets = resets & (jnp.arange(resets.shape[0], dtype=jnp.int32)[:, None] < seq_lengths[None, :])
+    backward = jnp.concatenate([resets[1:], jnp.zeros_like(resets[:1])])
+    return resets[:, :, None], backward[:, :, None]
+
+
+def run_layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
+    with jax.default_matmul_precision(precision):
+        return _layer_loop(direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
+
+
+def _layer_loop(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
+    dtype = compute_dtype(config.dtype)
+    num_steps = x.shape[0]
+    mask = None
+    if seq_lengths is not None:
+        mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :])[:, :, None]
+    reset = (None, None) if resets is None else reset_masks(resets, seq_lengths)
+    layer_input = x.astype(dtype)
+    h_n, c_n = [], []
+    for layer in range(config.num_layers):
+        outputs = []
+        for direction in range(config.num_directions):
+            index = layer * config.num_directions + direction
+            weights = layer_weights(params, config, layer, direction, dtype)
+            ys, h_last, c_last = direction_fn(config, layer_input, weights, h0[index].astype(dtype),
+                                              None if c0 is None else c0[index].astype(dtype), mask,
+                                              reset[direction], direction == 1, precision)
+            outputs.append(ys)
+            h_n.append(h_last)
+            c_n.append(c_last)
+        layer_input = outputs[0] if len(outputs) == 1 else jnp.concatenate(outputs, axis=-1)
+        if dropout_masks and layer < config.num_layers - 1:
+            layer_input = layer_input * dropout_masks[layer].astype(dtype)
+    out_dtype = config.dtype
+    return (layer_input.astype(out_dtype), jnp.stack(h_n).astype(out_dtype),
+            None if c0 is None else jnp.stack(c_n).astype(out_dtype))

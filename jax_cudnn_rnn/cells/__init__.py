@@ -1,0 +1,26 @@
+"""The cells, one file each, and the one place that lists them.
+
+A mode at the pure-JAX level is a ``Cell`` (jax_cudnn_rnn/cells/spec.py) in a file of its own, added to ``CELLS``
+below: ``RNNConfig`` accepts it, the layout gives it its gates' tensors, the xla and reference implementations run it,
+and the native backends, which list the modes their kernels run, refuse it by name (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from jax_cudnn_rnn.cells import elman, gru, lstm
+from jax_cudnn_rnn.cells.spec import Cell
+
+__all__ = ["CELLS", "MODES", "Cell", "cell_for"]
+
+#: Every cell by its mode, in the order cuDNN lists them.
+CELLS: dict[str, Cell] = {cell.mode: cell for cell in (lstm.CELL, gru.CELL, elman.TANH, elman.RELU)}
+#: The values of ``RNNConfig.mode``.
+MODES = tuple(CELLS)
+
+
+def cell_for(mode: str) -> Cell:
+    """The cell of ``mode``; ValueError naming the modes for an unknown one."""
+    try:
+        return CELLS[mode]
+    except KeyError:
+        raise ValueError(f"mode is {mode!r}; expected one of {list(MODES)}") from None
