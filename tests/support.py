@@ -84,11 +84,25 @@ def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:
 
 
 def jaxpr_eqns(jaxpr) -> Iterator:
-    """Every equation of ``jaxpr`` (a core Jaxpr), then those of its sub-jaxprs (scan bodies, custom rules, ...)."""
+    """Every equation of ``jaxpr`` (a core Jaxpr), then those of its sub-jaxprs (scan bodies, custom rules, ...) and of
+    what its hijax primitives lower to (``_hijax_expansion``)."""
     for eqn in jaxpr.eqns:
         yield eqn
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             yield from jaxpr_eqns(sub)
+        if eqn.primitive.name == "call_hi_primitive":
+            yield from jaxpr_eqns(_hijax_expansion(eqn))
+
+
+def _hijax_expansion(eqn):
+    """The jaxpr a ``call_hi_primitive`` equation lowers to. Under ``jax_custom_vjp3`` a custom_vjp is such an equation:
+    its function's jaxpr is no parameter (a ``jax.stages.Traced`` inside the primitive), and under ``jax.vmap`` the
+    primitive becomes a ``VmapOf`` of it, which JAX batches (custom_vmap rules included) only when it lowers the
+    program, by the primitive's ``expand``; this traces that ``expand`` on the equation's operand types."""
+    prim = eqn.params["_prim"]
+    operands = [jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype) for var in eqn.invars]
+    expand = lambda *leaves: jax.tree.leaves(prim.expand(*prim.in_tree.unflatten(leaves)))  # noqa: E731
+    return jax.make_jaxpr(expand)(*operands).jaxpr
 
 
 def torch_module(config, state_dict=None, seed=0):

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from jax_cudnn_rnn.backends import layers, registry
-from jax_cudnn_rnn.cells import Cell
 from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
+from jax_cudnn_rnn.cells import Cell
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
@@ -29,7 +30,7 @@ Array = jax.Array
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
 def _recurrence(cell: Cell, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
                 w_rec: Array, b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None,
                 mask: Array | None, reset: Array | None):
@@ -151,7 +152,7 @@ def _weight_gradient(a: Array, d: Array, dtype: Any) -> Array:
     return lax.optimization_barrier(_einsum("tba,tbg->ag", a, d, dtype)).T.astype(dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+@functools.partial(custom_vjp, nondiff_argnums=(2,))
 def _input_gemm(x: Array, w_in: Array, precision: str) -> Array:
     """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``."""
     with jax.default_matmul_precision(precision):

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import jax
 
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
+
 
 class Residuals(NamedTuple):
     """What the training forward leaves for the backward pass: the inputs, the outputs and the reserve space."""
@@ -41,7 +43,7 @@ def fused_rnn(forward: Forward, backward: Backward) -> Callable[..., tuple[Any, 
     """``rnn(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)``, differentiable in its array
     arguments (seq_lengths gets no gradient) through ``backward``."""
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+    @functools.partial(custom_vjp, nondiff_argnums=(5,))
     def rnn(params, x, h0, c0, seq_lengths, static):
         y, h_n, c_n, _ = forward(params, x, h0, c0, seq_lengths, static, training=False)
         return y, h_n, c_n

@@ -30,6 +30,7 @@ import jax
 
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
 from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
 from jax_cudnn_rnn.backends.onednn import extension, kernels
@@ -135,7 +136,7 @@ def _hybrid(undifferentiated, differentiated):
     ``differentiated``'s values and gradients under jax.grad (a custom_vjp over its own vjp). Both sides' outputs go
     through ``batch_first`` (jax_cudnn_rnn/backends/fused/batching.py: why)."""
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+    @functools.partial(custom_vjp, nondiff_argnums=(4,))
     def run(params, x, h0, c0, config: RNNConfig):
         return batch_first(undifferentiated(params, x, h0, c0, config))
 
