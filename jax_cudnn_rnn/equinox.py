@@ -123,10 +123,10 @@ class _FusedRNN(eqx.Module):
                 raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
             seq_length = seq_length.astype(jnp.int32)
         ops.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
-        if seq_length is not None and self.implementation == "onednn":
-            # rnn() would blame seq_lengths, which the caller never passed
-            raise ValueError("seq_length was given, but implementation='onednn' has no per-sequence lengths; use "
-                             "implementation=None (the best one that can) or 'xla'")
+        reason = None if seq_length is None else ops.refuses_lengths(self.implementation, config)
+        if reason:  # rnn() would blame seq_lengths, which the caller never passed
+            raise ValueError(f"seq_length was given, but implementation={self.implementation!r} has no per-sequence "
+                             f"lengths (it needs {reason}); use implementation=None (the best one that can) or 'xla'")
         lengths = None if seq_length is None else jnp.reshape(seq_length, (1,))
         dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
         if dropout_applies and key is None:

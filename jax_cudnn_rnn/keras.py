@@ -220,9 +220,11 @@ class _Fused:
             got = _shape(mask, "mask")
             if got != (batch, steps):
                 raise ValueError(f"mask has shape {got}; expected ({batch}, {steps}) = (batch, timesteps) of inputs")
-            if self.implementation == "onednn":  # rnn() would blame seq_lengths, which the caller never passed
-                raise ValueError("mask was given, but implementation='onednn' has no per-sequence lengths, which a "
-                                 "masked call runs on; use implementation=None (the best one that can) or 'xla'")
+            reason = ops.refuses_lengths(self.implementation, config)
+            if reason:  # rnn() would blame seq_lengths, which the caller never passed
+                raise ValueError(f"mask was given, but implementation={self.implementation!r} has no per-sequence "
+                                 f"lengths, which a masked call runs on (it needs {reason}); use implementation=None "
+                                 f"(the best one that can) or 'xla'")
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
         """inputs [batch, timesteps, features]; ``initial_state`` [h, c] (LSTM) or [h], each [batch, units];

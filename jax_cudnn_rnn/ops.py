@@ -13,7 +13,6 @@ import numpy as np
 from jax_cudnn_rnn import dropout, layout
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.backends.cudnn import fallback
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
@@ -262,6 +261,15 @@ _PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "ten
                "default": "tensorfloat32", "high": "tensorfloat32"}
 
 
+def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None:
+    """Why ``implementation`` runs calls of ``config`` but not with per-sequence lengths (the registry's answer), or
+    None (it takes them, or None picks one that does): a frontend whose mask or length becomes ``seq_lengths`` names
+    its own argument in the error instead of rnn()'s."""
+    if implementation is None or registry.why_not(implementation, None, Call(config)) is not None:
+        return None
+    return registry.why_not(implementation, None, Call(config, seq_lengths=True))
+
+
 def resolve_precision(precision: Any) -> str:
     """"float32" (strict float32 matmuls) or "tensorfloat32" (TF32 tensor cores allowed for float32 on GPUs).
 
@@ -302,16 +310,16 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         acts as 0, and one above T acts as T in the xla implementations and fails the cuDNN call at run time.
       is_training: applies inter-layer dropout when ``config.dropout > 0``.
       dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
-      implementation: None (the best implementation available for the platform the computation is lowered for:
-        "cudnn" on CUDA when the extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16
-        needs cuDNN >= 9.13 and compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); on the CPU,
-        when oneDNN's extension is loaded and runs the call, what ``onednn.CPU_TABLE`` measured faster for the
-        call's mode, dtype and size (``onednn.cpu_choice``): "onednn", "onednn+xla" or "xla+onednn"; else "xla";
-        under ``jax.jit`` the choice is staged out per platform, see jax_cudnn_rnn/backends/registry.py and
-        ``implementation_for``), "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no
-        seq_lengths or cell_clip), "xla+onednn" (as "onednn" under jax.grad, the xla forward otherwise), "onednn+xla"
-        (oneDNN's forward undifferentiated, "xla" under jax.grad), "xla" (fast pure JAX with a custom backward pass)
-        or "reference" (naive scan; supports forward-mode autodiff).
+      implementation: None (the best implementation available for the platform the computation is lowered for,
+        as jax_cudnn_rnn/backends/registry.py decides and ``implementation_for`` reports: "cudnn" on CUDA when the
+        extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16 needs cuDNN >= 9.13 and
+        compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); "onednn" on the CPU when oneDNN's
+        extension is loaded, runs the call and its measured table (``onednn.CPU_TABLE``) makes it the faster for
+        the call's mode, dtype and size on either side of jax.grad (oneDNN then runs that side, the xla
+        implementation the other); else "xla"; under ``jax.jit`` the choice is staged out per platform),
+        "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no seq_lengths, resets or
+        cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
+        forward-mode autodiff).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):
@@ -374,7 +382,6 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     call = Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
                 resets is not None, resolve_precision(precision), check_algorithm(algorithm), max_segments,
                 placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]))
-    x = fallback.note_fallback(implementation, call, x)
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     inputs = Inputs(params, x, h0, c0, None if seq_lengths is None else jnp.asarray(seq_lengths),
                     None if resets is None else jnp.asarray(resets), masks)

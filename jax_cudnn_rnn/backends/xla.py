@@ -204,5 +204,5 @@ def rnn(call: Call, inputs: Inputs):
                    inputs.dropout_masks, call.precision, inputs.resets)
 
 
-registry.register(registry.Backend("xla", None, lambda: None, lambda call: None, rnn),
-                  candidate_for=(registry.DEFAULT,))
+registry.register(registry.Backend("xla", None, priority=10, supports=registry.Supports("the xla implementation"),
+                                   unavailable=lambda: None, run=rnn))

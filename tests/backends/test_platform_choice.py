@@ -17,7 +17,6 @@ from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import wiring as onednn
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.cudnn import fallback
 from jax_cudnn_rnn.sharding.placement import Placement
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")
@@ -127,7 +126,7 @@ def no_cudnn_extension(monkeypatch):
     monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
     monkeypatch.setattr(_extension, "extension_loaded", lambda: False)
     monkeypatch.setattr(_extension, "extension_error", lambda: reason)
-    monkeypatch.setattr(fallback, "_warned", set())
+    monkeypatch.setattr(registry, "_warned", set())
     return reason
 
 
@@ -166,7 +165,7 @@ def test_lowering_for_cuda_without_the_extension_warns_once(no_cudnn_extension):
 
 def test_no_fallback_warning_with_the_extension_or_an_explicit_choice(gpu_host, monkeypatch):
     """With the extension loaded CUDA runs cuDNN; implementation="xla" is a choice, not a fallback: neither warns."""
-    monkeypatch.setattr(fallback, "_warned", set())
+    monkeypatch.setattr(registry, "_warned", set())
     cfg, params, x, h0, c0 = _problem()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -194,7 +193,7 @@ def test_the_fallback_marker_is_transparent_to_transformations(no_cudnn_extensio
         "scan": lambda f: jax.lax.scan(lambda c, xi: (c + f(params, xi), None), 0.0, jnp.stack([x, x]))[0],
     }
     for name, transform in transforms.items():
-        assert "jax_cudnn_rnn_cudnn_fallback" in str(jax.make_jaxpr(lambda: transform(loss(None)))()), name
+        assert "jax_cudnn_rnn_passed_over" in str(jax.make_jaxpr(lambda: transform(loss(None)))()), name
         got, want = jax.jit(lambda: transform(loss(None)))(), transform(loss("xla"))
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=name)
@@ -207,9 +206,9 @@ def test_a_call_known_to_run_on_cuda_warns_when_traced(no_cudnn_extension):
     cfg = jcr.RNNConfig("gru", 1, 6, 4)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        assert fallback.note_fallback(None, Call(cfg, placement=Placement(platform="cpu")), x) is x
+        assert registry.note_passed_over(None, Call(cfg, placement=Placement(platform="cpu")), x) is x
         assert _fallback_warnings(record) == []
-        assert fallback.note_fallback(None, Call(cfg, placement=Placement(platform="cuda")), x) is x
+        assert registry.note_passed_over(None, Call(cfg, placement=Placement(platform="cuda")), x) is x
         (warning,) = _fallback_warnings(record)
     assert no_cudnn_extension in str(warning.message)
 
@@ -234,7 +233,7 @@ def cudnn_9_28(gpu_host, monkeypatch):
     """A GPU host whose loaded libcudnn runs bfloat16 RNNs (9.28.0), whatever this machine's is; no warning given
     yet."""
     monkeypatch.setattr(_extension, "cudnn_version", lambda: 92800)
-    monkeypatch.setattr(fallback, "_warned", set())
+    monkeypatch.setattr(registry, "_warned", set())
 
 
 @pytest.mark.parametrize("dtype, capability, want", [
@@ -254,8 +253,8 @@ def test_bfloat16_runs_on_cudnn_from_compute_capability_8(cudnn_9_28, dtype, cap
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         assert registry.choose(None, call) == {"cuda": want}
-        fallback.note_fallback(None, call, x)
-        fallback.note_fallback("xla", call, x)  # a choice, not a fallback
+        registry.note_passed_over(None, call, x)
+        registry.note_passed_over("xla", call, x)  # a choice, not a fallback
     if want == "cudnn":
         assert registry.choose("cudnn", call) == {"cuda": "cudnn"}
         assert _fallback_warnings(record) == []

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, kernels, plan
+from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, fallback, kernels, plan
 from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
 from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
 from jax_cudnn_rnn.config import RNNConfig
@@ -216,7 +216,7 @@ def unsupported(call: Call) -> str | None:
     have compute capability >= 8.0 (``BFLOAT16_COMPUTE_CAPABILITY``): the call's GPU when tracing knows it, else one
     GPU of each model this process has (``plan.planning_devices``, as the plan must hold on each). Asked while the call
     is traced, before it is planned or any kernel is called, so that ``rnn(implementation=None)`` runs the xla
-    implementation there (``fallback.note_fallback`` warns) and ``implementation="cudnn"`` is refused with the fix,
+    implementation there (``fallback.passed_over`` warns) and ``implementation="cudnn"`` is refused with the fix,
     instead of failing inside cuDNN on the GPU."""
     if call.config is None or call.config.dtype.name != "bfloat16":
         return None
@@ -237,5 +237,11 @@ def unsupported(call: Call) -> str | None:
     return None
 
 
-registry.register(registry.Backend("cudnn", ("cuda",), lambda: unavailable(), lambda call: unsupported(call), rnn),
-                  candidate_for=("cuda",), before="xla")
+MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+"""The cells cuDNN's RNN kernels run (cudnnRNNMode_t); another mode is refused by name before any kernel."""
+
+registry.register(registry.Backend(
+    "cudnn", ("cuda",), priority=30,
+    supports=registry.Supports("cuDNN's RNN kernels", modes=MODES, other=lambda call: unsupported(call)),
+    unavailable=lambda: unavailable(), run=rnn,
+    passed_over=lambda call: fallback.passed_over(call, unavailable, unsupported)))

@@ -12,11 +12,11 @@ Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/
 (``_hybrid``) run one implementation where nothing differentiates the call and the other under jax.grad: "xla+onednn"
 the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and the xla implementation.
 
-``choose_on_cpu`` is what ``rnn(implementation=None)`` runs on the CPU, from a table measured per mode, dtype and
-size (``CPU_TABLE``).
+``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
+measured per mode, dtype and size (``CPU_TABLE``, ``variant_for``) puts oneDNN on either side.
 
-What oneDNN lacks stays on the xla implementation (``unsupported_reason``): ``seq_lengths``, resets, ``cell_clip``,
-float16 and float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero),
+What oneDNN lacks stays on the xla implementation (``SUPPORTS``): ``seq_lengths``, resets, ``cell_clip``, float16 and
+float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero),
 and skip input runs with identity input matrices.
 """
 
@@ -39,22 +39,30 @@ from jax_cudnn_rnn.config import RNNConfig
 DTYPES = ("float32", "bfloat16")
 
 
-def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None:
-    """Why oneDNN cannot run this call (None if it can): what its RNN primitives lack."""
-    if config.dtype.name not in DTYPES:
-        return f"oneDNN's RNN runs {' and '.join(DTYPES)}, not {config.dtype.name}"
-    if seq_lengths is not None:
-        return "oneDNN's RNN primitives have no per-sequence lengths (seq_lengths)"
-    if config.cell_clip is not None:
-        return "oneDNN's LSTM has no cell clipping (cell_clip)"
-    if config.proj_size and config.dtype.name == "bfloat16":
-        # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and
-        # its backward fails to execute.
-        return "oneDNN 3.2's bfloat16 LSTM with projection gives wrong results"
+MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+"""The cells oneDNN's primitives run: lstm_forward/backward, lbr_gru (cuDNN's GRU), vanilla_rnn with tanh or relu."""
+
+
+def _projection_rule(call: Call) -> str | None:
+    # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and its
+    # backward fails to execute.
+    if call.config is not None and call.config.proj_size and call.config.dtype.name == "bfloat16":
+        return "no bfloat16 LSTM with projection, which oneDNN 3.2 computes wrong"
     return None
 
 
-# What rnn(implementation=None) runs on the CPU (``choose_on_cpu``): per mode and dtype, rows of (the largest step in
+SUPPORTS = registry.Supports("oneDNN's RNN primitives", modes=MODES, dtypes=DTYPES, seq_lengths=False, resets=False,
+                             cell_clip=False, other=_projection_rule)
+"""What oneDNN runs: the rest stays on the xla implementation (the registry asks ``SUPPORTS.why_not``)."""
+
+
+def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None:
+    """Why oneDNN cannot run a call of ``config`` (with ``seq_lengths`` when not None), or None if it can:
+    ``SUPPORTS``'s answer, as the registry gives it."""
+    return SUPPORTS.why_not(Call(config, seq_lengths=seq_lengths is not None))
+
+
+# What rnn(implementation=None) runs on the CPU (``variant_for``): per mode and dtype, rows of (the largest step in
 # multiply-adds, B * G * H * (I + H) of the first layer, the row covers; what runs undifferentiated; what runs under
 # jax.grad), the first row that covers the call deciding; "xla" for modes and dtypes without rows (the vanilla RNNs
 # were not measured). Measured by benchmarks/cpu_table.py; bounds at the geometric middle between measured shapes,
@@ -80,9 +88,6 @@ CPU_TABLE: dict[tuple[str, str], tuple[tuple[float, str, str], ...]] = {
     ("gru", "float32"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
     ("gru", "bfloat16"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
 }
-# The registered implementation of each (undifferentiated, under jax.grad) pair.
-_NAMES = {("xla", "xla"): "xla", ("onednn", "onednn"): "onednn", ("xla", "onednn"): "xla+onednn",
-          ("onednn", "xla"): "onednn+xla"}
 
 
 def step_macs(config: RNNConfig, batch: int) -> int:
@@ -100,7 +105,7 @@ def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
     """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule (jax_cudnn_rnn/backends/fused/kernel.py).
-    ``seq_lengths`` is always None here (``unsupported_reason``)."""
+    ``seq_lengths`` is always None here (``SUPPORTS``)."""
     del seq_lengths
     lstm = config.has_cell_state
     operands, batch_axes = kernel.forward_operands(x, h0, params, c0, None)
@@ -150,7 +155,7 @@ def _hybrid(undifferentiated, differentiated):
 
 def _as_kernel(run):
     """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/kernel.py ``Kernel``): lengths never reach it
-    (``unsupported_reason``), and the kit applies dropout between layers."""
+    (``SUPPORTS``), and the kit applies dropout between layers."""
 
     def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
         del seq_lengths, dropout_masks
@@ -174,21 +179,42 @@ def unavailable() -> str | None:
     return f"the oneDNN extension, which is not loaded: {extension.extension_error()}"
 
 
-def unsupported(call: Call) -> str | None:
-    """What oneDNN needs that ``call`` lacks (the registry's question), or None."""
-    if call.resets:
-        return "no resets (oneDNN's RNN primitives cannot zero the state mid-sequence)"
-    return None if call.config is None else unsupported_reason(call.config, True if call.seq_lengths else None)
+def variant_for(call: Call) -> tuple[str, str]:
+    """(what runs undifferentiated, what runs under jax.grad) when ``rnn(implementation=None)`` runs ``call`` on the
+    CPU: the table's choice (``cpu_choice``); ("xla", "xla") without a config."""
+    return ("xla", "xla") if call.config is None else cpu_choice(call.config, call.batch)
 
 
-def choose_on_cpu(call: Call) -> str:
-    """The CPU's first candidate for the call's network and batch (``cpu_choice``): "onednn", "xla+onednn",
-    "onednn+xla" or "xla"."""
-    return "xla" if call.config is None else _NAMES[cpu_choice(call.config, call.batch)]
+_HYBRIDS = {("xla", "onednn"): _hybrid(_xla, _onednn), ("onednn", "xla"): _hybrid(_onednn, _xla)}
+_VARIANTS = {"onednn": ("onednn", "onednn"), "xla+onednn": ("xla", "onednn"), "onednn+xla": ("onednn", "xla")}
+# The implementation that runs each (undifferentiated, under jax.grad) pair when asked for by name.
+_NAMES = {("xla", "xla"): "xla", **{variant: name for name, variant in _VARIANTS.items()}}
 
 
-registry.register(registry.Backend("onednn", ("cpu",), lambda: unavailable(), lambda call: unsupported(call), rnn),
-                  candidate_for=("cpu",), before="xla", chooser=choose_on_cpu)
-for _name, _run in (("xla+onednn", _hybrid(_xla, _onednn)), ("onednn+xla", _hybrid(_onednn, _xla))):
-    registry.register(registry.Backend(_name, ("cpu",), lambda: unavailable(), lambda call: unsupported(call),
-                                       functools.partial(backend.run, _as_kernel(_run))))
+def runs(implementation: str | None, call: Call) -> tuple[str, str]:
+    """(what runs undifferentiated, what runs under jax.grad) for ``rnn(implementation=...)`` on the CPU: the
+    registry's choice for None (oneDNN's ``variant_for`` where it chose oneDNN); "xla" stands for every other
+    implementation (the bench sizes oneDNN's scratch memory by it)."""
+    if implementation is None:
+        implementation = registry.implementation_for("cpu", call)
+        if implementation == "onednn":
+            return variant_for(call)
+    return _VARIANTS.get(implementation, ("xla", "xla"))
+
+
+def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """What ``rnn(implementation=None)`` runs when it chose oneDNN: oneDNN throughout, or the hybrid the table gives
+    (its forward and its training step measured separately)."""
+    variant = variant_for(call)
+    return rnn(call, inputs) if variant == ("onednn", "onednn") else backend.run(_as_kernel(_HYBRIDS[variant]), call,
+                                                                                 inputs)
+
+
+registry.register(registry.Backend(
+    "onednn", ("cpu",), priority=20, supports=SUPPORTS, unavailable=lambda: unavailable(), run=rnn,
+    prefers=lambda call: variant_for(call) != ("xla", "xla"), run_default=run_default))
+# The hybrids by name, for tests and the bench that measure them alone; undocumented (the default picks them).
+for _variant, _name in ((("xla", "onednn"), "xla+onednn"), (("onednn", "xla"), "onednn+xla")):
+    registry.register(registry.Backend(
+        _name, ("cpu",), priority=None, supports=SUPPORTS, unavailable=lambda: unavailable(),
+        run=functools.partial(backend.run, _as_kernel(_HYBRIDS[_variant])), public=False))

@@ -187,23 +187,24 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
     def forward(params: Any, x: Any) -> Any:
         return jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0]
 
-    picked = implementation or registry.implementation_for(x, Call(cfg, bc.time, bc.batch))
+    call = Call(cfg, bc.time, bc.batch)
+    picked = implementation or registry.implementation_for(x, call)
     extra = {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)} \
-        if picked == "cudnn" else onednn_scratch(bc, cfg, picked)
+        if picked == "cudnn" else onednn_scratch(bc, cfg, implementation, call)
     runner = _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only, extra)
     if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
         runner.notes["implementation"] = picked
     return runner
 
 
-def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str) -> dict[str, int]:
+def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
     """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
     outside its memory analysis): the larger of the training forward's and the backward's in a training step."""
-    from jax_cudnn_rnn.backends.onednn import kernels
+    from jax_cudnn_rnn.backends.onednn import kernels, wiring
 
-    runs = {"onednn": (FWD, TRAIN), "xla+onednn": (TRAIN,), "onednn+xla": (FWD,)}.get(implementation, ())
+    inference, training = wiring.runs(implementation, call)  # the oneDNN backend's own answer
     extra = {}
-    for measurement in runs:
+    for measurement in [m for m, runs in ((FWD, inference), (TRAIN, training)) if runs == "onednn"]:
         sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN)
         extra[measurement] = max(sizes["forward_scratch"], sizes["backward_scratch"])
     return extra
