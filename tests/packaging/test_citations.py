@@ -7,8 +7,8 @@ messages tell users what to call), the comments of the C++, shell, CMake and TOM
 checked against this checkout:
 
 - a repository path: ``/``-joined words whose first one is a top-level entry of the repository
-  (``jax_cudnn_rnn/backends/registry.py``, ``tests/support.py``, ``docs/``), or a relative one (``../x``, a Markdown
-  link) from the citing file's folder, must exist inside the repository; a path within a longer one
+  (``jax_cudnn_rnn/backends/registry.py``, ``tests/support.py``, ``docs/``), or a relative one (``../support.py``, a
+  Markdown link) from the citing file's folder, must exist inside the repository; a path within a longer one
   (``jax-ml/jax/docs/ffi.md``, ``site-packages/jax_cudnn_rnn/...``) is not this repository's and is left alone;
 - a dotted Python name whose first part is the package (``jax_cudnn_rnn.backends.registry.choose``, or the README's
   ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``loader.NativeExtension.load``), one of its
@@ -55,9 +55,11 @@ GENERATED = {"jax_cudnn_rnn/_build_info.py": "cmake/_build_info.py.in"}
 
 
 def tracked_files() -> list[str]:
-    """The repository's files (git's list where this is a checkout, else the tree on disk), relative to the root."""
+    """The repository's files, relative to the root: where this is a checkout, git's, and the new ones it does not
+    ignore (a file is read before it is committed); else the tree on disk."""
     try:
-        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
         return [line for line in out.splitlines() if os.path.isfile(os.path.join(ROOT, line))]
     except (OSError, subprocess.CalledProcessError):
         return [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "**", "*"), recursive=True)
