@@ -9,7 +9,8 @@ checked against this checkout:
 - a repository path: ``/``-joined words whose first one is a top-level entry of the repository
   (``jax_cudnn_rnn/backends/registry.py``, ``tests/support.py``, ``docs/``), or a relative one (``../support.py``, a
   Markdown link) from the citing file's folder, must exist inside the repository; a path within a longer one
-  (``jax-ml/jax/docs/ffi.md``, ``site-packages/jax_cudnn_rnn/...``) is not this repository's and is left alone;
+  (``jax-ml/jax/docs/ffi.md``, ``site-packages/jax_cudnn_rnn/...``) is not this repository's, and one with a
+  ``<placeholder>`` is a pattern: both are left alone;
 - a dotted Python name whose first part is the package (``jax_cudnn_rnn.backends.registry.choose``, or the README's
   ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``loader.NativeExtension.load``), one of its
   classes' names (``Placement.local_batches``) or a test helper's name (``support.draw_inputs``) must resolve:
@@ -164,7 +165,8 @@ def texts_of(path: str, source: str) -> list[tuple[int, str]]:
 def citations(text: str, folder: str) -> list[tuple[int, str, str]]:
     """(offset in ``text``, "path", "file name" or "name", citation) of what ``text``, read in the repository folder
     ``folder``, cites: a relative path as the path from the root it names."""
-    found = [(m.start(1), "path", m.group(1).rstrip(".")) for m in _PATH.finditer(text)]
+    found = [(m.start(1), "path", m.group(1).rstrip(".")) for m in _PATH.finditer(text)
+             if not text.startswith("<", m.end(1))]  # jax_cudnn_rnn/interop/_<peer>.py: a pattern, not a file
     found += [(m.start(1), "path", os.path.normpath(os.path.join(folder, m.group(1))))
               for pattern in (_RELATIVE, _LINK) for m in pattern.finditer(text)]
     found += [(m.start(1), "file name", m.group(1)) for m in _FILE_NAME.finditer(text)]
@@ -278,7 +280,8 @@ def test_the_known_exceptions_are_still_cited():
 
 def test_citations_are_found():
     text = ("See jax_cudnn_rnn/ops.py, `tests/support.py::draw_inputs`, ../lab/x.md and [a](images/p.png). "
-            "Not jax-ml/jax/docs/ffi.md, site-packages/jax_cudnn_rnn/x.py or https://x.org/docs/y.\n"
+            "Not jax-ml/jax/docs/ffi.md, site-packages/jax_cudnn_rnn/x.py, tests/test_<name>.py or "
+            "https://x.org/docs/y.\n"
             "Call ops.resolve_precision(), jcr.rnn, jax_cudnn_rnn.backends.registry.choose, RNNConfig.num_units; "
             "not jax.config.update, np.dtype or dtype.name; wiring.py is a file, config.json too.")
     assert [(kind, cited) for _, kind, cited in citations(text, "docs")] == [
