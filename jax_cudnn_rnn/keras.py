@@ -237,9 +237,9 @@ class _Fused:
     # ---------------------------------------------------------------------------------------------- the loop
 
     def inner_loop(self, sequences: Any, initial_state: Sequence[Any], mask: Any, training: bool = False):
-        """Keras's ``RNN.inner_loop`` contract: sequences [B, T, I], initial_state the list of [B, H] states, mask
-        [B, T] or None. Returns (last output [B, H], outputs [B, T, H] in the order the steps were read, final
-        states list)."""
+        """Keras's ``keras.layers.RNN.inner_loop`` contract: sequences [B, T, I], initial_state the list of [B, H]
+        states, mask [B, T] or None. Returns (last output [B, H], outputs [B, T, H] in the order the steps were read,
+        final states list)."""
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         cell = self.cell

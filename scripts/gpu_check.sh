@@ -4,7 +4,7 @@
 #
 #     bash scripts/gpu_check.sh [--dry-run] [--wheel DIR] STAGE... [-- PYTEST_ARG...]
 #
-# docs/gpu-verification.md's runbook gives the five commands that verify the backlog, what proves most first, with their
+# lab/gpu-verification.md's runbook gives the five commands that verify the backlog, what proves most first, with their
 # expected durations (estimates: no stage of this script has been timed on a GPU yet).
 #
 # Getting the extension there without rebuilding in every command:

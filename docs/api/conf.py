@@ -5,7 +5,8 @@ The reference is autodoc over every public module's ``__all__`` (Google-style do
 pages are the README's sections, not copies: each page under guide/ holds one line, ``% readme-section: <heading>``,
 and ``readme_section`` below replaces it at read time with that ``## <heading>`` section of README.md, its headings
 lifted one level (``##`` -> ``#``) so that the section is the page. A README section that no page shows is an error,
-so a new section cannot silently stay out of the docs.
+so a new section cannot silently stay out of the docs. The contributors' page, extending.md, likewise includes
+docs/extending.md.
 """
 
 from __future__ import annotations

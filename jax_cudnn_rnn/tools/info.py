@@ -4,8 +4,8 @@
 Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time,
 oneDNN), whether the cuDNN and oneDNN extensions are loaded and why not, a build/run-time version mismatch, JAX's
 devices, and for each device the implementation that ``rnn(..., implementation=None)`` picks for a float32 call of
-each mode on arrays placed there, asked of the package's own chooser (``backends.implementation_for``) so that this
-report never disagrees with ``rnn()``.
+each mode on arrays placed there, asked of the package's own chooser (``backends.registry.implementation_for``) so
+that this report never disagrees with ``rnn()``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "
 HALF = ("float16", "bfloat16")
 # Outputs and float32/float64 input gradients: (rtol, atol) of cuDNN against the xla implementation (float32 for the
 # half dtypes). float32 is strict FMA math (allow_tf32=False). Every bound here passed on an H100; the half ones were
-# set before the first GPU run and have not been measured since (docs/gpu-verification.md): tighten them from a
+# set before the first GPU run and have not been measured since (lab/gpu-verification.md): tighten them from a
 # recorded run.
 TOLERANCES = {"float32": (2e-5, 2e-5), "float64": (1e-11, 1e-11), "float16": (1e-2, 1e-2), "bfloat16": (4e-2, 4e-2)}
 # float32 weight gradients, per canonical tensor: the persistent algorithms sum every entry's T*B products in another
@@ -45,7 +45,7 @@ TOLERANCES = {"float32": (2e-5, 2e-5), "float64": (1e-11, 1e-11), "float16": (1e
 FLOAT32_DPARAMS_TOLERANCE = (2e-5, 2.4e-4)
 # Half-precision gradients, relative error in norm (dx, dh0, dc0, and each canonical tensor of dparams): cuDNN keeps
 # states between steps and layers in the half dtype and the backward pass compounds that; a wrong layout or gate order
-# is off by order 1. Measured on an H100 (docs/gpu-verification.md, session 7): 0.2-0.4 % for every case but the one
+# is off by order 1. Measured on an H100 (lab/gpu-verification.md, session 7): 0.2-0.4 % for every case but the one
 # below, hence 3x 0.4 %; ReLU, whose states grow without a squashing nonlinearity, gets twice that. float16 carries
 # three more mantissa bits than bfloat16 and was not measured apart: bfloat16's bounds hold for it and a recorded run
 # would tighten them, as it would the per-tensor bounds (the measurement was over whole gradients).

@@ -153,3 +153,12 @@ def test_the_guide_pages_are_the_readme_sections(built):
     # Words of the README's API tour section and of one of its subsections, as the built page shows them.
     for words in ("walks through the seeds", "time replaced by one fused call"):
         assert words in readme and words in tour, words
+
+
+def test_the_contributors_page_is_docs_extending(built):
+    with open(os.path.join(ROOT, "docs", "extending.md"), encoding="utf-8") as f:
+        source = f.read()
+    with open(os.path.join(built, "extending.html"), encoding="utf-8") as f:
+        page = f.read()
+    for words in ("Extending the library", "A new mode", "A new backend", "A new frontend"):
+        assert words in source and words in page, words

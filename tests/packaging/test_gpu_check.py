@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh on a machine without a GPU, through its dry run (each stage's commands, one per line, run
 nothing): every pytest command requires the extension and a GPU, the sanitizer's too; quoting survives and the knobs
 can be set empty; a carried wheel is installed instead of building; each stage's selection, collected here by pytest
-(GPU tests are collected without a GPU, they would skip at setup), holds what docs/gpu-verification.md's runbook
+(GPU tests are collected without a GPU, they would skip at setup), holds what lab/gpu-verification.md's runbook
 promises, no test twice, and leaves out only the leak check, whose subprocess may outlast a device command; the
 runbook's at most five commands dry-run in the order the issue asks for. Nothing here runs on a GPU.
 """
@@ -184,8 +184,8 @@ def test_unknown_stages_and_options_are_refused():
 
 
 def runbook_rows() -> list[tuple[str, str]]:
-    """(device command, expected duration) of each numbered row of docs/gpu-verification.md's runbook."""
-    with open(os.path.join(ROOT, "docs", "gpu-verification.md"), encoding="utf-8") as f:
+    """(device command, expected duration) of each numbered row of lab/gpu-verification.md's runbook."""
+    with open(os.path.join(ROOT, "lab", "gpu-verification.md"), encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("## Runbook"):]
     section = section[:section.index("\n## ", 1)]
@@ -214,7 +214,7 @@ def test_the_runbook_is_at_most_five_commands_in_the_issues_order():
 def test_the_runbook_carries_an_isolated_build_for_the_devices_python():
     """The wheel is built on the CPU machine for Python 3.12 by scripts/build_wheel.sh, an isolated `pip wheel`: the
     pinned oldest jaxlib's FFI headers and cuDNN's (issue 37), as a user's binary is built."""
-    with open(os.path.join(ROOT, "docs", "gpu-verification.md"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "lab", "gpu-verification.md"), encoding="utf-8") as f:
         runbook = f.read().split("## Runbook", 1)[1]
     assert "PYTHON=/root/.pyenv/versions/3.12.1/bin/python3.12 bash scripts/build_wheel.sh dist" in runbook
     with open(os.path.join(ROOT, "scripts", "build_wheel.sh"), encoding="utf-8") as f:

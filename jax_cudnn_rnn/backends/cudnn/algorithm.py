@@ -5,11 +5,11 @@ recurrent weights on chip and run all steps in one kernel, which wins by far whe
 H100 (docs/BENCHMARKS.md, config F, LSTM H128 B32 T1000) PyTorch's forward takes 2.6 ms in one
 ``RNN_blockPersist_fp_LSTM`` kernel where the standard algorithm takes 16-21 ms in 2,000 launches.
 
-Limits (cuDNN's documentation and ../shared/CUDNN_NOTES.md): no persistent algorithm supports per-sequence lengths,
-projection or float64; PERSIST_STATIC_SMALL_H needs a small hidden size (smaller still for the backward pass); cuDNN
-says not to mix algorithms between the forward and the backward of one training step, so a differentiated call
-chooses with the backward limits and both passes use that choice. Cell clipping stays on the standard algorithm: the
-clipping semantics were verified only there.
+Limits (cuDNN's documentation of cudnnRNNAlgo_t and cudnnSetRNNDescriptor_v8): no persistent algorithm supports
+per-sequence lengths, projection or float64; PERSIST_STATIC_SMALL_H needs a small hidden size (smaller still for the
+backward pass); cuDNN says not to mix algorithms between the forward and the backward of one training step, so a
+differentiated call chooses with the backward limits and both passes use that choice. Cell clipping stays on the
+standard algorithm: the clipping semantics were verified only there.
 
 The weight space is the same for every algorithm, so a choice never changes ``params``.
 """
@@ -243,7 +243,7 @@ def choose(requested: str, problem: Problem, seconds: Callable[[str], float], de
                 "its own GPU and might choose another algorithm, but every process must run the same program. Use "
                 "algorithm=None (the heuristic, the same in every process on the same GPU model) or an explicit "
                 "algorithm, e.g. one that algorithm='autotune' chose in a single-process run "
-                "(jax_cudnn_rnn.algorithm.tuned() lists them).")
+                "(jax_cudnn_rnn.backends.cudnn.algorithm.tuned() lists them).")
         return autotune(problem, seconds, device)
     reason = unsupported_reason(requested, problem)
     if reason is not None:

@@ -200,7 +200,7 @@ BFLOAT16_COMPUTE_CAPABILITY = (8, 0)
 only with cuDNN >= 9.13 and a compute capability major >= 8 (``supportsBFloat16RNNWithCuDNN``,
 aten/src/ATen/cuda/detail/CUDAHooks.cpp), else its own implementation. The rule is applied in Python because
 ``rnn(implementation=None)`` must choose before any kernel runs; what cuDNN itself does with bfloat16 on an older GPU
-has not been seen on this project's machines (docs/gpu-verification.md)."""
+has not been seen on this project's machines (lab/gpu-verification.md)."""
 
 
 def _compute_capability(device: Any) -> tuple[int, int] | None:
