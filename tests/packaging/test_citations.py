@@ -50,6 +50,8 @@ KNOWN: dict[tuple[str, str], str] = {
     ("jax_cudnn_rnn/backends/fused/loader.py", "c_api.h"): "XLA's FFI header, in jaxlib's include/xla/ffi/api/",
     ("cuda/CMakeLists.txt", "cuda_runtime_api.h"): "the CUDA runtime's header",
     ("onednn/threading.h", "dnnl_config.h"): "oneDNN's header",
+    ("README.md", "lstm.init_params"): "a CudnnLSTM instance named lstm, not the module jax_cudnn_rnn.cells.lstm",
+    ("examples/seed_use_case.py", "lstm.dtype"): "a CudnnLSTM instance named lstm, not jax_cudnn_rnn.cells.lstm",
 }
 # The files a build writes into the checkout, by the file they are made from: cited as the repository's.
 GENERATED = {"jax_cudnn_rnn/_build_info.py": "cmake/_build_info.py.in"}

@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PUBLIC_MODULES = ["jax_cudnn_rnn"] + [f"jax_cudnn_rnn.{name}" for name in (
     "config", "layout", "params", "dropout", "ops", "models", "flax", "nnx", "keras", "equinox", "compat", "checkpoint",
     "interop", "interop.flax_cells", "flax_cells", "cudnn", "onednn", "xla", "chunking")]
-INTERNAL_FOLDERS = {"backends", "sharding", "tools", "data"}
+INTERNAL_FOLDERS = {"backends", "cells", "sharding", "tools", "data"}
 
 
 def sphinx_build(out_dir: str) -> subprocess.CompletedProcess:
