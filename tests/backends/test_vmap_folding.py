@@ -42,6 +42,7 @@ def test_nested_vmap_is_one_call_over_the_folded_batch_and_matches_a_loop():
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, lengths = _inputs((3, 4))
     TRACED.clear()
+    jax.clear_caches()
     got = jax.vmap(jax.vmap(lambda x, h, n: FOLDED(x, h, params, h, n)))(x, h0, lengths)
     assert TRACED[-1] == (T, 3 * 4 * B, 3)  # the run over the folded batch (earlier traces: shapes only)
     for i in range(3):
@@ -65,6 +66,7 @@ def test_batched_shared_argument_runs_once_per_element():
     params = jax.vmap(lambda k: jcr.init_params(k, CFG))(jax.random.split(jax.random.key(0), 3))
     x, h0, lengths = _inputs((3,))
     TRACED.clear()
+    jax.clear_caches()  # jax 0.12 reuses lax.map's trace of the same body from an earlier test: nothing would trace
     got = jax.vmap(FOLDED)(x, h0, params, h0, lengths)
     assert set(TRACED) == {(T, B, 3)}  # never folded: once per element, inside lax.map
     for n in range(3):
