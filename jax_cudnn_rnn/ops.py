@@ -12,7 +12,7 @@ import numpy as np
 
 from jax_cudnn_rnn import dropout, layout
 from jax_cudnn_rnn.backends import registry
-from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
@@ -380,8 +380,9 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
         raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
                          "PRNG key (jax.random.key(seed))")
     call = Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
-                resets is not None, resolve_precision(precision), check_algorithm(algorithm), max_segments,
-                placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]))
+                resets is not None, resolve_precision(precision),
+                placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]),
+                CudnnOptions(check_algorithm(algorithm), max_segments))
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     inputs = Inputs(params, x, h0, c0, None if seq_lengths is None else jnp.asarray(seq_lengths),
                     None if resets is None else jnp.asarray(resets), masks)

@@ -18,6 +18,20 @@ from jax_cudnn_rnn.sharding.placement import UNKNOWN, Placement
 
 
 @dataclasses.dataclass(frozen=True)
+class CudnnOptions:
+    """What ``rnn()`` takes for cuDNN alone, and only the cuDNN backend reads (the others accept and ignore it, so that
+    code runs unchanged on a CPU).
+
+    algorithm: the algorithm requested: "heuristic", "autotune" or an algorithm's name
+      (jax_cudnn_rnn/backends/cudnn/algorithm.py).
+    max_segments: the packed batch's rows for resets (None: 2 * batch).
+    """
+
+    algorithm: str = "heuristic"
+    max_segments: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Call:
     """The static facts of one ``rnn()`` call (hashable: backends key their caches and custom_vjps on it).
 
@@ -25,11 +39,9 @@ class Call:
     max_time, batch: x's T and B (None: not known).
     seq_lengths, resets: whether the call has per-sequence lengths / mid-sequence resets.
     is_training: ``rnn``'s is_training (dropout applies when the inputs carry masks).
-    precision: "float32" or "tensorfloat32" (``ops.resolve_precision``).
-    algorithm: the cuDNN algorithm requested: "heuristic", "autotune" or an algorithm's name
-      (jax_cudnn_rnn/backends/cudnn/algorithm.py); the other backends have none to choose.
-    max_segments: the packed batch's rows for resets on a fused backend (None: 2 * batch).
+    precision: "float32" or "tensorfloat32" (``ops.resolve_precision``), resolved once.
     placement: what tracing knows of where the call runs (jax_cudnn_rnn/sharding/placement.py).
+    cudnn: the options only the cuDNN backend reads (``CudnnOptions``).
     """
 
     config: RNNConfig | None = None
@@ -39,9 +51,8 @@ class Call:
     is_training: bool = False
     resets: bool = False
     precision: str = "float32"
-    algorithm: str = "heuristic"
-    max_segments: int | None = None
     placement: Placement = UNKNOWN
+    cudnn: CudnnOptions = CudnnOptions()
 
 
 class Inputs(NamedTuple):

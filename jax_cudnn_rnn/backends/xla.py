@@ -39,13 +39,13 @@ def _recurrence(cell: Cell, reverse: bool, cell_clip: float | None, precision: s
     xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
     pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or
     None, h0 [B, P], c0 [B, H] or None, mask [T, B, 1] bool or None (P = H without projection), reset [T, B, 1] bool
-    or None (zero the state entering the step, in scan order). ``precision`` is a jax.default_matmul_precision value
-    for every matmul, the backward pass's included.
+    or None (zero the state entering the step, in scan order). ``precision``: the jax.default_matmul_precision value
+    the backward pass's matmuls run under (JAX traces it after the forward's context, set once around the layer loop
+    by ``layers.run_layers``, has closed).
     Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
     """
-    with jax.default_matmul_precision(precision):
-        outputs, _ = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset,
-                                 save=False)
+    del precision
+    outputs, _ = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save=False)
     return outputs
 
 
@@ -87,9 +87,9 @@ def _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0
 
 
 def _recurrence_fwd(cell, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
-    with jax.default_matmul_precision(precision):
-        outputs, (saved, h_prev, c_prev) = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0,
-                                                       c0, mask, reset, save=True)
+    del precision  # the forward runs inside layers.run_layers's context
+    outputs, (saved, h_prev, c_prev) = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
+                                                   mask, reset, save=True)
     return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask, reset)
 
 
@@ -154,9 +154,10 @@ def _weight_gradient(a: Array, d: Array, dtype: Any) -> Array:
 
 @functools.partial(custom_vjp, nondiff_argnums=(2,))
 def _input_gemm(x: Array, w_in: Array, precision: str) -> Array:
-    """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``."""
-    with jax.default_matmul_precision(precision):
-        return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
+    """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``
+    (under ``precision``: the backward runs outside the forward's context)."""
+    del precision
+    return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
 
 
 def _input_gemm_fwd(x, w_in, precision):

@@ -165,10 +165,10 @@ _rnn = vjp.fused_rnn(_forward, _backward)
 
 def kernel_for(call: Call) -> backend.Kernel:
     """cuDNN as the fused kit's kernel for ``call``'s options: its precision, requested algorithm and placement."""
-    static = dict(allow_tf32=call.precision == "tensorfloat32", algorithm=call.algorithm, placement=call.placement)
+    static = dict(allow_tf32=call.precision == "tensorfloat32", algorithm=call.cudnn.algorithm,
+                  placement=call.placement)
 
-    def run(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
-        del dropout_masks  # always None: the fused kit runs dropout layer by layer
+    def run(params, x, h0, c0, config: RNNConfig, seq_lengths):
         return _rnn(params, x, h0, c0, seq_lengths, Static(config, **static))
 
     return run
@@ -177,7 +177,8 @@ def kernel_for(call: Call) -> backend.Kernel:
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on cuDNN, with the xla implementation for resets beyond max_segments."""
     fallback = functools.partial(xla.rnn_xla, precision=call.precision)
-    return backend.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback)
+    return backend.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback,
+                       max_segments=call.cudnn.max_segments)
 
 
 def unavailable() -> str | None:

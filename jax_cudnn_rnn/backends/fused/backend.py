@@ -1,15 +1,14 @@
 """A fused-kernel backend's ``run``: one kernel call, and around it in ordinary JAX what the kernel cannot do itself.
 
-A *kernel* is ``kernel(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)`` over the whole
-network without dropout (``dropout_masks`` is always None when ``run`` calls it; the signature is that of
-``chunking.run_chunked``'s runner, which the xla implementation also has). ``run`` builds the call from the inside
-out:
+A *kernel* is ``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n)`` over the whole network without
+dropout (``kernel.Kernel``). ``run`` builds the call from the inside out, each step a ``kernel.Runner`` (the same with
+dropout masks):
 
 1. dropout masks: the network layer by layer, each layer one kernel call (jax_cudnn_rnn/backends/fused/stacking.py);
 2. sequences longer than ``max_time_steps``: time chunks with the state carried, and lengths of 0 as empty
    sequences (jax_cudnn_rnn/backends/fused/chunking.py);
 3. resets: every segment a row of its own, the ``fallback`` implementation (one with resets of its own) beyond
-   ``call.max_segments`` segments (jax_cudnn_rnn/backends/fused/segments.py).
+   ``max_segments`` segments (jax_cudnn_rnn/backends/fused/segments.py).
 
 A backend passes only what it has: oneDNN has no length limit and supports neither lengths nor resets (the registry
 never sends it such calls), so only step 1 can apply there.
@@ -22,18 +21,18 @@ from typing import Any
 
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import chunking, segments, stacking
-from jax_cudnn_rnn.backends.fused.kernel import Kernel
+from jax_cudnn_rnn.backends.fused.kernel import Kernel, Runner
 
 
-def with_masks(kernel: Kernel) -> Kernel:
+def with_masks(kernel: Kernel) -> Runner:
     """``kernel`` extended to dropout masks: without them one call, with them layer by layer."""
 
     def run(params, x, h0, c0, config, seq_lengths, dropout_masks):
         if not dropout_masks:
-            return kernel(params, x, h0, c0, config, seq_lengths, None)
+            return kernel(params, x, h0, c0, config, seq_lengths)
 
         def run_layer(params, x, h0, c0, single):
-            return kernel(params, x, h0, c0, single, seq_lengths, None)
+            return kernel(params, x, h0, c0, single, seq_lengths)
 
         return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
 
@@ -41,9 +40,11 @@ def with_masks(kernel: Kernel) -> Kernel:
 
 
 def run(kernel: Kernel, call: Call, inputs: Inputs, *, max_time_steps: int | None = None,
-        fallback: Callable[..., tuple[Any, Any, Any]] | None = None) -> tuple[Any, Any, Any]:
+        fallback: Callable[..., tuple[Any, Any, Any]] | None = None, max_segments: int | None = None
+        ) -> tuple[Any, Any, Any]:
     """``call`` on ``kernel`` (see the module docstring). ``fallback(params, x, h0, c0, config, seq_lengths,
-    dropout_masks, resets=...)`` runs a batch with resets that has more segments than ``call.max_segments``."""
+    dropout_masks, resets=...)`` runs a batch with resets that has more segments than ``max_segments`` (None: twice
+    the batch)."""
     layered = with_masks(kernel)
 
     def chunked(params, x, h0, c0, config, seq_lengths, dropout_masks):
@@ -57,4 +58,4 @@ def run(kernel: Kernel, call: Call, inputs: Inputs, *, max_time_steps: int | Non
     if fallback is None:
         raise ValueError("resets on a fused kernel need a fallback implementation with resets of its own")
     return segments.rnn_segmented(chunked, fallback, params, x, h0, c0, call.config, seq_lengths, resets,
-                                  dropout_masks, call.max_segments)
+                                  dropout_masks, max_segments)

@@ -1,6 +1,6 @@
 """Sequences of any length on a fused backend that caps the steps of one call: time chunks with the state carried.
 
-The runner is a ``kernel.Kernel`` (``run(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)``)
+The runner is a ``kernel.Runner`` (``run(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)``)
 that needs per-row lengths in [1, T]: cuDNN's (jax_cudnn_rnn/backends/cudnn/wiring.py), or the xla implementation,
 which stands in for it in the CPU tests.
 
@@ -27,13 +27,13 @@ import jax.numpy as jnp
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends.fused import stacking
-from jax_cudnn_rnn.backends.fused.kernel import Kernel
+from jax_cudnn_rnn.backends.fused.kernel import Runner
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
 
 
-def allow_empty(run: Kernel) -> Kernel:
+def allow_empty(run: Runner) -> Runner:
     """``run`` with lengths below 1 meaning an empty sequence (zero outputs, h_n/c_n = h0/c0), for a backend that
     needs every length >= 1 (cuDNN fails on 0): such rows run with length 1 and their results are replaced."""
 
@@ -67,7 +67,7 @@ def _chunk_lengths(seq_lengths: Array | None, start: int, stop: int) -> Array | 
     return None if seq_lengths is None else jnp.clip(seq_lengths - start, 0, stop - start).astype(jnp.int32)
 
 
-def _forward_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
+def _forward_chunks(run: Runner, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
                     dropout_masks: Sequence[Array] | None):
     """A unidirectional stack over consecutive chunks of ``x``, the state of every layer carried."""
     run = allow_empty(run)
@@ -80,7 +80,7 @@ def _forward_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config: RNNC
     return jnp.concatenate(ys), h, c
 
 
-def _bidirectional_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
+def _bidirectional_chunks(run: Runner, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
                           dropout_masks: Sequence[Array] | None):
     """Layer by layer (``stacking.rnn_with_masks``), each direction of a layer a unidirectional one-layer network over
     its own slice of the buffer, run as ``_forward_chunks``; the backward one over the rows reversed."""
@@ -101,12 +101,12 @@ def _bidirectional_chunks(run: Kernel, max_steps: int, params, x, h0, c0, config
     return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
 
 
-def run_chunked(run: Kernel, max_steps: int, params: Array, x: Array, h0: Array, c0: Array | None,
+def run_chunked(run: Runner, max_steps: int, params: Array, x: Array, h0: Array, c0: Array | None,
                 config: RNNConfig, seq_lengths: Array | None = None, dropout_masks: Sequence[Array] | None = None):
     """``run(params, x, h0, c0, config, seq_lengths, dropout_masks)``, as time chunks of at most ``max_steps`` steps
     when x is longer (see the module docstring); lengths may be 0 (an empty sequence).
 
-    Args and returns as a ``Kernel``: x [T, B, I] config.dtype; h0 [L*D, B, hidden]; c0 [L*D, B, H] or None;
+    Args and returns as a ``Runner``: x [T, B, I] config.dtype; h0 [L*D, B, hidden]; c0 [L*D, B, H] or None;
     seq_lengths int32 [B] in [0, T] or None; dropout_masks None or L-1 arrays [T, B, D*hidden];
     returns (y [T, B, D*hidden], h_n, c_n).
     """

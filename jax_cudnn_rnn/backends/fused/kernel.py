@@ -6,7 +6,7 @@ batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call ha
 ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the backward reads (its rows are the
 batch). ``forward_operands`` lays the operands out with their batch axes, ``vmapped`` gives the call its ``jax.vmap``
 rule, ``output_types`` types what comes back and ``forward_outputs`` names it. ``Kernel`` is the signature of a whole
-network's run that the rest of the kit composes.
+network's run without dropout, ``Runner`` that of one with dropout masks, which the rest of the kit composes.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from jax_cudnn_rnn.backends.fused.batching import fold_vmap, sequential_vmap
 from jax_cudnn_rnn.config import RNNConfig
 
 Kernel = Callable[..., tuple[Any, Any, Any]]
-"""``kernel(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a whole network over
-time-major arrays as ``rnn`` takes them (lengths int32 [B] or None, masks as ``dropout.masks_for`` makes them or None),
-differentiable. What the fused kit wraps (a native backend's kernel call) and what it runs as a fallback (the xla
-implementation has this signature too)."""
+"""``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n or None)``: a whole network without dropout over
+time-major arrays as ``rnn`` takes them (lengths int32 [B] or None), differentiable: a native backend's kernel call."""
+
+Runner = Callable[..., tuple[Any, Any, Any]]
+"""``runner(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a ``Kernel`` with
+dropout masks as ``dropout.masks_for`` makes them (or None), what ``backend.with_masks`` makes of a kernel, what the
+time chunks and the reset segments compose, and what they fall back to (the xla implementation has this signature)."""
 
 
 def config_attributes(config: RNNConfig) -> dict[str, Any]:

@@ -157,8 +157,8 @@ def _as_kernel(run):
     """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/kernel.py ``Kernel``): lengths never reach it
     (``SUPPORTS``), and the kit applies dropout between layers."""
 
-    def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks):
-        del seq_lengths, dropout_masks
+    def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths):
+        del seq_lengths  # always None: the registry never sends oneDNN a call with lengths
         return run(params, x, h0, c0, config)
 
     return kernel_
