@@ -17,12 +17,11 @@ Quick tour::
 from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
 from jax_cudnn_rnn.backends.cudnn.fallback import CudnnFallbackWarning
 from jax_cudnn_rnn.backends.registry import implementation_for
+from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.dropout import dropout_masks
 from jax_cudnn_rnn.layout import (
     canonical_to_params,
     init_params,
-    param_slots,
     params_size,
     params_to_canonical,
     params_to_tree,
@@ -43,15 +42,18 @@ __all__ = [
     "RNNConfig",
     "RNNParams",
     "canonical_to_params",
-    "dropout_masks",
     "extension_error",
     "extension_loaded",
     "implementation_for",
     "init_params",
-    "param_slots",
     "params_size",
     "params_to_canonical",
     "params_to_tree",
     "rnn",
     "tree_to_params",
 ]
+
+__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn", {
+    "dropout_masks": ("jax_cudnn_rnn.dropout", "dropout_masks", "jax_cudnn_rnn.dropout.dropout_masks"),
+    "param_slots": ("jax_cudnn_rnn.layout", "param_slots", "jax_cudnn_rnn.layout.param_slots"),
+})

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import layout, ops
+from jax_cudnn_rnn import _checks, layout, ops
 from jax_cudnn_rnn.config import RNNConfig, check_int
 
 __all__ = ["get_num_params_in_lstm", "init_lstm_weight", "lstm", "unpack_lstm_weights"]
@@ -56,13 +56,13 @@ def _config(input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: A
                      direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype, dropout=dropout)
 
 
-def _argument_names(config: RNNConfig) -> ops.ArgumentNames:
-    """``jax.experimental.rnn.lstm``'s words for ``ops.check_inputs``: batch-major x [batch, max_seq_length,
+def _argument_names(config: RNNConfig) -> _checks.ArgumentNames:
+    """``jax.experimental.rnn.lstm``'s words for ``_checks.check_inputs``: batch-major x [batch, max_seq_length,
     input_size], h_0 and c_0 [num_directions * num_layers, batch, hidden_size], the flat ``weights`` sized by
     ``get_num_params_in_lstm``, everything in x's dtype."""
     size_call = (f"get_num_params_in_lstm(input_size={config.input_size}, hidden_size={config.num_units}, "
                  f"num_layers={config.num_layers}, bidirectional={config.num_directions == 2})")
-    return ops.ArgumentNames(params="weights", x="x", h0="h_0", c0="c_0", input_size="input_size",
+    return _checks.ArgumentNames(params="weights", x="x", h0="h_0", c0="c_0", input_size="input_size",
                              params_size=size_call, dtype="x's dtype", axes=("max_seq_length", "batch", "input_size"),
                              state_axes=("num_directions * num_layers", "hidden_size"), batch_major=True,
                              caller="lstm()", layout_fix="pass jnp.swapaxes(x, 0, 1)")
@@ -91,7 +91,7 @@ def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_lay
     if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
         raise TypeError(f"weights must be an array, got {type(weights).__name__}")
     config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(weights, "weights"))
-    ops.check_params(weights, config, _argument_names(config))
+    _checks.check_params(weights, config, _argument_names(config))
     matrices, biases = layout.params_to_canonical(weights, config)
     result: Unpacked = ({}, {}, {}, {})
     for pseudo in range(config.num_layers * config.num_directions):
@@ -154,7 +154,7 @@ def lstm(x: Any, h_0: Any, c_0: Any, weights: Any, seq_lengths: Any, input_size:
     config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(x, "x"), dropout=rate)
     if seq_lengths is None:  # required, as in jax.experimental.rnn (check_inputs takes None for "no lengths")
         raise TypeError("seq_lengths must be an array, got NoneType")
-    ops.check_inputs(weights, x, h_0, c_0, config, seq_lengths, names=_argument_names(config))
+    _checks.check_inputs(weights, x, h_0, c_0, config, seq_lengths, names=_argument_names(config))
     applies = rate > 0 and config.num_layers > 1
     if applies and dropout_key is None:
         raise ValueError(f"dropout is {dropout} between {config.num_layers} layers but dropout_key is None: "

@@ -16,7 +16,7 @@ import numpy as np
 from jax_cudnn_rnn import cells
 
 __all__ = ["BIAS_MODES", "DIRECTIONS", "GATE_NAMES", "INPUT_MODES", "LAYOUT_FIELDS", "MODES", "RNNConfig",
-           "SUPPORTED_DTYPES", "canonical_dtype", "check_int"]
+           "SUPPORTED_DTYPES", "canonical_dtype"]
 
 #: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four).
 MODES = cells.MODES

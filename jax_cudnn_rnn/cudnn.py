@@ -1,17 +1,19 @@
-"""The cuDNN backend's public names (its code: jax_cudnn_rnn/backends/cudnn/)."""
+"""The cuDNN backend's own public names: exporting, its length limit, its library and targets (its code:
+jax_cudnn_rnn/backends/cudnn/; whether it is loaded: ``jax_cudnn_rnn.extension_loaded()``)."""
 
 from jax_cudnn_rnn.backends.cudnn import exporting as _exporting
 from jax_cudnn_rnn.backends.cudnn import wiring as _wiring
 from jax_cudnn_rnn.backends.cudnn.exporting import export
-from jax_cudnn_rnn.backends.cudnn.extension import (
-    cudnn_library_path,
-    extension_error,
-    extension_loaded,
-    registered_targets,
-)
+from jax_cudnn_rnn import _deprecated
+from jax_cudnn_rnn.backends.cudnn.extension import cudnn_library_path, registered_targets
 
-__all__ = ["EXPORT_ADVICE", "MAX_TIME_STEPS", "cudnn_library_path", "export", "extension_error", "extension_loaded",
-           "registered_targets"]
+__all__ = ["EXPORT_ADVICE", "MAX_TIME_STEPS", "cudnn_library_path", "export", "registered_targets"]
+
+# One path each: whether the cuDNN extension is loaded is jax_cudnn_rnn.extension_loaded()/extension_error().
+__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.cudnn", {
+    name: ("jax_cudnn_rnn.backends.cudnn.extension", name, f"jax_cudnn_rnn.{name}")
+    for name in ("extension_loaded", "extension_error")
+})
 
 #: What to do instead, in the error that ``jax.export`` of a computation with a cuDNN call raises.
 EXPORT_ADVICE = _exporting.EXPORT_ADVICE

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import interop, ops
+from jax_cudnn_rnn import _checks, interop, ops
 from jax_cudnn_rnn.config import RNNConfig, check_int
 from jax_cudnn_rnn.params import RNNParams
 
@@ -51,11 +51,11 @@ def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, 
                      dtype=jnp.float32 if dtype is None else dtype)
 
 
-def _argument_names(has_cell_state: bool) -> ops.ArgumentNames:
-    """The words the modules' errors use (``ops.check_inputs``): unbatched x [time, input_size], the state as
+def _argument_names(has_cell_state: bool) -> _checks.ArgumentNames:
+    """The words the modules' errors use (``_checks.check_inputs``): unbatched x [time, input_size], the state as
     ``state`` (``state[0] (h)`` and ``state[1] (c)`` for an LSTM) without a batch axis, ``seq_length`` one length."""
     h0, c0 = ("state[0] (h)", "state[1] (c)") if has_cell_state else ("state", "state")
-    return ops.ArgumentNames(x="x", h0=h0, c0=c0, seq_lengths="seq_length", input_size="input_size",
+    return _checks.ArgumentNames(x="x", h0=h0, c0=c0, seq_lengths="seq_length", input_size="input_size",
                              dtype="the module's dtype", axes=("time", None, "input_size"),
                              state_axes=("num_layers*num_directions", "hidden_size"), caller="The module",
                              layout_fix="unbatched: jax.vmap the model over a batch")
@@ -85,7 +85,7 @@ class _FusedRNN(eqx.Module):
 
     def _split_state(self, state: Any) -> tuple[Any, Any]:
         """(h0, c0 or None) from ``state`` as the caller passed it: the pair ``(h, c)`` for an LSTM, ``h`` otherwise;
-        their shapes and dtypes are ``ops.check_inputs``' to check."""
+        their shapes and dtypes are ``_checks.check_inputs``' to check."""
         config = self.config
         if not config.has_cell_state:
             return state, None
@@ -122,7 +122,7 @@ class _FusedRNN(eqx.Module):
             if not jnp.issubdtype(seq_length.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
                 raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
             seq_length = seq_length.astype(jnp.int32)
-        ops.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
+        _checks.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
         reason = None if seq_length is None else ops.refuses_lengths(self.implementation, config)
         if reason:  # rnn() would blame seq_lengths, which the caller never passed
             raise ValueError(f"seq_length was given, but implementation={self.implementation!r} has no per-sequence "

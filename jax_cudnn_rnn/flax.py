@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import ops
+from jax_cudnn_rnn import _checks, ops
 from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 
@@ -57,12 +57,12 @@ def carry_batch(input_shape: Any, time_major: bool) -> int:
 
 
 def argument_names(time_major: bool, has_cell_state: bool = False,
-                   input_size: str = "the module's input size") -> ops.ArgumentNames:
-    """The words the modules' errors use (``ops.check_inputs``): their own arguments, x in their layout, the carry's
+                   input_size: str = "the module's input size") -> _checks.ArgumentNames:
+    """The words the modules' errors use (``_checks.check_inputs``): their own arguments, x in their layout, the carry's
     parts as ``initial_carry[0]``/``[1]`` when it holds a cell state (LSTM); ``input_size`` says what sets x's last
     axis."""
     h0, c0 = ("initial_carry[0]", "initial_carry[1]") if has_cell_state else ("initial_carry", "initial_carry")
-    return ops.ArgumentNames(params="rnn_params", x="x", h0=h0, c0=c0, input_size=input_size, dtype=None,
+    return _checks.ArgumentNames(params="rnn_params", x="x", h0=h0, c0=c0, input_size=input_size, dtype=None,
                              axes=("time", "batch", "features"), batch_major=not time_major, caller="The module",
                              layout_fix=f"pass jnp.swapaxes(x, 0, 1), or build the module with "
                                         f"time_major={not time_major}")
@@ -99,7 +99,7 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
     ``initial_carry``: ``(h0, c0)`` for LSTM, ``h0`` otherwise, each [num_layers*D, B, H]; zeros when None.
     ``seq_lengths``: int [B] in [0, T]. ``resets``: bool [B, T] (or [T, B] when ``time_major``), ``rnn``'s resets;
     ``max_segments``: ``rnn``'s (cuDNN only). Every argument is checked as the caller passed it, before any cast or
-    transposition, by ``ops.check_inputs`` in the module's words (``argument_names``; ``input_size_name``: what set
+    transposition, by ``_checks.check_inputs`` in the module's words (``argument_names``; ``input_size_name``: what set
     the input size, e.g. NNX's ``in_features``).
     Returns y ([B, T, D*H] or time-major), or ``(carry, y)`` with ``return_carry`` (carry shaped like
     ``initial_carry``), as ``flax.linen.RNN`` does.
@@ -113,7 +113,7 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         run_config, buffer = config, params.buffer
     names = argument_names(time_major, config.has_cell_state, input_size_name)
     if initial_carry is None:
-        initial_carry = zero_carry(run_config, ops.x_dims(x, names, config.input_size)[1], compute_dtype)
+        initial_carry = zero_carry(run_config, _checks.x_dims(x, names, config.input_size)[1], compute_dtype)
     h0, c0 = _split_carry(initial_carry, config)
     if resets is not None:
         resets = jnp.asarray(resets)
@@ -122,7 +122,7 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         if not jnp.issubdtype(seq_lengths.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
             raise TypeError(f"seq_lengths has dtype {seq_lengths.dtype.name}; expected integers (int32 [batch])")
         seq_lengths = seq_lengths.astype(jnp.int32)
-    ops.check_inputs(buffer, x, h0, c0, run_config, seq_lengths, resets, names=names)
+    _checks.check_inputs(buffer, x, h0, c0, run_config, seq_lengths, resets, names=names)
     x = jnp.asarray(x, compute_dtype)
     xs = x if time_major else jnp.swapaxes(x, 0, 1)
     if resets is not None and not time_major:
@@ -221,7 +221,7 @@ class RNN(nn.Module):
         ``deterministic`` (this argument, else the field). Returns y [B, T, D*hidden] (time-major like x), or
         ``(carry, y)`` with ``return_carry``. At init, x's last axis sets the input size."""
         # x's last axis sizes the parameters at init: x_dims reports an x that is not a rank-3 array first
-        input_size = ops.x_dims(x, argument_names(self.time_major))[2]
+        input_size = _checks.x_dims(x, argument_names(self.time_major))[2]
         config = make_config(self.mode, self.num_units, self.num_layers, input_size, self.direction,
                              self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
                              self.bias_mode)

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from jax_cudnn_rnn import interop, layout, ops
+from jax_cudnn_rnn import _checks, interop, layout, ops
 from jax_cudnn_rnn.config import RNNConfig
 
 if keras.backend.backend() != "jax":
@@ -126,11 +126,11 @@ def _shape(value: Any, argument: str) -> tuple[Any, ...]:
     return tuple(shape)
 
 
-def _argument_names(mode: str) -> ops.ArgumentNames:
-    """Keras's words for ``ops.check_inputs``: ``inputs`` [batch, timesteps, features], the states
+def _argument_names(mode: str) -> _checks.ArgumentNames:
+    """Keras's words for ``_checks.check_inputs``: ``inputs`` [batch, timesteps, features], the states
     ``initial_state[0] (h)`` and ``initial_state[1] (c)`` (LSTM), each [batch, units], without a layer axis."""
     h0, c0 = ("initial_state[0] (h)", "initial_state[1] (c)") if mode == "lstm" else ("initial_state[0] (h)",) * 2
-    return ops.ArgumentNames(x="inputs", h0=h0, c0=c0, input_size="the number of features the layer was built for",
+    return _checks.ArgumentNames(x="inputs", h0=h0, c0=c0, input_size="the number of features the layer was built for",
                              dtype=None, axes=("timesteps", "batch", "features"), state_axes=(None, "units"),
                              batch_major=True, caller="The layer", layout_fix="pass keras.ops.swapaxes(inputs, 0, 1)")
 
@@ -189,20 +189,20 @@ class _Fused:
 
     def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
         """Keras's ``build``, after checking that the inputs' shape is (batch, timesteps, features)."""
-        ops.x_shape_dims(tuple(sequences_shape), _argument_names(self._mode))
+        _checks.x_shape_dims(tuple(sequences_shape), _argument_names(self._mode))
         super().build(sequences_shape, initial_state_shape)
 
     def _check_call(self, sequences: Any, initial_state: Any, mask: Any) -> None:
         """Checks what the caller passed, named as Keras names it: ``inputs``, ``initial_state[i]``, ``mask``. The
         list structure of ``initial_state`` and the mask (Keras's own arguments) here, the arrays by
-        ``ops.check_inputs`` in Keras's words."""
+        ``_checks.check_inputs`` in Keras's words."""
         names = _argument_names(self._mode)
-        steps, batch, features = ops.x_dims(sequences, names)
+        steps, batch, features = _checks.x_dims(sequences, names)
         kernel = getattr(self.cell, "kernel", None)
         config = self._rnn_config(features if kernel is None else kernel.shape[0],
                                   jnp.dtype(self.cell.compute_dtype))
         if initial_state is None:  # Keras starts from zeros
-            ops.x_dims(sequences, names, config.input_size)
+            _checks.x_dims(sequences, names, config.input_size)
         else:
             states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
             parts = ("h", "c") if config.has_cell_state else ("h",)
@@ -213,7 +213,7 @@ class _Fused:
             for i, state in enumerate(states):
                 _shape(state, f"initial_state[{i}]")
             h0, c0 = [jnp.asarray(state) for state in states] + [None] * (2 - len(states))
-            ops.check_inputs(None, sequences, h0, c0, config, names=names)
+            _checks.check_inputs(None, sequences, h0, c0, config, names=names)
         if mask is not None:
             if isinstance(mask, (list, tuple)):
                 mask = mask[0]

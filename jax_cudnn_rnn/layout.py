@@ -36,10 +36,11 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
 
-__all__ = ["DIRECTION_NAMES", "GROUP_NAMES", "ParamSlot", "assemble", "canonical_to_params", "check_canonical",
-           "flatten_tree", "init_params", "layer_slots", "param_slots", "params_size", "params_to_canonical",
-           "params_to_tree", "slice_slots", "sub_config", "sub_params", "tree_to_canonical", "tree_to_params",
-           "unflatten_tree"]
+# The documented names; the rest (sub_params, sub_config, slice_slots, assemble, layer_slots) serve the package's own
+# implementations and are not part of the API.
+__all__ = ["DIRECTION_NAMES", "GROUP_NAMES", "ParamSlot", "canonical_to_params", "check_canonical", "flatten_tree",
+           "init_params", "param_slots", "params_size", "params_to_canonical", "params_to_tree", "tree_to_canonical",
+           "tree_to_params", "unflatten_tree"]
 
 #: The directions' names in the named tree (``params_to_tree``), by direction index.
 DIRECTION_NAMES = ("forward", "backward")
@@ -201,8 +202,23 @@ def sub_params(params: jax.Array, config: RNNConfig, layer: int, direction: int 
     return assemble(pieces, single)
 
 
-def params_to_canonical(params: jax.Array, config: RNNConfig) -> tuple[list[jax.Array], list[jax.Array]]:
-    """Splits an opaque buffer into canonical (weights, biases) lists (order in the module docstring)."""
+def _buffer_and_config(params: Any, config: RNNConfig | None) -> tuple[Any, RNNConfig]:
+    """(the buffer, its config) from a buffer with its config, or from an ``RNNParams`` alone, which carries its own
+    (a config given with one must be that one)."""
+    carried = getattr(params, "config", None)
+    if isinstance(carried, RNNConfig) and hasattr(params, "buffer"):
+        if config is not None and config != carried:
+            raise ValueError(f"config {config} differs from params.config {carried}; pass one of them")
+        return params.buffer, carried
+    if config is None:
+        raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
+    return params, config
+
+
+def params_to_canonical(params: Any, config: RNNConfig | None = None) -> tuple[list[jax.Array], list[jax.Array]]:
+    """Splits an opaque buffer (with its ``config``), or an ``RNNParams`` alone, into canonical (weights, biases)
+    lists (order in the module docstring)."""
+    params, config = _buffer_and_config(params, config)
     params = _check_buffer(params, config)
     weights, biases = param_slots(config)
     take = lambda s: jax.lax.slice(params, (s.offset,), (s.offset + s.size,)).reshape(s.shape)  # noqa: E731
@@ -268,11 +284,13 @@ def unflatten_tree(flat: Mapping[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
-    """The canonical named view: ``tree['layer_0']['forward']['w_input']['i']`` is W_i of layer 0, shape [H, I].
+def params_to_tree(params: Any, config: RNNConfig | None = None) -> dict[str, Any]:
+    """The canonical named view of a buffer (with its ``config``) or of an ``RNNParams`` alone:
+    ``tree['layer_0']['forward']['w_input']['i']`` is W_i of layer 0, shape [H, I].
 
     Skip input's absent matrices are absent (layer 0 has no ``w_input``).
     """
+    params, config = _buffer_and_config(params, config)
     weights, biases = params_to_canonical(params, config)
     slots = param_slots(config)[0] + param_slots(config)[1]
     return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases)})

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from jax_cudnn_rnn import layout, ops
+from jax_cudnn_rnn import _checks, layout, ops
 from jax_cudnn_rnn.config import RNNConfig
 
 __all__ = ["ARGUMENTS", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
@@ -19,7 +19,7 @@ __all__ = ["ARGUMENTS", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 Array = jax.Array
 
 #: The seeds' argument names, in every error the call raises (rnn() checks them under these names).
-ARGUMENTS = ops.ArgumentNames(x="input_data", h0="input_h", c0="input_c", input_size="input_size",
+ARGUMENTS = _checks.ArgumentNames(x="input_data", h0="input_h", c0="input_c", input_size="input_size",
                               params_size="params_size()", dtype="the model's dtype", caller="The model",
                               layout_fix="pass jnp.swapaxes(input_data, 0, 1)")
 

@@ -1,11 +1,11 @@
 """The oneDNN backend's public names (its code: jax_cudnn_rnn/backends/onednn/)."""
 
+from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.backends.onednn import wiring as _wiring
 from jax_cudnn_rnn.backends.onednn.extension import (
            cpu_runtime,
            extension_error,
            extension_loaded,
-           module,
            release_scratch,
 )
 from jax_cudnn_rnn.backends.onednn.wiring import (
@@ -14,7 +14,11 @@ from jax_cudnn_rnn.backends.onednn.wiring import (
 )
 
 __all__ = ["CPU_TABLE", "DTYPES", "TABLE_MEASURED", "cpu_choice", "cpu_runtime", "extension_error",
-           "extension_loaded", "module", "release_scratch", "unsupported_reason"]
+           "extension_loaded", "release_scratch", "unsupported_reason"]
+
+# The raw pybind11 module is the backend's own (jax_cudnn_rnn.backends.onednn.extension.module).
+__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.onednn", {
+    "module": ("jax_cudnn_rnn.backends.onednn.extension", "module", "onednn.cpu_runtime() and the other names here")})
 
 #: The dtypes ``implementation="onednn"`` runs (names as ``np.dtype(...).name``).
 DTYPES = _wiring.DTYPES

@@ -3,14 +3,14 @@ placement and dropout masks) and runs it on the implementation jax_cudnn_rnn/bac
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import dropout, layout
+from jax_cudnn_rnn import dropout
+from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, check_inputs
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
@@ -18,247 +18,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 from jax_cudnn_rnn.sharding import placement
 
-__all__ = ["ArgumentNames", "RNN_ARGUMENTS", "check_inputs", "check_params", "resolve_precision", "rnn", "x_dims",
-           "x_shape_dims"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ArgumentNames:
-    """The words ``check_inputs`` reports errors in: how a frontend calls ``rnn``'s arguments, and its x's layout.
-
-    A frontend (the seed-style classes, the Flax and NNX modules, the Keras layers, the Equinox modules, the
-    ``jax.experimental.rnn`` drop-in) validates what its user passed through ``check_inputs(..., names=
-    ArgumentNames(...))``, before it converts anything, so that every error names the argument the user passed, in the
-    user's layout: ``initial_carry[0] has shape (1, 3, 8); expected (1, 2, 8)``, not ``h0 has shape ...``. One set of
-    checks for every frontend; only the words differ.
-
-    Fields:
-
-    * params, x, h0, c0, seq_lengths, resets: what the caller calls them (an expression is fine:
-      ``"initial_carry[0]"``).
-    * input_size: what sets x's last axis (``"config.input_size"``, ``"in_features"``); params_size: what gives the
-      size of params (``"params_size(config)"``, ``"params_size()"``).
-    * dtype: what sets the dtype of params, x, h0 and c0 (``"config.dtype"``, ``"the model's dtype"``), or None for a
-      frontend that casts x, h0 and c0 to it itself (then only that they are arrays is checked for those three).
-    * axes: the words for x's time, batch and feature axes, in that order whatever the layout. A batch word of None
-      is an unbatched frontend (an Equinox module, which ``jax.vmap`` batches): x is [time, features], h0 and c0
-      have no batch axis and seq_lengths is one length, a scalar.
-    * state_axes: the words for the first and the last axis of h0 and c0 (their middle one is the batch). A first
-      word of None is a frontend whose network has one layer and one direction (a Keras layer): h0 and c0 are then
-      [batch, hidden] without the layer axis. The last word is replaced by ``"proj_size"`` in h0's shape for a
-      projected LSTM.
-    * batch_major: x is [B, T, features] and resets [B, T] (else time-major: [T, B, features], [T, B]).
-    * caller: who takes x, starting a sentence (``"rnn()"``, ``"The module"``), and layout_fix: how to pass an x
-      given in the other layout; both complete the error that blames x, rather than h0, when h0's batch is x's
-      time axis. For an unbatched frontend, layout_fix says how to run a batch (``"jax.vmap the model over a
-      batch"``) when x comes with one axis too many.
-
-    ``rnn(argument_names=...)`` takes time-major, batched names (a frontend that calls ``rnn`` with its own arguments
-    as they came); any other frontend calls ``check_inputs`` itself, then reshapes or transposes and calls ``rnn``.
-    """
-
-    params: str = "params"
-    x: str = "x"
-    h0: str = "h0"
-    c0: str = "c0"
-    seq_lengths: str = "seq_lengths"
-    resets: str = "resets"
-    input_size: str = "config.input_size"
-    params_size: str = "params_size(config)"
-    dtype: str | None = "config.dtype"
-    axes: tuple[str, str | None, str] = ("max_time", "batch", "input_size")
-    state_axes: tuple[str | None, str] = ("num_layers*num_directions", "num_units")
-    batch_major: bool = False
-    caller: str = "rnn()"
-    layout_fix: str = "pass jnp.swapaxes(x, 0, 1) (the Flax modules take batch-major x unless time_major=True)"
-
-    @property
-    def batched(self) -> bool:
-        """Whether x, h0, c0 and seq_lengths have a batch axis (False: an unbatched frontend, ``axes[1]`` None)."""
-        return self.axes[1] is not None
-
-    def x_layout(self, input_size: Any = None) -> tuple[str, str]:
-        """(x's axes in words, in the caller's order; the same as letters, the features as ``input_size`` when
-        given): ``("(max_time, batch, input_size)", "(T, B, 4)")``; unbatched ``("(time, input_size)", "(T, 4)")``."""
-        time, batch, features = self.axes
-        last = features if input_size is None else input_size
-        if batch is None:
-            return f"({time}, {features})", f"(T, {last})"
-        letters = ("B", "T") if self.batch_major else ("T", "B")
-        words = (batch, time) if self.batch_major else (time, batch)
-        return f"({words[0]}, {words[1]}, {features})", f"({letters[0]}, {letters[1]}, {last})"
-
-    def state(self, shape: tuple[int, ...], last_word: str) -> tuple[tuple[int, ...], str]:
-        """(the caller's shape of a state that ``rnn`` shapes ``shape`` = [num_layers*D, B, hidden], the same in
-        words with ``last_word`` for the last axis): the axes the caller's state lacks are left out."""
-        present = (self.state_axes[0] is not None, self.batched, True)
-        words = (self.state_axes[0], self.axes[1], last_word)
-        kept = tuple(n for n, keep in zip(shape, present) if keep)
-        return kept, "(" + ", ".join(w for w, keep in zip(words, present) if keep) + ")"
-
-
-#: ``rnn()``'s own words: its argument names, time-major x.
-RNN_ARGUMENTS = ArgumentNames()
-
-
-def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
-    shape = getattr(value, "shape", None)
-    if shape is None or not hasattr(value, "dtype"):
-        raise TypeError(f"{argument} must be an array, got {type(value).__name__}")
-    return tuple(shape)
-
-
-def _check_array(argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype,
-                 dtype_source: str | None) -> None:
-    """Shape, then dtype unless ``dtype_source`` (what sets the dtype, for the message) is None."""
-    shape = _shape_of(argument, value)
-    if shape != expected_shape:
-        raise ValueError(f"{argument} has shape {shape}; expected {expected_shape} = {meaning}")
-    if dtype_source is not None and np.dtype(value.dtype) != dtype:
-        raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} ({dtype_source})")
-
-
-def _is_concrete(value: Any) -> bool:
-    return not isinstance(value, jax.core.Tracer)
-
-
-def x_shape_dims(shape: tuple[Any, ...], names: ArgumentNames = RNN_ARGUMENTS,
-                 input_size: int | None = None) -> tuple[Any, Any, Any]:
-    """(time steps, batch, features) of an x of ``shape`` in the caller's layout (batch 1 for an unbatched caller),
-    after checking its rank, that it has at least one step and one sequence, and, when ``input_size`` is given, that
-    its last axis is that. For a frontend that sees x's shape before x (Keras's ``build``); axes of unknown size
-    (None) pass."""
-    shape = tuple(shape)
-    words, letters = names.x_layout(input_size)
-    rank = 3 if names.batched else 2
-    if len(shape) != rank:
-        hint = f" ({names.layout_fix})" if not names.batched and len(shape) == rank + 1 else ""
-        raise ValueError(f"{names.x} has shape {shape}; expected rank {rank} {words}" +
-                         ("" if input_size is None else f" = {letters}") + hint)
-    if not names.batched:
-        num_steps, batch = shape[0], 1
-    else:
-        num_steps, batch = (shape[1], shape[0]) if names.batch_major else (shape[0], shape[1])
-    if input_size is not None and shape[-1] is not None and shape[-1] != input_size:
-        raise ValueError(f"{names.x} has shape {shape}; expected {letters}: its last axis must be {names.input_size}")
-    if num_steps == 0 or batch == 0:
-        subject = f"{names.axes[0]} and {names.axes[1]}" if names.batched else names.axes[0]
-        raise ValueError(f"{names.x} has shape {shape}; {subject} must be at least 1")
-    return num_steps, batch, shape[-1]
-
-
-def x_dims(x: Any, names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None = None) -> tuple[int, int, int]:
-    """(time steps, batch, features) of x in the caller's layout (batch 1 for an unbatched caller), after checking
-    that x is an array of rank 3 (2 unbatched) with at least one step and one sequence, and, when ``input_size`` is
-    given, that its last axis is that. The first of ``check_inputs``' checks, for a frontend that needs x's sizes
-    before it has a config (a module that takes its input size from x at init)."""
-    return x_shape_dims(_shape_of(names.x, x), names, input_size)
-
-
-def _check_layout(x_shape: tuple[int, ...], h0: Any, names: ArgumentNames) -> None:
-    """Blames x, not h0, when h0's batch axis matches x's time axis instead of its batch axis: x is then most likely
-    in the other layout (batch-major [B, T, I] given to rnn(), the layout of the Flax modules and of
-    ``flax.linen.RNN``; or time-major given to a batch-major module)."""
-    if not names.batched:
-        return
-    h0_shape = getattr(h0, "shape", None)
-    state_batch = 0 if names.state_axes[0] is None else 1
-    time_axis, batch_axis = (1, 0) if names.batch_major else (0, 1)
-    if (h0_shape is None or len(h0_shape) != state_batch + 2 or h0_shape[state_batch] == x_shape[batch_axis]
-            or h0_shape[state_batch] != x_shape[time_axis]):
-        return
-    layout, other = ("batch-major", "time-major") if names.batch_major else ("time-major", "batch-major")
-    _, letters = names.x_layout()
-    _, other_letters = dataclasses.replace(names, batch_major=not names.batch_major).x_layout()
-    raise ValueError(f"{names.x} has shape {x_shape} and {names.h0} {tuple(h0_shape)}: {names.h0}'s batch is "
-                     f"{h0_shape[state_batch]}, {names.x}'s {('first', 'second')[time_axis]} axis. {names.caller} "
-                     f"takes {layout} {names.x} [{letters[1:-1]}]; {names.x} looks {other} [{other_letters[1:-1]}]: "
-                     f"{names.layout_fix}")
-
-
-def check_params(params: Any, config: RNNConfig, names: ArgumentNames = RNN_ARGUMENTS) -> None:
-    """Raises ValueError/TypeError unless ``params`` is a 1-D array of ``params_size(config)`` elements of
-    ``config.dtype``, naming it as ``names`` does (``check_inputs``' check of params, for a frontend that takes the
-    buffer alone, as ``jax.experimental.rnn.unpack_lstm_weights`` does)."""
-    _check_array(names.params, params, (layout.params_size(config),), f"({names.params_size},)", config.dtype,
-                 names.dtype or "config.dtype")
-
-
-def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None,
-                 resets: Any = None, names: ArgumentNames = RNN_ARGUMENTS) -> None:
-    """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong, in the words
-    and the layout of ``names`` (``rnn``'s own by default; see ``ArgumentNames`` for a frontend's).
-
-    ``params`` None is a frontend that builds the buffer itself (a Keras layer, from its variables): it is not
-    checked here (``rnn`` checks it). For an unbatched frontend (``names.axes[1]`` None) x is [T, features], h0 and c0
-    [num_layers*D, hidden], seq_lengths a scalar and resets [T]; for one without the layer axis
-    (``names.state_axes[0]`` None, only for a config of one layer and one direction) h0 and c0 are [batch, hidden].
-    """
-    if isinstance(config, jax.core.Tracer):
-        raise TypeError(f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
-                        "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
-                        "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
-                        "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata")
-    if not isinstance(config, RNNConfig):
-        raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
-    if config.dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
-                        "jax.config.update('jax_enable_x64', True)")
-    if names.state_axes[0] is None and config.num_layers * config.num_directions != 1:
-        raise ValueError(f"names.state_axes[0] is None (states without a layer axis), but the config has "
-                         f"{config.num_layers} layer(s) and {config.num_directions} direction(s); expected one of each")
-    num_steps, batch, _ = x_dims(x, names, config.input_size)
-    if names.dtype is not None and np.dtype(x.dtype) != config.dtype:
-        raise TypeError(f"{names.x} has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} ({names.dtype})")
-    if params is not None:
-        check_params(params, config, names)
-    _check_layout(tuple(x.shape), h0, names)
-    shape, meaning = names.state(config.state_shape(batch), "proj_size" if config.proj_size else names.state_axes[1])
-    _check_array(names.h0, h0, shape, meaning, config.dtype, names.dtype)
-    if config.has_cell_state:
-        shape, meaning = names.state(config.cell_shape(batch), names.state_axes[1])
-        if c0 is None:
-            raise ValueError(f"{names.c0} is None; mode 'lstm' needs an initial cell state of shape {shape} = "
-                             f"{meaning}")
-        _check_array(names.c0, c0, shape, meaning, config.dtype, names.dtype)
-    elif c0 is not None:
-        raise ValueError(f"{names.c0} was given but mode {config.mode!r} has no cell state; pass {names.c0}=None")
-    time_word, batch_word, _ = names.axes
-    if resets is not None:
-        shape = _shape_of(names.resets, resets)
-        if not names.batched:
-            expected, words = (num_steps,), f"({time_word},)"
-        elif names.batch_major:
-            expected, words = (batch, num_steps), f"({batch_word}, {time_word})"
-        else:
-            expected, words = (num_steps, batch), f"({time_word}, {batch_word})"
-        if shape != expected:
-            what = "the first two axes" if names.batched else "the first axis"
-            raise ValueError(f"{names.resets} has shape {shape}; expected {expected} = {words}, {what} of {names.x}")
-        if np.dtype(resets.dtype) != np.bool_:
-            raise TypeError(f"{names.resets} has dtype {np.dtype(resets.dtype).name}; expected bool")
-    if seq_lengths is None:
-        return
-    shape = _shape_of(names.seq_lengths, seq_lengths)
-    if not names.batched:
-        if shape != ():
-            raise ValueError(f"{names.seq_lengths} has shape {shape}; expected () (one sequence's length; "
-                             f"{names.layout_fix})")
-    elif shape != (batch,):
-        raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
-    if np.dtype(seq_lengths.dtype) != np.int32:
-        raise TypeError(f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
-    if _is_concrete(seq_lengths):
-        lengths = np.asarray(seq_lengths).reshape(-1)
-        bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))
-        if bad.size:
-            which = f"{names.seq_lengths}[{bad[0]}]" if names.batched else names.seq_lengths
-            raise ValueError(f"{which} is {lengths[bad[0]]}; every length must be in [0, {num_steps}] = "
-                             f"[0, {time_word}]")
-
-
-_PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
-               "default": "tensorfloat32", "high": "tensorfloat32"}
+__all__ = ["rnn"]
 
 
 def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None:
@@ -268,6 +28,10 @@ def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None
     if implementation is None or registry.why_not(implementation, None, Call(config)) is not None:
         return None
     return registry.why_not(implementation, None, Call(config, seq_lengths=True))
+
+
+_PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
+               "default": "tensorfloat32", "high": "tensorfloat32"}
 
 
 def resolve_precision(precision: Any) -> str:

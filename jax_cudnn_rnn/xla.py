@@ -1,6 +1,12 @@
-"""The pure-JAX implementations' public names (their code: jax_cudnn_rnn/backends/xla.py, reference.py)."""
+"""Deprecated in 0.2.0 (CHANGELOG.md): the pure-JAX implementations are ``rnn(implementation="xla")`` and
+``rnn(implementation="reference")``; this module's names warn and will be removed in 0.3.0."""
 
-from jax_cudnn_rnn.backends.reference import rnn_reference
-from jax_cudnn_rnn.backends.xla import rnn_xla
+from jax_cudnn_rnn import _deprecated
 
-__all__ = ["rnn_reference", "rnn_xla"]
+__all__: list[str] = []
+
+__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.xla", {
+    "rnn_xla": ("jax_cudnn_rnn.backends.xla", "rnn_xla", 'jax_cudnn_rnn.rnn(..., implementation="xla")'),
+    "rnn_reference": ("jax_cudnn_rnn.backends.reference", "rnn_reference",
+                      'jax_cudnn_rnn.rnn(..., implementation="reference")'),
+})

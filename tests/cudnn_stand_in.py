@@ -49,7 +49,7 @@ class CudnnStandIn:
             return self._run_forward(x, h0, params, *rest, plan=plan, config=config, training=training)
 
     def _run_forward(self, x, h0, params, *rest, plan, config, training):
-        from jax_cudnn_rnn import xla
+        from jax_cudnn_rnn.backends import xla
 
         self.forwards.append(training)
         self.batches.append(x.shape[1])
@@ -66,7 +66,7 @@ class CudnnStandIn:
             return self._run_backward(params, x, h0, y, dy, dh_n, reserve_space, *rest, plan=plan, config=config)
 
     def _run_backward(self, params, x, h0, y, dy, dh_n, reserve_space, *rest, plan, config):
-        from jax_cudnn_rnn import xla
+        from jax_cudnn_rnn.backends import xla
 
         self.calls.append((threading.get_ident(), "backward", plan.algorithm))
         lstm = config.has_cell_state

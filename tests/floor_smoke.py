@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P
 
 import jax_cudnn_rnn as jcr  # noqa: E402
-from jax_cudnn_rnn import xla  # noqa: E402
+from jax_cudnn_rnn.backends import xla  # noqa: E402
 from jax_cudnn_rnn.backends.cudnn import plan, wiring  # noqa: E402
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")

@@ -45,8 +45,8 @@ def draw_inputs(cfg, rng: np.random.Generator, steps: int = T, batch: int = B):
     """(params, x, h0, c0 or None) as NumPy arrays drawn from ``rng`` and rounded to cfg.dtype, so that the float64
     oracle sees exactly the values the implementation under test gets."""
     dt = cfg.dtype
-    weights = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[0]]
-    biases = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.param_slots(cfg)[1]]
+    weights = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.layout.param_slots(cfg)[0]]
+    biases = [rng.uniform(-0.6, 0.6, s.shape).astype(dt) for s in jcr.layout.param_slots(cfg)[1]]
     params = np.asarray(jcr.canonical_to_params(weights, biases, cfg))
     x = rng.normal(size=(steps, batch, cfg.input_size)).astype(dt)
     h0 = (0.5 * rng.normal(size=cfg.state_shape(batch))).astype(dt)
@@ -139,9 +139,9 @@ def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
 def summed_biases(config, biases, exact_gates=()):
     """The canonical biases (bias_mode 'double') that come back from a peer keeping one summed bias per gate: the sum
     as the input bias and a zero recurrent bias, but for ``exact_gates``, where the peer keeps both apart."""
-    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.param_slots(config)[1], biases)}
+    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.layout.param_slots(config)[1], biases)}
     result = []
-    for slot in jcr.param_slots(config)[1]:
+    for slot in jcr.layout.param_slots(config)[1]:
         name = slot.name(config)
         if config.gate_names[slot.gate] in exact_gates:
             result.append(named[name])

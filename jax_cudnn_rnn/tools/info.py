@@ -24,6 +24,7 @@ from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.fused import loader
+from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
 DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
@@ -76,7 +77,7 @@ def _onednn_build() -> dict[str, Any] | None:
     """The jaxlib and XLA FFI API version the loaded oneDNN extension was compiled against, or None."""
     if not onednn.extension_loaded():
         return None
-    native = onednn.module()
+    native = onednn_extension.module()
     return {"jaxlib": native.JAXLIB_BUILD_VERSION, "xla_ffi_api": tuple(native.XLA_FFI_API_BUILD_VERSION)}
 
 

@@ -39,7 +39,7 @@ CASES = [  # (mode, num_layers, direction, with_lengths, config options, max_ste
 def _masks(cfg):
     if not cfg.dropout:
         return None
-    return jcr.dropout_masks(jax.random.key(4), cfg, (T, B, cfg.output_size), jnp.float32)
+    return jcr.dropout.dropout_masks(jax.random.key(4), cfg, (T, B, cfg.output_size), jnp.float32)
 
 
 def _loss_and_outputs(run, cfg, lengths, masks, params, x, h0, c0):

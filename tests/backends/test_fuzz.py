@@ -196,7 +196,7 @@ def test_canonical_round_trips_are_exact(cfg, seed):
     rng = np.random.default_rng(seed)
     params = jnp.asarray(rng.normal(size=jcr.params_size(cfg)).astype(cfg.dtype))
     weights, biases = jcr.params_to_canonical(params, cfg)
-    assert [w.shape for w in weights] == [s.shape for s in jcr.param_slots(cfg)[0]]
+    assert [w.shape for w in weights] == [s.shape for s in jcr.layout.param_slots(cfg)[0]]
     assert all(a.dtype == cfg.dtype for a in weights + biases)
     np.testing.assert_array_equal(jcr.canonical_to_params(weights, biases, cfg), params)
     np.testing.assert_array_equal(jcr.tree_to_params(jcr.params_to_tree(params, cfg), cfg), params)

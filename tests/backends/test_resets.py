@@ -58,7 +58,7 @@ def run(implementation, params, x, h0, c0, cfg, lengths, resets, dropout_key=Non
                        is_training=dropout_key is not None, dropout_key=dropout_key)
     masks = None
     if dropout_key is not None:
-        masks = jcr.dropout_masks(dropout_key, cfg, (x.shape[0], x.shape[1], cfg.output_size), jnp.float32)
+        masks = jcr.dropout.dropout_masks(dropout_key, cfg, (x.shape[0], x.shape[1], cfg.output_size), jnp.float32)
     return segments.rnn_segmented(stand_in(), stand_in(), params, x, h0, c0, cfg, lengths, resets, masks,
                                   max_segments)
 
@@ -126,7 +126,7 @@ def test_projection_clip_and_dropout_with_resets(implementation):
             resets=jnp.asarray(RESETS))
         masks = None
         if dropout_key is not None:
-            masks = [np.asarray(m) for m in jcr.dropout_masks(key, cfg, (T, B, cfg.output_size), jnp.float32)]
+            masks = [np.asarray(m) for m in jcr.dropout.dropout_masks(key, cfg, (T, B, cfg.output_size), jnp.float32)]
         assert_outputs_close(got, oracle(cfg, *inputs, lengths, masks, RESETS), atol=1e-5, rtol=1e-5,
                              what=f"{implementation} {cfg}")
 

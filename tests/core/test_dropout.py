@@ -31,7 +31,7 @@ def _config(dropout, num_layers=3):
 @pytest.mark.parametrize("dropout", [0.1, 0.3, 0.75])
 def test_keep_rate_scale_and_independence(dropout):
     cfg = _config(dropout)
-    masks = [np.asarray(m, np.float64) for m in jcr.dropout_masks(jax.random.key(11), cfg, SHAPE, jnp.float32)]
+    masks = [np.asarray(m, np.float64) for m in jcr.dropout.dropout_masks(jax.random.key(11), cfg, SHAPE, jnp.float32)]
     assert len(masks) == cfg.num_layers - 1
     keep, draws = 1.0 - dropout, np.prod(SHAPE)
     standard_error = np.sqrt(keep * (1.0 - keep) / draws)
@@ -51,7 +51,7 @@ def test_keep_rate_scale_and_independence(dropout):
 def test_masks_follow_the_documented_recipe(dtype):
     cfg = _config(0.4, num_layers=4)
     key = jax.random.key(3)
-    got = jcr.dropout_masks(key, cfg, (5, 3, 16), dtype)
+    got = jcr.dropout.dropout_masks(key, cfg, (5, 3, 16), dtype)
     want = documented_dropout_masks(key, cfg, (5, 3, 16))
     assert len(got) == len(want) == 3
     for g, w in zip(got, want, strict=True):
@@ -61,6 +61,6 @@ def test_masks_follow_the_documented_recipe(dtype):
 
 
 def test_no_masks_for_one_layer_and_different_keys_differ():
-    assert jcr.dropout_masks(jax.random.key(0), _config(0.5, num_layers=1), SHAPE, jnp.float32) == []
-    a, b = (jcr.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0] for k in (0, 1))
+    assert jcr.dropout.dropout_masks(jax.random.key(0), _config(0.5, num_layers=1), SHAPE, jnp.float32) == []
+    a, b = (jcr.dropout.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0] for k in (0, 1))
     assert 0.4 < float(jnp.mean((a != 0) != (b != 0))) < 0.6  # independent keys: half the entries disagree

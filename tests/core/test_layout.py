@@ -104,7 +104,7 @@ def test_canonical_shapes_and_buffer_order(cfg):
         expected += n
     assert expected == jcr.params_size(cfg)
     # And the slots agree: every matrix before every bias, offsets increasing.
-    w_slots, b_slots = jcr.param_slots(cfg)
+    w_slots, b_slots = jcr.layout.param_slots(cfg)
     assert max(s.offset for s in w_slots) < min(s.offset for s in b_slots)
     offsets = [s.offset for s in w_slots + b_slots]
     assert offsets == sorted(offsets) and offsets[0] == 0
@@ -346,7 +346,7 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
     bidirectional path runs it) carry exactly those canonical weights and biases."""
     params = jcr.init_params(jax.random.key(3), cfg)
     weights, biases = jcr.params_to_canonical(params, cfg)
-    weight_slots, bias_slots = jcr.param_slots(cfg)
+    weight_slots, bias_slots = jcr.layout.param_slots(cfg)
     for layer, direction in itertools.product(range(cfg.num_layers), (None, *range(cfg.num_directions))):
         single = layout.sub_config(cfg, layer, direction)
         assert single.num_layers == 1 and single.input_size == cfg.layer_input_size(layer)

@@ -335,7 +335,7 @@ def test_precision_from_the_jax_config_is_checked_too():
 
 # ArgumentNames for frontends whose arrays lack an axis of rnn()'s: unbatched (an Equinox module: x [T, I], states
 # [L*D, H], one length) and without the layer axis (a Keras layer: states [B, H]); the words are the frontend's.
-UNBATCHED = jcr.ops.ArgumentNames(x="x", h0="state", seq_lengths="seq_length", resets="resets", dtype="the module's",
+UNBATCHED = jcr._checks.ArgumentNames(x="x", h0="state", seq_lengths="seq_length", resets="resets", dtype="the module's",
                                   axes=("time", None, "input_size"), state_axes=("layers", "hidden_size"),
                                   layout_fix="jax.vmap it")
 UNBATCHED_CASES = [  # (change, error, message)
@@ -360,36 +360,36 @@ def test_check_inputs_in_an_unbatched_frontends_words(change, error, message):
     good = dict(x=jnp.ones((T, I)), h0=jnp.zeros((2, H)), seq_lengths=jnp.array(T, jnp.int32),
                 resets=jnp.zeros((T,), bool))
     args = good | change
-    jcr.ops.check_inputs(params, good["x"], good["h0"], None, cfg, good["seq_lengths"], good["resets"],
+    jcr._checks.check_inputs(params, good["x"], good["h0"], None, cfg, good["seq_lengths"], good["resets"],
                          names=UNBATCHED)  # the good call passes
-    _raises(error, re.escape(message), lambda: jcr.ops.check_inputs(params, args["x"], args["h0"], None, cfg,
+    _raises(error, re.escape(message), lambda: jcr._checks.check_inputs(params, args["x"], args["h0"], None, cfg,
                                                                     args["seq_lengths"], args["resets"],
                                                                     names=UNBATCHED))
 
 
 def test_check_inputs_without_the_layer_axis():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=H, input_size=I)
-    names = jcr.ops.ArgumentNames(x="inputs", h0="h", c0="c", dtype=None, axes=("steps", "batch", "features"),
+    names = jcr._checks.ArgumentNames(x="inputs", h0="h", c0="c", dtype=None, axes=("steps", "batch", "features"),
                                   state_axes=(None, "units"), batch_major=True, caller="The layer",
                                   layout_fix="swap them")
     x, h = jnp.ones((B, T, I)), jnp.zeros((B, H))
-    jcr.ops.check_inputs(None, x, h, h, cfg, names=names)  # params None: the frontend builds them itself
+    jcr._checks.check_inputs(None, x, h, h, cfg, names=names)  # params None: the frontend builds them itself
     _raises(ValueError, re.escape("c has shape (2, 6); expected (3, 6) = (batch, units)"),
-            lambda: jcr.ops.check_inputs(None, x, h, h[:2], cfg, names=names))
+            lambda: jcr._checks.check_inputs(None, x, h, h[:2], cfg, names=names))
     # h's batch is x's time axis: x is blamed, in the layer's words
     _raises(ValueError, re.escape("inputs has shape (5, 3, 4) and h (3, 6): h's batch is 3, inputs's second axis. "
                                   "The layer takes batch-major inputs [B, T, features]; inputs looks time-major "
                                   "[T, B, features]: swap them"),
-            lambda: jcr.ops.check_inputs(None, jnp.ones((T, B, I)), h, h, cfg, names=names))
+            lambda: jcr._checks.check_inputs(None, jnp.ones((T, B, I)), h, h, cfg, names=names))
     stacked = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I)
     _raises(ValueError, r"state_axes\[0\] is None .* 2 layer\(s\) and 1 direction\(s\)",
-            lambda: jcr.ops.check_inputs(None, x, h, h, stacked, names=names))
+            lambda: jcr._checks.check_inputs(None, x, h, h, stacked, names=names))
 
 
 def test_rnn_refuses_names_it_cannot_check_by():
     cfg, params, x, h0, c0 = _setup()
-    for names in (UNBATCHED, jcr.ops.ArgumentNames(state_axes=(None, "units")),
-                  jcr.ops.ArgumentNames(batch_major=True)):
+    for names in (UNBATCHED, jcr._checks.ArgumentNames(state_axes=(None, "units")),
+                  jcr._checks.ArgumentNames(batch_major=True)):
         _raises(ValueError, "argument_names is batch-major, unbatched or without the state's layer axis",
                 lambda: jcr.rnn(params, x, h0, c0, cfg, argument_names=names))
 

@@ -151,7 +151,7 @@ def canonical_float32(params, cfg):
 
 def canonical_tensors(weights, biases, cfg) -> dict[str, np.ndarray]:
     """{canonical name (layer_0/forward/w_input/i ...): float64 array} of a canonical (weights, biases) pair."""
-    slots = jcr.param_slots(cfg)
+    slots = jcr.layout.param_slots(cfg)
     return {s.name(cfg): np.asarray(t, np.float64) for s, t in zip(slots[0] + slots[1], list(weights) + list(biases),
                                                                    strict=True)}
 

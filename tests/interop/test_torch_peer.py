@@ -44,8 +44,8 @@ def setup(mode, num_layers, bidirectional, extra, dtype, seed=0):
     cfg = jcr.RNNConfig(mode=mode, num_layers=num_layers, num_units=H, input_size=I,
                         direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype, **extra)
     rng = np.random.default_rng(seed)
-    weights = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.param_slots(cfg)[0]]
-    biases = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.param_slots(cfg)[1]]
+    weights = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.layout.param_slots(cfg)[0]]
+    biases = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.layout.param_slots(cfg)[1]]
     x = rng.normal(size=(T, B, I))
     h0 = 0.5 * rng.normal(size=cfg.state_shape(B))
     c0 = 0.5 * rng.normal(size=cfg.cell_shape(B)) if mode == "lstm" else None

@@ -45,7 +45,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 def native():
     """The loaded oneDNN module; skips (or fails under JAX_CUDNN_RNN_REQUIRE_ONEDNN=1) without it."""
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
-    return onednn.module()
+    return extension.module()
 
 
 def _loss_weights(cfg, batch=B, steps=T, seed=7):

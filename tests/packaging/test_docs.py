@@ -29,8 +29,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # behind them). A new public module fails test_every_public_module_is_in_the_reference until the reference has it.
 PUBLIC_MODULES = ["jax_cudnn_rnn"] + [f"jax_cudnn_rnn.{name}" for name in (
     "config", "layout", "params", "dropout", "ops", "models", "flax", "nnx", "keras", "equinox", "compat", "checkpoint",
-    "interop", "interop.flax_cells", "flax_cells", "cudnn", "onednn", "xla", "chunking")]
+    "interop", "interop.flax_cells", "cudnn", "onednn")]
 INTERNAL_FOLDERS = {"backends", "cells", "sharding", "tools", "data"}
+# Removed from the documented paths in 0.2.0: aliases that warn until 0.3.0 (CHANGELOG.md), not in the reference.
+DEPRECATED_MODULES = {"jax_cudnn_rnn.xla", "jax_cudnn_rnn.chunking", "jax_cudnn_rnn.flax_cells"}
 
 
 def sphinx_build(out_dir: str) -> subprocess.CompletedProcess:
@@ -84,7 +86,7 @@ def test_every_public_module_is_in_the_reference():
              if not m.name.startswith("_") and m.name not in INTERNAL_FOLDERS}
     found |= {f"jax_cudnn_rnn.interop.{m.name}" for m in pkgutil.iter_modules(jax_cudnn_rnn.interop.__path__)
               if not m.name.startswith("_")}
-    assert found - set(PUBLIC_MODULES) == set(), "public modules the reference leaves out"
+    assert found - set(PUBLIC_MODULES) - DEPRECATED_MODULES == set(), "public modules the reference leaves out"
 
 
 def _undocumented(module: types.ModuleType) -> list[str]:

@@ -45,8 +45,8 @@ if os.uname().machine == "x86_64":
 
 cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 rng = np.random.default_rng(0)
-weights = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.param_slots(cfg)[0]]
-biases = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.param_slots(cfg)[1]]
+weights = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.layout.param_slots(cfg)[0]]
+biases = [rng.uniform(-0.5, 0.5, s.shape).astype(np.float32) for s in jcr.layout.param_slots(cfg)[1]]
 x = rng.normal(size=(5, 2, 3)).astype(np.float32)
 h0 = np.zeros(cfg.state_shape(2), np.float32)
 want = numpy_reference.numpy_rnn([w.astype(np.float64) for w in weights], [b.astype(np.float64) for b in biases],
