@@ -176,8 +176,8 @@ def _compare(path: str, saved: RNNConfig, target: RNNConfig) -> None:
     for name in list(target_shapes) + [n for n in saved_shapes if n not in target_shapes]:
         a, b = saved_shapes.get(name), target_shapes.get(name)
         if a != b:
-            detail = (f"; first differing tensor {name}: checkpoint shape {a if a else 'absent'}, target shape "
-                      f"{b if b else 'absent'}")
+            detail = (f"; first differing tensor {name}: checkpoint shape {a or 'absent'}, target shape "
+                      f"{b or 'absent'}")
             break
     fields = ", ".join(f"{f}: checkpoint {getattr(saved, f)!r} vs target {getattr(target, f)!r}" for f in differing)
     raise ValueError(f"RNNParams at {path!r}: the checkpoint's config differs from the target's ({fields}){detail}")
@@ -212,7 +212,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         """{path: what the checkpoint holds there}, checked for consistency."""
         try:
             metadata = super().metadata(directory)
-        except Exception as e:  # noqa: BLE001 - Orbax raises many types for a missing/damaged _METADATA
+        except Exception as e:  # Orbax raises many types for a missing/damaged _METADATA
             raise CheckpointError(f"cannot read the checkpoint metadata in {directory} (damaged or incomplete?): "
                                   f"{type(e).__name__}: {e}") \
                 from e
@@ -303,7 +303,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             if "shape" in str(e).lower() or "structure" in str(e).lower() or "mismatch" in str(e).lower():
                 raise ValueError(f"checkpoint in {directory} does not match the target: {e}") from e
             raise CheckpointError(f"cannot read the checkpoint in {directory}: {e}") from e
-        except Exception as e:  # noqa: BLE001 - tensorstore/OCDBT errors for truncated or missing files
+        except Exception as e:  # tensorstore/OCDBT errors for truncated or missing files
             raise CheckpointError(f"cannot read the checkpoint in {directory} (damaged or incomplete?): "
                                   f"{type(e).__name__}: {e}") from e
 

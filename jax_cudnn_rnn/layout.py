@@ -98,7 +98,7 @@ def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot
     return weights, biases
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layout(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...], int]:
     weights, biases = _canonical_slots(config)
     # cuDNN's weight space: every matrix (canonical order is pseudo-layer order), then every bias.

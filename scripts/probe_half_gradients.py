@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import test_cudnn_gpu as t  # noqa: E402  (the GPU tests' problem, loss and float32 reference)
+import test_cudnn_gpu as t  # the GPU tests' problem, loss and float32 reference
 
-import jax_cudnn_rnn as jcr  # noqa: E402
+import jax_cudnn_rnn as jcr
 
 
 def main():

@@ -17,15 +17,15 @@ import sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import jax_cudnn_rnn as jcr  # noqa: E402
-from jax_cudnn_rnn import xla  # noqa: E402
-from jax_cudnn_rnn.backends.cudnn import plan, wiring  # noqa: E402
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn import xla
+from jax_cudnn_rnn.backends.cudnn import plan, wiring
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])

@@ -38,8 +38,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 START_TIMEOUT_S = 180
 CALL_TIMEOUT_S = 300

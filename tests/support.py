@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from cudnn_stand_in import CudnnStandIn  # noqa: F401 - the tests take it from here
 from numpy_reference import numpy_rnn
-from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: the interop tests take it from here
+from skips import import_or_skip, skip_or_fail  # import_or_skip: the interop tests take it from here too
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop

@@ -134,7 +134,7 @@ def choose(implementation: str | None, call: Call) -> dict[str, str]:
     platforms = _BACKENDS[implementation].platforms
     if platform is not None or platforms is None:
         return {platform or DEFAULT: implementation}
-    return {**{p: implementation for p in platforms}, DEFAULT: ""}
+    return {**dict.fromkeys(platforms, implementation), DEFAULT: ""}
 
 
 _unavailable_p = jax.extend.core.Primitive("jax_cudnn_rnn_unavailable")

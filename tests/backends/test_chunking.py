@@ -21,7 +21,7 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import chunking, segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import draw_inputs, make_config  # noqa: E402
+from support import draw_inputs, make_config
 
 T, B = 7, 4
 LENGTHS = (5, 0, 7, 2)  # an empty row, a full one, and rows ending inside and at the edge of a chunk of 2 or 3

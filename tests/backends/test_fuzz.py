@@ -24,8 +24,8 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import import_or_skip  # noqa: E402
-from support import assert_outputs_close, draw_inputs, oracle, torch_module  # noqa: E402
+from skips import import_or_skip
+from support import assert_outputs_close, draw_inputs, oracle, torch_module
 
 
 def _settings(examples: int):

@@ -21,8 +21,9 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from numpy_reference import numpy_rnn  # noqa: E402
-from support import LENGTHS, MODES, B, T, draw_inputs, make_config  # noqa: E402
+from numpy_reference import numpy_rnn
+from support import LENGTHS, MODES, B, T, draw_inputs, make_config
+
 
 def make_inputs(cfg, seed=0, steps=T, batch=B):
     """(params, x, h0, c0, loss weights for y, h_n, c_n) as NumPy arrays of cfg.dtype."""
@@ -67,7 +68,7 @@ GRAD_CASES = [  # (num_layers, direction, input_mode, with_lengths)
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grads(mode):
     lengths = jnp.array(LENGTHS, jnp.int32)
     cases = []

@@ -15,9 +15,9 @@ from cudnn_stand_in import CudnnStandIn
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import wiring as onednn
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.cudnn import fallback
+from jax_cudnn_rnn.backends.onednn import wiring as onednn
 from jax_cudnn_rnn.sharding.placement import Placement
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")

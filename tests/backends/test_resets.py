@@ -24,7 +24,7 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle  # noqa: E402
+from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle
 
 T, B = 7, 3
 LENGTHS = (6, 7, 3)
@@ -82,7 +82,7 @@ def implementations(mode):
     return IMPLEMENTATIONS if mode in SEGMENTED_MODES else IMPLEMENTATIONS[:2]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _results(mode, implementation):
     cases = []
     for i, (num_layers, direction, input_mode, with_lengths, options) in enumerate(CASES):
@@ -171,7 +171,7 @@ def loss_weights(cfg, rng, steps=T, batch=B):
                  (rng.normal(size=(steps, batch, cfg.output_size)), rng.normal(size=cfg.state_shape(batch)), wc))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gradients(mode):
     cases = []
     for i, (num_layers, direction, with_lengths) in enumerate(GRAD_CASES):

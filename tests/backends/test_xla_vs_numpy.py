@@ -27,7 +27,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import LENGTHS, MODES, B, T, documented_dropout_masks, draw_inputs, make_config, oracle  # noqa: E402
+from support import LENGTHS, MODES, B, T, documented_dropout_masks, draw_inputs, make_config, oracle
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 
@@ -69,7 +69,7 @@ F32_CASES = {
 F32_PARAMS = [(impl, *case) for impl, cases in F32_CASES.items() for case in cases]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _f32_results(mode, implementation):
     cases = []
     for num_layers, direction, input_mode, with_lengths in F32_CASES[implementation]:

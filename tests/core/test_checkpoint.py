@@ -24,8 +24,7 @@ from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.params import RNNParams
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import (IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight,  # noqa: E402
-                     wait_for_a_save_in_flight)
+from support import IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight, wait_for_a_save_in_flight
 
 ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)

@@ -17,7 +17,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import documented_dropout_masks  # noqa: E402
+from support import documented_dropout_masks
 
 SHAPE = (64, 32, 128)  # [T, B, D*H]: 262,144 draws per mask
 SIGMAS = 6.0  # a rate off by more than 6 standard errors is a bug, not chance (p ~ 2e-9)

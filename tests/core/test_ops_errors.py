@@ -13,7 +13,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import oracle  # noqa: E402
+from support import oracle
 
 T, B, I, H = 5, 3, 4, 6
 

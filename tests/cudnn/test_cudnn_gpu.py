@@ -22,13 +22,12 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
-from jax_cudnn_rnn.backends.cudnn import algorithm
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan, wiring
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.cudnn import plan, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import REQUIRE_GPU, import_or_skip, skip_or_fail  # noqa: E402
-from support import torch_module  # noqa: E402
+from skips import REQUIRE_GPU, import_or_skip, skip_or_fail
+from support import torch_module
 
 pytestmark = pytest.mark.gpu
 

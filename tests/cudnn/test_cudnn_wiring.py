@@ -20,7 +20,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends.cudnn import wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import draw_inputs, make_config  # noqa: E402
+from support import draw_inputs, make_config
 
 T, B = 7, 4
 

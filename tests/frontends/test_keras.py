@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import import_or_skip, require_extension  # noqa: E402
-from skips import REQUIRE_ONEDNN  # noqa: E402
+from skips import REQUIRE_ONEDNN
+from support import import_or_skip, require_extension
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import
 keras = import_or_skip("keras")

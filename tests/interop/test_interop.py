@@ -14,7 +14,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.interop.flax_cells import FlaxCellStack
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, torch_module  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, torch_module
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).

@@ -13,7 +13,7 @@ from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, summed_biases  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, summed_biases
 
 eqx = import_or_skip("equinox")
 

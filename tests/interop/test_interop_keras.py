@@ -13,7 +13,7 @@ from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, summed_biases  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, summed_biases
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import
 keras = import_or_skip("keras")
@@ -29,7 +29,7 @@ CASES = [("lstm", "unidirectional", 2, True), ("lstm", "bidirectional", 2, False
 LENGTHS = np.array([T, 2, 4], np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layers(config):
     """keras_layers(config) and Keras's own initial weights, built once per config for the whole module."""
     layers = interop.keras_layers(config, return_state=True)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from numpy_reference import GATES, numpy_rnn, random_canonical  # noqa: E402
-from skips import import_or_skip  # noqa: E402
+from numpy_reference import GATES, numpy_rnn, random_canonical
+from skips import import_or_skip
 
 torch = import_or_skip("torch")
 

@@ -18,7 +18,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import import_or_skip  # noqa: E402
+from skips import import_or_skip
 
 torch = import_or_skip("torch")
 

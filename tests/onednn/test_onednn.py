@@ -20,14 +20,13 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import interop
-from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn import interop, onednn
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import extension, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import skips  # noqa: E402
-from support import (  # noqa: E402
+import skips
+from support import (
     assert_outputs_close,
     draw_inputs,
     import_or_skip,

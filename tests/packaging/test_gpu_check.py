@@ -189,7 +189,7 @@ def runbook_rows() -> list[tuple[str, str]]:
         text = f.read()
     section = text[text.index("## Runbook"):]
     section = section[:section.index("\n## ", 1)]
-    rows = re.findall(r"^\| (\d) \| `([^`]+)`[^|]*\|([^|]*)\|([^|]*)\|", section, re.M)
+    rows = re.findall(r"^\| (\d) \| `([^`]+)`[^|]*\|([^|]*)\|([^|]*)\|", section, re.MULTILINE)
     assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1))
     return [(command, duration.strip()) for _, command, duration, _ in rows]
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_readme import README, python_blocks  # noqa: E402
+from test_readme import README, python_blocks
 
 os.environ["KERAS_BACKEND"] = "jax"  # as the README's Keras blocks set it; Keras reads it at its first import
 PACKAGE = "jax_cudnn_rnn"

@@ -21,7 +21,7 @@ from jax_cudnn_rnn import checkpoint as ckpt
 from jax_cudnn_rnn import layout
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import multiprocess  # noqa: E402
+import multiprocess
 
 ROWS = jcr.RNNConfig("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")  # 2496 elements
 # 384 elements: 8 divides the buffer and the input matrices' columns, but no axis of the recurrent matrices or biases

@@ -22,8 +22,8 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import multiprocess  # noqa: E402
-from support import oracle  # noqa: E402
+import multiprocess
+from support import oracle
 
 T, B = 5, 16  # 2 sequences per device
 ENCODER = jcr.RNNConfig("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")

@@ -176,7 +176,7 @@ def _assert_reported(run, case, *expected):
     missing = [line for line in expected if line not in lines]
     if missing:
         reported = [line for line in lines if line.split(" ", 1)[0] == case]
-        context = reported if reported else [f"the script exited with status {run.returncode}:", run.stderr[-4000:]]
+        context = reported or [f"the script exited with status {run.returncode}:", run.stderr[-4000:]]
         pytest.fail(f"{case}: expected {missing}; the script said:\n" + "\n".join(context), pytrace=False)
 
 

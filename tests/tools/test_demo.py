@@ -17,7 +17,7 @@ from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.tools import cli
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import saves_in_flight, wait_for_a_save_in_flight  # noqa: E402
+from support import saves_in_flight, wait_for_a_save_in_flight
 
 
 def test_demo_cli_short_run(tmp_path, capsys):

@@ -84,7 +84,7 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
 
     device = jax.devices()[0]
     facts = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "processor": cpu_model() or platform.processor(),
         "cpu_features": cpu_features(),
         "uname": platform.uname()._asdict(),
