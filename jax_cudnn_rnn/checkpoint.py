@@ -35,15 +35,15 @@ Usage::
         state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
 
 Atomicity is Orbax's: the item is written to a temporary directory (``<step>.orbax-checkpoint-tmp``) and renamed when
-complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested (tests/core/test_checkpoint.py)
-for a process killed while it writes the arrays (the previous step stays ``latest_step()`` and restores bit for bit;
-``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the leftover temporary directory on the next start)
-and for a full disk (the error, Orbax's, names the file it could not write under the step's temporary directory; the
-steps saved before stay, also with ``max_to_keep``). After a failed save, the same CheckpointManager's
-``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the steps it meant to replace from its
-list when the save starts): call ``manager.reload()``, which reads them from disk again. Exception to the atomicity:
-``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before* writing; use a CheckpointManager (a new
-directory per step) or a fresh path instead.
+complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested
+(tests/core/test_checkpoint.py) for a process killed while it writes the arrays (the previous step stays
+``latest_step()`` and restores bit for bit; ``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the
+leftover temporary directory on the next start) and for a full disk (the error, Orbax's, names the file it could not
+write under the step's temporary directory; the steps saved before stay, also with ``max_to_keep``). After a failed
+save, the same CheckpointManager's ``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the
+steps it meant to replace from its list when the save starts): call ``manager.reload()``, which reads them from disk
+again. Exception to the atomicity: ``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before*
+writing; use a CheckpointManager (a new directory per step) or a fresh path instead.
 """
 
 from __future__ import annotations

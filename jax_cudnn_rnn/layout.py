@@ -17,9 +17,9 @@ offset and the total with ``cudnnGetRNNWeightParams`` / ``cudnnGetRNNWeightSpace
 is the only one to change (``_slot_offsets`` and ``params_size``): every other module goes through ``param_slots``.
 
 The canonical format (docs/architecture.md) is two flat lists: weights (per layer, per direction: W_0..W_{G-1},
-R_0..R_{G-1}) and biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree`` nests the same
-arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``, and a projected
-LSTM's projection as ``layer_{l}/{direction}/w_projection``.
+R_0..R_{G-1}) and biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree``
+nests the same arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``, and a
+projected LSTM's projection as ``layer_{l}/{direction}/w_projection``.
 """
 
 from __future__ import annotations

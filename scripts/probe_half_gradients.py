@@ -3,8 +3,8 @@ PyTorch's cuDNN RNN given the same weights, inputs and loss?
 
 Run on the device machine once the extension is installed (the wheel or build stage of scripts/gpu_check.sh, or
 its --wheel). Prints one line per case: the relative error in norm of y, dx and dh0 (and dparams for ours) against the
-float32 xla implementation, for ours, for torch, and ours against torch. If ours and torch agree with each other and both miss the reference, the gap is cuDNN's half
-arithmetic, not this library's wiring.
+float32 xla implementation, for ours, for torch, and ours against torch. If ours and torch agree with each other and
+both miss the reference, the gap is cuDNN's half arithmetic, not this library's wiring.
 """
 
 import argparse

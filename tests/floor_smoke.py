@@ -4,11 +4,11 @@ by pytest itself). Argument: the jax version the venv must have.
 
 Checks, each printing one line: JAX still computes after the import, with the extensions' FFI targets registered (an
 extension built against newer FFI headers than this jaxlib's had broken every computation: issue 37); every
-implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the reference implementation;
-the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
-tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
-(StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and for CUDA from one
-trace (lax.platform_dependent).
+implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the
+reference implementation; the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla
+implementation, as in tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN
+path lowered for CUDA (StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and
+for CUDA from one trace (lax.platform_dependent).
 """
 
 import os

@@ -2,8 +2,8 @@
 
 Under ``jax.jit`` the platform and devices are decided after tracing (by the arguments' placement at call time, by
 ``lower(lowering_platforms=...)`` or ``jax.export(platforms=...)``), so code that must differ per platform cannot ask
-``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent`` (jax_cudnn_rnn/backends/registry.py).
-What tracing does know, ``of_arrays`` collects:
+``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent``
+(jax_cudnn_rnn/backends/registry.py). What tracing does know, ``of_arrays`` collects:
 
 * concrete arrays (an eager call, all of its arrays concrete) carry their sharding: platform, devices and the batch
   split are exact;

@@ -1,6 +1,7 @@
-"""Sequences of any length (backends/fused/chunking.py): time chunks with the state carried, run over the xla implementation as the
-stand-in fused backend with the step limit lowered, equal one unchunked xla call in values and every gradient; a
-backend that refuses lengths of 0 never sees one; resets (backends/fused/segments.py) compose with chunking.
+"""Sequences of any length (backends/fused/chunking.py): time chunks with the state carried, run over the xla
+implementation as the stand-in fused backend with the step limit lowered, equal one unchunked xla call in values and
+every gradient; a backend that refuses lengths of 0 never sees one; resets (backends/fused/segments.py) compose with
+chunking.
 
 Tolerance 1e-5 (float32): the same arithmetic, only the input GEMMs are split over time.
 """

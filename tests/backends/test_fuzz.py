@@ -1,6 +1,6 @@
 """Property-based tests: random configurations, shapes (T and B down to 1), dtypes, sequence lengths (0 included),
-resets and options against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the oracle), and
-PyTorch's modules run on the converted weights — plus exact canonical round trips.
+resets and options against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the
+oracle), and PyTorch's modules run on the converted weights — plus exact canonical round trips.
 
 Examples are drawn afresh each run (a failure prints the example and a reproduction blob). Compiling each new shape is
 what costs on CPU, so CI draws a few per property; JAX_CUDNN_RNN_FUZZ_EXAMPLES sets how many (scripts/gpu_check.sh

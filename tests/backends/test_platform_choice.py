@@ -1,5 +1,5 @@
-"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends/registry.py), not by
-jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
+"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends/registry.py),
+not by jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
 declared available and jax.default_backend() says "gpu", as on a GPU machine; nothing is run on CUDA, only lowered."""
 
 import dataclasses

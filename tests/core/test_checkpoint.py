@@ -1,5 +1,5 @@
-"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure, also
-when the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/core/test_checkpoint.py
+"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure, also when
+the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/core/test_checkpoint.py
 TASK DIRECTORY`` runs its side of those tests)."""
 
 import itertools
@@ -163,8 +163,8 @@ def test_shape_mismatch_names_path_tensor_and_both_shapes(tmp_path):
     wider = RNNConfig("gru", num_layers=1, num_units=6, input_size=8)
     target = jax.eval_shape(lambda: state)
     target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), wider))
-    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*"
-                                         r"layer_0/forward/w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
+    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*layer_0/forward/"
+                                         r"w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
     target = jax.eval_shape(lambda: state)
     target["params"]["extra_rnn"] = target["params"]["decoder"]
@@ -212,7 +212,8 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
     assert data_files
     for data in data_files:
         data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    with pytest.raises(ckpt.CheckpointError, match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
+    with pytest.raises(ckpt.CheckpointError,
+                       match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
 
 
@@ -301,8 +302,9 @@ def _state_at(step):
 def _child(task, directory, file_size_limit=None):
     """The saving side of a fault test. ``save-until-killed``: saves steps 1, 2, ... until the parent kills it.
     ``fill-the-disk``: saves step 1 (``_state()``, small), then step 2 (``_state_at(2)``) into a disk too small for
-    it, and prints as JSON the error that raised and the steps the manager finds after ``reload()``. ``file_size_limit`` (bytes): RLIMIT_FSIZE for this process, the full
-    disk's stand-in where no tmpfs can be mounted (writes past it fail with EFBIG, SIGXFSZ ignored)."""
+    it, and prints as JSON the error that raised and the steps the manager finds after ``reload()``. ``file_size_limit``
+    (bytes): RLIMIT_FSIZE for this process, the full disk's stand-in where no tmpfs can be mounted (writes past it fail
+    with EFBIG, SIGXFSZ ignored)."""
     if file_size_limit is not None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))

@@ -354,7 +354,8 @@ UNBATCHED_CASES = [  # (change, error, message)
 ]
 
 
-@pytest.mark.parametrize("change, error, message", UNBATCHED_CASES, ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES])
+@pytest.mark.parametrize("change, error, message", UNBATCHED_CASES,
+                         ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES])
 def test_check_inputs_in_an_unbatched_frontends_words(change, error, message):
     cfg, params, _, _, _ = _setup("gru")
     good = dict(x=jnp.ones((T, I)), h0=jnp.zeros((2, H)), seq_lengths=jnp.array(T, jnp.int32),

@@ -1,5 +1,6 @@
-"""The cuDNN algorithm choice (jax_cudnn_rnn/backends/cudnn/algorithm.py) without a GPU: PyTorch's heuristic on given device facts,
-the documented limits, autotune's selection and cache, argument checking, and the attribute the handlers receive."""
+"""The cuDNN algorithm choice (jax_cudnn_rnn/backends/cudnn/algorithm.py) without a GPU: PyTorch's heuristic on given
+device facts, the documented limits, autotune's selection and cache, argument checking, and the attribute the handlers
+receive."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,5 @@
-"""jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call
-is a clear error under plain jax.export and exports through ``jax_cudnn_rnn.cudnn.export`` (the recipe), single-device only.
+"""jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call is a
+clear error under plain jax.export and exports through ``jax_cudnn_rnn.cudnn.export`` (the recipe), single-device only.
 Nothing runs on CUDA here (the GPU test at the end runs the recipe's result)."""
 
 import jax

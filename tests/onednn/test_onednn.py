@@ -248,7 +248,8 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
 def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
     """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
     "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
-    monkeypatch.setattr(wiring, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
+    monkeypatch.setattr(wiring, "CPU_TABLE",
+                        {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
     cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
     assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
     assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008

@@ -147,7 +147,8 @@ def test_the_runbook_leaves_out_only_the_leak_check(collected):
 def test_quoting_survives_and_knobs_can_be_empty():
     command = [words for stage, words in dry_run("memcheck", "--", "-k", "lstm or gru")][-1]
     assert command[-2:] == ["-k", "lstm or gru"]
-    first, _ = [words for stage, words in dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
+    first, _ = [words for stage, words in
+                dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
     assert first[-3:] == ["-k", "lstm or gru", "tests/cudnn/test_cudnn_gpu.py"]
     (only,) = [words for stage, words in dry_run("tests", PYTEST_EXTRA="", PYTEST_WHOLE="", PYTEST_SELECT="")]
     assert only[-3:] == ["-m", "", "--continue-on-collection-errors"]

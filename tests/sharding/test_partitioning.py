@@ -167,7 +167,8 @@ SCRIPT = textwrap.dedent("""
 def sharded_run(request):
     """The script's run, shared by the tests below; each case in it reports its own lines (or its failure), so one
     failing case fails one test, and a crash of the whole script fails each test with the script's stderr."""
-    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, tests],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 

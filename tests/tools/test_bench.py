@@ -68,9 +68,9 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
     data = json.loads(paths["json"].read_text())
     if data["machine"]["jax_backend"] != "gpu":
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
-        assert skipped["jcr-cudnn"] in ("implementation='cudnn' needs the arrays on a CUDA device, but this call runs on "
-                                        "CPU", f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
-                                               f"{jcr.extension_error()}")
+        assert skipped["jcr-cudnn"] in (
+            "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
+            f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}")
     assert all(s["reason"] for s in data["skipped"])
 
 

@@ -131,8 +131,9 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     last = _complete_steps(out_dir)[-1]
     assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
 
-    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir", str(out_dir),
-                            "--steps", str(last + 2)], capture_output=True, text=True, timeout=_TIMEOUT)
+    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY,
+                            "--output-dir", str(out_dir), "--steps", str(last + 2)],
+                           capture_output=True, text=True, timeout=_TIMEOUT)
     out = re.sub(r"\s+", " ", rerun.stdout)  # rich wraps long lines at the console's width
     assert rerun.returncode == 0, out + rerun.stderr[-3000:]
     assert f"resuming the run in {out_dir} from its checkpoint at step {last} (same settings)" in out
