@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -85,16 +86,16 @@ def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot
     for layer in range(config.num_layers):
         in_size = config.layer_input_size(layer)
         for direction in range(config.num_directions):
-            slot = lambda group, gate, shape: ParamSlot(layer, direction, group, gate, -1, shape)  # noqa: E731
+            slot = functools.partial(ParamSlot, layer, direction, offset=-1)
             if not (config.skip_input and layer == 0):  # cuDNN stores no layer-0 input matrices with skip input
-                weights += [slot("w_input", gate, (units, in_size)) for gate in gates]
-            weights += [slot("w_recurrent", gate, (units, hidden)) for gate in gates]
+                weights += [slot("w_input", gate, shape=(units, in_size)) for gate in gates]
+            weights += [slot("w_recurrent", gate, shape=(units, hidden)) for gate in gates]
             if config.proj_size:
-                weights.append(slot("w_projection", 0, (config.proj_size, units)))
+                weights.append(slot("w_projection", 0, shape=(config.proj_size, units)))
             if config.has_input_bias:
-                biases += [slot("b_input", gate, (units,)) for gate in gates]
+                biases += [slot("b_input", gate, shape=(units,)) for gate in gates]
             if config.has_recurrent_bias:
-                biases += [slot("b_recurrent", gate, (units,)) for gate in gates]
+                biases += [slot("b_recurrent", gate, shape=(units,)) for gate in gates]
     return weights, biases
 
 
@@ -151,11 +152,11 @@ def slice_slots(params: jax.Array, slots: Sequence[ParamSlot]) -> jax.Array:
     """
     first, last = slots[0], slots[-1]
     rows = sum(s.shape[0] for s in slots)
-    if all(a.offset + a.size == b.offset for a, b in zip(slots, slots[1:])):
+    if all(a.offset + a.size == b.offset for a, b in itertools.pairwise(slots)):
         flat = jax.lax.slice(params, (first.offset,), (last.offset + last.size,))
     else:
         flat = jnp.concatenate([jax.lax.slice(params, (s.offset,), (s.offset + s.size,)) for s in slots])
-    return flat.reshape((rows,) + first.shape[1:])
+    return flat.reshape((rows, *first.shape[1:]))
 
 
 def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -> jax.Array:

@@ -54,12 +54,16 @@ def loss(implementation, p, x):
     return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
 
+def jitted(implementation):
+    return jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=implementation))
+
+
 # Without seq_lengths, which oneDNN's primitives do not take.
 want = jcr.rnn(params, x, h0, c0, cfg, implementation="reference")
 ran, refused = [], []
 for implementation in (None, *registry.names()):
     try:
-        got = jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=implementation))(params, x)
+        got = jitted(implementation)(params, x)
     except RuntimeError as e:
         assert f"implementation={implementation!r} needs" in str(e), str(e)
         print(f"refused {implementation}: {e}")

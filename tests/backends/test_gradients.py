@@ -88,8 +88,8 @@ def _grads(mode):
             out.append(per_impl)
         return out
 
-    arrays = [tuple(None if a is None else jnp.asarray(a) for a in inp[:4]) +
-              (tuple(None if w is None else jnp.asarray(w) for w in inp[4]),) for _, _, inp in cases]
+    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
+               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for _, _, inp in cases]
     return cases, run_all(arrays, lengths)
 
 
@@ -138,8 +138,8 @@ def test_projection_clip_bias_mode_gradients_match_reference():
                         for impl in ("xla", "reference")])
         return out
 
-    arrays = [tuple(None if a is None else jnp.asarray(a) for a in inp[:4]) +
-              (tuple(None if w is None else jnp.asarray(w) for w in inp[4]),) for inp in inputs]
+    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
+               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for inp in inputs]
     for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays)):
         for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{cfg}: d{name}")
@@ -220,7 +220,7 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_jvp_of_reference_matches_finite_differences(mode):
     with jax.enable_x64(True):
-        cfg, (p, x, h0, c0, lw) = _float64_problem(mode, seed=12)
+        cfg, (p, x, h0, c0, _) = _float64_problem(mode, seed=12)
         lengths = np.array([4, 2], np.int32)
         args = tuple(None if a is None else jnp.asarray(a) for a in (p, x, h0, c0))
         rng = np.random.default_rng(1)
@@ -258,7 +258,7 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     rng = np.random.default_rng(2)
     K = 3
     xs = rng.normal(size=(K, T, B, cfg.input_size)).astype(np.float32)
-    h0s = (0.5 * rng.normal(size=(K,) + cfg.state_shape(B))).astype(np.float32)
+    h0s = (0.5 * rng.normal(size=(K, *cfg.state_shape(B)))).astype(np.float32)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(B))).astype(np.float32)
     lengths = jnp.array(LENGTHS, jnp.int32)
     fn = lambda x, h0: jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
@@ -278,9 +278,9 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
                                                  implementation="xla")[0] ** 2)
         per_example = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(jnp.asarray(p), jnp.asarray(xs),
                                                                               jnp.asarray(h0s))
-        loop = [jax.grad(lambda p_: jnp.sum(jcr.rnn(p_, jnp.asarray(xs[k]), jnp.asarray(h0s[k]), jnp.asarray(c0), cfg,
-                                                    seq_lengths=lengths, implementation="reference")[0] ** 2))(
-            jnp.asarray(p)) for k in range(K)]
+        reference = lambda p_, x, h0: jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
+                                                      implementation="reference")[0] ** 2)
+        loop = [jax.grad(reference)(jnp.asarray(p), jnp.asarray(xs[k]), jnp.asarray(h0s[k])) for k in range(K)]
         for k in range(K):
             np.testing.assert_allclose(per_example[k], loop[k], rtol=2e-5, atol=2e-5)
 

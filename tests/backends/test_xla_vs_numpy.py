@@ -61,8 +61,8 @@ def assert_matches(got, want, cfg, tol, label=""):
 WITH_LENGTHS = [(L, d, im, True)
                 for L, d, im in itertools.product((1, 2, 3), DIRECTIONS, ("linear_input", "skip_input"))]
 F32_CASES = {
-    "xla": WITH_LENGTHS + [(1, "unidirectional", "skip_input", False), (1, "bidirectional", "linear_input", False),
-                           (2, "bidirectional", "linear_input", False), (3, "unidirectional", "linear_input", False)],
+    "xla": [*WITH_LENGTHS, (1, "unidirectional", "skip_input", False), (1, "bidirectional", "linear_input", False),
+            (2, "bidirectional", "linear_input", False), (3, "unidirectional", "linear_input", False)],
     "reference": [c for c in WITH_LENGTHS if c[0] == 1 or (c[0] == 3 and c[1] == "bidirectional")]
                  + [(2, "bidirectional", "skip_input", False)],
 }

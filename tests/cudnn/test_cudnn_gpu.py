@@ -145,7 +145,8 @@ def _upcast(cfg, params, x, h0, c0):
 def canonical_float32(params, cfg):
     """Every canonical tensor of ``params``, flattened and concatenated in float32: buffers of different dtypes
     (hence layouts) compared entry by entry."""
-    return jnp.concatenate([t.ravel().astype(jnp.float32) for t in sum(jcr.params_to_canonical(params, cfg), [])])
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    return jnp.concatenate([t.ravel().astype(jnp.float32) for t in [*weights, *biases]])
 
 
 def canonical_tensors(weights, biases, cfg) -> dict[str, np.ndarray]:
@@ -585,7 +586,7 @@ def test_max_time_steps_in_one_call_and_one_more_chunked():
     x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
     h0 = jnp.zeros(cfg.state_shape(2))
     static = wiring.Static(cfg, False, "standard")
-    y, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
+    _, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
     grads = jax.jit(jax.grad(lambda p: jnp.sum(wiring._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
     assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
     want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")

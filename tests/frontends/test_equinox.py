@@ -2,6 +2,7 @@
 oracle for the vanilla RNN, which Equinox lacks), jax.vmap against a loop and as one kernel call, gradients, optax,
 serialisation, dropout, and every malformed argument named in the error."""
 
+import operator
 import os
 import subprocess
 import sys
@@ -122,8 +123,8 @@ def test_vmap_is_one_fused_call_and_equals_a_loop():
     lengths = jnp.array([6, 1, 3, 0, 5], jnp.int32)
     got = jax.vmap(model)(xs, states, seq_length=lengths)
     for n in range(5):
-        one = jax.tree_util.tree_map(lambda a: a[n], (xs, states, lengths))
-        _close(jax.tree_util.tree_map(lambda a: a[n], got), _call(model, *one))
+        one = jax.tree_util.tree_map(operator.itemgetter(n), (xs, states, lengths))
+        _close(jax.tree_util.tree_map(operator.itemgetter(n), got), _call(model, *one))
 
     require_extension(onednn_extension.EXTENSION, REQUIRE_ONEDNN)
     fused = je.LSTM(I, H, num_layers=2, bidirectional=True, implementation="onednn", key=jax.random.key(7))

@@ -32,14 +32,14 @@ def test_wrong_rank(lstm):
 def test_feature_size_differs_from_init(lstm):
     """Only the cause, not two whole RNNConfigs (the issue's case)."""
     module, variables = lstm
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError) as error:  # noqa: PT011 - the assert below checks the whole message
         module.apply(variables, jnp.ones((B, T, 7)))
     assert str(error.value) == "x has 7 features (its last axis) but the module's parameters were made for input_size=3"
 
 
 def test_other_module_settings_name_only_the_differing_fields(lstm):
     _, variables = lstm
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError) as error:  # noqa: PT011 - the assert below checks the whole message
         LSTM(num_units=H, num_layers=2, direction="bidirectional").apply(variables, jnp.ones((B, T, I)))
     assert str(error.value) == ("rnn_params does not match this module: the parameters have direction="
                                 "'unidirectional' (module: 'bidirectional')")

@@ -114,11 +114,11 @@ def test_equinox_skip_input_bias_modes_and_dtype():
 
 
 def test_equinox_errors_name_the_problem():
-    with pytest.raises(ValueError, match="mode 'rnn_tanh' has no Equinox equivalent.*no vanilla tanh/relu RNN cell"):
+    with pytest.raises(ValueError, match=r"mode 'rnn_tanh' has no Equinox equivalent.*no vanilla tanh/relu RNN cell"):
         interop.canonical_to_equinox([], [], RNNConfig("rnn_tanh", 1, H, I))
     with pytest.raises(ValueError, match="proj_size=2 has no Equinox equivalent"):
         interop.equinox_to_canonical([], RNNConfig("lstm", 1, H, I, proj_size=2))
-    with pytest.raises(ValueError, match="cell_clip=1.0 has no Equinox equivalent"):
+    with pytest.raises(ValueError, match=r"cell_clip=1\.0 has no Equinox equivalent"):
         interop.canonical_to_equinox([], [], RNNConfig("lstm", 1, H, I, cell_clip=1.0))
 
     config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional")

@@ -166,7 +166,7 @@ def test_keras_half_precision_uses_a_mixed_policy():
 def test_keras_errors_name_the_problem():
     with pytest.raises(ValueError, match="proj_size=2 has no Keras equivalent"):
         interop.keras_layers(RNNConfig("lstm", 1, H, I, proj_size=2))
-    with pytest.raises(ValueError, match="cell_clip=3.0 has no Keras equivalent"):
+    with pytest.raises(ValueError, match=r"cell_clip=3\.0 has no Keras equivalent"):
         interop.canonical_to_keras([], [], RNNConfig("lstm", 1, H, I, cell_clip=3.0))
     with pytest.raises(ValueError, match=r"dropout=0.3 has no Keras .*keras.layers.Dropout"):
         interop.keras_layers(RNNConfig("lstm", 2, H, I, dropout=0.3))

@@ -192,7 +192,7 @@ def test_vmap_folds_the_batch_and_grad_runs_per_element(native):
     for i in range(3):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(xs[i], h0s[i])), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(grads[i]),
-                                   np.asarray(jax.grad(lambda x: jnp.sum(run(x, h0s[i]) ** 2))(xs[i])),
+                                   np.asarray(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2))(xs[i], h0s[i])),
                                    rtol=1e-6, atol=1e-6)
 
 
@@ -379,7 +379,7 @@ def test_scratch_is_reused_and_bounded(native):
     max_bytes, max_buffers = native.MAX_KEPT_SCRATCH
     for batch in range(1, 12):
         params1, x1, h1, c1 = draw_inputs(cfg, np.random.default_rng(batch), batch=batch)
-        jax.grad(lambda p: jnp.sum(jcr.rnn(p, x1, h1, c1, cfg, implementation="onednn")[0]))(params1)
+        jax.grad(lambda p, x, h, c: jnp.sum(jcr.rnn(p, x, h, c, cfg, implementation="onednn")[0]))(params1, x1, h1, c1)
         kept_bytes, kept_buffers = native.kept_scratch()
         assert kept_buffers <= max_buffers and kept_bytes <= max_bytes
     onednn.release_scratch()

@@ -43,7 +43,7 @@ def pytest_args(words: list[str]) -> list[str]:
             skip_next = False
         elif word in ("-n", "--timeout", "-p"):
             skip_next = True
-        elif word not in ("-rfEs",):
+        elif word != "-rfEs":
             selection.append(word)
     return selection
 

@@ -157,7 +157,7 @@ def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch)
     asked = []
     monkeypatch.setattr(plan, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
     assert contenders.cudnn_workspace(bc, cfg, training=False) == 4096
-    problem, algo = asked[0]
+    problem, _ = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
 
 

@@ -83,7 +83,7 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
 
 def test_demo_refuses_a_folder_with_other_files(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit, match="notes.txt"):
+    with pytest.raises(SystemExit, match=r"notes\.txt"):
         _demo(capsys, tmp_path, "--steps", "1")
     assert (tmp_path / "notes.txt").read_text() == "mine"
 

@@ -174,7 +174,7 @@ def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
             r = by_measurement.get(measurement, {})
             cells += [_fmt(r.get("ms"), ".2f")] + [ratio_text(r.get(f"ratio_to_{peer}")) for peer in (C.TORCH, C.FLAX)]
         last = by_measurement.get(C.TRAIN) or by_measurement[C.FWD]
-        rows.append(cells + [_mib(last.get("op_bytes"))])
+        rows.append([*cells, _mib(last.get("op_bytes"))])
     return rows
 
 
