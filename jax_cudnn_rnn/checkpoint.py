@@ -293,7 +293,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         restored_leaves = treedef.flatten_up_to(restored)
         placements = iter(buffer_shardings)
         rebuilt = [_rebuild(sub, leaf.config, next(placements)) if isinstance(leaf, RNNParams) else sub
-                   for (_, leaf), sub in zip(leaves, restored_leaves)]
+                   for (_, leaf), sub in zip(leaves, restored_leaves, strict=True)]
         return jax.tree_util.tree_unflatten(treedef, rebuilt)
 
     def _restore_standard(self, directory, abstract, strict):

@@ -234,9 +234,9 @@ def check_canonical(weights: Sequence[Any], biases: Sequence[Any], config: RNNCo
             raise TypeError(f"{argument} must be a list of arrays, got {type(given).__name__}")
         if len(given) != len(slots):
             raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
-        for i, (tensor, slot) in enumerate(zip(given, slots)):
+        for i, (tensor, slot) in enumerate(zip(given, slots, strict=True)):
             _check_tensor(f"{argument}[{i}]", tensor, slot, config, slot.name(config), check_dtype)
-    return list(zip(weight_slots + bias_slots, list(weights) + list(biases)))
+    return list(zip(weight_slots + bias_slots, list(weights) + list(biases), strict=True))
 
 
 def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> jax.Array:
@@ -276,7 +276,7 @@ def params_to_tree(params: jax.Array, config: RNNConfig) -> dict[str, Any]:
     """
     weights, biases = params_to_canonical(params, config)
     slots = param_slots(config)[0] + param_slots(config)[1]
-    return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases)})
+    return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases, strict=True)})
 
 
 def tree_to_canonical(tree: Any, config: RNNConfig, *, check_dtype: bool = True) -> tuple[list[Any], list[Any]]:

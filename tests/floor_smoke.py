@@ -69,7 +69,7 @@ for implementation in (None, *registry.names()):
         print(f"refused {implementation}: {e}")
         refused.append(implementation)
         continue
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     ran.append(implementation)
 print("ran:", ran, "refused:", refused)
@@ -79,7 +79,7 @@ print("every implementation ok")
 
 got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
 want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)
-for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("xla jit grad ok")
 
@@ -97,7 +97,7 @@ grad = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a)[0] ** 2), argnums=(0, 1)))
 hlo = grad.lower(*sharded).compile().as_text()
 assert "all-gather(" not in hlo, "the partitioned calls gathered the batch"
 want = jax.grad(lambda p, x: jnp.sum(xla.rnn_xla(p, x, h0, c0, cfg, lengths)[0] ** 2), argnums=(0, 1))(params, x)
-for a, b in zip(grad(*sharded), want):
+for a, b in zip(grad(*sharded), want, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("custom_partitioning per shard ok")
 

@@ -179,7 +179,7 @@ class Cluster:
         if all(status == "ok" for status, _ in answers):
             return [value for _, value in answers]
         report = [f"{what} failed in a cluster of {self.num_processes} process(es) x {self.local_devices} CPU devices"]
-        for worker, (status, value) in zip(self._workers, answers):
+        for worker, (status, value) in zip(self._workers, answers, strict=True):
             worker.stop(kill=True)
             story = {"ok": "returned", "error": f"raised:\n{value}", "died": f"died with exit code {value}",
                      "timeout": "did not answer in time (killed)"}[status]
@@ -198,7 +198,7 @@ def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, gra
         outputs = [files.enter_context(open(os.path.join(logs, f"command{i}.log"), "wb+"))
                    for i in range(len(commands))]
         processes = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-                     for argv, out in zip(commands, outputs)]
+                     for argv, out in zip(commands, outputs, strict=True)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in processes):
             if any(p.poll() not in (None, 0) for p in processes):
@@ -216,7 +216,7 @@ def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, gra
     if all(code == 0 for code in codes):
         return texts
     report = [f"{len(commands)} command(s) did not all succeed within {timeout} s"]
-    for argv, code, text in zip(commands, codes, texts):
+    for argv, code, text in zip(commands, codes, texts, strict=True):
         report.append(f"--- {' '.join(argv)}\n--- exit code {code} (-9: killed); output:\n"
                       f"{text if len(text) <= OUTPUT_TAIL else '...' + text[-OUTPUT_TAIL:]}")
     raise ClusterError("\n".join(report))

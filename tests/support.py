@@ -125,7 +125,7 @@ def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
 def summed_biases(config, biases, exact_gates=()):
     """The canonical biases (bias_mode 'double') that come back from a peer keeping one summed bias per gate: the sum
     as the input bias and a zero recurrent bias, but for ``exact_gates``, where the peer keeps both apart."""
-    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.param_slots(config)[1], biases)}
+    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.param_slots(config)[1], biases, strict=True)}
     result = []
     for slot in jcr.param_slots(config)[1]:
         name = slot.name(config)

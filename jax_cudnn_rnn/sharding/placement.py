@@ -109,7 +109,7 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     kind = getattr(abstract_device, "device_kind", None)
     explicit = getattr(getattr(jax.sharding, "AxisType", None), "Explicit", object())
     spec = getattr(sharding, "spec", None)
-    axis_types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ()) or ()))
+    axis_types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True)) if getattr(mesh, "axis_types", None) else {}
     batch_axes = None
     if spec is not None and batch_axis is not None and batch_axis < len(spec):
         axes = spec_axes(spec, batch_axis)
@@ -120,7 +120,7 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     if kind is not None:
         device = next((d for d in jax.local_devices() if d.device_kind == kind), None)
     return Placement(lowering_platform(platform) if platform else None, device, kind,
-                     tuple(zip(mesh.axis_names, mesh.axis_sizes)), batch_axes)
+                     tuple(zip(mesh.axis_names, mesh.axis_sizes, strict=True)), batch_axes)
 
 
 def _from_default_device() -> Placement:

@@ -66,7 +66,7 @@ def test_chunked_equals_unchunked(case):
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
     for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads),
-                          (*want, *want_grads)):
+                          (*want, *want_grads), strict=False):
         if b is None:
             assert a is None
             continue
@@ -95,7 +95,7 @@ def test_backend_never_sees_an_empty_chunk():
     want = XLA(params, x, h0, None, cfg, lengths)
     assert len(seen) == 6  # 2 directions x 3 chunks
     np.testing.assert_array_equal(seen[2], [1, 1, 1, 1])  # the last chunk (step 6): only row 2 has a step there
-    for a, b in zip(got[:2], want[:2]):
+    for a, b in zip(got[:2], want[:2], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -135,7 +135,7 @@ def test_resets_compose_with_chunking():
                                    argnums=(0, 1, 2, 3), has_aux=True)(*inputs) for run in (packed, own)]
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
-    for a, b in zip((*got, *got_grads), (*want, *want_grads)):
+    for a, b in zip((*got, *got_grads), (*want, *want_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 

@@ -79,7 +79,7 @@ def _grads(mode):
     @jax.jit
     def run_all(arrays, lengths):
         out = []
-        for (cfg, wl, _), (p, x, h0, c0, lw) in zip(cases, arrays):
+        for (cfg, wl, _), (p, x, h0, c0, lw) in zip(cases, arrays, strict=True):
             argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
             per_impl = []
             for impl in ("xla", "reference"):
@@ -101,7 +101,7 @@ def test_xla_gradients_match_reference_autodiff(mode, case_index):
     (v_xla, g_xla), (v_ref, g_ref) = results[case_index]
     np.testing.assert_allclose(v_xla, v_ref, rtol=2e-5, atol=2e-5)
     names = ("params", "x", "h0", "c0")
-    for name, a, b in zip(names, g_xla, g_ref):
+    for name, a, b in zip(names, g_xla, g_ref, strict=False):
         assert a.shape == b.shape and a.dtype == np.float32
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"d{name}")
         assert np.abs(np.asarray(b)).max() > 1e-3, f"d{name} is (nearly) zero: the test would be vacuous"
@@ -132,7 +132,7 @@ def test_projection_clip_bias_mode_gradients_match_reference():
     @jax.jit
     def run_all(arrays):
         out = []
-        for cfg, (p, x, h0, c0, lw) in zip(cfgs, arrays):
+        for cfg, (p, x, h0, c0, lw) in zip(cfgs, arrays, strict=True):
             argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
             out.append([jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=argnums)(p, x, h0, c0)
                         for impl in ("xla", "reference")])
@@ -140,8 +140,8 @@ def test_projection_clip_bias_mode_gradients_match_reference():
 
     arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
                tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for inp in inputs]
-    for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays)):
-        for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref):
+    for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays), strict=True):
+        for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref, strict=False):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{cfg}: d{name}")
         # (nearly) every parameter that exists influences the loss; dead relu units legitimately have none
         share = 0.4 if cfg.mode == "rnn_relu" else 0.9
@@ -155,7 +155,7 @@ def test_float64_xla_gradients_match_reference():
         lengths = jnp.array(LENGTHS, jnp.int32)
         grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1, 2, 3)))(
             jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), jnp.asarray(c0)) for impl in ("xla", "reference")]
-        for a, b in zip(*grads):
+        for a, b in zip(*grads, strict=True):
             assert a.dtype == np.float64
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
 
@@ -169,7 +169,7 @@ def test_dropout_gradients_match_reference():
     grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1)))(
         jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), None, key)
              for impl in ("xla", "reference")]
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
     # (that the masks are applied in the forward pass is checked against the oracle in test_xla_vs_numpy.py)
 
@@ -186,8 +186,8 @@ def _float64_problem(mode, seed):
 
 
 def _fd_directional(f, args, direction, step=1e-6):
-    plus = [None if a is None else a + step * d for a, d in zip(args, direction)]
-    minus = [None if a is None else a - step * d for a, d in zip(args, direction)]
+    plus = [None if a is None else a + step * d for a, d in zip(args, direction, strict=True)]
+    minus = [None if a is None else a - step * d for a, d in zip(args, direction, strict=True)]
     return (f(*plus) - f(*minus)) / (2 * step)
 
 
@@ -208,7 +208,8 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
             fd = _fd_directional(f, args, direction)
             assert abs(fd) > 1e-3
             for impl, g in grads.items():
-                analytic = sum(float(np.sum(np.asarray(gi) * di)) for gi, di in zip(g, direction) if di is not None)
+                analytic = sum(float(np.sum(np.asarray(gi) * di))
+                               for gi, di in zip(g, direction, strict=False) if di is not None)
                 np.testing.assert_allclose(analytic, fd, rtol=1e-7, atol=1e-7, err_msg=impl)
 
 
@@ -241,12 +242,12 @@ def test_jvp_of_reference_matches_finite_differences(mode):
             return out if c0 is not None else out[:2]
 
         step = 1e-6
-        plus = oracle(*[None if a is None else np.asarray(a) + step * d for a, d in zip(args, direction)])
-        minus = oracle(*[None if a is None else np.asarray(a) - step * d for a, d in zip(args, direction)])
+        plus = oracle(*[None if a is None else np.asarray(a) + step * d for a, d in zip(args, direction, strict=True)])
+        minus = oracle(*[None if a is None else np.asarray(a) - step * d for a, d in zip(args, direction, strict=True)])
         want_primals = oracle(*[None if a is None else np.asarray(a) for a in args])
-        for got, want in zip(primals, want_primals):
+        for got, want in zip(primals, want_primals, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-        for got, a, b in zip(tangents, plus, minus):
+        for got, a, b in zip(tangents, plus, minus, strict=True):
             np.testing.assert_allclose(got, (a - b) / (2 * step), rtol=1e-7, atol=1e-7)
         assert max(np.abs(np.asarray(t)).max() for t in tangents) > 1e-2
 
@@ -270,7 +271,7 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     biases = [np.asarray(a, np.float64) for a in biases]
     for k in range(K):
         want = numpy_rnn(weights, biases, xs[k], h0s[k], c0, "lstm", 1, 4, True, False, seq_lengths=np.array(LENGTHS))
-        for got, wv in zip((ys[k], hs[k], cs[k]), want):
+        for got, wv in zip((ys[k], hs[k], cs[k]), want, strict=True):
             np.testing.assert_allclose(got, wv, rtol=1e-5, atol=1e-5)
     # and vmap of the gradient (per-example gradients w.r.t. shared params)
     if implementation == "xla":

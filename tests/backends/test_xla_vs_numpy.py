@@ -82,11 +82,12 @@ def _f32_results(mode, implementation):
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if with_lengths else None,
                         implementation=implementation)
-                for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays)]
+                for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays, strict=True)]
 
     outputs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases],
                       lengths)
-    return {case: (cfg, inputs, out) for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs)}
+    return {case: (cfg, inputs, out)
+            for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs, strict=True)}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -124,10 +125,10 @@ def test_float64_matches_numpy(implementation):
         def run_all(arrays, lengths):
             return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None,
                             implementation=implementation)
-                    for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays)]
+                    for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
 
         outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-        for cfg, case, inp, out in zip(cfgs, cases, inputs, outs):
+        for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
             assert out[0].dtype == np.float64
             want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS) if case[-1] else None)
             assert_matches(out, want, cfg, 1e-12, label=str(case))
@@ -145,10 +146,10 @@ def test_half_precision_matches_numpy(dtype, tol, implementation):
     @jax.jit
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None, implementation=implementation)
-                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays)]
+                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-    for cfg, case, inp, out in zip(cfgs, cases, inputs, outs):
+    for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
         want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS) if case[-1] else None)
         assert_matches(out, want, cfg, tol, label=str(case))
 
@@ -177,10 +178,10 @@ def test_projection_clip_bias_modes_match_numpy(implementation):
     @jax.jit
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
-                for cfg, (p, x, h0, c0) in zip(cfgs, arrays)]
+                for cfg, (p, x, h0, c0) in zip(cfgs, arrays, strict=True)]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-    for cfg, inp, out in zip(cfgs, inputs, outs):
+    for cfg, inp, out in zip(cfgs, inputs, outs, strict=True):
         want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS))
         assert_matches(out, want, cfg, 1e-5, label=str(cfg))
         if cfg.cell_clip is not None:
@@ -214,7 +215,7 @@ def test_dropout_matches_numpy_with_documented_masks(mode, num_layers, direction
     for m in masks:
         assert set(np.unique(m).round(6)) == {0.0, round(1 / 0.6, 6)}
     assert_matches(got, oracle(cfg, params, x, h0, c0, seq_lengths=np.array(LENGTHS), dropout_masks=masks), cfg, 1e-5)
-    for a, b in zip(got, again):
+    for a, b in zip(got, again, strict=True):
         if a is not None:
             np.testing.assert_array_equal(a, b)
     assert np.abs(np.asarray(other[0]) - np.asarray(got[0])).max() > 1e-3

@@ -53,7 +53,7 @@ def _fresh(tree):
 
 def _assert_trees_equal(a, b):
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -116,7 +116,7 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
             assert isinstance(saved_tree, dict)
             weights, biases = layout.params_to_canonical(buffer, config)
             slots = layout.param_slots(config)
-            for slot, expected in zip(slots[0] + slots[1], weights + biases):
+            for slot, expected in zip(slots[0] + slots[1], weights + biases, strict=True):
                 node = saved_tree
                 for key in slot.name(config).split("/"):
                     node = node[key]

@@ -36,7 +36,7 @@ def test_keep_rate_scale_and_independence(dropout):
     keep, draws = 1.0 - dropout, np.prod(SHAPE)
     standard_error = np.sqrt(keep * (1.0 - keep) / draws)
     kept = [m != 0 for m in masks]
-    for layer, (mask, k) in enumerate(zip(masks, kept)):
+    for layer, (mask, k) in enumerate(zip(masks, kept, strict=True)):
         assert mask.shape == SHAPE
         rate = k.mean()
         assert abs(rate - keep) <= SIGMAS * standard_error, f"layer {layer}: kept {rate:.4f}, expected {keep}"

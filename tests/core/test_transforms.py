@@ -28,7 +28,7 @@ def test_vmap_over_leading_axis_with_shared_params_matches_a_loop():
     got = jax.vmap(_run, in_axes=(None, 0, 0, 0))(params, xs, h0s, h0s)
     for n in range(4):
         want = _run(params, xs[n], h0s[n], h0s[n])
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a[n], b, atol=1e-6)
 
 

@@ -153,7 +153,7 @@ def test_gradients_equal_the_equinox_cells_and_optax_trains_with_filter_jit():
     w_theirs, b_theirs = interop.equinox_to_canonical(theirs, model.config)
     w_ours, b_ours = jcr.params_to_canonical(ours.params.buffer, model.config)
     _close(w_ours, w_theirs)
-    for slot, got, want in zip(jcr.param_slots(model.config)[1], b_ours, b_theirs):
+    for slot, got, want in zip(jcr.param_slots(model.config)[1], b_ours, b_theirs, strict=True):
         if slot.group == "b_input" or model.config.gate_names[slot.gate] == "n":
             _close(got, want)
 

@@ -72,7 +72,8 @@ def test_equinox_both_ways(mode, direction, num_layers):
     assert_outputs_close(run_xla(params, config, x, h0, c0), _equinox_run(cells, config, x, h0, c0))
     # and back: one summed bias per gate, but GRU's gate n keeps b_W (in bias) and b_R (bias_n) apart
     w, b = interop.equinox_to_canonical(cells, config)
-    for got, want in zip(w + b, list(weights) + summed_biases(config, biases, ("n",) if mode == "gru" else ())):
+    want_biases = summed_biases(config, biases, ("n",) if mode == "gru" else ())
+    for got, want in zip(w + b, list(weights) + want_biases, strict=True):
         np.testing.assert_array_equal(got, np.asarray(want))
 
     # Equinox's own initialisation (its biases are random too) -> ours, and back exactly.
@@ -109,7 +110,7 @@ def test_equinox_skip_input_bias_modes_and_dtype():
     np.testing.assert_array_equal(np.asarray(back), np.asarray(params))
     x, h0, c0 = (a.astype(config.dtype) for a in _inputs(config, seed=4))
     ours = [a.astype(np.float32) for a in run_xla(params, config, x, h0, c0)]
-    for a, b in zip(ours, _equinox_run(cells, config, x, h0, c0)):  # bfloat16 keeps 8 bits
+    for a, b in zip(ours, _equinox_run(cells, config, x, h0, c0), strict=True):  # bfloat16 keeps 8 bits
         np.testing.assert_allclose(a, b.astype(np.float32), atol=3e-2)
 
 

@@ -237,7 +237,7 @@ def test_dropout_masks_match_layer_by_layer_torch(mode):
 def segment_bounds(resets_column, length):
     """[(start, end)] of one row's segments: a segment starts at 0 and wherever a valid step has its reset set."""
     starts = [0] + [t for t in range(1, length) if resets_column[t]]
-    return list(zip(starts, [*starts[1:], length]))
+    return list(zip(starts, [*starts[1:], length], strict=True))
 
 
 @pytest.mark.parametrize("mode,num_layers,bidirectional",
@@ -294,5 +294,5 @@ def test_zero_length_is_an_empty_sequence():
     np.testing.assert_array_equal(ours[2][:, 1], c0[:, 1])
     rest = numpy_rnn(w, b, x[:, [0, 2]], h0[:, [0, 2]], c0[:, [0, 2]], "lstm", 2, 4, True, False,
                      seq_lengths=np.array([2, 5]))
-    for got, want in zip(ours, rest):
+    for got, want in zip(ours, rest, strict=True):
         np.testing.assert_array_equal(got[:, [0, 2]], want)

@@ -135,7 +135,7 @@ def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_lay
     (y, h, c), grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
     assert_outputs_close((y, h, c), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
-    for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads):
+    for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads, strict=False):
         if expected is None:
             assert got is None
         else:
@@ -158,7 +158,7 @@ def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_lay
     outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
     assert outs16[0].dtype == jnp.bfloat16 and grads16[0].dtype == jnp.bfloat16
     for name, got, want in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16),
-                               (*outs32, *grads32)):
+                               (*outs32, *grads32), strict=False):
         if want is None:
             assert got is None
             continue
@@ -174,7 +174,7 @@ def test_dropout_matches_xla_with_the_same_key(native):
     key = jax.random.key(5)
     got = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="onednn")
     want = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="xla")
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
     no_dropout = jcr.rnn(params, x, h0, c0, cfg, implementation="onednn")
     assert np.abs(np.asarray(got[0]) - np.asarray(no_dropout[0])).max() > 1e-2
@@ -306,11 +306,11 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
     key = jax.random.key(3)
     run = lambda name, x=x, h0=h0: jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key,  # noqa: E731
                                            implementation=name)
-    for got, want in zip(run(hybrid), run(undifferentiated)):
+    for got, want in zip(run(hybrid), run(undifferentiated), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
     xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
     for got, want in zip(jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
-                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s)):
+                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s), strict=True):
         assert (got is None) == (want is None)
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
@@ -319,14 +319,14 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
                          atol=1e-5, rtol=1e-5)
     outs, grads = _value_and_grads(hybrid, cfg, params, x, h0, c0)
     want_outs, want_grads = _value_and_grads(differentiated, cfg, params, x, h0, c0)
-    for got, want in zip((*outs, *grads), (*want_outs, *want_grads)):
+    for got, want in zip((*outs, *grads), (*want_outs, *want_grads), strict=True):
         if want is None:
             assert got is None
         else:
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert_outputs_close(outs, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, other_grads = _value_and_grads(undifferentiated, cfg, params, x, h0, c0)
-    for got, want in zip(grads, other_grads):
+    for got, want in zip(grads, other_grads, strict=True):
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 

@@ -290,7 +290,7 @@ def write_plot(records: Sequence[dict[str, Any]], path: str) -> None:
     num_groups = len({_group(r) for r in rated})
     fig, axes = plt.subplots(1, len(C.MEASUREMENTS), figsize=(max(8.0, 1.2 * num_groups * len(C.MEASUREMENTS)), 4.5),
                              squeeze=False)
-    for ax, measurement in zip(axes[0], C.MEASUREMENTS):
+    for ax, measurement in zip(axes[0], C.MEASUREMENTS, strict=True):
         plot_panel(ax, rated, measurement)
     fig.suptitle("time / PyTorch's time for the same config, dtype and measurement (< 1 is faster)")
     fig.tight_layout()
