@@ -227,12 +227,14 @@ def test_jvp_of_reference_matches_finite_differences(mode):
         rng = np.random.default_rng(1)
         direction = [None if a is None else rng.normal(size=a.shape) for a in args]
         if c0 is None:
-            fn = lambda p, x, h0: jcr.rnn(p, x, h0, None, cfg, seq_lengths=jnp.asarray(lengths),  # noqa: E731
-                                          implementation="reference")[:2]
+            def fn(p, x, h0):
+                return jcr.rnn(p, x, h0, None, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")[:2]
+
             primals, tangents = jax.jvp(fn, args[:3], tuple(jnp.asarray(d) for d in direction[:3]))
         else:
-            fn = lambda p, x, h0, c0: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.asarray(lengths),  # noqa: E731
-                                              implementation="reference")
+            def fn(p, x, h0, c0):
+                return jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")
+
             primals, tangents = jax.jvp(fn, args, tuple(jnp.asarray(d) for d in direction))
 
         def oracle(p, x, h0, c0):
@@ -262,8 +264,9 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     h0s = (0.5 * rng.normal(size=(K, *cfg.state_shape(B)))).astype(np.float32)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(B))).astype(np.float32)
     lengths = jnp.array(LENGTHS, jnp.int32)
-    fn = lambda x, h0: jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
-                               implementation=implementation)
+    def fn(x, h0):
+        return jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=implementation)
+
     ys, hs, cs = jax.jit(jax.vmap(fn))(jnp.asarray(xs), jnp.asarray(h0s))
     assert ys.shape == (K, T, B, cfg.output_size)
     weights, biases = jcr.params_to_canonical(jnp.asarray(p), cfg)
@@ -275,13 +278,13 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
             np.testing.assert_allclose(got, wv, rtol=1e-5, atol=1e-5)
     # and vmap of the gradient (per-example gradients w.r.t. shared params)
     if implementation == "xla":
-        loss = lambda p_, x, h0: jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
-                                                 implementation="xla")[0] ** 2)
-        per_example = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(jnp.asarray(p), jnp.asarray(xs),
-                                                                              jnp.asarray(h0s))
-        reference = lambda p_, x, h0: jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
-                                                      implementation="reference")[0] ** 2)
-        loop = [jax.grad(reference)(jnp.asarray(p), jnp.asarray(xs[k]), jnp.asarray(h0s[k])) for k in range(K)]
+        def loss(p_, x, h0, impl):
+            return jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=impl)[0] ** 2)
+
+        per_example = jax.jit(jax.vmap(jax.grad(functools.partial(loss, impl="xla")), in_axes=(None, 0, 0)))(
+            jnp.asarray(p), jnp.asarray(xs), jnp.asarray(h0s))
+        loop = [jax.grad(functools.partial(loss, impl="reference"))(jnp.asarray(p), jnp.asarray(xs[k]),
+                                                                     jnp.asarray(h0s[k])) for k in range(K)]
         for k in range(K):
             np.testing.assert_allclose(per_example[k], loop[k], rtol=2e-5, atol=2e-5)
 

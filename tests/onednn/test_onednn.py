@@ -304,8 +304,9 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
     cfg = make_config(mode, 2, "bidirectional", dropout=0.3)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
     key = jax.random.key(3)
-    run = lambda name, x=x, h0=h0: jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key,  # noqa: E731
-                                           implementation=name)
+    def run(name, x=x, h0=h0):
+        return jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation=name)
+
     for got, want in zip(run(hybrid), run(undifferentiated), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
     xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
