@@ -19,10 +19,10 @@
 namespace jax_cudnn_rnn {
 
 // Propagates an ffi::Error returned by a helper.
-#define JCR_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::xla::ffi::Error jcr_error_ = (expr);         \
-    if (jcr_error_.failure()) return jcr_error_;   \
+#define JCR_RETURN_IF_ERROR(expr)                \
+  do {                                           \
+    ::xla::ffi::Error jcr_error_ = (expr);       \
+    if (jcr_error_.failure()) return jcr_error_; \
   } while (0)
 
 inline std::string ShapeString(::xla::ffi::Span<const int64_t> dims) {
@@ -75,8 +75,8 @@ class OptionalBuffers {
     if (!present) return ::xla::ffi::Error::Success();
     auto buffer = remaining_.template get<::xla::ffi::AnyBuffer>(next_++);
     if (buffer.has_error()) {
-      return ::xla::ffi::Error::InvalidArgument(std::string(what_) + " " + name + " is missing: " +
-                                                buffer.error().message());
+      return ::xla::ffi::Error::InvalidArgument(std::string(what_) + " " + name +
+                                                " is missing: " + buffer.error().message());
     }
     out->emplace(*buffer);
     return ::xla::ffi::Error::Success();

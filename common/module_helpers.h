@@ -66,8 +66,8 @@ void DefWithConfig(pybind11::module_& module, const char* name, Result (*fn)(con
   module.def(
       name,
       [fn](const std::string& mode, int64_t num_layers, int64_t num_units, int64_t input_size, int64_t proj_size,
-           const std::string& direction, const std::string& input_mode, const std::string& bias_mode,
-           double cell_clip, Rest... rest) -> Result {
+           const std::string& direction, const std::string& input_mode, const std::string& bias_mode, double cell_clip,
+           Rest... rest) -> Result {
         RnnConfig config;
         ThrowIfError<std::invalid_argument>(DecodeRnnConfig(
             {mode, num_layers, num_units, input_size, proj_size, direction, input_mode, bias_mode, cell_clip},

@@ -46,12 +46,12 @@ ffi::Error DecodeRnnConfig(const RnnConfigAttrs& attrs, RnnConfig* config) {
                                                                 {"none", BiasMode::kNone}};
   RnnConfig result;
   JCR_RETURN_IF_ERROR(Choose("mode", attrs.mode, kModes, "lstm, gru, rnn_tanh or rnn_relu", &result.mode));
-  JCR_RETURN_IF_ERROR(Choose("direction", attrs.direction, kDirections, "unidirectional or bidirectional",
-                             &result.num_directions));
+  JCR_RETURN_IF_ERROR(
+      Choose("direction", attrs.direction, kDirections, "unidirectional or bidirectional", &result.num_directions));
   JCR_RETURN_IF_ERROR(
       Choose("input_mode", attrs.input_mode, kInputModes, "linear_input or skip_input", &result.skip_input));
-  JCR_RETURN_IF_ERROR(Choose("bias_mode", attrs.bias_mode, kBiasModes,
-                             "double, single_input, single_recurrent or none", &result.bias_mode));
+  JCR_RETURN_IF_ERROR(Choose("bias_mode", attrs.bias_mode, kBiasModes, "double, single_input, single_recurrent or none",
+                             &result.bias_mode));
   JCR_RETURN_IF_ERROR(CheckPositive("num_layers", attrs.num_layers));
   JCR_RETURN_IF_ERROR(CheckPositive("num_units", attrs.num_units));
   JCR_RETURN_IF_ERROR(CheckPositive("input_size", attrs.input_size));

@@ -1,8 +1,8 @@
 // The network both native backends run, as jax_cudnn_rnn.RNNConfig describes it and with its names: decoded and
 // checked once from the attributes every FFI handler of both extensions receives (the `config_attributes` of
-// jax_cudnn_rnn/backends/fused/vjp.py), or from the same keywords of the modules' Python functions. The dtype comes from the
-// buffers, dropout is applied between layers in Python. Each backend adds only what is its own: cuDNN its algorithm
-// and math (cuda/descriptors.h), oneDNN the call's shape and the buffer's slot offsets (onednn/network.h).
+// jax_cudnn_rnn/backends/fused/vjp.py), or from the same keywords of the modules' Python functions. The dtype comes
+// from the buffers, dropout is applied between layers in Python. Each backend adds only what is its own: cuDNN its
+// algorithm and math (cuda/descriptors.h), oneDNN the call's shape and the buffer's slot offsets (onednn/network.h).
 #ifndef JAX_CUDNN_RNN_COMMON_RNN_CONFIG_H_
 #define JAX_CUDNN_RNN_COMMON_RNN_CONFIG_H_
 
@@ -33,11 +33,11 @@ struct RnnConfigAttrs {
 
 // Their attribute names, for XLA_FFI_REGISTER_STRUCT_ATTR_DECODING of a handler's attributes struct whose first
 // member is an RnnConfigAttrs (the FFI builds the struct from the flat list, filling that member by brace elision).
-#define JCR_RNN_CONFIG_ATTRS                                                                                        \
-  ::xla::ffi::StructMember<std::string_view>("mode"), ::xla::ffi::StructMember<int64_t>("num_layers"),             \
-      ::xla::ffi::StructMember<int64_t>("num_units"), ::xla::ffi::StructMember<int64_t>("input_size"),             \
-      ::xla::ffi::StructMember<int64_t>("proj_size"), ::xla::ffi::StructMember<std::string_view>("direction"),     \
-      ::xla::ffi::StructMember<std::string_view>("input_mode"),                                                    \
+#define JCR_RNN_CONFIG_ATTRS                                                                                   \
+  ::xla::ffi::StructMember<std::string_view>("mode"), ::xla::ffi::StructMember<int64_t>("num_layers"),         \
+      ::xla::ffi::StructMember<int64_t>("num_units"), ::xla::ffi::StructMember<int64_t>("input_size"),         \
+      ::xla::ffi::StructMember<int64_t>("proj_size"), ::xla::ffi::StructMember<std::string_view>("direction"), \
+      ::xla::ffi::StructMember<std::string_view>("input_mode"),                                                \
       ::xla::ffi::StructMember<std::string_view>("bias_mode"), ::xla::ffi::StructMember<double>("cell_clip")
 
 // The decoded, checked network; derived sizes named as RNNConfig's properties.
@@ -49,14 +49,12 @@ struct RnnConfig {
   double cell_clip = 0;
 
   int64_t num_gates() const { return mode == Mode::kLstm ? 4 : mode == Mode::kGru ? 3 : 1; }  // G
-  int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }              // width of h
-  int64_t output_size() const { return num_directions * hidden_size(); }                     // width of y
+  int64_t hidden_size() const { return proj_size > 0 ? proj_size : num_units; }               // width of h
+  int64_t output_size() const { return num_directions * hidden_size(); }                      // width of y
   int64_t layer_input_size(int64_t layer) const { return layer == 0 ? input_size : output_size(); }
   bool has_cell_state() const { return mode == Mode::kLstm; }
   bool has_input_bias() const { return bias_mode == BiasMode::kDouble || bias_mode == BiasMode::kSingleInput; }
-  bool has_recurrent_bias() const {
-    return bias_mode == BiasMode::kDouble || bias_mode == BiasMode::kSingleRecurrent;
-  }
+  bool has_recurrent_bias() const { return bias_mode == BiasMode::kDouble || bias_mode == BiasMode::kSingleRecurrent; }
   // h0 and h_n: [L * D, batch, hidden_size]; c0 and c_n (LSTM): [L * D, batch, num_units].
   std::vector<int64_t> state_shape(int64_t batch) const { return {num_layers * num_directions, batch, hidden_size()}; }
   std::vector<int64_t> cell_shape(int64_t batch) const { return {num_layers * num_directions, batch, num_units}; }

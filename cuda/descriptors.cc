@@ -24,9 +24,10 @@ ffi::Error CudnnDataType(ffi::DataType dtype, const char* argument, cudnnDataTyp
       // (cuDNN 9.12, pyproject.toml), which already define CUDNN_DATA_BFLOAT16 (= 9 since cuDNN 9.0), and must still
       // run bfloat16 where the loaded libcudnn is new enough.
       if (cudnnGetVersion() < kBfloat16RnnCudnnVersion) {
-        return ffi::Error::InvalidArgument(std::string(argument) + " is bfloat16, which cuDNN RNNs accept from "
-                                           "cuDNN 9.13 on; the loaded libcudnn is " +
-                                           CudnnVersionString(cudnnGetVersion()));
+        return ffi::Error::InvalidArgument(
+            std::string(argument) +
+            " is bfloat16, which cuDNN RNNs accept from cuDNN 9.13 on; the loaded libcudnn is " +
+            CudnnVersionString(cudnnGetVersion()));
       }
       *out = CUDNN_DATA_BFLOAT16;
       return ffi::Error::Success();
@@ -49,20 +50,28 @@ ffi::Error Invalid(const std::string& message) { return ffi::Error::InvalidArgum
 
 cudnnRNNMode_t CudnnMode(Mode mode) {
   switch (mode) {
-    case Mode::kLstm: return CUDNN_LSTM;
-    case Mode::kGru: return CUDNN_GRU;
-    case Mode::kRnnTanh: return CUDNN_RNN_TANH;
-    case Mode::kRnnRelu: return CUDNN_RNN_RELU;
+    case Mode::kLstm:
+      return CUDNN_LSTM;
+    case Mode::kGru:
+      return CUDNN_GRU;
+    case Mode::kRnnTanh:
+      return CUDNN_RNN_TANH;
+    case Mode::kRnnRelu:
+      return CUDNN_RNN_RELU;
   }
   return CUDNN_LSTM;  // not reached: DecodeRnnConfig makes every Mode one of the above
 }
 
 cudnnRNNBiasMode_t CudnnBiasMode(BiasMode bias_mode) {
   switch (bias_mode) {
-    case BiasMode::kDouble: return CUDNN_RNN_DOUBLE_BIAS;
-    case BiasMode::kSingleInput: return CUDNN_RNN_SINGLE_INP_BIAS;
-    case BiasMode::kSingleRecurrent: return CUDNN_RNN_SINGLE_REC_BIAS;
-    case BiasMode::kNone: return CUDNN_RNN_NO_BIAS;
+    case BiasMode::kDouble:
+      return CUDNN_RNN_DOUBLE_BIAS;
+    case BiasMode::kSingleInput:
+      return CUDNN_RNN_SINGLE_INP_BIAS;
+    case BiasMode::kSingleRecurrent:
+      return CUDNN_RNN_SINGLE_REC_BIAS;
+    case BiasMode::kNone:
+      return CUDNN_RNN_NO_BIAS;
   }
   return CUDNN_RNN_DOUBLE_BIAS;  // not reached
 }
@@ -71,19 +80,20 @@ ffi::Error Algorithm(std::string_view algorithm, bool padded, cudnnRNNAlgo_t* ou
   if (algorithm == "standard") *out = CUDNN_RNN_ALGO_STANDARD;
   else if (algorithm == "persist_static") *out = CUDNN_RNN_ALGO_PERSIST_STATIC;
   else if (algorithm == "persist_static_small_h") *out = CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H;
-  else return Invalid("algorithm is '" + std::string(algorithm) + "'; expected standard, persist_static or "
-                      "persist_static_small_h");
+  else
+    return Invalid("algorithm is '" + std::string(algorithm) +
+                   "'; expected standard, persist_static or persist_static_small_h");
   if (padded && *out != CUDNN_RNN_ALGO_STANDARD) {
-    return Invalid("algorithm is '" + std::string(algorithm) + "', but the call has seq_lengths, which only the "
-                   "standard algorithm supports");
+    return Invalid("algorithm is '" + std::string(algorithm) +
+                   "', but the call has seq_lengths, which only the standard algorithm supports");
   }
   return ffi::Error::Success();
 }
 
 ffi::Error CheckInt32(const char* name, int64_t value, int64_t minimum) {
   if (value < minimum || value > std::numeric_limits<int32_t>::max()) {
-    return Invalid(std::string(name) + " is " + std::to_string(value) + "; expected an int32 >= " +
-                   std::to_string(minimum));
+    return Invalid(std::string(name) + " is " + std::to_string(value) +
+                   "; expected an int32 >= " + std::to_string(minimum));
   }
   return ffi::Error::Success();
 }
@@ -125,10 +135,9 @@ ffi::Error MakeRnnNetwork(cudnnHandle_t handle, const RnnConfig& config, bool al
   // The weight space is the same for every algorithm (PyTorch flattens its weights with the standard algorithm and runs
   // them with the persistent ones; the GPU tests run every algorithm on buffers laid out for the standard one).
   JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
-      out->rnn.get(), algo, cell_mode, bias_mode, direction, input_mode, data_type,
-      math_precision, math_type, static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.num_units),
-      static_cast<int32_t>(config.hidden_size()),
-      static_cast<int32_t>(config.num_layers), out->dropout.get(),
+      out->rnn.get(), algo, cell_mode, bias_mode, direction, input_mode, data_type, math_precision, math_type,
+      static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.num_units),
+      static_cast<int32_t>(config.hidden_size()), static_cast<int32_t>(config.num_layers), out->dropout.get(),
       padded ? CUDNN_RNN_PADDED_IO_ENABLED : CUDNN_RNN_PADDED_IO_DISABLED));
   if (config.cell_clip > 0) {
     JCR_CUDNN_RETURN_IF_ERROR(
@@ -143,8 +152,8 @@ ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, in
   JCR_RETURN_IF_ERROR(CheckInt32("max_time", max_time, 1));
   JCR_RETURN_IF_ERROR(CheckInt32("batch", batch, 1));
   if (seq_lengths.size() != static_cast<size_t>(batch)) {
-    return Invalid("seq_lengths has " + std::to_string(seq_lengths.size()) + " entries; expected batch = " +
-                   std::to_string(batch));
+    return Invalid("seq_lengths has " + std::to_string(seq_lengths.size()) +
+                   " entries; expected batch = " + std::to_string(batch));
   }
   // Padding positions of y are filled with this value, read as the data type: all-zero bytes are 0 in every one.
   double zero_fill = 0.0;
@@ -153,14 +162,11 @@ ffi::Error MakeRnnTensors(const RnnConfig& config, cudnnDataType_t data_type, in
       padded ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED : CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED;
   const int T = static_cast<int>(max_time), B = static_cast<int>(batch);
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->x));
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->x.get(), data_type,
-                                                      layout, T, B,
+  JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->x.get(), data_type, layout, T, B,
                                                       static_cast<int>(config.input_size), seq_lengths.data(), fill));
   JCR_RETURN_IF_ERROR(CreateDescriptor(&out->y));
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(out->y.get(), data_type,
-                                                      layout, T, B,
-                                                      static_cast<int>(config.output_size()), seq_lengths.data(),
-                                                      fill));
+  JCR_CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(
+      out->y.get(), data_type, layout, T, B, static_cast<int>(config.output_size()), seq_lengths.data(), fill));
   const int num_states = static_cast<int>(config.num_layers * config.num_directions);
   const int hidden = static_cast<int>(config.hidden_size()), units = static_cast<int>(config.num_units);
   const int h_dims[3] = {num_states, B, hidden}, h_strides[3] = {B * hidden, hidden, 1};

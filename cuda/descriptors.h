@@ -52,7 +52,8 @@ template <typename Unique>
 struct RnnAttrs {
   RnnConfigAttrs config;
   bool allow_tf32;             // float32 only: let cuDNN use TF32 tensor cores (else strict FMA math)
-  std::string_view algorithm;  // "standard" | "persist_static" | "persist_static_small_h" (jax_cudnn_rnn/backends/cudnn/algorithm.py)
+  std::string_view algorithm;  // "standard" | "persist_static" | "persist_static_small_h"
+                               // (jax_cudnn_rnn/backends/cudnn/algorithm.py)
 };
 
 // The forward handler's attributes: those plus whether to run in training mode (reserve space output).

@@ -15,8 +15,7 @@ namespace jax_cudnn_rnn {
 
 inline std::string StatusMessage(const char* library, const char* status, const char* expr, const char* file,
                                  int line) {
-  return std::string(library) + " call `" + expr + "` failed at " + file + ":" + std::to_string(line) + ": " +
-         status;
+  return std::string(library) + " call `" + expr + "` failed at " + file + ":" + std::to_string(line) + ": " + status;
 }
 
 // For a status reported without the macros below (handle_pool.cc).
@@ -32,13 +31,13 @@ inline std::string CudaStatusMessage(cudaError_t status, const char* expr, const
 
 // Returns an ffi::Error (Internal) from the enclosing function where the status `expr` of `library` is not `success`;
 // the message names `text` (the expression as written), the call site and `describe`'s text for the status.
-#define JCR_LIBRARY_RETURN_IF_ERROR(library, success, describe, expr, text)                            \
-  do {                                                                                                  \
-    const auto jcr_status_ = (expr);                                                                    \
-    if (jcr_status_ != (success)) {                                                                     \
-      return ::xla::ffi::Error::Internal(                                                               \
-          ::jax_cudnn_rnn::StatusMessage(library, describe(jcr_status_), text, __FILE__, __LINE__));     \
-    }                                                                                                   \
+#define JCR_LIBRARY_RETURN_IF_ERROR(library, success, describe, expr, text)                          \
+  do {                                                                                               \
+    const auto jcr_status_ = (expr);                                                                 \
+    if (jcr_status_ != (success)) {                                                                  \
+      return ::xla::ffi::Error::Internal(                                                            \
+          ::jax_cudnn_rnn::StatusMessage(library, describe(jcr_status_), text, __FILE__, __LINE__)); \
+    }                                                                                                \
   } while (0)
 
 #define JCR_CUDNN_RETURN_IF_ERROR(expr) \

@@ -73,8 +73,8 @@ const DriverContextCalls& ContextCalls() {
 }
 
 std::string DriverStatusMessage(CUresult status, const char* expr) {
-  return StatusMessage("CUDA driver", ("CUresult " + std::to_string(static_cast<int>(status))).c_str(), expr,
-                       __FILE__, __LINE__);
+  return StatusMessage("CUDA driver", ("CUresult " + std::to_string(static_cast<int>(status))).c_str(), expr, __FILE__,
+                       __LINE__);
 }
 
 }  // namespace
@@ -159,8 +159,8 @@ HandlePool& HandlePool::Instance() {
   JCR_CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle));
   if (cudnnStatus_t status = cudnnSetStream(handle, key.second); status != CUDNN_STATUS_SUCCESS) {
     cudnnDestroy(handle);  // never pooled: it is bound to no stream
-    return ::xla::ffi::Error::Internal(CudnnStatusMessage(status, "cudnnSetStream(handle, stream)", __FILE__,
-                                                          __LINE__));
+    return ::xla::ffi::Error::Internal(
+        CudnnStatusMessage(status, "cudnnSetStream(handle, stream)", __FILE__, __LINE__));
   }
   *out = BorrowedHandle(this, key, handle);
   return ::xla::ffi::Error::Success();

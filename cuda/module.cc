@@ -52,13 +52,13 @@ BorrowedHandle BorrowHandleOrThrow(const char* function, int device, ScopedDevic
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
-    throw std::runtime_error(std::string(function) + " needs a CUDA GPU (cuDNN answers only with a live handle), "
-                             "but none is usable: " +
+    throw std::runtime_error(std::string(function) +
+                             " needs a CUDA GPU (cuDNN answers only with a live handle), but none is usable: " +
                              (status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found"));
   }
   if (device >= count) {
-    throw std::invalid_argument("device is " + std::to_string(device) + "; this process sees " +
-                                std::to_string(count) + " CUDA device(s)");
+    throw std::invalid_argument("device is " + std::to_string(device) + "; this process sees " + std::to_string(count) +
+                                " CUDA device(s)");
   }
   ThrowIfError(scoped_device->Activate(device));
   BorrowedHandle handle;
@@ -104,8 +104,8 @@ py::dict WeightParams(const RnnConfig& config, std::string dtype, int device) {
     ScopedDevice scoped_device;
     BorrowedHandle handle = BorrowHandleOrThrow("weight_params", device, &scoped_device);
     RnnNetwork rnn;
-    ThrowIfError(MakeRnnNetwork(handle.get(), config, /*allow_tf32=*/false, "standard", data_type, /*padded=*/true,
-                                &rnn));
+    ThrowIfError(
+        MakeRnnNetwork(handle.get(), config, /*allow_tf32=*/false, "standard", data_type, /*padded=*/true, &rnn));
     weight_space_bytes = rnn.weight_space_bytes;
     // cuDNN reports addresses inside a real weight space.
     void* weight_space = nullptr;
@@ -170,8 +170,8 @@ std::pair<size_t, size_t> TempSpaceSizes(const RnnConfig& config, std::string dt
   ThrowIfError(MakeRnnNetwork(handle.get(), config, allow_tf32, algorithm, data_type, padded, &rnn));
   RnnTensors tensors;
   ThrowIfError(MakeRnnTensors(config, data_type, max_time, batch,
-                              std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)),
-                              padded, &tensors));
+                              std::vector<int32_t>(static_cast<size_t>(batch), static_cast<int32_t>(max_time)), padded,
+                              &tensors));
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_CUDNN_THROW_IF_ERROR(cudnnGetRNNTempSpaceSizes(handle.get(), rnn.rnn.get(),
                                                      training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
@@ -189,14 +189,13 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
   DefRegistrations(m, {{"jax_cudnn_rnn_forward", RnnForward},
                        {"jax_cudnn_rnn_backward_data", RnnBackwardData},
                        {"jax_cudnn_rnn_backward_weights", RnnBackwardWeights}});
-  m.def("cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
-        "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
+  m.def(
+      "cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
+      "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
   // What the module was compiled against: jax_cudnn_rnn/backends/fused/loader.py compares it with what runs.
   DefBuildRecord(m);
   DefWithConfig(m, "weight_params", &WeightParams, py::arg("dtype"), py::arg("device") = -1);
-  DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"),
-                py::arg("algorithm"), py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"),
-                py::arg("device") = -1);
+  DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"), py::arg("algorithm"),
+                py::arg("max_time"), py::arg("batch"), py::arg("padded"), py::arg("training"), py::arg("device") = -1);
 }
-

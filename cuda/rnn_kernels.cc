@@ -27,8 +27,8 @@
 #include "rnn_config.h"
 
 // The attributes of every handler (jax_cudnn_rnn/backends/cudnn/ `_attributes`), in RnnAttrs' order.
-#define JCR_CUDNN_ATTRS                                                        \
-  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("allow_tf32"),          \
+#define JCR_CUDNN_ATTRS                                               \
+  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("allow_tf32"), \
       ::xla::ffi::StructMember<std::string_view>("algorithm")
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::RnnAttrs, JCR_CUDNN_ATTRS);
@@ -90,8 +90,7 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
       const int32_t length = call->host_seq_lengths[b];
       if (length < 1 || length > T) {
         return ffi::Error::InvalidArgument("seq_lengths[" + std::to_string(b) + "] is " + std::to_string(length) +
-                                           "; every length must be in [1, " + std::to_string(T) +
-                                           "] = [1, max_time]");
+                                           "; every length must be in [1, " + std::to_string(T) + "] = [1, max_time]");
       }
     }
     return ffi::Error::Success();
@@ -100,8 +99,8 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   // host-to-device cudaMemcpyAsync has consumed the host array when it returns).
   void* device = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, B * sizeof(int32_t), "seq_lengths", &device));
-  JCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, call->host_seq_lengths.data(), B * sizeof(int32_t),
-                                           cudaMemcpyHostToDevice, stream));
+  JCR_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(device, call->host_seq_lengths.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   call->device_seq_lengths = static_cast<const int32_t*>(device);
   return ffi::Error::Success();
 }
@@ -110,8 +109,7 @@ ffi::Error ReadSeqLengths(cudaStream_t stream, ffi::ScratchAllocator& scratch,
 // the opaque buffer or its gradient: cuDNN's weight space, 1-D of the same dtype.
 ffi::Error PrepareCall(cudaStream_t stream, ffi::ScratchAllocator& scratch, const RnnConfig& config,
                        const RnnAttrs& attrs, const ffi::AnyBuffer& data, const char* data_name,
-                       const ffi::AnyBuffer& params, const std::optional<ffi::AnyBuffer>& seq_lengths,
-                       RnnCall* call) {
+                       const ffi::AnyBuffer& params, const std::optional<ffi::AnyBuffer>& seq_lengths, RnnCall* call) {
   const ffi::DataType element_type = data.element_type();
   const ffi::Span<const int64_t> data_dims = data.dimensions();
   JCR_RETURN_IF_ERROR(CudnnDataType(element_type, data_name, &call->data_type));
@@ -149,8 +147,8 @@ ffi::Error TempSpace(const RnnCall& call, cudnnForwardMode_t mode, size_t* works
 // ever hands over distinct buffers.
 ffi::Error ForwardReserve(cudaStream_t stream, const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out) {
   if (out->untyped_data() != in.untyped_data()) {
-    JCR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->untyped_data(), in.untyped_data(), in.size_bytes(),
-                                             cudaMemcpyDeviceToDevice, stream));
+    JCR_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(out->untyped_data(), in.untyped_data(), in.size_bytes(), cudaMemcpyDeviceToDevice, stream));
   }
   return ffi::Error::Success();
 }
@@ -195,16 +193,16 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   }
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
-  JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-      call.handle.get(), call.network.rnn.get(), mode, call.device_seq_lengths, call.tensors.x.get(),
-      x.untyped_data(), call.tensors.y.get(), y->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      h_n->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(c_n), params.size_bytes(),
-      params.untyped_data(), workspace_bytes, workspace, reserve_bytes, reserve));
+  JCR_CUDNN_RETURN_IF_ERROR(
+      cudnnRNNForward(call.handle.get(), call.network.rnn.get(), mode, call.device_seq_lengths, call.tensors.x.get(),
+                      x.untyped_data(), call.tensors.y.get(), y->untyped_data(), call.tensors.h.get(),
+                      h0.untyped_data(), h_n->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(c_n),
+                      params.size_bytes(), params.untyped_data(), workspace_bytes, workspace, reserve_bytes, reserve));
   return ffi::Error::Success();
 }
 
-ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer y,
-                               ffi::AnyBuffer dy, ffi::AnyBuffer h0, ffi::AnyBuffer dh_n, ffi::AnyBuffer params,
+ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer y, ffi::AnyBuffer dy,
+                               ffi::AnyBuffer h0, ffi::AnyBuffer dh_n, ffi::AnyBuffer params,
                                ffi::AnyBuffer reserve_space, ffi::RemainingArgs optional_args,
                                ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
                                ffi::Result<ffi::AnyBuffer> reserve_space_out, ffi::RemainingRets optional_rets,
@@ -249,9 +247,9 @@ ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratc
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
       call.handle.get(), call.network.rnn.get(), call.device_seq_lengths, call.tensors.y.get(), y.untyped_data(),
       dy.untyped_data(), call.tensors.x.get(), dx->untyped_data(), call.tensors.h.get(), h0.untyped_data(),
-      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(dc_n),
-      DataOrNull(dc0), params.size_bytes(), params.untyped_data(), workspace_bytes, workspace,
-      reserve_space_out->size_bytes(), reserve_space_out->untyped_data()));
+      dh_n.untyped_data(), dh0->untyped_data(), call.tensors.c.get(), DataOrNull(c0), DataOrNull(dc_n), DataOrNull(dc0),
+      params.size_bytes(), params.untyped_data(), workspace_bytes, workspace, reserve_space_out->size_bytes(),
+      reserve_space_out->untyped_data()));
   return ffi::Error::Success();
 }
 
@@ -284,10 +282,10 @@ ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scr
   // function refuses): it accumulates into dparams, so start from zero.
   JCR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dparams->untyped_data(), 0, dparams->size_bytes(), stream));
   JCR_CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
-      call.handle.get(), call.network.rnn.get(), CUDNN_WGRAD_MODE_ADD, call.device_seq_lengths,
-      call.tensors.x.get(), x.untyped_data(), call.tensors.h.get(), h0.untyped_data(), call.tensors.y.get(),
-      y.untyped_data(), dparams->size_bytes(), dparams->untyped_data(), workspace_bytes, workspace,
-      reserve_space_out->size_bytes(), reserve_space_out->untyped_data()));
+      call.handle.get(), call.network.rnn.get(), CUDNN_WGRAD_MODE_ADD, call.device_seq_lengths, call.tensors.x.get(),
+      x.untyped_data(), call.tensors.h.get(), h0.untyped_data(), call.tensors.y.get(), y.untyped_data(),
+      dparams->size_bytes(), dparams->untyped_data(), workspace_bytes, workspace, reserve_space_out->size_bytes(),
+      reserve_space_out->untyped_data()));
   return ffi::Error::Success();
 }
 

@@ -71,7 +71,8 @@ def main() -> None:
     import flax.linen as nn
     import optax
     import orbax.checkpoint as ocp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from jax_cudnn_rnn.checkpoint import CanonicalRestore, CanonicalSave
     from jax_cudnn_rnn.flax import LSTM

@@ -35,15 +35,15 @@ Usage::
         state = mngr.restore(step, args=ocp.args.Composite(state=CanonicalRestore(abstract_state)))["state"]
 
 Atomicity is Orbax's: the item is written to a temporary directory (``<step>.orbax-checkpoint-tmp``) and renamed when
-complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested (tests/core/test_checkpoint.py)
-for a process killed while it writes the arrays (the previous step stays ``latest_step()`` and restores bit for bit;
-``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the leftover temporary directory on the next start)
-and for a full disk (the error, Orbax's, names the file it could not write under the step's temporary directory; the
-steps saved before stay, also with ``max_to_keep``). After a failed save, the same CheckpointManager's
-``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the steps it meant to replace from its
-list when the save starts): call ``manager.reload()``, which reads them from disk again. Exception to the atomicity:
-``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before* writing; use a CheckpointManager (a new
-directory per step) or a fresh path instead.
+complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested
+(tests/core/test_checkpoint.py) for a process killed while it writes the arrays (the previous step stays
+``latest_step()`` and restores bit for bit; ``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the
+leftover temporary directory on the next start) and for a full disk (the error, Orbax's, names the file it could not
+write under the step's temporary directory; the steps saved before stay, also with ``max_to_keep``). After a failed
+save, the same CheckpointManager's ``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the
+steps it meant to replace from its list when the save starts): call ``manager.reload()``, which reads them from disk
+again. Exception to the atomicity: ``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before*
+writing; use a CheckpointManager (a new directory per step) or a fresh path instead.
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def _compare(path: str, saved: RNNConfig, target: RNNConfig) -> None:
     for name in list(target_shapes) + [n for n in saved_shapes if n not in target_shapes]:
         a, b = saved_shapes.get(name), target_shapes.get(name)
         if a != b:
-            detail = (f"; first differing tensor {name}: checkpoint shape {a if a else 'absent'}, target shape "
-                      f"{b if b else 'absent'}")
+            detail = (f"; first differing tensor {name}: checkpoint shape {a or 'absent'}, target shape "
+                      f"{b or 'absent'}")
             break
     fields = ", ".join(f"{f}: checkpoint {getattr(saved, f)!r} vs target {getattr(target, f)!r}" for f in differing)
     raise ValueError(f"RNNParams at {path!r}: the checkpoint's config differs from the target's ({fields}){detail}")
@@ -212,7 +212,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         """{path: what the checkpoint holds there}, checked for consistency."""
         try:
             metadata = super().metadata(directory)
-        except Exception as e:  # noqa: BLE001 - Orbax raises many types for a missing/damaged _METADATA
+        except Exception as e:  # Orbax raises many types for a missing/damaged _METADATA
             raise CheckpointError(f"cannot read the checkpoint metadata in {directory} (damaged or incomplete?): "
                                   f"{type(e).__name__}: {e}") \
                 from e
@@ -293,7 +293,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         restored_leaves = treedef.flatten_up_to(restored)
         placements = iter(buffer_shardings)
         rebuilt = [_rebuild(sub, leaf.config, next(placements)) if isinstance(leaf, RNNParams) else sub
-                   for (_, leaf), sub in zip(leaves, restored_leaves)]
+                   for (_, leaf), sub in zip(leaves, restored_leaves, strict=True)]
         return jax.tree_util.tree_unflatten(treedef, rebuilt)
 
     def _restore_standard(self, directory, abstract, strict):
@@ -303,7 +303,7 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             if "shape" in str(e).lower() or "structure" in str(e).lower() or "mismatch" in str(e).lower():
                 raise ValueError(f"checkpoint in {directory} does not match the target: {e}") from e
             raise CheckpointError(f"cannot read the checkpoint in {directory}: {e}") from e
-        except Exception as e:  # noqa: BLE001 - tensorstore/OCDBT errors for truncated or missing files
+        except Exception as e:  # tensorstore/OCDBT errors for truncated or missing files
             raise CheckpointError(f"cannot read the checkpoint in {directory} (damaged or incomplete?): "
                                   f"{type(e).__name__}: {e}") from e
 

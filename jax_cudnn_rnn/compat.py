@@ -9,9 +9,9 @@ Migration is the import line::
 The flat weights need no conversion: ``jax.experimental.rnn``'s layout (per pseudo-layer layer*D + direction, W_ih
 [4H, in] then W_hh [4H, H] for all pseudo-layers, then b_ih [4H] and b_hh [4H] for all, gates i, f, g, o) is cuDNN's
 weight space for a double-bias, linear-input LSTM, which is this library's opaque buffer for
-``RNNConfig("lstm", num_layers, hidden_size, input_size, direction)``: the same bytes (tests/frontends/test_compat.py checks
-them against ``jax.experimental.rnn.unpack_lstm_weights``). ``init_lstm_weight`` draws the same numbers for the same
-key.
+``RNNConfig("lstm", num_layers, hidden_size, input_size, direction)``: the same bytes (tests/frontends/test_compat.py
+checks them against ``jax.experimental.rnn.unpack_lstm_weights``). ``init_lstm_weight`` draws the same numbers for the
+same key.
 
 Where this differs, and why:
 

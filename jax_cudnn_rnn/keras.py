@@ -35,8 +35,8 @@ legacy ``implementation=1``/``2``, which only reorder the same arithmetic, are a
 ``Bidirectional`` from replacing these layers with its own fused LSTM. Both extras are in ``get_config``.
 
 Importing this module imports Keras, which must run on JAX: set ``KERAS_BACKEND=jax`` before Keras is first imported
-(this package changes no environment variable); Keras on any other backend is an ImportError. Loading a saved model needs
-``import jax_cudnn_rnn.keras`` first (it registers the classes as ``jax_cudnn_rnn>LSTM`` and so on).
+(this package changes no environment variable); Keras on any other backend is an ImportError. Loading a saved model
+needs ``import jax_cudnn_rnn.keras`` first (it registers the classes as ``jax_cudnn_rnn>LSTM`` and so on).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from jax_cudnn_rnn.config import RNNConfig
 
 if keras.backend.backend() != "jax":
     raise ImportError(f"jax_cudnn_rnn.keras needs Keras 3 on the JAX backend; keras was imported with backend "
-                      f"{keras.backend.backend()!r}. Set the environment variable KERAS_BACKEND=jax before keras is first "
-                      f"imported")
+                      f"{keras.backend.backend()!r}. Set the environment variable KERAS_BACKEND=jax before keras is "
+                      f"first imported")
 
 __all__ = ["GRU", "LSTM", "SimpleRNN"]
 

@@ -17,15 +17,16 @@ offset and the total with ``cudnnGetRNNWeightParams`` / ``cudnnGetRNNWeightSpace
 is the only one to change (``_slot_offsets`` and ``params_size``): every other module goes through ``param_slots``.
 
 The canonical format (docs/architecture.md) is two flat lists: weights (per layer, per direction: W_0..W_{G-1},
-R_0..R_{G-1}) and biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree`` nests the same
-arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``, and a projected
-LSTM's projection as ``layer_{l}/{direction}/w_projection``.
+R_0..R_{G-1}) and biases (same order), with skip input's absent matrices left out. The named view ``params_to_tree``
+nests the same arrays as ``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``, and a
+projected LSTM's projection as ``layer_{l}/{direction}/w_projection``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -86,20 +87,20 @@ def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot
     for layer in range(config.num_layers):
         in_size = config.layer_input_size(layer)
         for direction in range(config.num_directions):
-            slot = lambda group, gate, shape: ParamSlot(layer, direction, group, gate, -1, shape)  # noqa: E731
+            slot = functools.partial(ParamSlot, layer, direction, offset=-1)
             if not (config.skip_input and layer == 0):  # cuDNN stores no layer-0 input matrices with skip input
-                weights += [slot("w_input", gate, (units, in_size)) for gate in gates]
-            weights += [slot("w_recurrent", gate, (units, hidden)) for gate in gates]
+                weights += [slot("w_input", gate, shape=(units, in_size)) for gate in gates]
+            weights += [slot("w_recurrent", gate, shape=(units, hidden)) for gate in gates]
             if config.proj_size:
-                weights.append(slot("w_projection", 0, (config.proj_size, units)))
+                weights.append(slot("w_projection", 0, shape=(config.proj_size, units)))
             if config.has_input_bias:
-                biases += [slot("b_input", gate, (units,)) for gate in gates]
+                biases += [slot("b_input", gate, shape=(units,)) for gate in gates]
             if config.has_recurrent_bias:
-                biases += [slot("b_recurrent", gate, (units,)) for gate in gates]
+                biases += [slot("b_recurrent", gate, shape=(units,)) for gate in gates]
     return weights, biases
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layout(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...], int]:
     weights, biases = _canonical_slots(config)
     # cuDNN's weight space: every matrix (canonical order is pseudo-layer order), then every bias.
@@ -152,11 +153,11 @@ def slice_slots(params: jax.Array, slots: Sequence[ParamSlot]) -> jax.Array:
     """
     first, last = slots[0], slots[-1]
     rows = sum(s.shape[0] for s in slots)
-    if all(a.offset + a.size == b.offset for a, b in zip(slots, slots[1:])):
+    if all(a.offset + a.size == b.offset for a, b in itertools.pairwise(slots)):
         flat = jax.lax.slice(params, (first.offset,), (last.offset + last.size,))
     else:
         flat = jnp.concatenate([jax.lax.slice(params, (s.offset,), (s.offset + s.size,)) for s in slots])
-    return flat.reshape((rows,) + first.shape[1:])
+    return flat.reshape((rows, *first.shape[1:]))
 
 
 def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -> jax.Array:
@@ -249,9 +250,9 @@ def check_canonical(weights: Sequence[Any], biases: Sequence[Any], config: RNNCo
             raise TypeError(f"{argument} must be a list of arrays, got {type(given).__name__}")
         if len(given) != len(slots):
             raise ValueError(f"{argument} has {len(given)} tensors; expected {len(slots)} for {config}")
-        for i, (tensor, slot) in enumerate(zip(given, slots)):
+        for i, (tensor, slot) in enumerate(zip(given, slots, strict=True)):
             _check_tensor(f"{argument}[{i}]", tensor, slot, config, slot.name(config), check_dtype)
-    return list(zip(weight_slots + bias_slots, list(weights) + list(biases)))
+    return list(zip(weight_slots + bias_slots, list(weights) + list(biases), strict=True))
 
 
 def canonical_to_params(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig) -> jax.Array:
@@ -293,7 +294,7 @@ def params_to_tree(params: Any, config: RNNConfig | None = None) -> dict[str, An
     params, config = _buffer_and_config(params, config)
     weights, biases = params_to_canonical(params, config)
     slots = param_slots(config)[0] + param_slots(config)[1]
-    return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases)})
+    return unflatten_tree({slot.name(config): array for slot, array in zip(slots, weights + biases, strict=True)})
 
 
 def tree_to_canonical(tree: Any, config: RNNConfig, *, check_dtype: bool = True) -> tuple[list[Any], list[Any]]:

@@ -55,12 +55,16 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   m.def("cached_plans", &CachedPlanCount, "Number of call plans (primitives per network and shape) in the cache.");
   m.attr("PLAN_CACHE_CAPACITY") = kPlanCacheCapacity;
   m.attr("CPU_RUNTIME") = CpuRuntime();
-  m.def("kept_scratch", []() { return py::make_tuple(KeptScratchBytes(), KeptScratchBuffers()); },
-        "(bytes, buffers) of scratch memory the extension keeps between calls (scratch.h).");
+  m.def(
+      "kept_scratch", []() { return py::make_tuple(KeptScratchBytes(), KeptScratchBuffers()); },
+      "(bytes, buffers) of scratch memory the extension keeps between calls (scratch.h).");
   m.attr("MAX_KEPT_SCRATCH") = py::make_tuple(kMaxKeptBytes, kMaxKeptBuffers);
   m.def("release_scratch", &ReleaseScratch, "Frees the scratch memory the extension keeps between calls.");
-  m.def("onednn_version", []() {
-    const dnnl_version_t* v = dnnl_version();
-    return py::make_tuple(v->major, v->minor, v->patch);
-  }, "The (major, minor, patch) version of the libdnnl loaded at run time.");
+  m.def(
+      "onednn_version",
+      []() {
+        const dnnl_version_t* v = dnnl_version();
+        return py::make_tuple(v->major, v->minor, v->patch);
+      },
+      "The (major, minor, patch) version of the libdnnl loaded at run time.");
 }

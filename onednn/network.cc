@@ -26,8 +26,8 @@ size_t NetworkHash::operator()(const Network& network) const {
   size_t seed = 0;
   std::apply(
       [&seed](const auto&... value) {
-        ((seed ^= std::hash<std::decay_t<decltype(value)>>{}(value) + 0x9e3779b97f4a7c15ULL + (seed << 6) +
-                  (seed >> 2)),
+        ((seed ^=
+          std::hash<std::decay_t<decltype(value)>>{}(value) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2)),
          ...);
       },
       Fields(network));
@@ -45,8 +45,8 @@ std::string Network::ToString() const {
   return out.str();
 }
 
-ffi::Error DecodeNetwork(const RnnConfig& config, ffi::DataType dtype, int64_t max_time, int64_t batch,
-                         bool training, Network* network) {
+ffi::Error DecodeNetwork(const RnnConfig& config, ffi::DataType dtype, int64_t max_time, int64_t batch, bool training,
+                         Network* network) {
   Network result;
   static_cast<RnnConfig&>(result) = config;
   if (dtype == ffi::DataType::F32) result.data_type = dnnl::memory::data_type::f32;
@@ -90,8 +90,8 @@ ffi::Error DecodeSlotOffsets(const Network& network, ffi::Span<const int64_t> of
     for (int i = 0; i < 5; ++i) {
       if (values[i] < 0 ? required[i] : values[i] + sizes[i] > limit) {
         return ffi::Error::InvalidArgument("slot_offsets of pseudo-layer " + std::to_string(p) + " entry " +
-                                           std::to_string(i) + " is " + std::to_string(values[i]) +
-                                           ", outside the " + std::to_string(limit) + "-element params buffer");
+                                           std::to_string(i) + " is " + std::to_string(values[i]) + ", outside the " +
+                                           std::to_string(limit) + "-element params buffer");
       }
     }
     slots->push_back(slot);

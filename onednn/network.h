@@ -1,5 +1,5 @@
-// One oneDNN RNN call's network and shape, decoded from the FFI attributes that jax_cudnn_rnn/backends/onednn/ passes, and
-// where each layer's weights and biases live in the opaque buffer (offsets computed by jax_cudnn_rnn/layout.py, the
+// One oneDNN RNN call's network and shape, decoded from the FFI attributes that jax_cudnn_rnn/backends/onednn/ passes,
+// and where each layer's weights and biases live in the opaque buffer (offsets computed by jax_cudnn_rnn/layout.py, the
 // one module that knows the layout).
 #ifndef JAX_CUDNN_RNN_ONEDNN_NETWORK_H_
 #define JAX_CUDNN_RNN_ONEDNN_NETWORK_H_
@@ -49,8 +49,8 @@ xla::ffi::Error DecodeNetwork(const RnnConfig& config, xla::ffi::DataType dtype,
                               bool training, Network* network);
 
 // Checks the slot offsets against the network and the buffer's element count; fills one entry per pseudo-layer.
-xla::ffi::Error DecodeSlotOffsets(const Network& network, xla::ffi::Span<const int64_t> offsets,
-                                  size_t params_elements, std::vector<SlotOffsets>* slots);
+xla::ffi::Error DecodeSlotOffsets(const Network& network, xla::ffi::Span<const int64_t> offsets, size_t params_elements,
+                                  std::vector<SlotOffsets>* slots);
 
 }  // namespace jax_cudnn_rnn::onednn
 

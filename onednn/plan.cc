@@ -25,9 +25,7 @@ dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
-memory::desc ArgDesc(const dnnl::primitive_desc& pd, int arg) {
-  return pd.query_md(dnnl::query::exec_arg_md, arg);
-}
+memory::desc ArgDesc(const dnnl::primitive_desc& pd, int arg) { return pd.query_md(dnnl::query::exec_arg_md, arg); }
 
 // The forward primitive descriptor of `prop` (and, for training, the backward one that uses it as a hint) for one
 // layer. Each cell kind has its own C++ types, so both are built in the same branch.
@@ -52,17 +50,17 @@ void MakePrimitiveDescs(const Network& network, const LayerPlan& layer, dnnl::pr
 
   switch (network.mode) {
     case Mode::kLstm: {
-      dnnl::lstm_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter,
-                                             layer.src_iter_c, any_layer, any_iter, memory::desc(), any_projection,
-                                             layer.bias, layer.dst_layer, layer.dst_iter, layer.dst_iter_c, attr);
+      dnnl::lstm_forward::primitive_desc fwd(engine, prop, direction, layer.src_layer, layer.src_iter, layer.src_iter_c,
+                                             any_layer, any_iter, memory::desc(), any_projection, layer.bias,
+                                             layer.dst_layer, layer.dst_iter, layer.dst_iter_c, attr);
       *forward = fwd;
       if (training) {
         *backward = dnnl::lstm_backward::primitive_desc(
-            engine, dnnl::prop_kind::backward, direction, layer.src_layer, layer.src_iter, layer.src_iter_c,
-            any_layer, any_iter, memory::desc(), any_projection, layer.bias, layer.dst_layer, layer.dst_iter,
-            layer.dst_iter_c, layer.diff_src_layer, layer.diff_src_iter, layer.diff_src_iter_c, diff_any_layer,
-            diff_any_iter, memory::desc(), diff_any_projection, layer.diff_bias, layer.diff_dst_layer,
-            layer.diff_dst_iter, layer.diff_dst_iter_c, fwd, attr);
+            engine, dnnl::prop_kind::backward, direction, layer.src_layer, layer.src_iter, layer.src_iter_c, any_layer,
+            any_iter, memory::desc(), any_projection, layer.bias, layer.dst_layer, layer.dst_iter, layer.dst_iter_c,
+            layer.diff_src_layer, layer.diff_src_iter, layer.diff_src_iter_c, diff_any_layer, diff_any_iter,
+            memory::desc(), diff_any_projection, layer.diff_bias, layer.diff_dst_layer, layer.diff_dst_iter,
+            layer.diff_dst_iter_c, fwd, attr);
       }
       return;
     }
@@ -119,10 +117,10 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   layer->dst_iter_c = layer->src_iter_c;
   // The summed bias is computed in float32 whatever the data type (oneDNN accepts it with bf16 data too).
   layer->bias = memory::desc({1, directions, network.bias_gates(), units}, dt::f32, tag::ldgo);
-  layer->plain = {memory::desc({1, directions, input_size, gates, units}, data, tag::ldgoi),
-                  memory::desc({1, directions, hidden, gates, units}, data, tag::ldgoi),
-                  network.proj_size > 0 ? memory::desc({1, directions, units, hidden}, data, tag::ldoi)
-                                        : memory::desc()};
+  layer->plain = {
+      memory::desc({1, directions, input_size, gates, units}, data, tag::ldgoi),
+      memory::desc({1, directions, hidden, gates, units}, data, tag::ldgoi),
+      network.proj_size > 0 ? memory::desc({1, directions, units, hidden}, data, tag::ldoi) : memory::desc()};
   if (network.training) {
     auto f32 = [](const memory::desc& md) {
       return md.is_zero() ? md : memory::desc(md.get_dims(), dt::f32, md.get_strides());
@@ -137,8 +135,8 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   }
 
   dnnl::primitive_desc forward, backward;
-  MakePrimitiveDescs(network, *layer, network.training ? dnnl::prop_kind::forward_training
-                                                       : dnnl::prop_kind::forward_inference,
+  MakePrimitiveDescs(network, *layer,
+                     network.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                      &forward, &backward);
   layer->forward = dnnl::primitive(forward);
   layer->forward_weights = ArgWeights(forward, false);
@@ -201,7 +199,7 @@ std::shared_ptr<const CallPlan> BuildPlan(const Network& network) {
     for (const auto& layer : {first, rest}) bytes = std::max(bytes, static_cast<size_t>(size_of(*layer)));
     return bytes;
   };
-  auto weight_regions = [&](RegionAllocator& arena, WeightDescs LayerPlan::*descs) {
+  auto weight_regions = [&](RegionAllocator& arena, WeightDescs LayerPlan::* descs) {
     WeightRegions regions;
     regions.layer = arena.Add(max_over_layers([&](const LayerPlan& l) { return (l.*descs).layer.get_size(); }));
     regions.iter = arena.Add(max_over_layers([&](const LayerPlan& l) { return (l.*descs).iter.get_size(); }));
@@ -345,8 +343,8 @@ void Reorder::Run(const dnnl::stream& stream, void* src_data, void* dst_data, vo
   dnnl::memory from(src, Engine(), src_data), to(dst, Engine(), dst_data);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
   if (scratchpad_bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory({{static_cast<memory::dim>(scratchpad_bytes)}, dt::u8, tag::a},
-                                                   Engine(), scratchpad));
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory({{static_cast<memory::dim>(scratchpad_bytes)}, dt::u8, tag::a}, Engine(), scratchpad));
   }
   try {
     primitive.execute(stream, args);

@@ -100,8 +100,8 @@ ffi::Error Guarded(const char* handler, Fn&& body) {
 
 // The network of a call from its attributes and x [T, B, input_size], and the slot offsets checked against params
 // (1-D, x's element type): what both handlers start with.
-ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const CallAttrs& attrs,
-                      Network* network, std::vector<SlotOffsets>* slots) {
+ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const CallAttrs& attrs, Network* network,
+                      std::vector<SlotOffsets>* slots) {
   auto x_dims = x.dimensions();
   if (x_dims.size() != 3) {
     return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
@@ -186,7 +186,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
         const bool last = l + 1 == network.num_layers;
         WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_forward,
                                                 f.plain, f.weights, f.bias, f.scratchpad, work);
-        void* layer_output = last ? y->untyped_data()
+        void* layer_output = last               ? y->untyped_data()
                              : network.training ? plan->layer_output[l].in(reserve)
                                                 : f.outputs[l % 2].in(work);
         Args args = LayerArgs(network, l, layer, layer.forward_weights, weights, layer_input, layer_output, states);
@@ -227,14 +227,14 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     OptionalBuffers rets(optional_rets, "result");
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
     JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
-    const std::pair<const char*, const ffi::AnyBuffer*> state_buffers[] = {{"h0", &h0}, {"h_n", &h_n},
-                                                                           {"dh_n", &dh_n}, {"dh0", &*dh0}};
+    const std::pair<const char*, const ffi::AnyBuffer*> state_buffers[] = {
+        {"h0", &h0}, {"h_n", &h_n}, {"dh_n", &dh_n}, {"dh0", &*dh0}};
     for (const auto& [name, buffer] : state_buffers) {
       JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, network.state_shape(B)));
     }
     if (lstm) {
-      const std::pair<const char*, const ffi::AnyBuffer*> cell_buffers[] = {{"c0", &*c0}, {"c_n", &*c_n},
-                                                                            {"dc_n", &*dc_n}, {"dc0", &**dc0}};
+      const std::pair<const char*, const ffi::AnyBuffer*> cell_buffers[] = {
+          {"c0", &*c0}, {"c_n", &*c_n}, {"dc_n", &*dc_n}, {"dc0", &**dc0}};
       for (const auto& [name, buffer] : cell_buffers) {
         JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, dtype, network.cell_shape(B)));
       }
@@ -298,16 +298,15 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
         void* diff_dst_layer = last ? dy32 : b.diff_outputs[l % 2].in(work);
         void* diff_src_layer = l == 0 ? dx32 : b.diff_outputs[(l - 1) % 2].in(work);
         Args args = LayerArgs(network, l, layer, layer.backward_weights, weights, src_layer, dst_layer, states);
-        args.insert({
-            {DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve))},
-            {DNNL_ARG_DIFF_SRC_LAYER, Memory(layer.diff_src_layer, diff_src_layer)},
-            {DNNL_ARG_DIFF_SRC_ITER, Memory(layer.diff_src_iter, StateSlice(dh0_32, network, l, hidden, 4))},
-            {DNNL_ARG_DIFF_WEIGHTS_LAYER, Memory(layer.diff_weights.layer, diff_weights[0])},
-            {DNNL_ARG_DIFF_WEIGHTS_ITER, Memory(layer.diff_weights.iter, diff_weights[1])},
-            {DNNL_ARG_DIFF_BIAS, Memory(layer.diff_bias, diff_bias)},
-            {DNNL_ARG_DIFF_DST_LAYER, Memory(layer.diff_dst_layer, diff_dst_layer)},
-            {DNNL_ARG_DIFF_DST_ITER, Memory(layer.diff_dst_iter, StateSlice(dh_n32, network, l, hidden, 4))},
-            {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}});
+        args.insert({{DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve))},
+                     {DNNL_ARG_DIFF_SRC_LAYER, Memory(layer.diff_src_layer, diff_src_layer)},
+                     {DNNL_ARG_DIFF_SRC_ITER, Memory(layer.diff_src_iter, StateSlice(dh0_32, network, l, hidden, 4))},
+                     {DNNL_ARG_DIFF_WEIGHTS_LAYER, Memory(layer.diff_weights.layer, diff_weights[0])},
+                     {DNNL_ARG_DIFF_WEIGHTS_ITER, Memory(layer.diff_weights.iter, diff_weights[1])},
+                     {DNNL_ARG_DIFF_BIAS, Memory(layer.diff_bias, diff_bias)},
+                     {DNNL_ARG_DIFF_DST_LAYER, Memory(layer.diff_dst_layer, diff_dst_layer)},
+                     {DNNL_ARG_DIFF_DST_ITER, Memory(layer.diff_dst_iter, StateSlice(dh_n32, network, l, hidden, 4))},
+                     {DNNL_ARG_SCRATCHPAD, Bytes(b.scratchpad, work)}});
         if (lstm) {
           args.emplace(DNNL_ARG_DIFF_SRC_ITER_C,
                        Memory(layer.diff_src_iter_c, StateSlice(dc0_32, network, l, units, 4)));

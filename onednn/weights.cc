@@ -83,11 +83,11 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
       for (int64_t i = 0; i < units; ++i) Store(w_layer, bf16, (b * units + i) * input + i, 1.0f);
     }
   } else {
-    CopyGateBlocks(network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * input, params,
-                   w_layer, true);
+    CopyGateBlocks(
+        network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * input, params, w_layer, true);
   }
-  CopyGateBlocks(network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, params,
-                 w_iter, true);
+  CopyGateBlocks(
+      network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, params, w_iter, true);
   if (network.proj_size > 0) {
     for (int64_t d = 0; d < network.num_directions; ++d) {
       CopyElements(network, params, slots[layer * network.num_directions + d].w_projection, w_projection,
@@ -96,15 +96,17 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
   }
 }
 
-void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                    const void* w_layer, const void* w_iter, const void* w_projection, void* dparams) {
+void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,
+                    const void* w_iter, const void* w_projection, void* dparams) {
   const int64_t units = network.num_units, hidden = network.hidden_size();
   if (!(network.skip_input && layer == 0)) {
-    CopyGateBlocks(network, layer, slots, [](const SlotOffsets& s) { return s.w_input; },
-                   units * network.layer_input_size(layer), w_layer, dparams, false);
+    CopyGateBlocks(
+        network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * network.layer_input_size(layer),
+        w_layer, dparams, false);
   }
-  CopyGateBlocks(network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, w_iter,
-                 dparams, false);
+  CopyGateBlocks(
+      network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, w_iter, dparams,
+      false);
   if (network.proj_size > 0) {
     for (int64_t d = 0; d < network.num_directions; ++d) {
       CopyElements(network, w_projection, d * hidden * units, dparams,
@@ -123,17 +125,17 @@ void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOff
     float* out = bias + d * blocks * units;
     for (int64_t g = 0; g < network.num_gates(); ++g) {
       for (int64_t i = 0; i < units; ++i) {
-        if (slot.b_input >= 0) out[SwappedGate(network.mode, g) * units + i] +=
-            Load(params, bf16, slot.b_input + g * units + i);
-        if (slot.b_recurrent >= 0) out[RecurrentBiasBlock(network.mode, g) * units + i] +=
-            Load(params, bf16, slot.b_recurrent + g * units + i);
+        if (slot.b_input >= 0)
+          out[SwappedGate(network.mode, g) * units + i] += Load(params, bf16, slot.b_input + g * units + i);
+        if (slot.b_recurrent >= 0)
+          out[RecurrentBiasBlock(network.mode, g) * units + i] += Load(params, bf16, slot.b_recurrent + g * units + i);
       }
     }
   }
 }
 
-void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                 const float* diff_bias, void* dparams) {
+void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const float* diff_bias,
+                 void* dparams) {
   const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
   const int64_t units = network.num_units, blocks = network.bias_gates();
   for (int64_t d = 0; d < network.num_directions; ++d) {

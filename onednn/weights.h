@@ -27,12 +27,12 @@ void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOff
                 float* bias);
 
 // The inverse of GatherWeights for gradients: plain tensors (network's data type) into `dparams`.
-void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                    const void* w_layer, const void* w_iter, const void* w_projection, void* dparams);
+void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,
+                    const void* w_iter, const void* w_projection, void* dparams);
 
 // The bias gradient [D, bias_gates, num_units] (float32) into the input and recurrent bias gradients of `dparams`.
-void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                 const float* diff_bias, void* dparams);
+void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const float* diff_bias,
+                 void* dparams);
 
 }  // namespace jax_cudnn_rnn::onednn
 

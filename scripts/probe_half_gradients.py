@@ -3,8 +3,8 @@ PyTorch's cuDNN RNN given the same weights, inputs and loss?
 
 Run on the device machine once the extension is installed (the wheel or build stage of scripts/gpu_check.sh, or
 its --wheel). Prints one line per case: the relative error in norm of y, dx and dh0 (and dparams for ours) against the
-float32 xla implementation, for ours, for torch, and ours against torch. If ours and torch agree with each other and both miss the reference, the gap is cuDNN's half
-arithmetic, not this library's wiring.
+float32 xla implementation, for ours, for torch, and ours against torch. If ours and torch agree with each other and
+both miss the reference, the gap is cuDNN's half arithmetic, not this library's wiring.
 """
 
 import argparse
@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import test_cudnn_gpu as t  # noqa: E402  (the GPU tests' problem, loss and float32 reference)
+import test_cudnn_gpu as t  # the GPU tests' problem, loss and float32 reference
 
-import jax_cudnn_rnn as jcr  # noqa: E402
+import jax_cudnn_rnn as jcr
 
 
 def main():

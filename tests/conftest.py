@@ -26,9 +26,9 @@ def pytest_sessionstart(session):
     stale = [name for name in sources if name not in missing
              and not filecmp.cmp(os.path.join(SOURCE, name), os.path.join(installed, name), shallow=False)]
     if stale or missing:
-        pytest.exit(f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: {', '.join(stale + missing)} "
-                    f"differ. Reinstall it (`.venv/bin/pip install \".[test]\"`), or develop with an editable install "
-                    f"(README, Fresh machine)", returncode=4)
+        pytest.exit(f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: "
+                    f"{', '.join(stale + missing)} differ. Reinstall it (`.venv/bin/pip install \".[test]\"`), or "
+                    f"develop with an editable install (README, Fresh machine)", returncode=4)
 
 
 def cudnn_gpu_missing() -> tuple[str, str] | None:

@@ -28,10 +28,10 @@ class CudnnStandIn:
     With ``kernels=False`` only what needs a GPU at trace time is stood in for (availability, the reserve size): the
     real kernels are then lowered (for CUDA) but nothing can run.
 
-    ``forwards`` lists each forward's ``training`` flag in call order, ``plans`` its plan, ``batches`` its batch size (traced with the
-    global shapes too, so the smallest is the per-device call under sharding); ``calls`` each kernel call as (thread id,
-    "forward" or "backward", the algorithm its plan runs); ``asked`` the reserve-size questions. Use it as a context
-    manager (scripts), or through the ``cudnn_stand_in`` fixture of tests/conftest.py.
+    ``forwards`` lists each forward's ``training`` flag in call order, ``plans`` its plan, ``batches`` its batch size
+    (traced with the global shapes too, so the smallest is the per-device call under sharding); ``calls`` each kernel
+    call as (thread id, "forward" or "backward", the algorithm its plan runs); ``asked`` the reserve-size questions. Use
+    it as a context manager (scripts), or through the ``cudnn_stand_in`` fixture of tests/conftest.py.
     """
 
     def __init__(self, reserve_bytes=lambda problem: 100 * problem.batch, kernels: bool = True):
@@ -104,8 +104,8 @@ class CudnnStandIn:
 
 
 def _traced_constants():
-    """Constants inside a stand-in kernel stay traced even under ``jax.ensure_compile_time_eval`` (autotune measures
-    at trace time), as a real kernel call has none: ``custom_partitioning`` refuses a body that closes over constants."""
+    """Constants inside a stand-in kernel stay traced even under ``jax.ensure_compile_time_eval`` (autotune measures at
+    trace time), as a real kernel call has none: ``custom_partitioning`` refuses a body that closes over constants."""
     from jax._src import config
 
     return config.eager_constant_folding(False)

@@ -4,11 +4,11 @@ by pytest itself). Argument: the jax version the venv must have.
 
 Checks, each printing one line: JAX still computes after the import, with the extensions' FFI targets registered (an
 extension built against newer FFI headers than this jaxlib's had broken every computation: issue 37); every
-implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the reference implementation;
-the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla implementation, as in
-tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN path lowered for CUDA
-(StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and for CUDA from one
-trace (lax.platform_dependent).
+implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the
+reference implementation; the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla
+implementation, as in tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN
+path lowered for CUDA (StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and
+for CUDA from one trace (lax.platform_dependent).
 """
 
 import os
@@ -17,15 +17,15 @@ import sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import jax_cudnn_rnn as jcr  # noqa: E402
-from jax_cudnn_rnn.backends import xla  # noqa: E402
-from jax_cudnn_rnn.backends.cudnn import plan, wiring  # noqa: E402
+import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.backends import xla
+from jax_cudnn_rnn.backends.cudnn import plan, wiring
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
@@ -54,18 +54,22 @@ def loss(implementation, p, x):
     return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
 
 
+def jitted(implementation):
+    return jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=implementation))
+
+
 # Without seq_lengths, which oneDNN's primitives do not take.
 want = jcr.rnn(params, x, h0, c0, cfg, implementation="reference")
 ran, refused = [], []
 for implementation in (None, *registry.names()):
     try:
-        got = jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=implementation))(params, x)
+        got = jitted(implementation)(params, x)
     except RuntimeError as e:
         assert f"implementation={implementation!r} needs" in str(e), str(e)
         print(f"refused {implementation}: {e}")
         refused.append(implementation)
         continue
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     ran.append(implementation)
 print("ran:", ran, "refused:", refused)
@@ -75,7 +79,7 @@ print("every implementation ok")
 
 got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
 want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)
-for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("xla jit grad ok")
 
@@ -93,7 +97,7 @@ grad = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a)[0] ** 2), argnums=(0, 1)))
 hlo = grad.lower(*sharded).compile().as_text()
 assert "all-gather(" not in hlo, "the partitioned calls gathered the batch"
 want = jax.grad(lambda p, x: jnp.sum(xla.rnn_xla(p, x, h0, c0, cfg, lengths)[0] ** 2), argnums=(0, 1))(params, x)
-for a, b in zip(grad(*sharded), want):
+for a, b in zip(grad(*sharded), want, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("custom_partitioning per shard ok")
 

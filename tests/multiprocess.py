@@ -28,6 +28,7 @@ In a test module::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -38,8 +39,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 START_TIMEOUT_S = 180
 CALL_TIMEOUT_S = 300
@@ -66,9 +68,8 @@ class _Worker:
 
     def __init__(self, index: int, argv: list[str], log_path: str, env: dict[str, str]):
         self.index, self.log_path = index, log_path
-        self._log = open(log_path, "wb")
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                        env=env)
+        with open(log_path, "wb") as log:  # the worker writes to its own copy of the descriptor
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
         self.commands = Connection(os.dup(self.process.stdin.fileno()), readable=False)
         self.answers = Connection(os.dup(self.process.stdout.fileno()), writable=False)
 
@@ -98,11 +99,9 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=30)
-        for handle in (self.commands, self.answers, self.process.stdin, self.process.stdout, self._log):
-            try:
+        for handle in (self.commands, self.answers, self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
                 handle.close()
-            except OSError:
-                pass
 
 
 class Cluster:
@@ -138,16 +137,12 @@ class Cluster:
     def close(self) -> None:
         """Asks every process to leave ``jax.distributed`` and exit; kills those that do not within 30 s."""
         for worker in self._workers:
-            try:
+            with contextlib.suppress(OSError):
                 worker.commands.send(None)
-            except OSError:
-                pass
         deadline = time.monotonic() + 30
         for worker in self._workers:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             worker.stop(kill=True)
         self._workers = []
         if self._logs is not None:
@@ -166,10 +161,8 @@ class Cluster:
         module = fn.__module__ if fn.__module__ != "__main__" else os.path.splitext(os.path.basename(path))[0]
         command = (module, path, fn.__name__, args)
         for worker in self._workers:
-            try:
+            with contextlib.suppress(OSError):  # a dead worker is reported by _collect
                 worker.commands.send(command)
-            except OSError:
-                pass  # a dead worker is reported by _collect
         return self._collect(fn.__name__, time.monotonic() + timeout)
 
     def _collect(self, what: str, deadline: float) -> list[Any]:
@@ -186,7 +179,7 @@ class Cluster:
         if all(status == "ok" for status, _ in answers):
             return [value for _, value in answers]
         report = [f"{what} failed in a cluster of {self.num_processes} process(es) x {self.local_devices} CPU devices"]
-        for worker, (status, value) in zip(self._workers, answers):
+        for worker, (status, value) in zip(self._workers, answers, strict=True):
             worker.stop(kill=True)
             story = {"ok": "returned", "error": f"raised:\n{value}", "died": f"died with exit code {value}",
                      "timeout": "did not answer in time (killed)"}[status]
@@ -201,10 +194,11 @@ def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, gra
     """Runs ``commands`` (argv lists, e.g. the processes of one multi-process program) at once and returns each one's
     output (stdout and stderr together). Raises ClusterError with every output, after killing them all, if one exits
     with an error (the others get ``grace`` seconds to finish) or they have not all finished within ``timeout``."""
-    with tempfile.TemporaryDirectory(prefix="jax-commands-") as logs:
-        outputs = [open(os.path.join(logs, f"command{i}.log"), "wb+") for i in range(len(commands))]
+    with tempfile.TemporaryDirectory(prefix="jax-commands-") as logs, contextlib.ExitStack() as files:
+        outputs = [files.enter_context(open(os.path.join(logs, f"command{i}.log"), "wb+"))
+                   for i in range(len(commands))]
         processes = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-                     for argv, out in zip(commands, outputs)]
+                     for argv, out in zip(commands, outputs, strict=True)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in processes):
             if any(p.poll() not in (None, 0) for p in processes):
@@ -219,11 +213,10 @@ def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, gra
         for out in outputs:
             out.seek(0)
             texts.append(out.read().decode("utf-8", "replace"))
-            out.close()
     if all(code == 0 for code in codes):
         return texts
     report = [f"{len(commands)} command(s) did not all succeed within {timeout} s"]
-    for argv, code, text in zip(commands, codes, texts):
+    for argv, code, text in zip(commands, codes, texts, strict=True):
         report.append(f"--- {' '.join(argv)}\n--- exit code {code} (-9: killed); output:\n"
                       f"{text if len(text) <= OUTPUT_TAIL else '...' + text[-OUTPUT_TAIL:]}")
     raise ClusterError("\n".join(report))

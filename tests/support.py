@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from cudnn_stand_in import CudnnStandIn  # noqa: F401 - the tests take it from here
 from numpy_reference import numpy_rnn
-from skips import import_or_skip, skip_or_fail  # noqa: F401 - import_or_skip: the interop tests take it from here
+from skips import import_or_skip, skip_or_fail  # import_or_skip: the interop tests take it from here too
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
@@ -139,7 +139,7 @@ def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
 def summed_biases(config, biases, exact_gates=()):
     """The canonical biases (bias_mode 'double') that come back from a peer keeping one summed bias per gate: the sum
     as the input bias and a zero recurrent bias, but for ``exact_gates``, where the peer keeps both apart."""
-    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.layout.param_slots(config)[1], biases)}
+    named = {s.name(config): np.asarray(b) for s, b in zip(jcr.layout.param_slots(config)[1], biases, strict=True)}
     result = []
     for slot in jcr.layout.param_slots(config)[1]:
         name = slot.name(config)

@@ -36,7 +36,7 @@ napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # "Attributes:" as fields: autodoc documents the dataclass fields themselves
 myst_heading_anchors = 3
 
-_MARKER = re.compile(r"^% readme-section: (.+)$", re.M)
+_MARKER = re.compile(r"^% readme-section: (.+)$", re.MULTILINE)
 
 
 def readme_sections(text: str) -> dict[str, str]:

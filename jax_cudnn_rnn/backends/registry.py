@@ -193,7 +193,7 @@ def choose(implementation: str | None, call: Call) -> dict[str, str]:
     platforms = _BACKENDS[implementation].platforms
     if platform is not None or platforms is None:
         return {platform or DEFAULT: implementation}
-    return {**{p: implementation for p in platforms}, DEFAULT: ""}
+    return {**dict.fromkeys(platforms, implementation), DEFAULT: ""}
 
 
 # ---------------------------------------------------------------------------------------------- the fallback warning

@@ -3,6 +3,7 @@ cell; Equinox imported only by the functions that need it)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,7 +80,7 @@ def canonical_to_equinox(weights: Sequence[Any], biases: Sequence[Any], config: 
         # The key only fills the weights that tree_at replaces right away.
         cell = cell_class(config.layer_input_size(layer), config.num_units, use_bias=config.bias_mode != "none",
                           dtype=jnp.dtype(dtype), key=jax.random.key(0))
-        cells[layer].append(eqx.tree_at(lambda c: tuple(getattr(c, name) for name in leaves), cell,
+        cells[layer].append(eqx.tree_at(operator.attrgetter(*leaves), cell,
                                         tuple(jnp.asarray(np.asarray(v, dtype)) for v in leaves.values())))
     return cells
 

@@ -92,7 +92,7 @@ def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtyp
     for key, (layer, direction, group) in expected.items():
         array = common.to_numpy(state_dict[key], f"state_dict[{key!r}]")
         slots = layout.layer_slots(config, layer, direction)[group]
-        want = (sum(s.shape[0] for s in slots),) + slots[0].shape[1:]
+        want = (sum(s.shape[0] for s in slots), *slots[0].shape[1:])
         if array.shape != want:
             raise ValueError(f"state_dict[{key!r}] has shape {array.shape}; expected {want}")
         start = 0

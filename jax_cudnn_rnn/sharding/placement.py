@@ -2,8 +2,8 @@
 
 Under ``jax.jit`` the platform and devices are decided after tracing (by the arguments' placement at call time, by
 ``lower(lowering_platforms=...)`` or ``jax.export(platforms=...)``), so code that must differ per platform cannot ask
-``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent`` (jax_cudnn_rnn/backends/registry.py).
-What tracing does know, ``of_arrays`` collects:
+``jax.default_backend()``: it stages out every candidate with ``lax.platform_dependent``
+(jax_cudnn_rnn/backends/registry.py). What tracing does know, ``of_arrays`` collects:
 
 * concrete arrays (an eager call, all of its arrays concrete) carry their sharding: platform, devices and the batch
   split are exact;
@@ -109,7 +109,7 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     kind = getattr(abstract_device, "device_kind", None)
     explicit = getattr(getattr(jax.sharding, "AxisType", None), "Explicit", object())
     spec = getattr(sharding, "spec", None)
-    axis_types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ()) or ()))
+    axis_types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True)) if getattr(mesh, "axis_types", None) else {}
     batch_axes = None
     if spec is not None and batch_axis is not None and batch_axis < len(spec):
         axes = spec_axes(spec, batch_axis)
@@ -120,7 +120,7 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     if kind is not None:
         device = next((d for d in jax.local_devices() if d.device_kind == kind), None)
     return Placement(lowering_platform(platform) if platform else None, device, kind,
-                     tuple(zip(mesh.axis_names, mesh.axis_sizes)), batch_axes)
+                     tuple(zip(mesh.axis_names, mesh.axis_sizes, strict=True)), batch_axes)
 
 
 def _from_default_device() -> Placement:

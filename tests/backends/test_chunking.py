@@ -1,6 +1,7 @@
-"""Sequences of any length (backends/fused/chunking.py): time chunks with the state carried, run over the xla implementation as the
-stand-in fused backend with the step limit lowered, equal one unchunked xla call in values and every gradient; a
-backend that refuses lengths of 0 never sees one; resets (backends/fused/segments.py) compose with chunking.
+"""Sequences of any length (backends/fused/chunking.py): time chunks with the state carried, run over the xla
+implementation as the stand-in fused backend with the step limit lowered, equal one unchunked xla call in values and
+every gradient; a backend that refuses lengths of 0 never sees one; resets (backends/fused/segments.py) compose with
+chunking.
 
 Tolerance 1e-5 (float32): the same arithmetic, only the input GEMMs are split over time.
 """
@@ -21,7 +22,7 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import chunking, segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import draw_inputs, make_config  # noqa: E402
+from support import draw_inputs, make_config
 
 T, B = 7, 4
 LENGTHS = (5, 0, 7, 2)  # an empty row, a full one, and rows ending inside and at the edge of a chunk of 2 or 3
@@ -65,7 +66,7 @@ def test_chunked_equals_unchunked(case):
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
     for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads),
-                          (*want, *want_grads)):
+                          (*want, *want_grads), strict=False):
         if b is None:
             assert a is None
             continue
@@ -94,7 +95,7 @@ def test_backend_never_sees_an_empty_chunk():
     want = XLA(params, x, h0, None, cfg, lengths)
     assert len(seen) == 6  # 2 directions x 3 chunks
     np.testing.assert_array_equal(seen[2], [1, 1, 1, 1])  # the last chunk (step 6): only row 2 has a step there
-    for a, b in zip(got[:2], want[:2]):
+    for a, b in zip(got[:2], want[:2], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -134,7 +135,7 @@ def test_resets_compose_with_chunking():
                                    argnums=(0, 1, 2, 3), has_aux=True)(*inputs) for run in (packed, own)]
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
-    for a, b in zip((*got, *got_grads), (*want, *want_grads)):
+    for a, b in zip((*got, *got_grads), (*want, *want_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 

@@ -1,6 +1,6 @@
 """Property-based tests: random configurations, shapes (T and B down to 1), dtypes, sequence lengths (0 included),
-resets and options against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the oracle), and
-PyTorch's modules run on the converted weights — plus exact canonical round trips.
+resets and options against the independent float64 NumPy oracle — outputs, gradients (directional derivatives of the
+oracle), and PyTorch's modules run on the converted weights — plus exact canonical round trips.
 
 Examples are drawn afresh each run (a failure prints the example and a reproduction blob). Compiling each new shape is
 what costs on CPU, so CI draws a few per property; JAX_CUDNN_RNN_FUZZ_EXAMPLES sets how many (scripts/gpu_check.sh
@@ -24,8 +24,8 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import import_or_skip  # noqa: E402
-from support import assert_outputs_close, draw_inputs, oracle, torch_module  # noqa: E402
+from skips import import_or_skip
+from support import assert_outputs_close, draw_inputs, oracle, torch_module
 
 
 def _settings(examples: int):
@@ -143,10 +143,10 @@ def test_gradients_are_the_oracles_directional_derivatives(problem, implementati
         primals = [jnp.asarray(a) for a in (params, x, h0, c0) if a is not None]
         grads = jax.grad(lambda *a: loss(*a, *([None] * (4 - len(a)))), argnums=tuple(range(len(primals))))(*primals)
         direction = [rng.normal(size=np.shape(a)) for a in primals]
-        analytic = sum(float(np.vdot(g, d)) for g, d in zip(grads, direction))
+        analytic = sum(float(np.vdot(g, d)) for g, d in zip(grads, direction, strict=True))
 
         def at(step):
-            moved = [np.asarray(a) + step * d for a, d in zip(primals, direction)]
+            moved = [np.asarray(a) + step * d for a, d in zip(primals, direction, strict=True)]
             weights, biases = jcr.params_to_canonical(jnp.asarray(moved[0]), cfg)
             rest = moved[1:] + [None] * (4 - len(moved))
             return _oracle_loss(cfg, [np.asarray(w) for w in weights], [np.asarray(b) for b in biases], *rest[:3],
@@ -217,7 +217,8 @@ def test_cudnn_matches_the_oracle_and_the_xla_gradients(problem):
         params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(seed), steps, batch)
         got = _run(cfg, params, x, h0, c0, lengths, "cudnn")
         tolerance = {"float32": 2e-5, "float64": 1e-11}[cfg.dtype.name]
-        for name, a, b in zip(("y", "h_n", "c_n"), got, oracle(cfg, params, x, h0, c0, seq_lengths=lengths)):
+        want = oracle(cfg, params, x, h0, c0, seq_lengths=lengths)
+        for name, a, b in zip(("y", "h_n", "c_n"), got, want, strict=True):
             if b is not None:
                 np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=tolerance, atol=tolerance, err_msg=name)
 
@@ -228,6 +229,6 @@ def test_cudnn_matches_the_oracle_and_the_xla_gradients(problem):
             arrays = [jnp.asarray(a) for a in (params, x, h0, c0) if a is not None]
             return jax.grad(lambda *a: loss(*a, *([None] * (4 - len(a)))), argnums=tuple(range(len(arrays))))(*arrays)
 
-        for name, a, b in zip(("dparams", "dx", "dh0", "dc0"), grads("cudnn"), grads("xla")):
+        for name, a, b in zip(("dparams", "dx", "dh0", "dc0"), grads("cudnn"), grads("xla"), strict=False):
             atol = 2.4e-4 if name == "dparams" and cfg.dtype == np.float32 else tolerance
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tolerance, atol=atol, err_msg=name)

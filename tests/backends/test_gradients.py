@@ -21,8 +21,9 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from numpy_reference import numpy_rnn  # noqa: E402
-from support import LENGTHS, MODES, B, T, draw_inputs, make_config  # noqa: E402
+from numpy_reference import numpy_rnn
+from support import LENGTHS, MODES, B, T, draw_inputs, make_config
+
 
 def make_inputs(cfg, seed=0, steps=T, batch=B):
     """(params, x, h0, c0, loss weights for y, h_n, c_n) as NumPy arrays of cfg.dtype."""
@@ -67,7 +68,7 @@ GRAD_CASES = [  # (num_layers, direction, input_mode, with_lengths)
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grads(mode):
     lengths = jnp.array(LENGTHS, jnp.int32)
     cases = []
@@ -78,7 +79,7 @@ def _grads(mode):
     @jax.jit
     def run_all(arrays, lengths):
         out = []
-        for (cfg, wl, _), (p, x, h0, c0, lw) in zip(cases, arrays):
+        for (cfg, wl, _), (p, x, h0, c0, lw) in zip(cases, arrays, strict=True):
             argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
             per_impl = []
             for impl in ("xla", "reference"):
@@ -87,8 +88,8 @@ def _grads(mode):
             out.append(per_impl)
         return out
 
-    arrays = [tuple(None if a is None else jnp.asarray(a) for a in inp[:4]) +
-              (tuple(None if w is None else jnp.asarray(w) for w in inp[4]),) for _, _, inp in cases]
+    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
+               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for _, _, inp in cases]
     return cases, run_all(arrays, lengths)
 
 
@@ -100,7 +101,7 @@ def test_xla_gradients_match_reference_autodiff(mode, case_index):
     (v_xla, g_xla), (v_ref, g_ref) = results[case_index]
     np.testing.assert_allclose(v_xla, v_ref, rtol=2e-5, atol=2e-5)
     names = ("params", "x", "h0", "c0")
-    for name, a, b in zip(names, g_xla, g_ref):
+    for name, a, b in zip(names, g_xla, g_ref, strict=False):
         assert a.shape == b.shape and a.dtype == np.float32
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"d{name}")
         assert np.abs(np.asarray(b)).max() > 1e-3, f"d{name} is (nearly) zero: the test would be vacuous"
@@ -131,16 +132,16 @@ def test_projection_clip_bias_mode_gradients_match_reference():
     @jax.jit
     def run_all(arrays):
         out = []
-        for cfg, (p, x, h0, c0, lw) in zip(cfgs, arrays):
+        for cfg, (p, x, h0, c0, lw) in zip(cfgs, arrays, strict=True):
             argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
             out.append([jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=argnums)(p, x, h0, c0)
                         for impl in ("xla", "reference")])
         return out
 
-    arrays = [tuple(None if a is None else jnp.asarray(a) for a in inp[:4]) +
-              (tuple(None if w is None else jnp.asarray(w) for w in inp[4]),) for inp in inputs]
-    for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays)):
-        for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref):
+    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
+               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for inp in inputs]
+    for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays), strict=True):
+        for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref, strict=False):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{cfg}: d{name}")
         # (nearly) every parameter that exists influences the loss; dead relu units legitimately have none
         share = 0.4 if cfg.mode == "rnn_relu" else 0.9
@@ -154,7 +155,7 @@ def test_float64_xla_gradients_match_reference():
         lengths = jnp.array(LENGTHS, jnp.int32)
         grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1, 2, 3)))(
             jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), jnp.asarray(c0)) for impl in ("xla", "reference")]
-        for a, b in zip(*grads):
+        for a, b in zip(*grads, strict=True):
             assert a.dtype == np.float64
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
 
@@ -168,7 +169,7 @@ def test_dropout_gradients_match_reference():
     grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1)))(
         jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), None, key)
              for impl in ("xla", "reference")]
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
     # (that the masks are applied in the forward pass is checked against the oracle in test_xla_vs_numpy.py)
 
@@ -185,8 +186,8 @@ def _float64_problem(mode, seed):
 
 
 def _fd_directional(f, args, direction, step=1e-6):
-    plus = [None if a is None else a + step * d for a, d in zip(args, direction)]
-    minus = [None if a is None else a - step * d for a, d in zip(args, direction)]
+    plus = [None if a is None else a + step * d for a, d in zip(args, direction, strict=True)]
+    minus = [None if a is None else a - step * d for a, d in zip(args, direction, strict=True)]
     return (f(*plus) - f(*minus)) / (2 * step)
 
 
@@ -207,7 +208,8 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
             fd = _fd_directional(f, args, direction)
             assert abs(fd) > 1e-3
             for impl, g in grads.items():
-                analytic = sum(float(np.sum(np.asarray(gi) * di)) for gi, di in zip(g, direction) if di is not None)
+                analytic = sum(float(np.sum(np.asarray(gi) * di))
+                               for gi, di in zip(g, direction, strict=False) if di is not None)
                 np.testing.assert_allclose(analytic, fd, rtol=1e-7, atol=1e-7, err_msg=impl)
 
 
@@ -219,18 +221,20 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_jvp_of_reference_matches_finite_differences(mode):
     with jax.enable_x64(True):
-        cfg, (p, x, h0, c0, lw) = _float64_problem(mode, seed=12)
+        cfg, (p, x, h0, c0, _) = _float64_problem(mode, seed=12)
         lengths = np.array([4, 2], np.int32)
         args = tuple(None if a is None else jnp.asarray(a) for a in (p, x, h0, c0))
         rng = np.random.default_rng(1)
         direction = [None if a is None else rng.normal(size=a.shape) for a in args]
         if c0 is None:
-            fn = lambda p, x, h0: jcr.rnn(p, x, h0, None, cfg, seq_lengths=jnp.asarray(lengths),  # noqa: E731
-                                          implementation="reference")[:2]
+            def fn(p, x, h0):
+                return jcr.rnn(p, x, h0, None, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")[:2]
+
             primals, tangents = jax.jvp(fn, args[:3], tuple(jnp.asarray(d) for d in direction[:3]))
         else:
-            fn = lambda p, x, h0, c0: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.asarray(lengths),  # noqa: E731
-                                              implementation="reference")
+            def fn(p, x, h0, c0):
+                return jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")
+
             primals, tangents = jax.jvp(fn, args, tuple(jnp.asarray(d) for d in direction))
 
         def oracle(p, x, h0, c0):
@@ -240,12 +244,12 @@ def test_jvp_of_reference_matches_finite_differences(mode):
             return out if c0 is not None else out[:2]
 
         step = 1e-6
-        plus = oracle(*[None if a is None else np.asarray(a) + step * d for a, d in zip(args, direction)])
-        minus = oracle(*[None if a is None else np.asarray(a) - step * d for a, d in zip(args, direction)])
+        plus = oracle(*[None if a is None else np.asarray(a) + step * d for a, d in zip(args, direction, strict=True)])
+        minus = oracle(*[None if a is None else np.asarray(a) - step * d for a, d in zip(args, direction, strict=True)])
         want_primals = oracle(*[None if a is None else np.asarray(a) for a in args])
-        for got, want in zip(primals, want_primals):
+        for got, want in zip(primals, want_primals, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-        for got, a, b in zip(tangents, plus, minus):
+        for got, a, b in zip(tangents, plus, minus, strict=True):
             np.testing.assert_allclose(got, (a - b) / (2 * step), rtol=1e-7, atol=1e-7)
         assert max(np.abs(np.asarray(t)).max() for t in tangents) > 1e-2
 
@@ -257,11 +261,12 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     rng = np.random.default_rng(2)
     K = 3
     xs = rng.normal(size=(K, T, B, cfg.input_size)).astype(np.float32)
-    h0s = (0.5 * rng.normal(size=(K,) + cfg.state_shape(B))).astype(np.float32)
+    h0s = (0.5 * rng.normal(size=(K, *cfg.state_shape(B)))).astype(np.float32)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(B))).astype(np.float32)
     lengths = jnp.array(LENGTHS, jnp.int32)
-    fn = lambda x, h0: jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
-                               implementation=implementation)
+    def fn(x, h0):
+        return jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=implementation)
+
     ys, hs, cs = jax.jit(jax.vmap(fn))(jnp.asarray(xs), jnp.asarray(h0s))
     assert ys.shape == (K, T, B, cfg.output_size)
     weights, biases = jcr.params_to_canonical(jnp.asarray(p), cfg)
@@ -269,17 +274,17 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     biases = [np.asarray(a, np.float64) for a in biases]
     for k in range(K):
         want = numpy_rnn(weights, biases, xs[k], h0s[k], c0, "lstm", 1, 4, True, False, seq_lengths=np.array(LENGTHS))
-        for got, wv in zip((ys[k], hs[k], cs[k]), want):
+        for got, wv in zip((ys[k], hs[k], cs[k]), want, strict=True):
             np.testing.assert_allclose(got, wv, rtol=1e-5, atol=1e-5)
     # and vmap of the gradient (per-example gradients w.r.t. shared params)
     if implementation == "xla":
-        loss = lambda p_, x, h0: jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths,  # noqa: E731
-                                                 implementation="xla")[0] ** 2)
-        per_example = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(jnp.asarray(p), jnp.asarray(xs),
-                                                                              jnp.asarray(h0s))
-        loop = [jax.grad(lambda p_: jnp.sum(jcr.rnn(p_, jnp.asarray(xs[k]), jnp.asarray(h0s[k]), jnp.asarray(c0), cfg,
-                                                    seq_lengths=lengths, implementation="reference")[0] ** 2))(
-            jnp.asarray(p)) for k in range(K)]
+        def loss(p_, x, h0, impl):
+            return jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=impl)[0] ** 2)
+
+        per_example = jax.jit(jax.vmap(jax.grad(functools.partial(loss, impl="xla")), in_axes=(None, 0, 0)))(
+            jnp.asarray(p), jnp.asarray(xs), jnp.asarray(h0s))
+        loop = [jax.grad(functools.partial(loss, impl="reference"))(jnp.asarray(p), jnp.asarray(xs[k]),
+                                                                     jnp.asarray(h0s[k])) for k in range(K)]
         for k in range(K):
             np.testing.assert_allclose(per_example[k], loop[k], rtol=2e-5, atol=2e-5)
 

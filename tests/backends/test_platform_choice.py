@@ -1,8 +1,9 @@
-"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends/registry.py), not by
-jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
+"""rnn(implementation=None) chooses by the platform the computation is lowered for (jax_cudnn_rnn/backends/registry.py),
+not by jax.default_backend(): one jitted function serves CPU and CUDA. The CPU stands in for a GPU host here: cuDNN is
 declared available and jax.default_backend() says "gpu", as on a GPU machine; nothing is run on CUDA, only lowered."""
 
 import dataclasses
+import functools
 import re
 import warnings
 
@@ -15,8 +16,8 @@ from cudnn_stand_in import CudnnStandIn
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import wiring as onednn
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.onednn import wiring as onednn
 from jax_cudnn_rnn.sharding.placement import Placement
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")
@@ -76,7 +77,7 @@ def test_one_jitted_function_lowers_for_cpu_and_for_cuda(gpu_host):
 
 
 def test_cpu_placed_calls_run_the_xla_implementation_on_a_gpu_host(gpu_host):
-    cfg, params, x, h0, c0 = _problem("gru")
+    cfg, params, x, h0, _ = _problem("gru")
     want = jcr.rnn(params, x, h0, None, cfg, implementation="xla")
     cpu = jax.devices("cpu")[0]
     committed = [jax.device_put(a, cpu) for a in (params, x, h0)]
@@ -193,8 +194,8 @@ def test_the_fallback_marker_is_transparent_to_transformations(no_cudnn_extensio
         "scan": lambda f: jax.lax.scan(lambda c, xi: (c + f(params, xi), None), 0.0, jnp.stack([x, x]))[0],
     }
     for name, transform in transforms.items():
-        assert "jax_cudnn_rnn_passed_over" in str(jax.make_jaxpr(lambda: transform(loss(None)))()), name
-        got, want = jax.jit(lambda: transform(loss(None)))(), transform(loss("xla"))
+        assert "jax_cudnn_rnn_passed_over" in str(jax.make_jaxpr(functools.partial(transform, loss(None)))()), name
+        got, want = jax.jit(functools.partial(transform, loss(None)))(), transform(loss("xla"))
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=name)
 

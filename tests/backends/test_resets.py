@@ -24,7 +24,7 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle  # noqa: E402
+from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle
 
 T, B = 7, 3
 LENGTHS = (6, 7, 3)
@@ -82,7 +82,7 @@ def implementations(mode):
     return IMPLEMENTATIONS if mode in SEGMENTED_MODES else IMPLEMENTATIONS[:2]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _results(mode, implementation):
     cases = []
     for i, (num_layers, direction, input_mode, with_lengths, options) in enumerate(CASES):
@@ -92,7 +92,7 @@ def _results(mode, implementation):
     @jax.jit
     def run_all(arrays, lengths, resets):
         return [run(implementation, *arrays_i, cfg, lengths if with_lengths else None, resets)
-                for (cfg, with_lengths, _), arrays_i in zip(cases, arrays)]
+                for (cfg, with_lengths, _), arrays_i in zip(cases, arrays, strict=True)]
 
     arrays = [tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases]
     return cases, run_all(arrays, jnp.array(LENGTHS, jnp.int32), jnp.asarray(RESETS))
@@ -171,7 +171,7 @@ def loss_weights(cfg, rng, steps=T, batch=B):
                  (rng.normal(size=(steps, batch, cfg.output_size)), rng.normal(size=cfg.state_shape(batch)), wc))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gradients(mode):
     cases = []
     for i, (num_layers, direction, with_lengths) in enumerate(GRAD_CASES):
@@ -183,7 +183,7 @@ def _gradients(mode):
     @jax.jit
     def run_all(arrays, lengths, resets):
         out = []
-        for (cfg, with_lengths, _, _), (inputs, weights) in zip(cases, arrays):
+        for (cfg, with_lengths, _, _), (inputs, weights) in zip(cases, arrays, strict=True):
             argnums = (0, 1, 2, 3) if cfg.mode == "lstm" else (0, 1, 2)
             out.append({impl: jax.grad(functools.partial(loss, cfg, impl, lengths if with_lengths else None, resets,
                                                          weights), argnums=argnums)(*inputs)
@@ -204,7 +204,8 @@ def test_gradients_with_resets_match_reference_autodiff(mode, case_index):
     cfg, with_lengths, _, _ = cases[case_index]
     grads = results[case_index]
     for implementation in set(grads) - {"reference"}:
-        for name, got, want in zip(("params", "x", "h0", "c0"), grads[implementation], grads["reference"]):
+        for name, got, want in zip(("params", "x", "h0", "c0"), grads[implementation], grads["reference"],
+                                   strict=False):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=f"{implementation} d{name}")
             assert np.abs(np.asarray(want)).max() > 1e-3, f"d{name} is (nearly) zero: the test would be vacuous"
     dh0 = np.asarray(grads["reference"][2])
@@ -247,12 +248,13 @@ def test_gradients_with_resets_match_finite_differences_of_the_oracle(mode):
         step = 1e-6
         for _ in range(3):
             direction = [None if a is None else rng.normal(size=a.shape) for a in inputs]
-            plus = [None if a is None else a + step * d for a, d in zip(inputs, direction)]
-            minus = [None if a is None else a - step * d for a, d in zip(inputs, direction)]
+            plus = [None if a is None else a + step * d for a, d in zip(inputs, direction, strict=True)]
+            minus = [None if a is None else a - step * d for a, d in zip(inputs, direction, strict=True)]
             fd = (f(*plus) - f(*minus)) / (2 * step)
             assert abs(fd) > 1e-3
             for impl, g in grads.items():
-                analytic = sum(float(np.sum(np.asarray(gi) * di)) for gi, di in zip(g, direction) if di is not None)
+                analytic = sum(float(np.sum(np.asarray(gi) * di))
+                               for gi, di in zip(g, direction, strict=False) if di is not None)
                 np.testing.assert_allclose(analytic, fd, rtol=1e-7, atol=1e-7, err_msg=impl)
 
 

@@ -14,7 +14,7 @@ from jax_cudnn_rnn.backends.cudnn import plan, wiring
 from jax_cudnn_rnn.backends.fused import batching
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import jaxpr_eqns  # noqa: E402
+from support import jaxpr_eqns
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional")
 T, B = 6, 2

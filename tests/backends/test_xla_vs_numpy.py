@@ -27,7 +27,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import LENGTHS, MODES, B, T, documented_dropout_masks, draw_inputs, make_config, oracle  # noqa: E402
+from support import LENGTHS, MODES, B, T, documented_dropout_masks, draw_inputs, make_config, oracle
 
 DIRECTIONS = ("unidirectional", "bidirectional")
 
@@ -61,15 +61,15 @@ def assert_matches(got, want, cfg, tol, label=""):
 WITH_LENGTHS = [(L, d, im, True)
                 for L, d, im in itertools.product((1, 2, 3), DIRECTIONS, ("linear_input", "skip_input"))]
 F32_CASES = {
-    "xla": WITH_LENGTHS + [(1, "unidirectional", "skip_input", False), (1, "bidirectional", "linear_input", False),
-                           (2, "bidirectional", "linear_input", False), (3, "unidirectional", "linear_input", False)],
+    "xla": [*WITH_LENGTHS, (1, "unidirectional", "skip_input", False), (1, "bidirectional", "linear_input", False),
+            (2, "bidirectional", "linear_input", False), (3, "unidirectional", "linear_input", False)],
     "reference": [c for c in WITH_LENGTHS if c[0] == 1 or (c[0] == 3 and c[1] == "bidirectional")]
                  + [(2, "bidirectional", "skip_input", False)],
 }
 F32_PARAMS = [(impl, *case) for impl, cases in F32_CASES.items() for case in cases]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _f32_results(mode, implementation):
     cases = []
     for num_layers, direction, input_mode, with_lengths in F32_CASES[implementation]:
@@ -82,11 +82,12 @@ def _f32_results(mode, implementation):
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if with_lengths else None,
                         implementation=implementation)
-                for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays)]
+                for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays, strict=True)]
 
     outputs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases],
                       lengths)
-    return {case: (cfg, inputs, out) for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs)}
+    return {case: (cfg, inputs, out)
+            for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs, strict=True)}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -124,10 +125,10 @@ def test_float64_matches_numpy(implementation):
         def run_all(arrays, lengths):
             return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None,
                             implementation=implementation)
-                    for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays)]
+                    for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
 
         outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-        for cfg, case, inp, out in zip(cfgs, cases, inputs, outs):
+        for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
             assert out[0].dtype == np.float64
             want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS) if case[-1] else None)
             assert_matches(out, want, cfg, 1e-12, label=str(case))
@@ -145,10 +146,10 @@ def test_half_precision_matches_numpy(dtype, tol, implementation):
     @jax.jit
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None, implementation=implementation)
-                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays)]
+                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-    for cfg, case, inp, out in zip(cfgs, cases, inputs, outs):
+    for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
         want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS) if case[-1] else None)
         assert_matches(out, want, cfg, tol, label=str(case))
 
@@ -177,10 +178,10 @@ def test_projection_clip_bias_modes_match_numpy(implementation):
     @jax.jit
     def run_all(arrays, lengths):
         return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
-                for cfg, (p, x, h0, c0) in zip(cfgs, arrays)]
+                for cfg, (p, x, h0, c0) in zip(cfgs, arrays, strict=True)]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
-    for cfg, inp, out in zip(cfgs, inputs, outs):
+    for cfg, inp, out in zip(cfgs, inputs, outs, strict=True):
         want = oracle(cfg, *inp, seq_lengths=np.array(LENGTHS))
         assert_matches(out, want, cfg, 1e-5, label=str(cfg))
         if cfg.cell_clip is not None:
@@ -214,7 +215,7 @@ def test_dropout_matches_numpy_with_documented_masks(mode, num_layers, direction
     for m in masks:
         assert set(np.unique(m).round(6)) == {0.0, round(1 / 0.6, 6)}
     assert_matches(got, oracle(cfg, params, x, h0, c0, seq_lengths=np.array(LENGTHS), dropout_masks=masks), cfg, 1e-5)
-    for a, b in zip(got, again):
+    for a, b in zip(got, again, strict=True):
         if a is not None:
             np.testing.assert_array_equal(a, b)
     assert np.abs(np.asarray(other[0]) - np.asarray(got[0])).max() > 1e-3

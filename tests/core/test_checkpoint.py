@@ -1,5 +1,5 @@
-"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure, also
-when the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/core/test_checkpoint.py
+"""The Orbax handler: canonical on disk, readable without this library, strict on restore, atomic on failure, also when
+the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/core/test_checkpoint.py
 TASK DIRECTORY`` runs its side of those tests)."""
 
 import itertools
@@ -24,8 +24,7 @@ from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.params import RNNParams
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import (IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight,  # noqa: E402
-                     wait_for_a_save_in_flight)
+from support import IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight, wait_for_a_save_in_flight
 
 ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
 DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)
@@ -54,7 +53,7 @@ def _fresh(tree):
 
 def _assert_trees_equal(a, b):
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -117,7 +116,7 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
             assert isinstance(saved_tree, dict)
             weights, biases = layout.params_to_canonical(buffer, config)
             slots = layout.param_slots(config)
-            for slot, expected in zip(slots[0] + slots[1], weights + biases):
+            for slot, expected in zip(slots[0] + slots[1], weights + biases, strict=True):
                 node = saved_tree
                 for key in slot.name(config).split("/"):
                     node = node[key]
@@ -164,8 +163,8 @@ def test_shape_mismatch_names_path_tensor_and_both_shapes(tmp_path):
     wider = RNNConfig("gru", num_layers=1, num_units=6, input_size=8)
     target = jax.eval_shape(lambda: state)
     target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), wider))
-    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*"
-                                         r"layer_0/forward/w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
+    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*layer_0/forward/"
+                                         r"w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
     target = jax.eval_shape(lambda: state)
     target["params"]["extra_rnn"] = target["params"]["decoder"]
@@ -213,7 +212,8 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
     assert data_files
     for data in data_files:
         data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    with pytest.raises(ckpt.CheckpointError, match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
+    with pytest.raises(ckpt.CheckpointError,
+                       match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
 
 
@@ -221,8 +221,13 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     state = _state()
     manager = _opened(ocp.CheckpointManager(tmp_path / "run"))
-    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state)))
-    manager.wait_until_finished()
+
+    def save(step, tree):
+        """Saves and waits: the error may come from either (Orbax finishes a save in the background)."""
+        manager.save(step, args=ocp.args.Composite(state=ckpt.CanonicalSave(tree)))
+        manager.wait_until_finished()
+
+    save(1, state)
 
     # 1) fails after the arrays are written, before Orbax commits (renames) the step
     def fail(self, directory):
@@ -231,13 +236,11 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt.CanonicalCheckpointHandler, "finalize", fail)
     changed = jax.tree_util.tree_map(lambda x: x + 1, state)
     with pytest.raises(OSError, match="simulated disk failure"):
-        manager.save(2, args=ocp.args.Composite(state=ckpt.CanonicalSave(changed)))
-        manager.wait_until_finished()
+        save(2, changed)
     monkeypatch.undo()
     # 2) an unserialisable leaf
     with pytest.raises(ValueError, match="Unsupported type"):
-        manager.save(3, args=ocp.args.Composite(state=ckpt.CanonicalSave({**state, "note": "text"})))
-        manager.wait_until_finished()
+        save(3, {**state, "note": "text"})
 
     reopened = _opened(ocp.CheckpointManager(tmp_path / "run"))
     assert reopened.all_steps() == [1]
@@ -247,7 +250,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     # The plain Checkpointer on a fresh path is atomic too: nothing is left at the final path.
     with monkeypatch.context() as patch:
         patch.setattr(ckpt.CanonicalCheckpointHandler, "finalize", fail)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="simulated disk failure"):
             _checkpointer().save(tmp_path / "single", args=ckpt.CanonicalSave(state))
     assert not (tmp_path / "single").exists()
 
@@ -302,8 +305,9 @@ def _state_at(step):
 def _child(task, directory, file_size_limit=None):
     """The saving side of a fault test. ``save-until-killed``: saves steps 1, 2, ... until the parent kills it.
     ``fill-the-disk``: saves step 1 (``_state()``, small), then step 2 (``_state_at(2)``) into a disk too small for
-    it, and prints as JSON the error that raised and the steps the manager finds after ``reload()``. ``file_size_limit`` (bytes): RLIMIT_FSIZE for this process, the full
-    disk's stand-in where no tmpfs can be mounted (writes past it fail with EFBIG, SIGXFSZ ignored)."""
+    it, and prints as JSON the error that raised and the steps the manager finds after ``reload()``. ``file_size_limit``
+    (bytes): RLIMIT_FSIZE for this process, the full disk's stand-in where no tmpfs can be mounted (writes past it fail
+    with EFBIG, SIGXFSZ ignored)."""
     if file_size_limit is not None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))

@@ -38,7 +38,7 @@ def _check(implementation):
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         for _ in range(3):
             concurrent = list(pool.map(lambda job: job(), jobs * 2))
-            for got, want in zip(concurrent, serial * 2):
+            for got, want in zip(concurrent, serial * 2, strict=True):
                 jax.tree.map(np.testing.assert_array_equal, got, want)
 
 

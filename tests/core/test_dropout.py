@@ -17,7 +17,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import documented_dropout_masks  # noqa: E402
+from support import documented_dropout_masks
 
 SHAPE = (64, 32, 128)  # [T, B, D*H]: 262,144 draws per mask
 SIGMAS = 6.0  # a rate off by more than 6 standard errors is a bug, not chance (p ~ 2e-9)
@@ -36,7 +36,7 @@ def test_keep_rate_scale_and_independence(dropout):
     keep, draws = 1.0 - dropout, np.prod(SHAPE)
     standard_error = np.sqrt(keep * (1.0 - keep) / draws)
     kept = [m != 0 for m in masks]
-    for layer, (mask, k) in enumerate(zip(masks, kept)):
+    for layer, (mask, k) in enumerate(zip(masks, kept, strict=True)):
         assert mask.shape == SHAPE
         rate = k.mean()
         assert abs(rate - keep) <= SIGMAS * standard_error, f"layer {layer}: kept {rate:.4f}, expected {keep}"

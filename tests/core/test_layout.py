@@ -191,7 +191,7 @@ def test_canonical_to_params_wrong_count():
     with pytest.raises(ValueError, match=r"weights has 5 tensors; expected 6"):
         jcr.canonical_to_params(w[:5], b, ERR_CFG)
     with pytest.raises(ValueError, match=r"biases has 7 tensors; expected 6"):
-        jcr.canonical_to_params(w, b + [b[0]], ERR_CFG)
+        jcr.canonical_to_params(w, [*b, b[0]], ERR_CFG)
 
 
 def test_canonical_to_params_wrong_shape_names_tensor():
@@ -330,7 +330,7 @@ def test_random_configs_size_and_concatenation(mode, num_layers, num_units, inpu
     params = np.asarray(jcr.canonical_to_params(weights, biases, cfg))
     np.testing.assert_array_equal(params, np.concatenate([a.ravel() for a in weights + biases]))
     back_w, back_b = jcr.params_to_canonical(jnp.asarray(params), cfg)
-    for a, b in zip(weights + biases, list(back_w) + list(back_b)):
+    for a, b in zip(weights + biases, list(back_w) + list(back_b), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -354,9 +354,10 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
         part = layout.sub_params(params, cfg, layer, direction)
         assert part.shape == (jcr.params_size(single),)
         got_w, got_b = jcr.params_to_canonical(part, single)
-        keep = lambda slot: slot.layer == layer and direction in (None, slot.direction)  # noqa: E731
-        want_w = [w for w, slot in zip(weights, weight_slots) if keep(slot)]
-        want_b = [b for b, slot in zip(biases, bias_slots) if keep(slot)]
+        want_w = [w for w, slot in zip(weights, weight_slots, strict=True)
+                  if slot.layer == layer and direction in (None, slot.direction)]
+        want_b = [b for b, slot in zip(biases, bias_slots, strict=True)
+                  if slot.layer == layer and direction in (None, slot.direction)]
         assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
-        for got, want in zip(got_w + got_b, want_w + want_b):
+        for got, want in zip(got_w + got_b, want_w + want_b, strict=True):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -1,6 +1,7 @@
 """Every bad argument of rnn() and the seed-style classes gives a ValueError/TypeError naming it, what was expected
 and what came."""
 
+import functools
 import os
 import re
 import sys
@@ -13,7 +14,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import oracle  # noqa: E402
+from support import oracle
 
 T, B, I, H = 5, 3, 4, 6
 
@@ -38,7 +39,7 @@ def test_x_rank():
 
 
 def test_x_feature_size():
-    cfg, p, x, h0, c0 = _setup()
+    cfg, p, _, h0, c0 = _setup()
     bad = jnp.ones((T, B, I + 1))
     _raises(ValueError, re.escape("x has shape (5, 3, 5); expected (T, B, 4)"), lambda: jcr.rnn(p, bad, h0, c0, cfg))
 
@@ -57,7 +58,7 @@ def test_x_dtype():
 
 
 def test_x_not_array():
-    cfg, p, x, h0, c0 = _setup()
+    cfg, p, _, h0, c0 = _setup()
     _raises(TypeError, "x must be an array, got list", lambda: jcr.rnn(p, [[1.0]], h0, c0, cfg))
 
 
@@ -152,7 +153,7 @@ def test_seq_lengths_under_jit_never_reads_out_of_bounds():
     cfg, p, x, h0, c0 = _setup()
     run = jax.jit(lambda lengths: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation="xla"))
     y, h_n, c_n = run(jnp.array([9, 0, -4], jnp.int32))
-    y_full, h_full, c_full = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
+    y_full, h_full, _ = jcr.rnn(p, x, h0, c0, cfg, implementation="xla")
     np.testing.assert_allclose(y[:, 0], y_full[:, 0], atol=1e-6)
     np.testing.assert_allclose(h_n[:, 0], h_full[:, 0], atol=1e-6)
     assert np.all(np.asarray(y[:, 1:]) == 0)
@@ -354,7 +355,8 @@ UNBATCHED_CASES = [  # (change, error, message)
 ]
 
 
-@pytest.mark.parametrize("change, error, message", UNBATCHED_CASES, ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES])
+@pytest.mark.parametrize("change, error, message", UNBATCHED_CASES,
+                         ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES])
 def test_check_inputs_in_an_unbatched_frontends_words(change, error, message):
     cfg, params, _, _, _ = _setup("gru")
     good = dict(x=jnp.ones((T, I)), h0=jnp.zeros((2, H)), seq_lengths=jnp.array(T, jnp.int32),
@@ -391,7 +393,7 @@ def test_rnn_refuses_names_it_cannot_check_by():
     for names in (UNBATCHED, jcr._checks.ArgumentNames(state_axes=(None, "units")),
                   jcr._checks.ArgumentNames(batch_major=True)):
         _raises(ValueError, "argument_names is batch-major, unbatched or without the state's layer axis",
-                lambda: jcr.rnn(params, x, h0, c0, cfg, argument_names=names))
+                functools.partial(jcr.rnn, params, x, h0, c0, cfg, argument_names=names))
 
 
 def test_config_integers_name_a_traced_size():

@@ -28,7 +28,7 @@ def test_flatten_unflatten_and_views():
 
     weights, biases = params.to_canonical()
     ref_w, ref_b = layout.params_to_canonical(params.buffer, CONFIG)
-    for a, b in zip(weights + biases, ref_w + ref_b):
+    for a, b in zip(weights + biases, ref_w + ref_b, strict=True):
         np.testing.assert_array_equal(a, b)
     tree = params.to_tree()
     np.testing.assert_array_equal(tree["layer_1"]["backward"]["w_input"]["z"], ref_w[-5])  # z input, layer 1 bwd

@@ -14,10 +14,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import skips  # noqa: E402
-from support import run_checked  # noqa: E402
+import skips
+from support import run_checked
 
-from jax_cudnn_rnn import onednn  # noqa: E402
+from jax_cudnn_rnn import onednn
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "side_effects_probe.py")
 # What the user's shell may have set for OpenMP or TBB: left out, so that each probe starts from the runtimes' defaults.

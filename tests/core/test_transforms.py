@@ -12,7 +12,7 @@ import numpy as np
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import jaxpr_eqns  # noqa: E402
+from support import jaxpr_eqns
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional")
 
@@ -24,11 +24,11 @@ def _run(params, x, h0, c0):
 def test_vmap_over_leading_axis_with_shared_params_matches_a_loop():
     params = jcr.init_params(jax.random.key(0), CFG)
     xs = jax.random.normal(jax.random.key(1), (4, 6, 2, 3))  # [N, T, B, I]
-    h0s = jax.random.normal(jax.random.key(2), (4,) + CFG.state_shape(2))
+    h0s = jax.random.normal(jax.random.key(2), (4, *CFG.state_shape(2)))
     got = jax.vmap(_run, in_axes=(None, 0, 0, 0))(params, xs, h0s, h0s)
     for n in range(4):
         want = _run(params, xs[n], h0s[n], h0s[n])
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a[n], b, atol=1e-6)
 
 

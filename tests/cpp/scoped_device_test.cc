@@ -1,14 +1,14 @@
 // cuda/scoped_device.h against a simulated CUDA driver and runtime (no GPU, no CUDA headers), built and run by
-// tests/cudnn/test_scoped_device.py. The simulation follows CUDA 12+: cudaSetDevice(d) creates d's primary context if the
-// process has none and makes it current; cudaGetDevice reports the current context's device, or the runtime's own
+// tests/cudnn/test_scoped_device.py. The simulation follows CUDA 12+: cudaSetDevice(d) creates d's primary context if
+// the process has none and makes it current; cudaGetDevice reports the current context's device, or the runtime's own
 // per-thread device (0 until set) when no context is current. Prints one line per failed check, then a summary; exits
 // non-zero on any failure.
+#include "scoped_device.h"
+
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "scoped_device.h"
 
 namespace {
 

@@ -22,13 +22,12 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
-from jax_cudnn_rnn.backends.cudnn import algorithm
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan, wiring
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.cudnn import plan, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import REQUIRE_GPU, import_or_skip, skip_or_fail  # noqa: E402
-from support import torch_module  # noqa: E402
+from skips import REQUIRE_GPU, import_or_skip, skip_or_fail
+from support import torch_module
 
 pytestmark = pytest.mark.gpu
 
@@ -146,7 +145,8 @@ def _upcast(cfg, params, x, h0, c0):
 def canonical_float32(params, cfg):
     """Every canonical tensor of ``params``, flattened and concatenated in float32: buffers of different dtypes
     (hence layouts) compared entry by entry."""
-    return jnp.concatenate([t.ravel().astype(jnp.float32) for t in sum(jcr.params_to_canonical(params, cfg), [])])
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    return jnp.concatenate([t.ravel().astype(jnp.float32) for t in [*weights, *biases]])
 
 
 def canonical_tensors(weights, biases, cfg) -> dict[str, np.ndarray]:
@@ -190,7 +190,7 @@ def _compare(cfg, dtype_name, lengths=None, **kwargs):
         else:
             tolerance = FLOAT32_DPARAMS_TOLERANCE if dtype_name == "float32" else TOLERANCES[dtype_name]
             problems[name] = _allclose(got, want_tensors[tensor], *tolerance, name)
-    for name, got, want in zip(("dx", "dh0", "dc0"), grads[1:], grads_ref[1:]):
+    for name, got, want in zip(("dx", "dh0", "dc0"), grads[1:], grads_ref[1:], strict=False):
         if half:
             problems[name] = _in_norm(got, want, gradient_bound(*case, name), name)
         else:
@@ -263,7 +263,7 @@ def test_half_gradients_match_pytorch_cudnn(mode, direction, dtype_name):
     tolerance = {"float16": 2e-3, "bfloat16": 1e-2}[dtype_name]  # a few roundings; a layout error is order 1
     problems = []
     for name, got, want in zip(("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]),
-                               (*outputs_torch, *grads_torch)):
+                               (*outputs_torch, *grads_torch), strict=False):
         if want is not None:
             problems.append(_in_norm(got, want, tolerance, f"{name} against PyTorch"))
     want_tensors = canonical_tensors(*dweights_torch, cfg)
@@ -306,7 +306,7 @@ def test_empty_sequences_match_xla(direction):
     run = jax.jit(lambda lengths, impl: jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=impl),
                   static_argnums=1)
     lengths = jnp.array([T, -3, 3, 0], jnp.int32)
-    for got, want in zip(run(lengths, "cudnn"), run(lengths, "xla")):
+    for got, want in zip(run(lengths, "cudnn"), run(lengths, "xla"), strict=True):
         _close(got, want, "float32", "negative length under jit")
 
 
@@ -336,7 +336,7 @@ def test_packed_and_padded_calls_agree(mode):
     packed, packed_grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, None)
     padded, padded_grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, jnp.full((B,), T, jnp.int32))
     for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*packed, *packed_grads),
-                          (*padded, *padded_grads)):
+                          (*padded, *padded_grads), strict=False):
         if a is not None:
             _close(a, b, "float32", name)
 
@@ -346,7 +346,7 @@ def test_inference_and_training_forward_agree():
     params, x, h0, c0, _ = _problem(cfg)
     plain = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn")
     primal, _ = jax.vjp(lambda p: jcr.rnn(p, x, h0, c0, cfg, implementation="cudnn"), params)
-    for a, b in zip(plain[:2], primal[:2]):
+    for a, b in zip(plain[:2], primal[:2], strict=True):
         _close(a, b, "float32", "inference vs training forward")
 
 
@@ -459,7 +459,7 @@ def test_batch_sharded_over_local_gpus_matches_unsharded():
     # One GPU: XLA may report P() for the output, the same placement as P(None, "batch") on a one-device mesh.
     assert y.sharding.is_equivalent_to(NamedSharding(mesh, P(None, "batch")), y.ndim), y.sharding
     _close(y, forward(params, x, h0, c0)[0], "float32", "sharded y")
-    for got, want, name in zip(grad(*sharded), grad(params, x, h0, c0), ("dparams", "dx", "dh0", "dc0")):
+    for got, want, name in zip(grad(*sharded), grad(params, x, h0, c0), ("dparams", "dx", "dh0", "dc0"), strict=True):
         _close(got, want, "float32", f"sharded {name}")
 
 
@@ -586,14 +586,14 @@ def test_max_time_steps_in_one_call_and_one_more_chunked():
     x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
     h0 = jnp.zeros(cfg.state_shape(2))
     static = wiring.Static(cfg, False, "standard")
-    y, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
+    _, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
     grads = jax.jit(jax.grad(lambda p: jnp.sum(wiring._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
     assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
     want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")
     _close(h_n, want[1], "float32", f"h_n after {steps} steps in one call")
     got = jcr.rnn(params, x, h0, h0, cfg, implementation="cudnn")
     want = jcr.rnn(params, x, h0, h0, cfg, implementation="xla")
-    for name, a, b in zip(("y", "h_n", "c_n"), got, want):
+    for name, a, b in zip(("y", "h_n", "c_n"), got, want, strict=True):
         _close(a, b, "float32", f"{name} after {steps + 1} steps, chunked")
 
 

@@ -119,7 +119,7 @@ def test_processes_with_different_gpu_models_are_refused(monkeypatch):
     plan.check_processes_agree()
     mixed = [FakeGPU(0, 0), FakeGPU(1, 0, device_kind="NVIDIA A100-SXM4-80GB")]
     monkeypatch.setattr(plan.jax, "devices", lambda *a: mixed)
-    with pytest.raises(ValueError, match="needs one GPU model in all of them.*A100.*H100"):
+    with pytest.raises(ValueError, match=r"needs one GPU model in all of them.*A100.*H100"):
         plan.check_processes_agree()
 
 

@@ -1,5 +1,5 @@
-"""jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call
-is a clear error under plain jax.export and exports through ``jax_cudnn_rnn.cudnn.export`` (the recipe), single-device only.
+"""jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call is a
+clear error under plain jax.export and exports through ``jax_cudnn_rnn.cudnn.export`` (the recipe), single-device only.
 Nothing runs on CUDA here (the GPU test at the end runs the recipe's result)."""
 
 import jax
@@ -39,8 +39,8 @@ def test_the_xla_implementation_exports_for_every_platform():
 
 
 def test_plain_export_of_a_cudnn_call_is_a_clear_error(cudnn_traceable):
-    with pytest.raises(ValueError, match="jax.export of a cuDNN RNN call: its FFI targets .* use "
-                                         "implementation='xla' .* or jax_cudnn_rnn.cudnn.export"):
+    with pytest.raises(ValueError, match=r"jax\.export of a cuDNN RNN call: its FFI targets .* use "
+                                         r"implementation='xla' .* or jax_cudnn_rnn\.cudnn\.export"):
         jax.export.export(_grad("cudnn"), platforms=["cuda"])(*_args())
 
 
@@ -53,7 +53,7 @@ def test_the_recipe_exports_a_single_device_cudnn_call(cudnn_traceable):
     for target in ("jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"):
         assert f"@{target}(" in text, target
     # The check is disabled only while cudnn.export runs.
-    with pytest.raises(ValueError, match="jax.export of a cuDNN RNN call"):
+    with pytest.raises(ValueError, match=r"jax\.export of a cuDNN RNN call"):
         jax.export.export(_grad("cudnn"), platforms=["cuda"])(*args)
 
 

@@ -22,7 +22,7 @@ from jax_cudnn_rnn.backends.cudnn import plan, wiring
 from jax_cudnn_rnn.backends.fused import loader as _native
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import skips  # noqa: E402
+import skips
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from support import require_extension  # noqa: E402
@@ -340,7 +340,7 @@ def test_the_build_pins_the_cudnn_floor_and_the_cudnn_extra_starts_there():
     pins = [r for r in pyproject["build-system"]["requires"] if r.startswith("nvidia-cudnn-cu13")]
     assert len(pins) == 1 and re.match(r"nvidia-cudnn-cu13==(\d+)\.(\d+)\.(\d+)\.\d+;", pins[0]), pins
     major, minor, patch = map(int, re.match(r"nvidia-cudnn-cu13==(\d+)\.(\d+)\.(\d+)", pins[0]).groups())
-    assert _extension.CUDNN_FLOOR == major * 10000 + minor * 100 + patch
+    assert major * 10000 + minor * 100 + patch == _extension.CUDNN_FLOOR
     pinned = pins[0].split(";")[0].split("==")[1]
     extra = pyproject["project"]["optional-dependencies"]["cudnn"]
     assert len(extra) == 1 and extra[0].startswith(f"nvidia-cudnn-cu13>={pinned},<{major + 1};"), extra

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import REQUIRE_EXTENSION, skip_or_fail  # noqa: E402
+from skips import REQUIRE_EXTENSION, skip_or_fail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

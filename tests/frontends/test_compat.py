@@ -78,7 +78,7 @@ def test_lstm_equals_lstm_ref_in_values_and_gradients(num_layers, bidirectional)
 
     grads = jax.grad(loss(ours), argnums=(0, 1, 2, 3))(x, h_0, c_0, weights)
     wants = jax.grad(loss(theirs), argnums=(0, 1, 2, 3))(x, h_0, c_0, weights)
-    for name, a, b in zip(("x", "h_0", "c_0", "weights"), grads, wants):
+    for name, a, b in zip(("x", "h_0", "c_0", "weights"), grads, wants, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, err_msg=name)
 
 
@@ -99,7 +99,7 @@ def test_dropout_applies_with_a_key_and_is_refused_without_one():
     one_layer = compat.init_lstm_weight(jax.random.key(3), I, H, 1, False)  # nothing between layers: no effect
     x1, h1, c1 = _inputs(1, False)
     for a, b in zip(compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.5, False),
-                    compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.0, False)):
+                    compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.0, False), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -112,7 +112,7 @@ def test_precision_follows_jax_experimental_rnn():
     x, h_0, c_0 = _inputs(1, False)
     strict = compat.lstm(x, h_0, c_0, weights, LENGTHS, I, H, 1, 0.0, False, "highest")
     default = compat.lstm(x, h_0, c_0, weights, LENGTHS, I, H, 1, 0.0, False)
-    for a, b in zip(strict, default):  # no TF32 on the CPU
+    for a, b in zip(strict, default, strict=True):  # no TF32 on the CPU
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match=r"precision is 'fast'; expected None or one of"):
         compat.lstm(x, h_0, c_0, weights, LENGTHS, I, H, 1, 0.0, False, "fast")

@@ -2,6 +2,7 @@
 oracle for the vanilla RNN, which Equinox lacks), jax.vmap against a loop and as one kernel call, gradients, optax,
 serialisation, dropout, and every malformed argument named in the error."""
 
+import operator
 import os
 import subprocess
 import sys
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import import_or_skip, jaxpr_eqns, oracle, require_extension  # noqa: E402
-from skips import REQUIRE_ONEDNN  # noqa: E402
+from skips import REQUIRE_ONEDNN
+from support import import_or_skip, jaxpr_eqns, oracle, require_extension
 
 eqx = import_or_skip("equinox")
 optax = import_or_skip("optax")
@@ -122,8 +123,8 @@ def test_vmap_is_one_fused_call_and_equals_a_loop():
     lengths = jnp.array([6, 1, 3, 0, 5], jnp.int32)
     got = jax.vmap(model)(xs, states, seq_length=lengths)
     for n in range(5):
-        one = jax.tree_util.tree_map(lambda a: a[n], (xs, states, lengths))
-        _close(jax.tree_util.tree_map(lambda a: a[n], got), _call(model, *one))
+        one = jax.tree_util.tree_map(operator.itemgetter(n), (xs, states, lengths))
+        _close(jax.tree_util.tree_map(operator.itemgetter(n), got), _call(model, *one))
 
     require_extension(onednn_extension.EXTENSION, REQUIRE_ONEDNN)
     fused = je.LSTM(I, H, num_layers=2, bidirectional=True, implementation="onednn", key=jax.random.key(7))
@@ -152,7 +153,7 @@ def test_gradients_equal_the_equinox_cells_and_optax_trains_with_filter_jit():
     w_theirs, b_theirs = interop.equinox_to_canonical(theirs, model.config)
     w_ours, b_ours = jcr.params_to_canonical(ours.params.buffer, model.config)
     _close(w_ours, w_theirs)
-    for slot, got, want in zip(jcr.layout.param_slots(model.config)[1], b_ours, b_theirs):
+    for slot, got, want in zip(jcr.layout.param_slots(model.config)[1], b_ours, b_theirs, strict=True):
         if slot.group == "b_input" or model.config.gate_names[slot.gate] == "n":
             _close(got, want)
 

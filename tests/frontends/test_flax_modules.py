@@ -36,7 +36,7 @@ def test_linen_values_and_gradients_match_rnn(mode, direction):
     assert isinstance(params, RNNParams) and params.config == config
 
     carry, y = module.apply(variables, x, lengths, return_carry=True)
-    y_ref, h_ref, c_ref = _reference(params.buffer, config, x, lengths)
+    y_ref, h_ref, _ = _reference(params.buffer, config, x, lengths)
     np.testing.assert_allclose(y, y_ref, atol=1e-5)
     np.testing.assert_allclose(carry[0] if mode == "lstm" else carry, h_ref, atol=1e-5)
 
@@ -135,7 +135,7 @@ def test_linen_projected_clipped_lstm_matches_rnn():
     assert params.config == config
     carry, y = module.apply(variables, x, return_carry=True)
     assert y.shape == (B, T, 2 * OPTIONS["proj_size"])
-    y_ref, h_ref, c_ref = _reference(params.buffer, config, x)
+    y_ref, _, c_ref = _reference(params.buffer, config, x)
     np.testing.assert_allclose(y, y_ref, atol=1e-5)
     np.testing.assert_allclose(carry[1], c_ref, atol=1e-5)
     assert np.max(np.abs(carry[1])) > OPTIONS["cell_clip"]  # the clip acted (c_n is kept unclipped, as in cuDNN)

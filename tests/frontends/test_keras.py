@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import import_or_skip, require_extension  # noqa: E402
-from skips import REQUIRE_ONEDNN  # noqa: E402
+from skips import REQUIRE_ONEDNN
+from support import import_or_skip, require_extension
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import
 keras = import_or_skip("keras")
@@ -52,7 +52,7 @@ def _pair(ours_class, theirs_class, kwargs, batch=None, **options):
 def _assert_same(ours, theirs, atol=1e-6):
     ours, theirs = (list(v) if isinstance(v, (list, tuple)) else [v] for v in (ours, theirs))
     assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
 
 
@@ -157,7 +157,7 @@ def test_fit_one_epoch_equals_keras_and_a_keras_file_restores_the_model(tmp_path
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         losses.append(model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0).history["loss"])
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6)
-    for a, b in zip(ours.get_weights(), theirs.get_weights()):
+    for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
     path = str(tmp_path / "model.keras")

@@ -32,14 +32,14 @@ def test_wrong_rank(lstm):
 def test_feature_size_differs_from_init(lstm):
     """Only the cause, not two whole RNNConfigs (the issue's case)."""
     module, variables = lstm
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError) as error:  # noqa: PT011 - the assert below checks the whole message
         module.apply(variables, jnp.ones((B, T, 7)))
     assert str(error.value) == "x has 7 features (its last axis) but the module's parameters were made for input_size=3"
 
 
 def test_other_module_settings_name_only_the_differing_fields(lstm):
     _, variables = lstm
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError) as error:  # noqa: PT011 - the assert below checks the whole message
         LSTM(num_units=H, num_layers=2, direction="bidirectional").apply(variables, jnp.ones((B, T, I)))
     assert str(error.value) == ("rnn_params does not match this module: the parameters have direction="
                                 "'unidirectional' (module: 'bidirectional')")
@@ -129,9 +129,9 @@ BAD_INPUTS = [  # (module, x, kwargs, error, message)
     ("nnx lstm", jnp.ones((B, 0, I)), {}, ValueError, "x has shape (2, 0, 3); time and batch must be at least 1"),
     # x given time-major to a batch-major module: x is blamed, not the carry that matches the batch
     ("linen lstm", jnp.ones((T, B, I)), {"initial_carry": (H0, C0)}, ValueError,
-     "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The module "
-     "takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), or build "
-     "the module with time_major=True"),
+     "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The "
+     "module takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), "
+     "or build the module with time_major=True"),
     ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 2, 3])}, ValueError,
      "seq_lengths has shape (3,); expected (2,) = (batch,)"),
     ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 9])}, ValueError,

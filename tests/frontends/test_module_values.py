@@ -20,8 +20,7 @@ from jax_cudnn_rnn import ops
 from jax_cudnn_rnn.config import RNNConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import (IMPLEMENTATIONS, LENGTHS, MODES, ORACLE_TOLERANCE, B, T, documented_dropout_masks,  # noqa: E402
-                     oracle)
+from support import IMPLEMENTATIONS, LENGTHS, MODES, ORACLE_TOLERANCE, B, T, documented_dropout_masks, oracle
 
 I, H = 3, 4
 

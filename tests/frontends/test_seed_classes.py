@@ -15,8 +15,18 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import (IMPLEMENTATIONS, LENGTHS, MODES, ORACLE_TOLERANCE, B, T, assert_outputs_close,  # noqa: E402
-                     documented_dropout_masks, draw_inputs, oracle)
+from support import (
+    IMPLEMENTATIONS,
+    LENGTHS,
+    MODES,
+    ORACLE_TOLERANCE,
+    B,
+    T,
+    assert_outputs_close,
+    documented_dropout_masks,
+    draw_inputs,
+    oracle,
+)
 
 CLASSES = {"lstm": jcr.CudnnLSTM, "gru": jcr.CudnnGRU, "rnn_tanh": jcr.CudnnRNNTanh, "rnn_relu": jcr.CudnnRNNRelu}
 

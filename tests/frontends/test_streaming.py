@@ -101,7 +101,7 @@ def test_linen_lstm_streams_across_calls(with_lengths, with_resets):
     buffer = variables["params"]["rnn_params"].buffer
     want = jcr.rnn(buffer, jnp.swapaxes(x, 0, 1), *carry0, variables["params"]["rnn_params"].config,
                    seq_lengths=lengths, resets=None if resets is None else resets.T, implementation="reference")
-    for a, b in zip((jnp.swapaxes(y, 0, 1), h_n, c_n), want):
+    for a, b in zip((jnp.swapaxes(y, 0, 1), h_n, c_n), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 

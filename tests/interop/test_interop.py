@@ -14,7 +14,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.interop.flax_cells import FlaxCellStack
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, torch_module  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, torch_module
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).
@@ -120,11 +120,11 @@ def test_torch_errors_name_the_problem():
                                     "bias_hh_l9": state["bias_hh_l0"]}, config)
     with pytest.raises(ValueError, match=r"state_dict\['weight_ih_l0'\] has shape \(24, 5\); expected \(24, 4\)"):
         interop.torch_to_canonical({**state, "weight_ih_l0": np.zeros((24, 5), np.float32)}, config)
-    with pytest.raises(ValueError, match="skip_input.*no PyTorch equivalent"):
+    with pytest.raises(ValueError, match=r"skip_input.*no PyTorch equivalent"):
         interop.canonical_to_torch([], [], RNNConfig("gru", 1, H, H, input_mode="skip_input"))
     with pytest.raises(ValueError, match=r"weights\[1\] \(layer_0/forward/w_input/f\) has shape \(6, 3\); "
                                          r"expected \(6, 4\)"):
-        interop.canonical_to_torch([weights[0], np.zeros((6, 3))] + list(weights[2:]), biases, config)
+        interop.canonical_to_torch([weights[0], np.zeros((6, 3)), *weights[2:]], biases, config)
 
 
 # ---------------------------------------------------------------------------------------------------------- Flax

@@ -13,7 +13,7 @@ from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, summed_biases  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, summed_biases
 
 eqx = import_or_skip("equinox")
 
@@ -72,7 +72,8 @@ def test_equinox_both_ways(mode, direction, num_layers):
     assert_outputs_close(run_xla(params, config, x, h0, c0), _equinox_run(cells, config, x, h0, c0))
     # and back: one summed bias per gate, but GRU's gate n keeps b_W (in bias) and b_R (bias_n) apart
     w, b = interop.equinox_to_canonical(cells, config)
-    for got, want in zip(w + b, list(weights) + summed_biases(config, biases, ("n",) if mode == "gru" else ())):
+    want_biases = summed_biases(config, biases, ("n",) if mode == "gru" else ())
+    for got, want in zip(w + b, list(weights) + want_biases, strict=True):
         np.testing.assert_array_equal(got, np.asarray(want))
 
     # Equinox's own initialisation (its biases are random too) -> ours, and back exactly.
@@ -109,16 +110,16 @@ def test_equinox_skip_input_bias_modes_and_dtype():
     np.testing.assert_array_equal(np.asarray(back), np.asarray(params))
     x, h0, c0 = (a.astype(config.dtype) for a in _inputs(config, seed=4))
     ours = [a.astype(np.float32) for a in run_xla(params, config, x, h0, c0)]
-    for a, b in zip(ours, _equinox_run(cells, config, x, h0, c0)):  # bfloat16 keeps 8 bits
+    for a, b in zip(ours, _equinox_run(cells, config, x, h0, c0), strict=True):  # bfloat16 keeps 8 bits
         np.testing.assert_allclose(a, b.astype(np.float32), atol=3e-2)
 
 
 def test_equinox_errors_name_the_problem():
-    with pytest.raises(ValueError, match="mode 'rnn_tanh' has no Equinox equivalent.*no vanilla tanh/relu RNN cell"):
+    with pytest.raises(ValueError, match=r"mode 'rnn_tanh' has no Equinox equivalent.*no vanilla tanh/relu RNN cell"):
         interop.canonical_to_equinox([], [], RNNConfig("rnn_tanh", 1, H, I))
     with pytest.raises(ValueError, match="proj_size=2 has no Equinox equivalent"):
         interop.equinox_to_canonical([], RNNConfig("lstm", 1, H, I, proj_size=2))
-    with pytest.raises(ValueError, match="cell_clip=1.0 has no Equinox equivalent"):
+    with pytest.raises(ValueError, match=r"cell_clip=1\.0 has no Equinox equivalent"):
         interop.canonical_to_equinox([], [], RNNConfig("lstm", 1, H, I, cell_clip=1.0))
 
     config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional")

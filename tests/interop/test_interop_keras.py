@@ -13,7 +13,7 @@ from jax_cudnn_rnn import interop, layout
 from jax_cudnn_rnn.config import RNNConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import assert_outputs_close, import_or_skip, run_xla, summed_biases  # noqa: E402
+from support import assert_outputs_close, import_or_skip, run_xla, summed_biases
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import
 keras = import_or_skip("keras")
@@ -29,7 +29,7 @@ CASES = [("lstm", "unidirectional", 2, True), ("lstm", "bidirectional", 2, False
 LENGTHS = np.array([T, 2, 4], np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layers(config):
     """keras_layers(config) and Keras's own initial weights, built once per config for the whole module."""
     layers = interop.keras_layers(config, return_state=True)
@@ -69,8 +69,8 @@ def _keras_run(layers, config, x, h0, c0, seq_lengths=None):
 
 def _assert_lists_equal(got, want):
     assert [len(g) for g in got] == [len(w) for w in want]
-    for g_layer, w_layer in zip(got, want):
-        for g, w in zip(g_layer, w_layer):
+    for g_layer, w_layer in zip(got, want, strict=True):
+        for g, w in zip(g_layer, w_layer, strict=True):
             np.testing.assert_array_equal(g, w)
 
 
@@ -85,7 +85,7 @@ def test_keras_both_ways(mode, direction, num_layers, masked):
     weights, biases = _random_canonical(config, rng)
     params = layout.canonical_to_params(weights, biases, config)
     keras_weights = interop.canonical_to_keras(weights, biases, config)
-    for layer, arrays in zip(layers, keras_weights):
+    for layer, arrays in zip(layers, keras_weights, strict=True):
         layer.set_weights(arrays)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _keras_run(layers, config, x, h0, c0))
     if masked:
@@ -93,13 +93,14 @@ def test_keras_both_ways(mode, direction, num_layers, masked):
                              _keras_run(layers, config, x, h0, c0, LENGTHS))
     # and back: GRU's two biases each have a place in Keras, the others come back summed
     w, b = interop.keras_to_canonical(keras_weights, config)
-    for got, want in zip(w + b, weights + summed_biases(config, biases, config.gate_names if mode == "gru" else ())):
+    want_biases = summed_biases(config, biases, config.gate_names if mode == "gru" else ())
+    for got, want in zip(w + b, weights + want_biases, strict=True):
         np.testing.assert_array_equal(got, want)
 
     # Keras -> ours: Keras's own initial kernels with random nonzero biases (Keras initialises them to 0 and 1).
     keras_weights = [[rng.normal(0, 0.5, a.shape).astype(a.dtype) if k % 3 == 2 else a for k, a in enumerate(arrays)]
                      for arrays in initial]
-    for layer, arrays in zip(layers, keras_weights):
+    for layer, arrays in zip(layers, keras_weights, strict=True):
         layer.set_weights(arrays)
     w, b = interop.keras_to_canonical(layers, config)  # the layers themselves are accepted too
     params = layout.canonical_to_params(w, b, config)
@@ -119,7 +120,7 @@ def test_keras_skip_input_and_bias_modes():
     np.testing.assert_array_equal(keras_weights[0][0], np.tile(np.eye(H), 4))
     np.testing.assert_array_equal(keras_weights[0][3], np.tile(np.eye(H), 4))  # the backward layer's kernel
     layers, _ = _layers(config)
-    for layer, arrays in zip(layers, keras_weights):
+    for layer, arrays in zip(layers, keras_weights, strict=True):
         layer.set_weights(arrays)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _keras_run(layers, config, x, h0, c0))
     back = layout.canonical_to_params(*interop.keras_to_canonical(keras_weights, config), config)
@@ -134,7 +135,7 @@ def test_keras_skip_input_and_bias_modes():
         layers, _ = _layers(config)
         assert [layer.cell.use_bias for layer in layers] == [config.bias_mode != "none"] * config.num_layers
         keras_weights = interop.canonical_to_keras(weights, biases, config)
-        for layer, arrays in zip(layers, keras_weights):
+        for layer, arrays in zip(layers, keras_weights, strict=True):
             layer.set_weights(arrays)
         assert_outputs_close(run_xla(params, config, x, h0, c0), _keras_run(layers, config, x, h0, c0))
         back = layout.canonical_to_params(*interop.keras_to_canonical(keras_weights, config), config)
@@ -155,18 +156,18 @@ def test_keras_half_precision_uses_a_mixed_policy():
     params = layout.canonical_to_params(weights, biases, config)
     ours = [a.astype(np.float32) for a in run_xla(params, config, x, h0, None)[:2]]
     theirs = [a.astype(np.float32) for a in _keras_run(layers, config, x, h0, None)[:2]]
-    for a, b in zip(ours, theirs):  # bfloat16 keeps 8 bits: a few units of its last place
+    for a, b in zip(ours, theirs, strict=True):  # bfloat16 keeps 8 bits: a few units of its last place
         np.testing.assert_allclose(a, b, atol=3e-2)
     back, _ = interop.keras_to_canonical(keras_weights, config)
     assert all(w.dtype == config.dtype for w in back)
-    for got, want in zip(back, weights):
+    for got, want in zip(back, weights, strict=True):
         np.testing.assert_array_equal(got, want)
 
 
 def test_keras_errors_name_the_problem():
     with pytest.raises(ValueError, match="proj_size=2 has no Keras equivalent"):
         interop.keras_layers(RNNConfig("lstm", 1, H, I, proj_size=2))
-    with pytest.raises(ValueError, match="cell_clip=3.0 has no Keras equivalent"):
+    with pytest.raises(ValueError, match=r"cell_clip=3\.0 has no Keras equivalent"):
         interop.canonical_to_keras([], [], RNNConfig("lstm", 1, H, I, cell_clip=3.0))
     with pytest.raises(ValueError, match=r"dropout=0.3 has no Keras .*keras.layers.Dropout"):
         interop.keras_layers(RNNConfig("lstm", 2, H, I, dropout=0.3))

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from numpy_reference import GATES, numpy_rnn, random_canonical  # noqa: E402
-from skips import import_or_skip  # noqa: E402
+from numpy_reference import GATES, numpy_rnn, random_canonical
+from skips import import_or_skip
 
 torch = import_or_skip("torch")
 
@@ -197,10 +197,10 @@ def test_lstm_cell_clip_against_hand_computed_step():
     # cuDNN's semantics: c0 = 3 is read clipped to 1, the new state is kept unclipped and read clipped by tanh.
     c_clipped_read = sig(pre[1]) * 1.0 + sig(pre[0]) * np.tanh(pre[2])
     assert c_clipped_read > 1.0  # so clip 1.0 bites twice
-    y, h, c = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False, cell_clip=1.0)
+    _, h, c = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False, cell_clip=1.0)
     np.testing.assert_allclose(c[0, 0, 0], c_clipped_read, rtol=1e-14)
     np.testing.assert_allclose(h[0, 0, 0], sig(pre[3]) * np.tanh(1.0), rtol=1e-14)
-    y2, h2, c2 = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False)
+    _, _, c2 = numpy_rnn(w, b, x, h0, c0, "lstm", 1, 1, False, False)
     np.testing.assert_allclose(c2[0, 0, 0], c_unclipped, rtol=1e-14)
 
 
@@ -237,7 +237,7 @@ def test_dropout_masks_match_layer_by_layer_torch(mode):
 def segment_bounds(resets_column, length):
     """[(start, end)] of one row's segments: a segment starts at 0 and wherever a valid step has its reset set."""
     starts = [0] + [t for t in range(1, length) if resets_column[t]]
-    return list(zip(starts, starts[1:] + [length]))
+    return list(zip(starts, [*starts[1:], length], strict=True))
 
 
 @pytest.mark.parametrize("mode,num_layers,bidirectional",
@@ -294,5 +294,5 @@ def test_zero_length_is_an_empty_sequence():
     np.testing.assert_array_equal(ours[2][:, 1], c0[:, 1])
     rest = numpy_rnn(w, b, x[:, [0, 2]], h0[:, [0, 2]], c0[:, [0, 2]], "lstm", 2, 4, True, False,
                      seq_lengths=np.array([2, 5]))
-    for got, want in zip(ours, rest):
+    for got, want in zip(ours, rest, strict=True):
         np.testing.assert_array_equal(got[:, [0, 2]], want)

@@ -18,7 +18,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from skips import import_or_skip  # noqa: E402
+from skips import import_or_skip
 
 torch = import_or_skip("torch")
 
@@ -69,7 +69,7 @@ def test_forward_matches_torch(mode, num_layers, bidirectional, with_lengths, ex
         params, jnp.asarray(x, jnp.float32), jnp.asarray(h0, jnp.float32),
         None if c0 is None else jnp.asarray(c0, jnp.float32))
     want = run_torch(module, mode, x, h0, c0, lengths)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         if w is None:
             assert g is None
         else:

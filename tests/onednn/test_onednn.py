@@ -20,14 +20,13 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import interop
-from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn import interop, onednn
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import extension, wiring
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import skips  # noqa: E402
-from support import (  # noqa: E402
+import skips
+from support import (
     assert_outputs_close,
     draw_inputs,
     import_or_skip,
@@ -136,7 +135,7 @@ def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_lay
     (y, h, c), grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
     assert_outputs_close((y, h, c), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
-    for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads):
+    for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads, strict=False):
         if expected is None:
             assert got is None
         else:
@@ -159,7 +158,7 @@ def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_lay
     outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
     assert outs16[0].dtype == jnp.bfloat16 and grads16[0].dtype == jnp.bfloat16
     for name, got, want in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16),
-                               (*outs32, *grads32)):
+                               (*outs32, *grads32), strict=False):
         if want is None:
             assert got is None
             continue
@@ -175,7 +174,7 @@ def test_dropout_matches_xla_with_the_same_key(native):
     key = jax.random.key(5)
     got = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="onednn")
     want = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation="xla")
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
     no_dropout = jcr.rnn(params, x, h0, c0, cfg, implementation="onednn")
     assert np.abs(np.asarray(got[0]) - np.asarray(no_dropout[0])).max() > 1e-2
@@ -193,7 +192,7 @@ def test_vmap_folds_the_batch_and_grad_runs_per_element(native):
     for i in range(3):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(xs[i], h0s[i])), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(np.asarray(grads[i]),
-                                   np.asarray(jax.grad(lambda x: jnp.sum(run(x, h0s[i]) ** 2))(xs[i])),
+                                   np.asarray(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2))(xs[i], h0s[i])),
                                    rtol=1e-6, atol=1e-6)
 
 
@@ -249,7 +248,8 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
 def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
     """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
     "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
-    monkeypatch.setattr(wiring, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
+    monkeypatch.setattr(wiring, "CPU_TABLE",
+                        {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
     cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
     assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
     assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008
@@ -306,13 +306,14 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
     cfg = make_config(mode, 2, "bidirectional", dropout=0.3)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
     key = jax.random.key(3)
-    run = lambda name, x=x, h0=h0: jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key,  # noqa: E731
-                                           implementation=name)
-    for got, want in zip(run(hybrid), run(undifferentiated)):
+    def run(name, x=x, h0=h0):
+        return jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation=name)
+
+    for got, want in zip(run(hybrid), run(undifferentiated), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
     xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
     for got, want in zip(jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
-                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s)):
+                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s), strict=True):
         assert (got is None) == (want is None)
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
@@ -321,14 +322,14 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
                          atol=1e-5, rtol=1e-5)
     outs, grads = _value_and_grads(hybrid, cfg, params, x, h0, c0)
     want_outs, want_grads = _value_and_grads(differentiated, cfg, params, x, h0, c0)
-    for got, want in zip((*outs, *grads), (*want_outs, *want_grads)):
+    for got, want in zip((*outs, *grads), (*want_outs, *want_grads), strict=True):
         if want is None:
             assert got is None
         else:
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert_outputs_close(outs, oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, other_grads = _value_and_grads(undifferentiated, cfg, params, x, h0, c0)
-    for got, want in zip(grads, other_grads):
+    for got, want in zip(grads, other_grads, strict=True):
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
@@ -382,7 +383,7 @@ def test_scratch_is_reused_and_bounded(native):
     max_bytes, max_buffers = native.MAX_KEPT_SCRATCH
     for batch in range(1, 12):
         params1, x1, h1, c1 = draw_inputs(cfg, np.random.default_rng(batch), batch=batch)
-        jax.grad(lambda p: jnp.sum(jcr.rnn(p, x1, h1, c1, cfg, implementation="onednn")[0]))(params1)
+        jax.grad(lambda p, x, h, c: jnp.sum(jcr.rnn(p, x, h, c, cfg, implementation="onednn")[0]))(params1, x1, h1, c1)
         kept_bytes, kept_buffers = native.kept_scratch()
         assert kept_buffers <= max_buffers and kept_bytes <= max_bytes
     onednn.release_scratch()

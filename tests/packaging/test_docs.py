@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import import_or_skip  # noqa: E402
+from support import import_or_skip
 
 os.environ["KERAS_BACKEND"] = "jax"  # the keras module's names are imported here; Keras reads it at its first import
 import_or_skip("sphinx")
@@ -109,7 +109,7 @@ def _undocumented(module: types.ModuleType) -> list[str]:
                 function = getattr(attribute, "__func__", attribute)
                 if isinstance(attribute, property):
                     function = attribute.fget
-                if member.startswith("_") and member != "__call__" or not callable(function):
+                if (member.startswith("_") and member != "__call__") or not callable(function):
                     continue
                 if not (function.__doc__ or "").strip():
                     found.append(f"{module_name}.{name}.{member}")

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends.onednn import extension as onednn
 from jax_cudnn_rnn.backends.cudnn import extension as cudnn_extension
 from jax_cudnn_rnn.backends.fused import loader
+from jax_cudnn_rnn.backends.onednn import extension as onednn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -156,5 +156,5 @@ def test_the_loaded_modules_record_an_accepted_build(name):
     module = extension.module()
     assert tuple(module.XLA_FFI_API_BUILD_VERSION) <= loader.running_xla_ffi_api_version()
     if os.environ.get("CI"):
-        assert module.JAXLIB_BUILD_VERSION == _build_floor()
+        assert _build_floor() == module.JAXLIB_BUILD_VERSION
         assert tuple(module.XLA_FFI_API_BUILD_VERSION) == loader.XLA_FFI_API_OF_JAXLIB[_build_floor()]

@@ -43,7 +43,7 @@ def pytest_args(words: list[str]) -> list[str]:
             skip_next = False
         elif word in ("-n", "--timeout", "-p"):
             skip_next = True
-        elif word not in ("-rfEs",):
+        elif word != "-rfEs":
             selection.append(word)
     return selection
 
@@ -147,7 +147,8 @@ def test_the_runbook_leaves_out_only_the_leak_check(collected):
 def test_quoting_survives_and_knobs_can_be_empty():
     command = [words for stage, words in dry_run("memcheck", "--", "-k", "lstm or gru")][-1]
     assert command[-2:] == ["-k", "lstm or gru"]
-    first, _ = [words for stage, words in dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
+    first, _ = [words for stage, words in
+                dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
     assert first[-3:] == ["-k", "lstm or gru", "tests/cudnn/test_cudnn_gpu.py"]
     (only,) = [words for stage, words in dry_run("tests", PYTEST_EXTRA="", PYTEST_WHOLE="", PYTEST_SELECT="")]
     assert only[-3:] == ["-m", "", "--continue-on-collection-errors"]
@@ -189,7 +190,7 @@ def runbook_rows() -> list[tuple[str, str]]:
         text = f.read()
     section = text[text.index("## Runbook"):]
     section = section[:section.index("\n## ", 1)]
-    rows = re.findall(r"^\| (\d) \| `([^`]+)`[^|]*\|([^|]*)\|([^|]*)\|", section, re.M)
+    rows = re.findall(r"^\| (\d) \| `([^`]+)`[^|]*\|([^|]*)\|([^|]*)\|", section, re.MULTILINE)
     assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1))
     return [(command, duration.strip()) for _, command, duration, _ in rows]
 

@@ -13,10 +13,8 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 def python_blocks(text):
     """(line number, source) of each fenced block whose info string is ``python``."""
-    blocks = []
-    for match in re.finditer(r"^```python[ \t]*\n(.*?)^```[ \t]*$", text, re.M | re.S):
-        blocks.append((text.count("\n", 0, match.start()) + 1, match.group(1)))
-    return blocks
+    return [(text.count("\n", 0, match.start()) + 1, match.group(1))
+            for match in re.finditer(r"^```python[ \t]*\n(.*?)^```[ \t]*$", text, re.MULTILINE | re.DOTALL)]
 
 
 with open(README, encoding="utf-8") as _f:

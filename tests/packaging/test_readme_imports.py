@@ -12,7 +12,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_readme import README, python_blocks  # noqa: E402
+from test_readme import README, python_blocks
 
 os.environ["KERAS_BACKEND"] = "jax"  # as the README's Keras blocks set it; Keras reads it at its first import
 PACKAGE = "jax_cudnn_rnn"
@@ -61,7 +61,8 @@ PATHS = sorted({path for _, source in python_blocks(_TEXT) for path in imported_
 
 
 def test_paths_are_found():
-    source = "import jax, jax_cudnn_rnn as jcr\nfrom jax_cudnn_rnn import checkpoint\nfrom jax_cudnn_rnn.flax import LSTM\n"
+    source = ("import jax, jax_cudnn_rnn as jcr\nfrom jax_cudnn_rnn import checkpoint\n"
+              "from jax_cudnn_rnn.flax import LSTM\n")
     assert imported_paths(source) == ["jax_cudnn_rnn", "jax_cudnn_rnn.checkpoint", "jax_cudnn_rnn.flax.LSTM"]
     assert named_paths("`jcr.rnn(...)`, `jax_cudnn_rnn.cudnn.export`, jax_cudnn_rnn/ops.py") == [
         "jax_cudnn_rnn.rnn", "jax_cudnn_rnn.cudnn.export"]

@@ -21,7 +21,7 @@ from jax_cudnn_rnn import checkpoint as ckpt
 from jax_cudnn_rnn import layout
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import multiprocess  # noqa: E402
+import multiprocess
 
 ROWS = jcr.RNNConfig("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")  # 2496 elements
 # 384 elements: 8 divides the buffer and the input matrices' columns, but no axis of the recurrent matrices or biases
@@ -70,7 +70,7 @@ def _round_trips(directory: str):
     names = list(placements)
     report = {}
     for index, name in enumerate(names):
-        state = jax.tree.map(lambda a: jax.device_put(a, placements[name]), host)
+        state = jax.device_put(host, placements[name])
         canonical, _ = ckpt.to_canonical_tree(state)
         specs = {f"{rnn}/{tensor}": tuple(getattr(leaf.sharding, "spec", ("single device",)))
                  for rnn in ("rows", "mixed") for tensor, leaf in layout.flatten_tree(canonical[rnn]).items()}
@@ -79,7 +79,8 @@ def _round_trips(directory: str):
         checkpointer.save(f"{directory}/{name}", args=ckpt.CanonicalSave(state))
 
         target_name = names[(index + 1) % len(names)]
-        target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=placements[target_name]),
+        target = jax.tree.map(lambda a, sharding=placements[target_name]: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                                                                                 sharding=sharding),
                               host)
         restored = checkpointer.restore(f"{directory}/{name}", args=ckpt.CanonicalRestore(target))
         _check(restored, host, placements[target_name], f"saved {name}, restored {target_name}:")

@@ -22,8 +22,8 @@ import pytest
 import jax_cudnn_rnn as jcr
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import multiprocess  # noqa: E402
-from support import oracle  # noqa: E402
+import multiprocess
+from support import oracle
 
 T, B = 5, 16  # 2 sequences per device
 ENCODER = jcr.RNNConfig("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")
@@ -179,7 +179,7 @@ def _cudnn_path_with_stand_ins():
         want = jax.grad(lambda p, x, h, c: jnp.sum((lambda y, h_n, c_n: jnp.sum(y ** 2) + jnp.sum(h_n * c_n))(
             *xla.rnn_xla(p, x, h, c, ENCODER))), argnums=(0, 1, 2, 3))(params, x, h0, c0)
         np.testing.assert_allclose(multiprocess.local_copy(got[0]), want[0], rtol=1e-5, atol=2e-6)
-        for array, expected in zip(got[1:], want[1:]):  # dx, dh0, dc0: this process's rows
+        for array, expected in zip(got[1:], want[1:], strict=True):  # dx, dh0, dc0: this process's rows
             for shard in array.addressable_shards:
                 np.testing.assert_allclose(np.asarray(shard.data), np.asarray(expected)[shard.index], atol=2e-5)
         try:
@@ -328,7 +328,7 @@ def _check_placed(restored, host, shardings) -> int:
     assert jax.tree.structure(restored) == jax.tree.structure(host)
     checked = 0
     for (path, got), want, sharding in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host),
-                                           jax.tree.leaves(shardings)):
+                                           jax.tree.leaves(shardings), strict=True):
         where = jax.tree_util.keystr(path)
         assert got.sharding.is_equivalent_to(sharding, np.ndim(want)), (where, got.sharding, sharding)
         assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
@@ -409,9 +409,9 @@ def _train_step(state, x, lengths):
 
 
 def _assert_same_shards(got, want):
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True):
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (jax.tree_util.keystr(path), a.sharding, b.sharding)
-        for shard_a, shard_b in zip(a.addressable_shards, b.addressable_shards):
+        for shard_a, shard_b in zip(a.addressable_shards, b.addressable_shards, strict=True):
             np.testing.assert_array_equal(np.asarray(shard_a.data), np.asarray(shard_b.data),
                                           err_msg=jax.tree_util.keystr(path))
 

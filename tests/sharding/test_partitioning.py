@@ -167,7 +167,8 @@ SCRIPT = textwrap.dedent("""
 def sharded_run(request):
     """The script's run, shared by the tests below; each case in it reports its own lines (or its failure), so one
     failing case fails one test, and a crash of the whole script fails each test with the script's stderr."""
-    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, tests],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
@@ -176,7 +177,7 @@ def _assert_reported(run, case, *expected):
     missing = [line for line in expected if line not in lines]
     if missing:
         reported = [line for line in lines if line.split(" ", 1)[0] == case]
-        context = reported if reported else [f"the script exited with status {run.returncode}:", run.stderr[-4000:]]
+        context = reported or [f"the script exited with status {run.returncode}:", run.stderr[-4000:]]
         pytest.fail(f"{case}: expected {missing}; the script said:\n" + "\n".join(context), pytrace=False)
 
 

@@ -68,9 +68,9 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
     data = json.loads(paths["json"].read_text())
     if data["machine"]["jax_backend"] != "gpu":
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
-        assert skipped["jcr-cudnn"] in ("implementation='cudnn' needs the arrays on a CUDA device, but this call runs on "
-                                        "CPU", f"implementation='cudnn' needs the cuDNN extension, which is not loaded: "
-                                               f"{jcr.extension_error()}")
+        assert skipped["jcr-cudnn"] in (
+            "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
+            f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}")
     assert all(s["reason"] for s in data["skipped"])
 
 
@@ -157,7 +157,7 @@ def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch)
     asked = []
     monkeypatch.setattr(plan, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
     assert contenders.cudnn_workspace(bc, cfg, training=False) == 4096
-    problem, algo = asked[0]
+    problem, _ = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
 
 

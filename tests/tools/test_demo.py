@@ -17,7 +17,7 @@ from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.tools import cli
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import saves_in_flight, wait_for_a_save_in_flight  # noqa: E402
+from support import saves_in_flight, wait_for_a_save_in_flight
 
 
 def test_demo_cli_short_run(tmp_path, capsys):
@@ -86,7 +86,7 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
 
 def test_demo_refuses_a_folder_with_other_files(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit, match="notes.txt"):
+    with pytest.raises(SystemExit, match=r"notes\.txt"):
         _demo(capsys, tmp_path, "--steps", "1")
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
@@ -134,8 +134,9 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     last = _complete_steps(out_dir)[-1]
     assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
 
-    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir", str(out_dir),
-                            "--steps", str(last + 2)], capture_output=True, text=True, timeout=_TIMEOUT)
+    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY,
+                            "--output-dir", str(out_dir), "--steps", str(last + 2)],
+                           capture_output=True, text=True, timeout=_TIMEOUT)
     out = re.sub(r"\s+", " ", rerun.stdout)  # rich wraps long lines at the console's width
     assert rerun.returncode == 0, out + rerun.stderr[-3000:]
     assert f"resuming the run in {out_dir} from its checkpoint at step {last} (same settings)" in out

@@ -31,7 +31,7 @@ def test_tbptt_example_learns_and_streams_exactly():
     first, last = _numbers(next(line for line in out.splitlines() if line.startswith("loss: first")))
     assert last < first - 0.3, out
     streamed = next(line for line in out.splitlines() if line.startswith("streamed windows vs one call"))
-    steps, difference, without_carry = _numbers(streamed.split("over", 1)[1])
+    _, difference, without_carry = _numbers(streamed.split("over", 1)[1])
     assert difference < 1e-4 and without_carry > 1e-2, out
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import wiring
 from jax_cudnn_rnn.tools import cli, info
 

@@ -179,7 +179,7 @@ def autotune(problem: Problem, seconds: Callable[[str], float], device: DeviceIn
         for algorithm in candidates(problem):
             try:
                 timings[algorithm] = seconds(algorithm)
-            except Exception:  # noqa: BLE001 - an algorithm cuDNN refuses for this shape is simply not a candidate
+            except Exception:  # an algorithm cuDNN refuses for this shape is simply not a candidate
                 if algorithm == STANDARD:
                     raise
         with _TUNED_LOCK:

@@ -49,7 +49,7 @@ class Plan:
     local_batches: tuple[int, ...] = ()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def temp_space_sizes(problem: algorithm.Problem, chosen: str, device: int = -1) -> tuple[int, int]:
     """(workspace bytes, reserve-space bytes) cuDNN asks for ``problem``'s forward under algorithm ``chosen`` (the
     training forward when ``problem.training``, whose workspace also serves both backward passes; the reserve is 0 for

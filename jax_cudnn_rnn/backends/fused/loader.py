@@ -60,7 +60,7 @@ def running_xla_ffi_api_version() -> tuple[int, int] | None:
             with open(os.path.join(os.path.dirname(spec.origin), "include", "xla", "ffi", "api", "c_api.h"),
                       encoding="utf-8") as f:
                 text = f.read()
-            found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.M) for k in ("MAJOR", "MINOR")]
+            found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR")]
             if all(found):
                 return int(found[0].group(1)), int(found[1].group(1))
         except OSError:

@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"timed runs per measurement; the median is kept (default: {DEFAULT_TIMING.repeats}, "
                              f"{QUICK_TIMING.repeats} with --quick)")
     parser.add_argument("--warmup", type=_at_least(0), default=None,
-                        help=f"untimed runs before timing (default: {DEFAULT_TIMING.warmup}, {QUICK_TIMING.warmup} with "
-                             "--quick)")
+                        help=f"untimed runs before timing (default: {DEFAULT_TIMING.warmup}, "
+                             f"{QUICK_TIMING.warmup} with --quick)")
     parser.add_argument("--warmup-seconds", type=_at_least(0.0, float), default=None,
                         help="keep warming up until this many seconds have passed since the first untimed run "
                              f"returned (default: {DEFAULT_TIMING.warmup_seconds}, {QUICK_TIMING.warmup_seconds} with "

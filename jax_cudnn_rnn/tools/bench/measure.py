@@ -82,8 +82,9 @@ def loadavg() -> list[float] | None:
 def process_facts() -> dict[str, Any]:
     """The running process's threads, PyTorch's thread counts where PyTorch is imported, whether this package is
     imported, and the load average."""
-    facts: dict[str, Any] = {"pid": os.getpid(), "threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task")
-                             else None, "package_imported": C.PACKAGE in sys.modules, "loadavg": loadavg()}
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    facts: dict[str, Any] = {"pid": os.getpid(), "threads": threads, "package_imported": C.PACKAGE in sys.modules,
+                             "loadavg": loadavg()}
     torch = sys.modules.get("torch")
     if torch is not None:
         facts["torch_num_threads"] = torch.get_num_threads()
@@ -123,7 +124,8 @@ def run_one(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timin
             continue
         start_load = loadavg()
         records.append({"config": bc.name, "dtype": dtype, "contender": contender.name, "measurement": measurement,
-                        **measure(runner, measurement, timing), "gflop": bc.gemm_flops(measurement) / 1e9, "loadavg_1min": start_load[0] if start_load else None, **runner.notes})
+                        **measure(runner, measurement, timing), "gflop": bc.gemm_flops(measurement) / 1e9,
+                        "loadavg_1min": start_load[0] if start_load else None, **runner.notes})
     return records
 
 

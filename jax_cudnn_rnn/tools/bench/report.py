@@ -85,7 +85,7 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
 
     device = jax.devices()[0]
     facts = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "processor": cpu_model() or platform.processor(),
         "cpu_features": cpu_features(),
         "uname": platform.uname()._asdict(),
@@ -175,7 +175,7 @@ def table_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
             r = by_measurement.get(measurement, {})
             cells += [_fmt(r.get("ms"), ".2f")] + [ratio_text(r.get(f"ratio_to_{peer}")) for peer in (C.TORCH, C.FLAX)]
         last = by_measurement.get(C.TRAIN) or by_measurement[C.FWD]
-        rows.append(cells + [_mib(last.get("op_bytes"))])
+        rows.append([*cells, _mib(last.get("op_bytes"))])
     return rows
 
 
@@ -291,7 +291,7 @@ def write_plot(records: Sequence[dict[str, Any]], path: str) -> None:
     num_groups = len({_group(r) for r in rated})
     fig, axes = plt.subplots(1, len(C.MEASUREMENTS), figsize=(max(8.0, 1.2 * num_groups * len(C.MEASUREMENTS)), 4.5),
                              squeeze=False)
-    for ax, measurement in zip(axes[0], C.MEASUREMENTS):
+    for ax, measurement in zip(axes[0], C.MEASUREMENTS, strict=True):
         plot_panel(ax, rated, measurement)
     fig.suptitle("time / PyTorch's time for the same config, dtype and measurement (< 1 is faster)")
     fig.tight_layout()
