@@ -14,10 +14,10 @@ Quick tour::
 (``jax_cudnn_rnn.cudnn`` has the same names); ``jax_cudnn_rnn.onednn`` has the oneDNN extension's.
 """
 
+from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
 from jax_cudnn_rnn.backends.cudnn.fallback import CudnnFallbackWarning
 from jax_cudnn_rnn.backends.registry import implementation_for
-from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.layout import (
     canonical_to_params,

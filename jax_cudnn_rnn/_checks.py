@@ -89,8 +89,8 @@ class ArgumentNames:
         words with ``last_word`` for the last axis): the axes the caller's state lacks are left out."""
         present = (self.state_axes[0] is not None, self.batched, True)
         words = (self.state_axes[0], self.axes[1], last_word)
-        kept = tuple(n for n, keep in zip(shape, present) if keep)
-        return kept, "(" + ", ".join(w for w, keep in zip(words, present) if keep) + ")"
+        kept = tuple(n for n, keep in zip(shape, present, strict=True) if keep)
+        return kept, "(" + ", ".join(w for w, keep in zip(words, present, strict=True) if keep) + ")"
 
 
 #: ``rnn()``'s own words: its argument names, time-major x.

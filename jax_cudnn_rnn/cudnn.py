@@ -1,10 +1,10 @@
 """The cuDNN backend's own public names: exporting, its length limit, its library and targets (its code:
 jax_cudnn_rnn/backends/cudnn/; whether it is loaded: ``jax_cudnn_rnn.extension_loaded()``)."""
 
+from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.backends.cudnn import exporting as _exporting
 from jax_cudnn_rnn.backends.cudnn import wiring as _wiring
 from jax_cudnn_rnn.backends.cudnn.exporting import export
-from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.backends.cudnn.extension import cudnn_library_path, registered_targets
 
 __all__ = ["EXPORT_ADVICE", "MAX_TIME_STEPS", "cudnn_library_path", "export", "registered_targets"]

@@ -1,7 +1,8 @@
 """The implementations of ``rnn()`` and the registry that chooses among them.
 
-``call`` is the prepared call every backend receives; ``registry`` chooses; ``xla`` and ``reference`` are pure JAX over
-the cells (jax_cudnn_rnn/cells/); ``fused/`` is the kit both native backends are built from; ``cudnn/`` and ``onednn/`` are those backends.
+``call`` is the prepared call every backend receives; ``registry`` decides; ``xla`` and ``reference`` are pure JAX
+over the cells (jax_cudnn_rnn/cells/) and the layer loop (``layers``); ``fused/`` is the kit both native backends are
+built from; ``cudnn/`` and ``onednn/`` are those backends.
 Importing this package registers every backend (each module registers itself with its priority: the order of
 import does not matter).
 """

@@ -128,7 +128,8 @@ def rnn_segmented(run: Runner, fallback: Callable[..., tuple[Array, Array, Array
     """``rnn`` with ``resets`` through a fused backend that has no resets of its own (see the module docstring).
 
     Args:
-      run: the fused kernel with masks (``kernel.Runner``), called once on the packed batch [T, S] with lengths in [1, T].
+      run: the fused kernel with masks (``kernel.Runner``), called once on the packed batch [T, S] with lengths in
+        [1, T].
       fallback: ``fallback(params, x, h0, c0, config, seq_lengths, dropout_masks, resets=resets)``, an
         implementation with resets of its own, run when the batch has more than ``max_segments`` segments.
       params, x [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or None, config: as ``rnn``.
