@@ -1,7 +1,7 @@
 """Measures what rnn(implementation=None) should run on this CPU: the xla implementation and oneDNN, forward and
 training step, over a grid of shapes, each (shape, dtype, implementation) in a fresh process (the bench's workers:
 jax_cudnn_rnn/tools/bench/measure.py), and prints the per-shape winners from which onednn.CPU_TABLE
-(jax_cudnn_rnn/backends/onednn/wiring.py) is written, with the machine's facts.
+(jax_cudnn_rnn/backends/onednn/backend.py) is written, with the machine's facts.
 
     python benchmarks/cpu_table.py [--modes lstm,gru] [--dtypes float32,bfloat16] [--repeats 10] [--rounds 2]
                                    [--json out.json]

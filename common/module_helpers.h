@@ -33,7 +33,7 @@ inline void DefRegistrations(pybind11::module_& module,
 // Defines the module's record of what it was compiled against: JAXLIB_BUILD_VERSION (the jaxlib whose XLA FFI headers
 // it used; JCR_JAXLIB_BUILD_VERSION, set by cmake/jcr_helpers.cmake) and XLA_FFI_API_BUILD_VERSION (those headers' FFI
 // C API version, (major, minor)), which the Python loader compares with the running jaxlib's before it registers any
-// handler: XLA refuses a handler newer than itself (jax_cudnn_rnn/backends/fused/loader.py).
+// handler: XLA refuses a handler newer than itself (jax_cudnn_rnn/backends/native_extension.py).
 inline void DefBuildRecord(pybind11::module_& module) {
   module.attr("JAXLIB_BUILD_VERSION") = JCR_JAXLIB_BUILD_VERSION;
   module.attr("XLA_FFI_API_BUILD_VERSION") = pybind11::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

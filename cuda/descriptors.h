@@ -62,7 +62,7 @@ struct ForwardAttrs : RnnAttrs {
 };
 
 // The first cuDNN whose RNNs accept bfloat16 data (PyTorch guards on the same version), as cudnnGetVersion() reads.
-// jax_cudnn_rnn/backends/cudnn/wiring.py applies it (BFLOAT16_CUDNN_VERSION), with compute capability >= 8.0, while a
+// jax_cudnn_rnn/backends/cudnn/backend.py applies it (BFLOAT16_CUDNN_VERSION), with compute capability >= 8.0, while a
 // call is traced, so that rnn(implementation=None) runs the xla implementation instead; this check stays for the
 // callers no Python stands in front of (the module's weight_params and temp_space_sizes, a hand-made custom call).
 inline constexpr size_t kBfloat16RnnCudnnVersion = 91300;

@@ -193,7 +193,7 @@ PYBIND11_MODULE(_cudnn_rnn, m) {
       "cudnn_version", []() { return static_cast<int64_t>(cudnnGetVersion()); },
       "The version of the libcudnn loaded at run time, e.g. 92800 for 9.28.0.");
   m.attr("CUDNN_BUILD_VERSION") = static_cast<int64_t>(CUDNN_VERSION);
-  // What the module was compiled against: jax_cudnn_rnn/backends/fused/loader.py compares it with what runs.
+  // What the module was compiled against: jax_cudnn_rnn/backends/native_extension.py compares it with what runs.
   DefBuildRecord(m);
   DefWithConfig(m, "weight_params", &WeightParams, py::arg("dtype"), py::arg("device") = -1);
   DefWithConfig(m, "temp_space_sizes", &TempSpaceSizes, py::arg("dtype"), py::arg("allow_tf32"), py::arg("algorithm"),

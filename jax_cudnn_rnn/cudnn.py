@@ -2,8 +2,8 @@
 jax_cudnn_rnn/backends/cudnn/; whether it is loaded: ``jax_cudnn_rnn.extension_loaded()``)."""
 
 from jax_cudnn_rnn import _deprecated
+from jax_cudnn_rnn.backends.cudnn import backend as _backend
 from jax_cudnn_rnn.backends.cudnn import exporting as _exporting
-from jax_cudnn_rnn.backends.cudnn import wiring as _wiring
 from jax_cudnn_rnn.backends.cudnn.exporting import export
 from jax_cudnn_rnn.backends.cudnn.extension import cudnn_library_path, registered_targets
 
@@ -19,4 +19,4 @@ __getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.cudnn", {
 EXPORT_ADVICE = _exporting.EXPORT_ADVICE
 #: The most time steps one cuDNN call is given, 65,535 (PyTorch's cuDNN LSTM fails at 65,536: pytorch issue 133751;
 #: not yet measured with this library's calls): ``rnn`` runs a longer x as time chunks with the state carried.
-MAX_TIME_STEPS = _wiring.MAX_TIME_STEPS
+MAX_TIME_STEPS = _backend.MAX_TIME_STEPS

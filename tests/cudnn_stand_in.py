@@ -85,10 +85,11 @@ class CudnnStandIn:
 
     def __enter__(self):
         from jax_cudnn_rnn.backends import registry
-        from jax_cudnn_rnn.backends.cudnn import kernels, plan, wiring
+        from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+        from jax_cudnn_rnn.backends.cudnn import kernels, plan
 
         patches = [(kernels, "forward", self._forward), (kernels, "backward", self._backward)] if self.kernels else []
-        patches += [(plan, "reserve_space_size", self._reserve_space_size), (wiring, "unavailable", lambda: None)]
+        patches += [(plan, "reserve_space_size", self._reserve_space_size), (cudnn_backend, "unavailable", lambda: None)]
         if self.kernels:  # the stand-in kernels run on every platform
             cudnn = dataclasses.replace(registry._BACKENDS["cudnn"], platforms=None)
             patches.append((registry, "_BACKENDS", {**registry._BACKENDS, "cudnn": cudnn}))

@@ -25,7 +25,8 @@ from jax.sharding import PartitionSpec as P
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import xla
-from jax_cudnn_rnn.backends.cudnn import plan, wiring
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+from jax_cudnn_rnn.backends.cudnn import plan
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
@@ -102,14 +103,14 @@ for a, b in zip(grad(*sharded), want, strict=True):
 print("custom_partitioning per shard ok")
 
 stand_in.__exit__()
-text = jax.jit(lambda p: wiring._rnn(p, x, h0, c0, None, wiring.Static(cfg, False, "standard"))[0]).trace(
+text = jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))[0]).trace(
     params).lower(lowering_platforms=("cuda",)).as_text()
 assert "jax_cudnn_rnn_forward" in text
 print("cuda lowering ok")
 
 # implementation=None staged out per platform (jax_cudnn_rnn/backends/registry.py), as on a GPU host: CPU and CUDA
 # lowerings. The real kernels (nothing runs); the reserve size, which only a GPU can tell, stood in for.
-wiring.unavailable = lambda: None
+cudnn_backend.unavailable = lambda: None
 plan.reserve_space_size = lambda problem, algo, device=-1: 100 * problem.batch + 7
 traced = jax.jit(jax.grad(lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg)[0]))).trace(params, x)
 assert "jax_cudnn_rnn_forward" not in traced.lower(lowering_platforms=("cpu",)).as_text()

@@ -20,10 +20,9 @@ from typing import Any
 import jax
 
 from jax_cudnn_rnn import onednn
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import native_extension, registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.fused import loader
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
@@ -96,7 +95,7 @@ def collect() -> dict[str, Any]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "versions": {name: _version(name) for name in DISTRIBUTIONS},
-        "xla_ffi_api": ".".join(map(str, loader.running_xla_ffi_api_version() or ())) or None,
+        "xla_ffi_api": ".".join(map(str, native_extension.running_xla_ffi_api_version() or ())) or None,
         "jax_default_backend": jax.default_backend(),
         "extension": extension,
         "onednn_extension": {"loaded": onednn.extension_loaded(), "error": onednn.extension_error(),

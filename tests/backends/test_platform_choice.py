@@ -17,7 +17,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.onednn import wiring as onednn
+from jax_cudnn_rnn.backends.onednn import backend as onednn
 from jax_cudnn_rnn.sharding.placement import Placement
 
 CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backward_data|backward_weights)\(")

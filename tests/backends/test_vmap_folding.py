@@ -10,7 +10,8 @@ import numpy as np
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import xla
-from jax_cudnn_rnn.backends.cudnn import plan, wiring
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+from jax_cudnn_rnn.backends.cudnn import plan
 from jax_cudnn_rnn.backends.fused import batching
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,7 +85,7 @@ def _ffi_calls(jaxpr):
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, lengths = _inputs((3, 4))
-    forward = lambda x, h, n: wiring._rnn(params, x, h, h, n, wiring.Static(CFG, False, "heuristic"))  # noqa: E731
+    forward = lambda x, h, n: cudnn_backend._rnn(params, x, h, h, n, cudnn_backend.Static(CFG, False, "heuristic"))  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(forward)))(x, h0, lengths).jaxpr
     assert _ffi_calls(jaxpr) == [("jax_cudnn_rnn_forward", (T, 3 * 4 * B, 3))]
 
@@ -94,7 +95,7 @@ def test_cudnn_vmap_of_grad_runs_per_element_training_calls(monkeypatch):
     monkeypatch.setattr(plan, "reserve_space_size", lambda *args: 64)  # asked of cuDNN on a GPU otherwise
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, _ = _inputs((3,))
-    loss = lambda p, x, h: jnp.sum(wiring._rnn(p, x, h, h, None, wiring.Static(CFG, False, "heuristic"))[0])  # noqa: E731
+    loss = lambda p, x, h: jnp.sum(cudnn_backend._rnn(p, x, h, h, None, cudnn_backend.Static(CFG, False, "heuristic"))[0])  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(params, x, h0).jaxpr
     calls = _ffi_calls(jaxpr)
     assert sorted(name for name, _ in calls) == ["jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights",

@@ -57,7 +57,8 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
     measures, every trace gets the choice stored first, and each trace's backward runs its own forward's algorithm."""
     from threading import Barrier, get_ident
 
-    from jax_cudnn_rnn.backends.cudnn import algorithm, wiring
+    from jax_cudnn_rnn.backends.cudnn import algorithm
+    from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 
     measurements, favourite = [], {}
     favourites = iter(algorithm.ALGORITHMS * 4)
@@ -69,13 +70,13 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
             time.sleep(0.03 * len(measurements))  # staggered: traces go on while other threads still measure
         return 0.0 if algo == favourite[get_ident()] else 1.0
 
-    monkeypatch.setattr(wiring, "_time_algorithm", time_algorithm)
+    monkeypatch.setattr(cudnn_backend, "_time_algorithm", time_algorithm)
     monkeypatch.setattr(algorithm, "_TUNED", {})
     monkeypatch.setattr(algorithm, "_TUNING", {})
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
-    loss = lambda p: jnp.sum(wiring._rnn(p, x, h0, h0, None, wiring.Static(cfg, False, "autotune"))[0])  # noqa: E731
+    loss = lambda p: jnp.sum(cudnn_backend._rnn(p, x, h0, h0, None, cudnn_backend.Static(cfg, False, "autotune"))[0])  # noqa: E731
     threads = 6
     barrier = Barrier(threads)
 

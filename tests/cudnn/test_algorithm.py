@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends.cudnn import algorithm, wiring
+from jax_cudnn_rnn.backends.cudnn import algorithm
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn.algorithm import (
     PERSIST_STATIC,
     PERSIST_STATIC_SMALL_H,
@@ -153,13 +154,13 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
-    static = wiring.Static(cfg, False, PERSIST_STATIC_SMALL_H)
-    text = jax.jit(lambda p: wiring._rnn(p, x, h0, h0, None, static)).trace(
+    static = cudnn_backend.Static(cfg, False, PERSIST_STATIC_SMALL_H)
+    text = jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, None, static)).trace(
         params).lower(lowering_platforms=("cuda",)).as_text()
     assert 'algorithm = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
-        jax.jit(lambda p: wiring._rnn(p, x, h0, h0, lengths, static)).trace(params)
+        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, lengths, static)).trace(params)
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -171,7 +172,7 @@ def test_autotune_measures_eagerly_while_jit_traces(cudnn_stand_in, training):
 
     @jax.jit
     def traced(v):
-        measured.append(wiring._time_algorithm(problem, STANDARD))
+        measured.append(cudnn_backend._time_algorithm(problem, STANDARD))
         return v + 1
 
     traced(jnp.zeros(()))

@@ -22,7 +22,8 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
-from jax_cudnn_rnn.backends.cudnn import algorithm, plan, wiring
+from jax_cudnn_rnn.backends.cudnn import algorithm, plan
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -382,8 +383,8 @@ def test_allow_tf32_changes_the_result():
     params = jcr.init_params(k[0], cfg)
     x = jax.random.normal(k[1], (16, 32, cfg.input_size))
     h0 = c0 = 0.5 * jax.random.normal(k[2], cfg.state_shape(32))
-    strict = wiring._rnn(params, x, h0, c0, None, wiring.Static(cfg, False, "standard"))
-    fast = wiring._rnn(params, x, h0, c0, None, wiring.Static(cfg, True, "standard"))
+    strict = cudnn_backend._rnn(params, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))
+    fast = cudnn_backend._rnn(params, x, h0, c0, None, cudnn_backend.Static(cfg, True, "standard"))
     np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
     public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32", algorithm="standard")
     np.testing.assert_array_equal(np.asarray(public[0]), np.asarray(fast[0]))
@@ -569,7 +570,7 @@ def test_resets_with_dropout_and_projection_match_xla():
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 def test_sequences_longer_than_max_time_steps_match_xla(monkeypatch, direction, lengths):
     """The chunked path with the limit lowered to 3 steps (T = 7: chunks of 3, 3 and 1), with resets too."""
-    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 3)
+    monkeypatch.setattr(cudnn_backend, "MAX_TIME_STEPS", 3)
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction=direction, dropout=0.3)
     _compare(cfg, "float32", lengths=lengths, is_training=True, dropout_key=jax.random.key(2))
     _compare(cfg, "float32", lengths=lengths, resets=_resets("few"), max_segments=12)
@@ -582,12 +583,12 @@ def test_max_time_steps_in_one_call_and_one_more_chunked():
     does not (65,536 fails there): a GPU run of this test with MAX_TIME_STEPS raised tells."""
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
     params = jcr.init_params(jax.random.key(0), cfg)
-    steps = wiring.MAX_TIME_STEPS
+    steps = cudnn_backend.MAX_TIME_STEPS
     x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
     h0 = jnp.zeros(cfg.state_shape(2))
-    static = wiring.Static(cfg, False, "standard")
-    _, h_n, _ = jax.jit(lambda x: wiring._rnn(params, x, h0, h0, None, static))(x[:steps])
-    grads = jax.jit(jax.grad(lambda p: jnp.sum(wiring._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
+    static = cudnn_backend.Static(cfg, False, "standard")
+    _, h_n, _ = jax.jit(lambda x: cudnn_backend._rnn(params, x, h0, h0, None, static))(x[:steps])
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(cudnn_backend._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
     assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
     want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")
     _close(h_n, want[1], "float32", f"h_n after {steps} steps in one call")
@@ -605,7 +606,7 @@ def test_max_time_steps_with_gradients_under_the_heuristic_match_xla(lengths):
     algorithm (PERSIST_STATIC_SMALL_H from sm 6.0 on, checked in the lowered call), with ragged lengths the standard
     algorithm's padded layout. Bounds not yet measured at this length: outputs as every float32 test, gradients in
     norm 1e-4 (recorded under JAX_CUDNN_RNN_GPU_ERRORS)."""
-    steps = wiring.MAX_TIME_STEPS
+    steps = cudnn_backend.MAX_TIME_STEPS
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4, direction="bidirectional")
     k = jax.random.split(jax.random.key(3), 4)
     params = jcr.init_params(k[0], cfg)

@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import pytest
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.backends import native_extension as _native
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.cudnn import plan, wiring
-from jax_cudnn_rnn.backends.fused import loader as _native
+from jax_cudnn_rnn.backends.cudnn import plan
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
@@ -145,8 +146,8 @@ def test_inference_lowering_for_cuda():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional",
                         proj_size=3, cell_clip=2.5)
     params, x, h0, c0, lengths = _inputs(cfg)
-    static = wiring.Static(cfg, False, "standard")
-    calls = _custom_calls(lambda *a: wiring._rnn(*a, static), params, x, h0, c0, lengths)
+    static = cudnn_backend.Static(cfg, False, "standard")
+    calls = _custom_calls(lambda *a: cudnn_backend._rnn(*a, static), params, x, h0, c0, lengths)
     assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
     call = calls[0]
     for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
@@ -166,7 +167,7 @@ def test_gradient_lowering_for_cuda(monkeypatch):
     params, x, h0, _, lengths = _inputs(cfg)
 
     def loss(params, x, h0):
-        y, h_n, _ = wiring._rnn(params, x, h0, None, lengths, wiring.Static(cfg, False, "standard"))
+        y, h_n, _ = cudnn_backend._rnn(params, x, h0, None, lengths, cudnn_backend.Static(cfg, False, "standard"))
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)
@@ -232,7 +233,7 @@ def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, cudnn_trace
                                                              calls_per_layer):
     """With the step limit lowered to 4, T = 6 runs as chunks of 4 and 2 steps: the whole unidirectional stack per
     chunk; a bidirectional network layer by layer and direction by direction, each a unidirectional one-layer call."""
-    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 4)
+    monkeypatch.setattr(cudnn_backend, "MAX_TIME_STEPS", 4)
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=8, input_size=5, direction=direction)
     params, x, h0, c0, lengths = _inputs(cfg)
     text = _lowered_for_cuda(lambda *a: jcr.rnn(*a, cfg, seq_lengths=lengths, implementation="cudnn",
@@ -363,7 +364,7 @@ def test_missing_libcudnn_says_what_to_install(monkeypatch):
     def no_cudnn(name):
         raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or directory")
 
-    monkeypatch.setattr(_extension.loader, "preload", lambda distribution, filename: None)
+    monkeypatch.setattr(_extension.native_extension, "preload", lambda distribution, filename: None)
     _load_with(monkeypatch, no_cudnn)
     assert 'pip install "jax-cudnn-rnn[cudnn]"' in _extension.extension_error()
 

@@ -22,7 +22,8 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop, onednn
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import extension, wiring
+from jax_cudnn_rnn.backends.onednn import backend as onednn_backend
+from jax_cudnn_rnn.backends.onednn import extension
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
@@ -248,7 +249,7 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
 def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
     """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
     "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
-    monkeypatch.setattr(wiring, "CPU_TABLE",
+    monkeypatch.setattr(onednn_backend, "CPU_TABLE",
                         {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
     cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
     assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
@@ -264,7 +265,7 @@ def test_cpu_choice_rows_are_sorted_and_name_implementations():
         assert mode in ("lstm", "gru", "rnn_tanh", "rnn_relu") and dtype in onednn.DTYPES
         bounds = [bound for bound, _, _ in rows]
         assert bounds == sorted(bounds) and bounds[-1] == float("inf"), (mode, dtype)
-        assert all((inference, training) in wiring._NAMES for _, inference, training in rows), (mode, dtype)
+        assert all((inference, training) in onednn_backend._NAMES for _, inference, training in rows), (mode, dtype)
     assert onednn.TABLE_MEASURED
 
 
@@ -281,7 +282,7 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     # The registry picks the oneDNN backend wherever the table puts oneDNN on either side; the backend runs the pair.
     assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == (
         "xla" if (inference, training) == ("xla", "xla") else "onednn")
-    assert wiring.runs(None, call) == (inference, training)
+    assert onednn_backend.runs(None, call) == (inference, training)
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
     x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
     h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
@@ -341,7 +342,7 @@ def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, ch
     and the other platforms' xla implementation under lax.platform_dependent; jax.grad of that vmapped (as an Equinox
     model is) once failed in JAX ("Expected cotangent type f32[3,6,...] but got f32[6,3,...]": the hybrid's two
     sides came back mapped on different axes). Its gradients are the differentiated implementation's."""
-    monkeypatch.setattr(wiring, "cpu_choice", lambda config, batch: choice)
+    monkeypatch.setattr(onednn_backend, "cpu_choice", lambda config, batch: choice)
     cfg = make_config(mode, 2, "unidirectional")
     params, _, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
     xs = jax.random.normal(jax.random.key(4), (3, 6, h0.shape[1], cfg.input_size))
@@ -351,7 +352,7 @@ def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, ch
         return jnp.sum(ys ** 2)
 
     assert jcr.implementation_for("cpu", Call(cfg, 6, h0.shape[1])) == "onednn"
-    assert wiring.runs(None, Call(cfg, 6, h0.shape[1])) == choice
+    assert onednn_backend.runs(None, Call(cfg, 6, h0.shape[1])) == choice
     got = jax.jit(jax.grad(loss), static_argnums=1)(params, None)
     want = jax.jit(jax.grad(loss), static_argnums=1)(params, differentiated)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)

@@ -12,13 +12,13 @@ checked against this checkout:
   (``jax-ml/jax/docs/ffi.md``, ``site-packages/jax_cudnn_rnn/...``) is not this repository's, and one with a
   ``<placeholder>`` is a pattern: both are left alone;
 - a dotted Python name whose first part is the package (``jax_cudnn_rnn.backends.registry.choose``, or the README's
-  ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``loader.NativeExtension.load``), one of its
+  ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``native_extension.NativeExtension.load``), one of its
   classes' names (``Placement.local_batches``) or a test helper's name (``support.draw_inputs``) must resolve:
   imported, then each attribute looked up. A short form is right when any module (or class) of that name has it;
   also when a class of that name, or one its module defines, gives its instances that first attribute
   (``config.num_units``: a value named after its module, here an ``RNNConfig``; ``RNNConfig.dtype.name``: what a
   field holds is not known here), and when a library of that name has it (``flax.linen.LSTMCell``, ``nnx.Param``);
-- a file name (``wiring.py``, ``rnn_kernels.cc``, ``lowering.md``; ``.py``, ``.cc``, ``.h``, ``.md`` or ``.sh``):
+- a file name (``compose.py``, ``rnn_kernels.cc``, ``lowering.md``; ``.py``, ``.cc``, ``.h``, ``.md`` or ``.sh``):
   some file of the repository has that name.
 
 The repository's files are git's and those the build writes (``GENERATED``); the rules are simple, and ``KNOWN``
@@ -47,7 +47,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")  # a keras name may be resolved he
 
 # (citing file, citation) -> why it is right although the rules cannot tell.
 KNOWN: dict[tuple[str, str], str] = {
-    ("jax_cudnn_rnn/backends/fused/loader.py", "c_api.h"): "XLA's FFI header, in jaxlib's include/xla/ffi/api/",
+    ("jax_cudnn_rnn/backends/native_extension.py", "c_api.h"): "XLA's FFI header, in jaxlib's include/xla/ffi/api/",
     ("cuda/CMakeLists.txt", "cuda_runtime_api.h"): "the CUDA runtime's header",
     ("onednn/threading.h", "dnnl_config.h"): "oneDNN's header",
     ("README.md", "lstm.init_params"): "a CudnnLSTM instance named lstm, not the module jax_cudnn_rnn.cells.lstm",
@@ -285,17 +285,17 @@ def test_citations_are_found():
             "Not jax-ml/jax/docs/ffi.md, site-packages/jax_cudnn_rnn/x.py, tests/test_<name>.py or "
             "https://x.org/docs/y.\n"
             "Call ops.resolve_precision(), jcr.rnn, jax_cudnn_rnn.backends.registry.choose, RNNConfig.num_units; "
-            "not jax.config.update, np.dtype or dtype.name; wiring.py is a file, config.json too.")
+            "not jax.config.update, np.dtype or dtype.name; compose.py is a file, config.json too.")
     assert [(kind, cited) for _, kind, cited in citations(text, "docs")] == [
         ("path", "jax_cudnn_rnn/ops.py"), ("path", "tests/support.py"), ("path", "lab/x.md"),
-        ("path", "docs/images/p.png"), ("file name", "wiring.py"), ("name", "ops.resolve_precision"),
+        ("path", "docs/images/p.png"), ("file name", "compose.py"), ("name", "ops.resolve_precision"),
         ("name", "jcr.rnn"), ("name", "jax_cudnn_rnn.backends.registry.choose"), ("name", "RNNConfig.num_units")]
 
 
 @pytest.mark.parametrize("cited, exists", [
     ("jax_cudnn_rnn.backends.registry.choose", True), ("jax_cudnn_rnn.backends.registry.no_such_name", False),
     ("jcr.rnn", True), ("jcr.algorithm", False), ("ops.resolve_precision", True), ("ops.no_such_name", False),
-    ("loader.NativeExtension.load", True), ("loader.NativeExtension.no_such_name", False),
+    ("native_extension.NativeExtension.load", True), ("native_extension.NativeExtension.no_such_name", False),
     ("cudnn.export", True), ("cudnn.no_such_name", False), ("config.num_units", True), ("config.no_such", False),
     ("RNNConfig.num_units", True), ("RNNConfig.dtype.name", True), ("Placement.local_batches", True),
     ("Placement.no_such_name", False), ("support.draw_inputs", True), ("flax.linen.LSTMCell", True)])
@@ -307,7 +307,7 @@ def test_paths_exist_as_they_should():
     assert path_exists("jax_cudnn_rnn/backends/registry.py") and path_exists("docs") and path_exists("docs/api/")
     assert path_exists("jax_cudnn_rnn/_build_info.py")  # GENERATED
     assert not path_exists("docs/no-such-page.md") and not path_exists("../shared/CUDNN_NOTES.md")
-    assert "wiring.py" in FILE_NAMES and "no_such_file.py" not in FILE_NAMES
+    assert "compose.py" in FILE_NAMES and "no_such_file.py" not in FILE_NAMES
 
 
 def test_the_generated_files_are_made_from_files_of_the_repository():

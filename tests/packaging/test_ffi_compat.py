@@ -2,7 +2,7 @@
 
 XLA refuses a handler whose FFI API version is newer than its own when it initializes its backend, and that backend
 then fails for every computation, ours or not. The loader compares each module's recorded FFI API version with the
-running jaxlib's before registering (jax_cudnn_rnn/backends/fused/loader.py): these tests check the comparison, the
+running jaxlib's before registering (jax_cudnn_rnn/backends/native_extension.py): these tests check the comparison, the
 refusal's message, that nothing is registered, and what ``rnn()`` does then (the default falls back to the xla
 implementation, an explicit ``implementation="onednn"`` names the versions). tests/packaging/test_wheel.py installs an
 isolated build next to the declared floor jax and one between the floor and this one, in fresh processes.
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.backends import native_extension
 from jax_cudnn_rnn.backends.cudnn import extension as cudnn_extension
-from jax_cudnn_rnn.backends.fused import loader
 from jax_cudnn_rnn.backends.onednn import extension as onednn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,23 +48,23 @@ def test_the_build_pins_the_declared_floor_jaxlib():
 def test_the_table_agrees_with_the_running_jaxlib_headers():
     """The running jaxlib's headers are read first; the table must say the same for a release it lists."""
     running = importlib.metadata.version("jaxlib")
-    version = loader.running_xla_ffi_api_version()
+    version = native_extension.running_xla_ffi_api_version()
     assert version is not None and version[0] == 0 and version[1] >= 1
-    if running in loader.XLA_FFI_API_OF_JAXLIB:
-        assert loader.XLA_FFI_API_OF_JAXLIB[running] == version
-    assert loader.XLA_FFI_API_OF_JAXLIB[_build_floor()] == (0, 1)
+    if running in native_extension.XLA_FFI_API_OF_JAXLIB:
+        assert native_extension.XLA_FFI_API_OF_JAXLIB[running] == version
+    assert native_extension.XLA_FFI_API_OF_JAXLIB[_build_floor()] == (0, 1)
     # The table only ever goes up with the release.
-    ordered = sorted(loader.XLA_FFI_API_OF_JAXLIB, key=loader._release)
-    assert [loader.XLA_FFI_API_OF_JAXLIB[r] for r in ordered] == sorted(loader.XLA_FFI_API_OF_JAXLIB.values())
+    ordered = sorted(native_extension.XLA_FFI_API_OF_JAXLIB, key=native_extension._release)
+    assert [native_extension.XLA_FFI_API_OF_JAXLIB[r] for r in ordered] == sorted(native_extension.XLA_FFI_API_OF_JAXLIB.values())
 
 
 def test_without_headers_the_table_answers(monkeypatch):
     """A jaxlib whose wheel ships no headers: the newest listed release at or before it decides."""
-    monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(native_extension.importlib.util, "find_spec", lambda name: None)
     for running, want in (("0.9.0", (0, 2)), ("0.9.2", (0, 2)), ("0.11.1.dev20260101", (0, 4)), ("0.13.0", (0, 5)),
                           ("0.6.0", None)):
-        monkeypatch.setattr(loader, "_jaxlib_version", lambda running=running: running)
-        assert loader.running_xla_ffi_api_version() == want, running
+        monkeypatch.setattr(native_extension, "_jaxlib_version", lambda running=running: running)
+        assert native_extension.running_xla_ffi_api_version() == want, running
 
 
 class _Module:
@@ -78,7 +78,7 @@ def test_a_module_that_records_no_version_is_refused():
     """A module built before modules recorded their FFI API version (a stale build): nothing says it is safe."""
     module = _Module(None)
     del module.XLA_FFI_API_BUILD_VERSION
-    reason = loader.ffi_api_refusal("oneDNN extension", "cpu", module)
+    reason = native_extension.ffi_api_refusal("oneDNN extension", "cpu", module)
     assert "does not record the XLA FFI API version" in reason and "_onednn_rnn.so" in reason
     assert "isolated build" in reason
 
@@ -88,15 +88,15 @@ def test_a_module_that_records_no_version_is_refused():
     ((0, 3), (0, 2), True), ((0, 2), (0, 1), True), ((1, 0), (0, 5), True), ((0, 1), (1, 0), True),
 ])
 def test_refused_exactly_when_xla_would_refuse(monkeypatch, built, running, refused):
-    monkeypatch.setattr(loader, "running_xla_ffi_api_version", lambda: running)
-    reason = loader.ffi_api_refusal("oneDNN extension", "cpu", _Module(built))
+    monkeypatch.setattr(native_extension, "running_xla_ffi_api_version", lambda: running)
+    reason = native_extension.ffi_api_refusal("oneDNN extension", "cpu", _Module(built))
     assert (reason is not None) == refused, reason
 
 
 def test_the_refusal_names_both_versions_and_the_fix(monkeypatch):
-    monkeypatch.setattr(loader, "running_xla_ffi_api_version", lambda: (0, 2))
-    monkeypatch.setattr(loader, "_jaxlib_version", lambda: "0.9.0")
-    reason = loader.ffi_api_refusal("oneDNN extension", "cpu", _Module((0, 3)))
+    monkeypatch.setattr(native_extension, "running_xla_ffi_api_version", lambda: (0, 2))
+    monkeypatch.setattr(native_extension, "_jaxlib_version", lambda: "0.9.0")
+    reason = native_extension.ffi_api_refusal("oneDNN extension", "cpu", _Module((0, 3)))
     assert "oneDNN extension was compiled against the XLA FFI headers of jaxlib 0.10.2 (XLA FFI API 0.3)" in reason
     assert "running jaxlib 0.9.0 (XLA FFI API 0.2)" in reason
     assert "none were registered" in reason and "on cpu" in reason
@@ -112,7 +112,7 @@ def refused_onednn(monkeypatch):
     built = tuple(onednn.module().XLA_FFI_API_BUILD_VERSION)
     registered = []
     with monkeypatch.context() as patch:
-        patch.setattr(loader, "running_xla_ffi_api_version", lambda: (built[0], built[1] - 1) if built[1] else
+        patch.setattr(native_extension, "running_xla_ffi_api_version", lambda: (built[0], built[1] - 1) if built[1] else
                       (built[0] - 1, 99))
         patch.setattr(jax.ffi, "register_ffi_target", lambda *args, **kwargs: registered.append(args[0]))
         with warnings.catch_warnings(record=True) as caught:
@@ -128,7 +128,7 @@ def test_a_refused_extension_registers_nothing_and_says_why(refused_onednn):
     assert registered == []
     assert not onednn.extension_loaded()
     assert "cannot accept" in onednn.extension_error() and "XLA FFI API" in onednn.extension_error()
-    refused = [w for w in caught if issubclass(w.category, loader.ExtensionRefusedWarning)]
+    refused = [w for w in caught if issubclass(w.category, native_extension.ExtensionRefusedWarning)]
     assert len(refused) == 1 and "oneDNN extension was compiled against" in str(refused[0].message)
 
 
@@ -154,7 +154,7 @@ def test_the_loaded_modules_record_an_accepted_build(name):
         skip_or_fail(f"the {name} extension is not loaded: {extension.extension_error()}",
                      REQUIRE_EXTENSION if name == "cudnn" else REQUIRE_ONEDNN)
     module = extension.module()
-    assert tuple(module.XLA_FFI_API_BUILD_VERSION) <= loader.running_xla_ffi_api_version()
+    assert tuple(module.XLA_FFI_API_BUILD_VERSION) <= native_extension.running_xla_ffi_api_version()
     if os.environ.get("CI"):
         assert _build_floor() == module.JAXLIB_BUILD_VERSION
-        assert tuple(module.XLA_FFI_API_BUILD_VERSION) == loader.XLA_FFI_API_OF_JAXLIB[_build_floor()]
+        assert tuple(module.XLA_FFI_API_BUILD_VERSION) == native_extension.XLA_FFI_API_OF_JAXLIB[_build_floor()]

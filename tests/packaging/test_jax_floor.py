@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from support import run_checked  # noqa: E402
 
-from jax_cudnn_rnn.backends.fused import loader  # noqa: E402
+from jax_cudnn_rnn.backends import native_extension  # noqa: E402
 
 # Between the floor (XLA FFI API 0.1, what an isolated build compiles against) and jax 0.10 (0.3): FFI API 0.2.
 BETWEEN = "0.9.0"
@@ -42,8 +42,8 @@ def test_every_jax_floor_agrees():
 
 def test_the_between_jax_is_between():
     floor = declared()
-    table = loader.XLA_FFI_API_OF_JAXLIB
-    assert loader._release(floor) < loader._release(BETWEEN) and table[floor] < table[BETWEEN] < max(table.values())
+    table = native_extension.XLA_FFI_API_OF_JAXLIB
+    assert native_extension._release(floor) < native_extension._release(BETWEEN) and table[floor] < table[BETWEEN] < max(table.values())
 
 
 @pytest.mark.floor

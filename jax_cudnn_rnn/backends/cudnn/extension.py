@@ -1,5 +1,5 @@
 """Loads the native cuDNN module ``jax_cudnn_rnn._cudnn_rnn`` if it was built, and registers its FFI targets
-(``loader.NativeExtension``, shared with the oneDNN extension).
+(``native_extension.NativeExtension``, shared with the oneDNN extension).
 
 Importing this module never raises: when the extension is absent or broken, ``extension_loaded()`` is False and
 ``extension_error()`` says why, and the package runs its pure-JAX implementation.
@@ -11,7 +11,7 @@ statically, so importing needs no GPU and no ``libcudart.so``.
 
 The module records what it was compiled against (cuDNN headers, the jaxlib whose XLA FFI headers it used).
 Loading refuses a run-time cuDNN older than the build's headers (cuDNN is compatible with newer libraries of the same
-major version only), and a running jaxlib whose XLA FFI API is older than the build's (``loader.ffi_api_refusal``).
+major version only), and a running jaxlib whose XLA FFI API is older than the build's (``native_extension.ffi_api_refusal``).
 An isolated build (``pip install .``, the binary wheel) compiles against the oldest cuDNN and the oldest jaxlib the
 package supports (pinned in pyproject.toml's build requirements), so it loads with every newer cuDNN 9 and jax; a
 ``--no-build-isolation`` build compiles against the environment's, which are then its floors.
@@ -23,7 +23,7 @@ import importlib.metadata
 from types import ModuleType
 from typing import Any
 
-from jax_cudnn_rnn.backends.fused import loader
+from jax_cudnn_rnn.backends import native_extension
 
 # Targets are registered under these names for platform "CUDA"; jax_cudnn_rnn/backends/cudnn/kernels.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
@@ -35,7 +35,7 @@ BUILD_HINT = ("build it with `pip install .` on Linux with a C++17 compiler (the
               "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
               "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
               "error instead of a skip")
-EXTENSION = loader.NativeExtension(
+EXTENSION = native_extension.NativeExtension(
     "jax_cudnn_rnn._cudnn_rnn", "cuDNN extension", "CUDA", BUILD_HINT, "JAX_CUDNN_RNN_CUDA",
     library=("libcudnn", "the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
                          "`pip install nvidia-cudnn-cu13` brings it"))
@@ -50,7 +50,7 @@ def _preload() -> str | None:
     still find a libcudnn)."""
     global _cudnn_path
     try:
-        _cudnn_path = loader.preload("nvidia-cudnn-cu13", "libcudnn.so.9")
+        _cudnn_path = native_extension.preload("nvidia-cudnn-cu13", "libcudnn.so.9")
     except OSError as e:
         return f"preloading nvidia-cudnn-cu13's libcudnn.so.9 failed: {e}"
     return None
@@ -74,7 +74,7 @@ def _distribution_version(name: str) -> str | None:
 def runtime_versions(native: ModuleType | None = None) -> dict[str, Any]:
     """What runs now: jax, jaxlib, their XLA FFI API version, and (given the native module) the cuDNN library."""
     return {"jax": _distribution_version("jax"), "jaxlib": _distribution_version("jaxlib"),
-            "xla_ffi_api": loader.running_xla_ffi_api_version(),
+            "xla_ffi_api": native_extension.running_xla_ffi_api_version(),
             "cudnn": int(native.cudnn_version()) if native is not None else None}
 
 
@@ -90,7 +90,7 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
                    ) -> tuple[str | None, str | None]:
     """Compares ``build_versions`` with ``runtime_versions``: (why the extension must not load, or None; a note on a
     mismatch it can live with, or None). The XLA FFI API versions are compared before this, for both extensions
-    (``loader.ffi_api_refusal``)."""
+    (``native_extension.ffi_api_refusal``)."""
     if runtime["cudnn"] is not None and runtime["cudnn"] < build["cudnn"]:
         where = f" ({cudnn_path})" if cudnn_path else ""
         # A --no-build-isolation build against a newer cuDNN than the one running: an isolated build would load.
@@ -105,7 +105,7 @@ def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: s
 
 
 def _check(native: ModuleType) -> tuple[str | None, str | None]:
-    """``check_versions`` for the imported module (``loader.NativeExtension.load``'s check)."""
+    """``check_versions`` for the imported module (``native_extension.NativeExtension.load``'s check)."""
     return check_versions(build_versions(native), runtime_versions(native), _cudnn_path)
 
 

@@ -1,6 +1,6 @@
 """A GPU user expects cuDNN: ``rnn(implementation=None)`` lowered for CUDA runs the xla implementation where cuDNN
 cannot run the call, and says so once per process and reason (``CudnnFallbackWarning``): without a loaded cuDNN
-extension, and for a call cuDNN does not support there (jax_cudnn_rnn/backends/cudnn/wiring.py ``unsupported``:
+extension, and for a call cuDNN does not support there (jax_cudnn_rnn/backends/cudnn/backend.py ``unsupported``:
 bfloat16 on a GPU older than Ampere or with a libcudnn older than 9.13). The registry decides when to give it
 (jax_cudnn_rnn/backends/registry.py, ``Backend.passed_over``); ``passed_over`` says what it says.
 """

@@ -1,7 +1,7 @@
 """cuDNN's three FFI calls on local arrays (one device's rows): the forward, and the backward data then weights.
 
 This is the only module that calls the ``jax_cudnn_rnn._cudnn_rnn`` targets (C++ in cuda/); everything around it
-(planning, the custom_vjp, sharding, vmap) is ordinary JAX in jax_cudnn_rnn/backends/cudnn/wiring.py, so the CPU tests
+(planning, the custom_vjp, sharding, vmap) is ordinary JAX in jax_cudnn_rnn/backends/cudnn/backend.py, so the CPU tests
 replace these two functions by a stand-in (tests/support.py) and run the rest as it is.
 """
 
@@ -14,20 +14,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn.backends.cudnn import extension
-from jax_cudnn_rnn.backends.fused import kernel
+from jax_cudnn_rnn.backends.fused import convention
 from jax_cudnn_rnn.config import RNNConfig
 
 
 def attributes(config: RNNConfig, allow_tf32: bool, algorithm: str) -> dict[str, Any]:
-    """The handlers' attributes: the network (``kernel.config_attributes``) and the call's options."""
-    return dict(**kernel.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algorithm=algorithm)
+    """The handlers' attributes: the network (``convention.config_attributes``) and the call's options."""
+    return dict(**convention.config_attributes(config), allow_tf32=np.bool_(allow_tf32), algorithm=algorithm)
 
 
 def forward(x, h0, params, *rest, plan, config: RNNConfig, allow_tf32: bool, training: bool):
     """One cuDNN forward under ``plan`` (jax_cudnn_rnn/backends/cudnn/plan.py); ``rest`` is c0 for an LSTM, then
     seq_lengths where given. Returns (y, h_n, [c_n: lstm], [reserve_space [B, plan.row_bytes]: training])."""
     batch = x.shape[1]
-    out_types = kernel.output_types(config, x, h0, batch * plan.row_bytes if training else None)
+    out_types = convention.output_types(config, x, h0, batch * plan.row_bytes if training else None)
     outs = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
         x, h0, params, *rest, training=np.bool_(training), **attributes(config, allow_tf32, plan.algorithm))
     if training:
@@ -66,6 +66,6 @@ def temp_space_sizes(config: RNNConfig, max_time: int, batch: int, padded: bool,
     full-length sequences under ``algorithm``, asked on CUDA device ``device`` of this process (-1: the current one).
     Needs a GPU."""
     workspace, reserve = extension.module().temp_space_sizes(
-        **kernel.config_attributes(config), dtype=config.dtype.name, allow_tf32=allow_tf32, algorithm=algorithm,
+        **convention.config_attributes(config), dtype=config.dtype.name, allow_tf32=allow_tf32, algorithm=algorithm,
         max_time=max_time, batch=batch, padded=padded, training=training, device=device)
     return int(workspace), int(reserve)

@@ -1,7 +1,7 @@
 """Sequences of any length on a fused backend that caps the steps of one call: time chunks with the state carried.
 
-The runner is a ``kernel.Runner`` (``run(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)``)
-that needs per-row lengths in [1, T]: cuDNN's (jax_cudnn_rnn/backends/cudnn/wiring.py), or the xla implementation,
+The runner is a ``convention.Runner`` (``run(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n)``)
+that needs per-row lengths in [1, T]: cuDNN's (jax_cudnn_rnn/backends/cudnn/backend.py), or the xla implementation,
 which stands in for it in the CPU tests.
 
 ``run_chunked`` splits a call longer than ``max_steps`` into consecutive time chunks of at most ``max_steps`` steps and
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends.fused import stacking
-from jax_cudnn_rnn.backends.fused.kernel import Runner
+from jax_cudnn_rnn.backends.fused.convention import Runner
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array

@@ -1,7 +1,7 @@
 """Mid-sequence resets on a fused backend that cannot zero the state inside a sequence (cuDNN): one row per segment.
 
 ``resets[t, b]`` starts a new segment at step t of row b, and segments are independent sequences
-(docs/architecture.md, "Resets"). A fused kernel (``kernel.Runner``) runs independent sequences, each from its own
+(docs/architecture.md, "Resets"). A fused kernel (``convention.Runner``) runs independent sequences, each from its own
 initial state and up to its own length, so ``rnn_segmented`` repacks the batch:
 
 1. ``plan_segments`` numbers the segments row by row: a segment starts at step 0 and at every valid step whose reset
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_cudnn_rnn.backends.fused.kernel import Runner
+from jax_cudnn_rnn.backends.fused.convention import Runner
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
@@ -128,7 +128,7 @@ def rnn_segmented(run: Runner, fallback: Callable[..., tuple[Array, Array, Array
     """``rnn`` with ``resets`` through a fused backend that has no resets of its own (see the module docstring).
 
     Args:
-      run: the fused kernel with masks (``kernel.Runner``), called once on the packed batch [T, S] with lengths in
+      run: the fused kernel with masks (``convention.Runner``), called once on the packed batch [T, S] with lengths in
         [1, T].
       fallback: ``fallback(params, x, h0, c0, config, seq_lengths, dropout_masks, resets=resets)``, an
         implementation with resets of its own, run when the batch has more than ``max_segments`` segments.

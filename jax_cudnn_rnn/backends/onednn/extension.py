@@ -1,5 +1,5 @@
 """Loads the native oneDNN module ``jax_cudnn_rnn._onednn_rnn`` if it was built, and registers its FFI targets for
-the CPU (``loader.NativeExtension``, as the cuDNN extension is loaded).
+the CPU (``native_extension.NativeExtension``, as the cuDNN extension is loaded).
 
 The extension is optional (the ``onednn`` extra: ``onednn-cpu-tbb``, ``tbb`` and ``intel-cmplr-lib-rt`` at run time;
 ``onednn-devel-cpu-tbb`` and ``tbb-devel`` to build): without it ``extension_loaded()`` is False,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from jax_cudnn_rnn.backends.fused import loader
+from jax_cudnn_rnn.backends import native_extension
 
 # Targets are registered under these names for platform "cpu"; jax_cudnn_rnn/backends/onednn/kernels.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
@@ -23,7 +23,7 @@ BUILD_HINT = ("install the package with its `onednn` extra (`pip install \".[one
               "pybind11, onednn-devel-cpu-tbb==2023.2.0 and tbb-devel==2021.13.1; JAX_CUDNN_RNN_ONEDNN=ON makes a "
               "missing oneDNN a build error instead of a skip")
 
-EXTENSION = loader.NativeExtension(
+EXTENSION = native_extension.NativeExtension(
     "jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", BUILD_HINT, "JAX_CUDNN_RNN_ONEDNN",
     library=("cannot open shared object file",
              "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler runtime "
@@ -43,7 +43,7 @@ PRELOADS = {
 def runtime_wheel() -> str | None:
     """The wheel whose libdnnl.so.3 the extension was built against (CMake records it in _build_info.py), or None for
     a oneDNN that no wheel provides (DNNL_ROOT) or a source checkout that was never built."""
-    return loader.build_record("ONEDNN_RUNTIME_WHEEL") or None
+    return native_extension.build_record("ONEDNN_RUNTIME_WHEEL") or None
 
 
 def _preload() -> str | None:
@@ -53,7 +53,7 @@ def _preload() -> str | None:
     PyTorch imported later bound its own OpenMP calls to it). Returns a note for an import error, or None."""
     for distribution, filename in PRELOADS.get(runtime_wheel() or "", ()):
         try:
-            loader.preload(distribution, filename, global_scope=False)
+            native_extension.preload(distribution, filename, global_scope=False)
         except OSError as e:
             return f"preloading {distribution}'s {filename} failed: {e}"
     return None

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.backends.fused import kernel
+from jax_cudnn_rnn.backends.fused import convention
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -37,9 +37,9 @@ def _slot_offsets(config: RNNConfig) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def attributes(config: RNNConfig) -> dict[str, Any]:
-    """The handlers' attributes but ``training``: the network (``kernel.config_attributes``) and where its tensors
+    """The handlers' attributes but ``training``: the network (``convention.config_attributes``) and where its tensors
     start in the buffer."""
-    return dict(**kernel.config_attributes(config), slot_offsets=_slot_offsets(config))
+    return dict(**convention.config_attributes(config), slot_offsets=_slot_offsets(config))
 
 
 @functools.lru_cache(maxsize=256)
@@ -47,7 +47,7 @@ def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -
     """Bytes of the reserve space and of the forward's and backward's scratch (from the extension's pool) for one
     call (asked of the extension, which builds and caches the call's primitives: the first call of a shape takes
     milliseconds)."""
-    return dict(extension.module().buffer_sizes(**kernel.config_attributes(config), dtype=config.dtype.name,
+    return dict(extension.module().buffer_sizes(**convention.config_attributes(config), dtype=config.dtype.name,
                                                 max_time=max_time, batch=batch, training=training))
 
 
@@ -55,7 +55,7 @@ def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
     """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
     num_steps, batch, _ = x.shape
     reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"] if training else None
-    out_types = kernel.output_types(config, x, h0, reserve_bytes)
+    out_types = convention.output_types(config, x, h0, reserve_bytes)
     return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
         x, h0, params, *c0, training=np.bool_(training), **attributes(config)))
 

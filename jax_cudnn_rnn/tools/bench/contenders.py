@@ -200,9 +200,9 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
 def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
     """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
     outside its memory analysis): the larger of the training forward's and the backward's in a training step."""
-    from jax_cudnn_rnn.backends.onednn import kernels, wiring
+    from jax_cudnn_rnn.backends.onednn import backend, kernels
 
-    inference, training = wiring.runs(implementation, call)  # the oneDNN backend's own answer
+    inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
     extra = {}
     for measurement in [m for m, runs in ((FWD, inference), (TRAIN, training)) if runs == "onednn"]:
         sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN)

@@ -8,7 +8,7 @@ bfloat16.
 ``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/backend.py). The hybrids
+Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/compose.py). The hybrids
 (``_hybrid``) run one implementation where nothing differentiates the call and the other under jax.grad: "xla+onednn"
 the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and the xla implementation.
 
@@ -31,7 +31,7 @@ import jax
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
-from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
+from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
 from jax_cudnn_rnn.backends.onednn import extension, kernels
 from jax_cudnn_rnn.config import RNNConfig
@@ -104,13 +104,13 @@ def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
 
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
-    """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule (jax_cudnn_rnn/backends/fused/kernel.py).
+    """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule (jax_cudnn_rnn/backends/fused/convention.py).
     ``seq_lengths`` is always None here (``SUPPORTS``)."""
     del seq_lengths
     lstm = config.has_cell_state
-    operands, batch_axes = kernel.forward_operands(x, h0, params, c0, None)
+    operands, batch_axes = convention.forward_operands(x, h0, params, c0, None)
     call = functools.partial(kernels.forward, config=config, training=training)
-    return kernel.forward_outputs(kernel.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
+    return convention.forward_outputs(convention.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
 
 
 def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n):
@@ -154,7 +154,7 @@ def _hybrid(undifferentiated, differentiated):
 
 
 def _as_kernel(run):
-    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/kernel.py ``Kernel``): lengths never reach it
+    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/convention.py ``Kernel``): lengths never reach it
     (``SUPPORTS``), and the kit applies dropout between layers."""
 
     def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths):
@@ -169,7 +169,7 @@ _KERNEL = _as_kernel(_onednn)
 
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on oneDNN (dropout layer by layer)."""
-    return backend.run(_KERNEL, call, inputs)
+    return compose.run(_KERNEL, call, inputs)
 
 
 def unavailable() -> str | None:
@@ -206,7 +206,7 @@ def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """What ``rnn(implementation=None)`` runs when it chose oneDNN: oneDNN throughout, or the hybrid the table gives
     (its forward and its training step measured separately)."""
     variant = variant_for(call)
-    return rnn(call, inputs) if variant == ("onednn", "onednn") else backend.run(_as_kernel(_HYBRIDS[variant]), call,
+    return rnn(call, inputs) if variant == ("onednn", "onednn") else compose.run(_as_kernel(_HYBRIDS[variant]), call,
                                                                                  inputs)
 
 
@@ -217,4 +217,4 @@ registry.register(registry.Backend(
 for _variant, _name in ((("xla", "onednn"), "xla+onednn"), (("onednn", "xla"), "onednn+xla")):
     registry.register(registry.Backend(
         _name, ("cpu",), priority=None, supports=SUPPORTS, unavailable=lambda: unavailable(),
-        run=functools.partial(backend.run, _as_kernel(_HYBRIDS[_variant])), public=False))
+        run=functools.partial(compose.run, _as_kernel(_HYBRIDS[_variant])), public=False))

@@ -1,7 +1,7 @@
 """A fused-kernel backend's ``run``: one kernel call, and around it in ordinary JAX what the kernel cannot do itself.
 
 A *kernel* is ``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n)`` over the whole network without
-dropout (``kernel.Kernel``). ``run`` builds the call from the inside out, each step a ``kernel.Runner`` (the same with
+dropout (``convention.Kernel``). ``run`` builds the call from the inside out, each step a ``convention.Runner`` (the same with
 dropout masks):
 
 1. dropout masks: the network layer by layer, each layer one kernel call (jax_cudnn_rnn/backends/fused/stacking.py);
@@ -21,7 +21,7 @@ from typing import Any
 
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import chunking, segments, stacking
-from jax_cudnn_rnn.backends.fused.kernel import Kernel, Runner
+from jax_cudnn_rnn.backends.fused.convention import Kernel, Runner
 
 
 def with_masks(kernel: Kernel) -> Runner:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends.cudnn import wiring
+from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from support import draw_inputs, make_config
@@ -59,7 +59,7 @@ RESETS[[1, 2, 3], 3] = True
 def test_resets_through_the_cudnn_path(cudnn_stand_in, monkeypatch, max_segments, chunk, num_layers):
     """8 segments (an empty row has none): the default bound 2B = 8 and 12 take the packed path, B the fallback."""
     if chunk:
-        monkeypatch.setattr(wiring, "MAX_TIME_STEPS", chunk)
+        monkeypatch.setattr(cudnn_backend, "MAX_TIME_STEPS", chunk)
     cfg = make_config("lstm", num_layers, "bidirectional", dropout=0.5 if num_layers > 1 else 0.0)
     inputs = draw_inputs(cfg, np.random.default_rng(0), T, B)
     dropout = dict(is_training=True, dropout_key=jax.random.key(1)) if cfg.dropout else {}
@@ -69,7 +69,7 @@ def test_resets_through_the_cudnn_path(cudnn_stand_in, monkeypatch, max_segments
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 def test_long_and_empty_sequences_through_the_cudnn_path(cudnn_stand_in, monkeypatch, direction):
-    monkeypatch.setattr(wiring, "MAX_TIME_STEPS", 2)
+    monkeypatch.setattr(cudnn_backend, "MAX_TIME_STEPS", 2)
     cfg = make_config("gru", 2, direction)
     inputs = draw_inputs(cfg, np.random.default_rng(1), T, B)
     _assert_equal_results(_both(cfg, inputs, seq_lengths=jnp.array([T, 0, 3, 4], jnp.int32)))
@@ -79,6 +79,6 @@ def test_the_stand_in_poisons_empty_rows(cudnn_stand_in):
     """The check above can fail: the stand-in called directly with a length of 0 gives NaN."""
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(2), T, B)
-    _, h_n, _ = wiring._rnn(params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), wiring.Static(cfg, False,
+    _, h_n, _ = cudnn_backend._rnn(params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), cudnn_backend.Static(cfg, False,
                                                                                                      "standard"))
     assert np.isnan(np.asarray(h_n)[:, 1]).all() and np.isfinite(np.asarray(h_n)[:, 0]).all()

@@ -26,7 +26,7 @@ time-major arrays as ``rnn`` takes them (lengths int32 [B] or None), differentia
 
 Runner = Callable[..., tuple[Any, Any, Any]]
 """``runner(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a ``Kernel`` with
-dropout masks as ``dropout.masks_for`` makes them (or None), what ``backend.with_masks`` makes of a kernel, what the
+dropout masks as ``dropout.masks_for`` makes them (or None), what ``compose.with_masks`` makes of a kernel, what the
 time chunks and the reset segments compose, and what they fall back to (the xla implementation has this signature)."""
 
 

@@ -1,7 +1,7 @@
 """implementation="cudnn": cuDNN's fused kernels wired into JAX: differentiation, planning, sharding, vmap.
 
 ``rnn(call, inputs)`` runs a prepared call (jax_cudnn_rnn/backends/call.py) as the fused kit builds it
-(jax_cudnn_rnn/backends/fused/backend.py: resets, time chunks of at most ``MAX_TIME_STEPS``, dropout layer by layer)
+(jax_cudnn_rnn/backends/fused/compose.py: resets, time chunks of at most ``MAX_TIME_STEPS``, dropout layer by layer)
 around one kernel, ``_rnn``: a ``jax.custom_vjp`` (jax_cudnn_rnn/backends/fused/vjp.py). Called without
 differentiation it runs cuDNN's inference forward (no reserve space); under ``jax.grad``/``jax.vjp`` it runs the
 training forward, which also returns cuDNN's reserve space with the call's plan, and the backward pass runs backward
@@ -33,7 +33,7 @@ from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends import registry, xla
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, fallback, kernels, plan
-from jax_cudnn_rnn.backends.fused import backend, kernel, vjp
+from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.sharding import partitioning, placement
@@ -97,8 +97,8 @@ def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, cal
     forward runs under its plan (made here unless given) once per mapped element of ``jax.vmap``; the inference
     forward folds ``jax.vmap`` into its batch and plans for that batch."""
     config, lstm = static.config, static.config.has_cell_state
-    operands, batch_axes = kernel.forward_operands(x, h0, params, c0, seq_lengths)
-    out_axes = kernel.output_axes(lstm, training)
+    operands, batch_axes = convention.forward_operands(x, h0, params, c0, seq_lengths)
+    out_axes = convention.output_axes(lstm, training)
     if training and call_plan is None:
         call_plan = _plan(static, x.shape, seq_lengths, training=True)
 
@@ -111,8 +111,8 @@ def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, cal
         return partitioning.batch_partitioned(local, batch_axes, out_axes, follow,
                                               this_plan.local_batches if training else None)(*operands)
 
-    outputs = exporting.guard(*kernel.vmapped(call, batch_axes, lstm, training)(*operands))
-    y, h_n, c_n, space = kernel.forward_outputs(outputs, lstm, training)
+    outputs = exporting.guard(*convention.vmapped(call, batch_axes, lstm, training)(*operands))
+    y, h_n, c_n, space = convention.forward_outputs(outputs, lstm, training)
     return y, h_n, c_n, (Reserve(space, call_plan) if training else None)
 
 
@@ -163,7 +163,7 @@ def _backward(static: Static, res: vjp.Residuals, dy, dh_n, dc_n):
 _rnn = vjp.fused_rnn(_forward, _backward)
 
 
-def kernel_for(call: Call) -> backend.Kernel:
+def kernel_for(call: Call) -> compose.Kernel:
     """cuDNN as the fused kit's kernel for ``call``'s options: its precision, requested algorithm and placement."""
     static = dict(allow_tf32=call.precision == "tensorfloat32", algorithm=call.cudnn.algorithm,
                   placement=call.placement)
@@ -177,7 +177,7 @@ def kernel_for(call: Call) -> backend.Kernel:
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on cuDNN, with the xla implementation for resets beyond max_segments."""
     fallback = functools.partial(xla.rnn_xla, precision=call.precision)
-    return backend.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback,
+    return compose.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback,
                        max_segments=call.cudnn.max_segments)
 
 
