@@ -62,5 +62,6 @@ def test_masks_follow_the_documented_recipe(dtype):
 
 def test_no_masks_for_one_layer_and_different_keys_differ():
     assert jcr.dropout.dropout_masks(jax.random.key(0), _config(0.5, num_layers=1), SHAPE, jnp.float32) == []
-    a, b = (jcr.dropout.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0] for k in (0, 1))
+    a, b = (jcr.dropout.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0]
+            for k in (0, 1))
     assert 0.4 < float(jnp.mean((a != 0) != (b != 0))) < 0.6  # independent keys: half the entries disagree

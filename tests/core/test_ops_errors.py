@@ -336,9 +336,9 @@ def test_precision_from_the_jax_config_is_checked_too():
 
 # ArgumentNames for frontends whose arrays lack an axis of rnn()'s: unbatched (an Equinox module: x [T, I], states
 # [L*D, H], one length) and without the layer axis (a Keras layer: states [B, H]); the words are the frontend's.
-UNBATCHED = jcr._checks.ArgumentNames(x="x", h0="state", seq_lengths="seq_length", resets="resets", dtype="the module's",
-                                  axes=("time", None, "input_size"), state_axes=("layers", "hidden_size"),
-                                  layout_fix="jax.vmap it")
+UNBATCHED = jcr._checks.ArgumentNames(x="x", h0="state", seq_lengths="seq_length", resets="resets",
+                                      dtype="the module's", axes=("time", None, "input_size"),
+                                      state_axes=("layers", "hidden_size"), layout_fix="jax.vmap it")
 UNBATCHED_CASES = [  # (change, error, message)
     (dict(x=jnp.ones((B, T, I))), ValueError, "x has shape (3, 5, 4); expected rank 2 (time, input_size) = (T, 4) "
                                               "(jax.vmap it)"),
