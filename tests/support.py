@@ -55,8 +55,8 @@ def draw_inputs(cfg, rng: np.random.Generator, steps: int = T, batch: int = B):
 
 
 def require_extension(extension, env_var: str) -> None:
-    """Skips the calling test when ``extension`` (a ``native_extension.NativeExtension``) is not loaded, or fails it when
-    ``env_var`` is "1" (CI sets it where it builds the extension, so that a silently skipped build cannot pass)."""
+    """Skips the calling test when ``extension`` (a ``native_extension.NativeExtension``) is not loaded, or fails it
+    when ``env_var`` is "1" (CI sets it where it builds the extension, so that a silently skipped build cannot pass)."""
     if not extension.loaded():
         skip_or_fail(f"{extension.what} not loaded: {extension.error()}", env_var)
 

@@ -12,8 +12,8 @@ checked against this checkout:
   (``jax-ml/jax/docs/ffi.md``, ``site-packages/jax_cudnn_rnn/...``) is not this repository's, and one with a
   ``<placeholder>`` is a pattern: both are left alone;
 - a dotted Python name whose first part is the package (``jax_cudnn_rnn.backends.registry.choose``, or the README's
-  ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``native_extension.NativeExtension.load``), one of its
-  classes' names (``Placement.local_batches``) or a test helper's name (``support.draw_inputs``) must resolve:
+  ``jcr.rnn``), one of its modules' names (``ops.resolve_precision``, ``native_extension.NativeExtension.load``), one
+  of its classes' names (``Placement.local_batches``) or a test helper's name (``support.draw_inputs``) must resolve:
   imported, then each attribute looked up. A short form is right when any module (or class) of that name has it;
   also when a class of that name, or one its module defines, gives its instances that first attribute
   (``config.num_units``: a value named after its module, here an ``RNNConfig``; ``RNNConfig.dtype.name``: what a

@@ -11,7 +11,8 @@ statically, so importing needs no GPU and no ``libcudart.so``.
 
 The module records what it was compiled against (cuDNN headers, the jaxlib whose XLA FFI headers it used).
 Loading refuses a run-time cuDNN older than the build's headers (cuDNN is compatible with newer libraries of the same
-major version only), and a running jaxlib whose XLA FFI API is older than the build's (``native_extension.ffi_api_refusal``).
+major version only), and a running jaxlib whose XLA FFI API is older than the build's
+(``native_extension.ffi_api_refusal``).
 An isolated build (``pip install .``, the binary wheel) compiles against the oldest cuDNN and the oldest jaxlib the
 package supports (pinned in pyproject.toml's build requirements), so it loads with every newer cuDNN 9 and jax; a
 ``--no-build-isolation`` build compiles against the environment's, which are then its floors.

@@ -1,8 +1,8 @@
 """A fused-kernel backend's ``run``: one kernel call, and around it in ordinary JAX what the kernel cannot do itself.
 
 A *kernel* is ``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n)`` over the whole network without
-dropout (``convention.Kernel``). ``run`` builds the call from the inside out, each step a ``convention.Runner`` (the same with
-dropout masks):
+dropout (``convention.Kernel``). ``run`` builds the call from the inside out, each step a ``convention.Runner`` (the
+same with dropout masks):
 
 1. dropout masks: the network layer by layer, each layer one kernel call (jax_cudnn_rnn/backends/fused/stacking.py);
 2. sequences longer than ``max_time_steps``: time chunks with the state carried, and lengths of 0 as empty

@@ -104,8 +104,8 @@ def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
 
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
-    """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule (jax_cudnn_rnn/backends/fused/convention.py).
-    ``seq_lengths`` is always None here (``SUPPORTS``)."""
+    """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule
+    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``SUPPORTS``)."""
     del seq_lengths
     lstm = config.has_cell_state
     operands, batch_axes = convention.forward_operands(x, h0, params, c0, None)
