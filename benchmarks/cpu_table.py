@@ -30,16 +30,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json")
     args = parser.parse_args()
-    configs = [C.BenchConfig(f"{mode}-h{h}-b{b}-t{t}", mode, 1, h, h, b, t, platform="cpu")
-               for mode in args.modes.split(",") for h, b, t in SHAPES]
+    configs = [
+        C.BenchConfig(f"{mode}-h{h}-b{b}-t{t}", mode, 1, h, h, b, t, platform="cpu")
+        for mode in args.modes.split(",")
+        for h, b, t in SHAPES
+    ]
     timing = measure.Timing(repeats=args.repeats, warmup=3, warmup_seconds=0.25)
     facts = report.machine_facts(isolated=True)
     print(facts["processor"], facts["cpu_features"], "load", facts["loadavg_start"], flush=True)
     records, errors, ms = [], [], {}
     for _ in range(args.rounds):
-        results = measure.run_all(configs, args.dtypes.split(","),
-                                  [C.CONTENDERS["jcr-xla"], C.CONTENDERS["jcr-onednn"]], timing,
-                                  lambda kind, text: print(kind, text, flush=True))
+        results = measure.run_all(
+            configs,
+            args.dtypes.split(","),
+            [C.CONTENDERS["jcr-xla"], C.CONTENDERS["jcr-onednn"]],
+            timing,
+            lambda kind, text: print(kind, text, flush=True),
+        )
         records += results.records
         errors += results.errors
         for r in results.records:
@@ -48,14 +55,21 @@ def main() -> None:
     print("\nconfig dtype step-MACs | fastest ms xla fwd, fwd+bwd; oneDNN fwd, fwd+bwd | oneDNN/xla | faster")
     for bc in configs:
         for dtype in args.dtypes.split(","):
-            ratios = [ms.get((bc.name, dtype, "jcr-onednn", m), float("nan")) /
-                      ms.get((bc.name, dtype, "jcr-xla", m), float("nan")) for m in C.MEASUREMENTS]
+            ratios = [
+                ms.get((bc.name, dtype, "jcr-onednn", m), float("nan"))
+                / ms.get((bc.name, dtype, "jcr-xla", m), float("nan"))
+                for m in C.MEASUREMENTS
+            ]
             macs = bc.batch * bc.num_gates * bc.hidden * (bc.input_size + bc.hidden)
             winners = ["onednn" if r < 1 else "xla" for r in ratios]
-            times = [ms.get((bc.name, dtype, c, m), float("nan")) for c in ("jcr-xla", "jcr-onednn")
-                     for m in C.MEASUREMENTS]
-            print(f"{bc.name} {dtype} {macs:.3g} | {', '.join(f'{t:.2f}' for t in times)} | {ratios[0]:.2f}, "
-                  f"{ratios[1]:.2f} | {', '.join(winners)}", flush=True)
+            times = [
+                ms.get((bc.name, dtype, c, m), float("nan")) for c in ("jcr-xla", "jcr-onednn") for m in C.MEASUREMENTS
+            ]
+            print(
+                f"{bc.name} {dtype} {macs:.3g} | {', '.join(f'{t:.2f}' for t in times)} | {ratios[0]:.2f}, "
+                f"{ratios[1]:.2f} | {', '.join(winners)}",
+                flush=True,
+            )
     facts["loadavg_end"] = measure.loadavg()
     print("load at the end", facts["loadavg_end"])
     if args.json:

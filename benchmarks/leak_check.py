@@ -33,9 +33,13 @@ def main() -> None:
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=16, input_size=8, direction="bidirectional")
     params = jcr.init_params(jax.random.key(0), cfg)
     shapes = [(steps, batch) for steps in (3, 5, 8) for batch in (1, 2, 4)]  # 9 shapes: 9 compilations each
-    steps_fn = jax.jit(jax.value_and_grad(
-        lambda p, x, h, lengths: jnp.sum(jcr.rnn(p, x, h, h, cfg, seq_lengths=lengths,
-                                                 implementation=args.implementation)[0] ** 2)))
+    steps_fn = jax.jit(
+        jax.value_and_grad(
+            lambda p, x, h, lengths: jnp.sum(
+                jcr.rnn(p, x, h, h, cfg, seq_lengths=lengths, implementation=args.implementation)[0] ** 2
+            )
+        )
+    )
 
     def call(i):
         steps, batch = shapes[i % len(shapes)]
@@ -50,8 +54,10 @@ def main() -> None:
     for i in range(args.calls):
         call(i)
     end_rss, end_dev = resident_mib(), device_mib()
-    print(f"{args.calls} calls over {len(shapes)} shapes, implementation={args.implementation}, "
-          f"backend={jax.default_backend()}")
+    print(
+        f"{args.calls} calls over {len(shapes)} shapes, implementation={args.implementation}, "
+        f"backend={jax.default_backend()}"
+    )
     print(f"resident memory: {start_rss:.1f} MiB after warm-up -> {end_rss:.1f} MiB (+{end_rss - start_rss:.1f})")
     if start_dev is not None:
         print(f"device memory in use: {start_dev:.1f} MiB -> {end_dev:.1f} MiB (+{end_dev - start_dev:.1f})")

@@ -98,10 +98,14 @@ def main() -> None:
         return rows if leaf.ndim and leaf.shape[0] % jax.device_count() == 0 else replicated
 
     abstract = jax.eval_shape(init)
-    shardings = {"params": jax.tree.map(lambda _: replicated, abstract["params"]),
-                 "opt_state": jax.tree.map(split_if_even, abstract["opt_state"]), "step": replicated}
-    abstract = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-                            abstract, shardings)
+    shardings = {
+        "params": jax.tree.map(lambda _: replicated, abstract["params"]),
+        "opt_state": jax.tree.map(split_if_even, abstract["opt_state"]),
+        "step": replicated,
+    }
+    abstract = jax.tree.map(
+        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), abstract, shardings
+    )
 
     @jax.jit
     def train_step(state, x, labels, lengths):
@@ -113,8 +117,11 @@ def main() -> None:
 
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
-        state = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
-                 "step": state["step"] + 1}
+        state = {
+            "params": optax.apply_updates(state["params"], updates),
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+        }
         return jax.lax.with_sharding_constraint(state, shardings), loss
 
     options = ocp.CheckpointManagerOptions(max_to_keep=2)
@@ -122,19 +129,23 @@ def main() -> None:
         if manager.latest_step() is None:
             state = jax.jit(init, out_shardings=shardings)()
         else:
-            state = manager.restore(manager.latest_step(),
-                                    args=ocp.args.Composite(state=CanonicalRestore(abstract)))["state"]
+            state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=CanonicalRestore(abstract)))[
+                "state"
+            ]
             print(f"process {jax.process_index()}: resumed from step {manager.latest_step()}", flush=True)
         batch = ROWS_PER_DEVICE * jax.device_count()
-        local = slice(jax.process_index() * batch // jax.process_count(),
-                      (jax.process_index() + 1) * batch // jax.process_count())
+        local = slice(
+            jax.process_index() * batch // jax.process_count(), (jax.process_index() + 1) * batch // jax.process_count()
+        )
         while (step := int(state["step"].addressable_data(0))) < args.steps:
-            x, labels, lengths = (jax.make_array_from_process_local_data(rows, a[local])
-                                  for a in global_batch(step, batch))
+            x, labels, lengths = (
+                jax.make_array_from_process_local_data(rows, a[local]) for a in global_batch(step, batch)
+            )
             state, loss = train_step(state, x, labels, lengths)
             manager.save(step + 1, args=ocp.args.Composite(state=CanonicalSave(state)))
-            print(f"process {jax.process_index()}: step {step + 1} loss {float(loss.addressable_data(0)):.6f}",
-                  flush=True)
+            print(
+                f"process {jax.process_index()}: step {step + 1} loss {float(loss.addressable_data(0)):.6f}", flush=True
+            )
         manager.wait_until_finished()
     if args.coordinator:
         jax.distributed.shutdown()

@@ -65,8 +65,12 @@ def scan_policy(params, observations, resets, carry):
 
     def cell(weights, x, h, c):
         def gate(name):
-            return (x @ weights["w_input"][name].T + weights["b_input"][name] + h @ weights["w_recurrent"][name].T
-                    + weights["b_recurrent"][name])
+            return (
+                x @ weights["w_input"][name].T
+                + weights["b_input"][name]
+                + h @ weights["w_recurrent"][name].T
+                + weights["b_recurrent"][name]
+            )
 
         c = jax.nn.sigmoid(gate("f")) * c + jax.nn.sigmoid(gate("i")) * jnp.tanh(gate("g"))
         return jax.nn.sigmoid(gate("o")) * jnp.tanh(c), c
@@ -85,8 +89,9 @@ def scan_policy(params, observations, resets, carry):
     return jax.lax.scan(step, carry, (observations, resets))
 
 
-def rollout_window(rng: np.random.Generator, episode_end: float, previous_done: np.ndarray, cues: np.ndarray,
-                   window: int):
+def rollout_window(
+    rng: np.random.Generator, episode_end: float, previous_done: np.ndarray, cues: np.ndarray, window: int
+):
     """Observations [T, B, OBSERVATION_SIZE], resets [T, B], the rewarded action [T, B], and the last step's done
     flags and cues to continue from. Episodes end after a step with probability ``episode_end``."""
     envs = cues.shape[0]
@@ -132,14 +137,19 @@ def check_against_scan(model, params, window, envs, seed):
         return reinforce_loss(logits, actions, rewards), (final, logits)
 
     def largest_difference(a, b):
-        return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree_util.tree_leaves(a),
-                                                                    jax.tree_util.tree_leaves(b), strict=True))
+        return max(
+            float(jnp.max(jnp.abs(x - y)))
+            for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True)
+        )
 
     (_, fused_out), fused_grads = jax.jit(jax.value_and_grad(fused, has_aux=True))(params)
     (_, scan_out), scan_grads = jax.jit(jax.value_and_grad(scanned, has_aux=True))(params)
     without_resets = model.apply({"params": params}, observations, None, carry)
-    return (largest_difference(fused_out, scan_out), largest_difference(fused_grads, scan_grads),
-            largest_difference(without_resets, scan_out))
+    return (
+        largest_difference(fused_out, scan_out),
+        largest_difference(fused_grads, scan_grads),
+        largest_difference(without_resets, scan_out),
+    )
 
 
 def main(argv=None) -> int:
@@ -149,8 +159,12 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=int, default=32, help="steps per window (default: %(default)s)")
     parser.add_argument("--num-units", type=int, default=32, help="LSTM hidden size (default: %(default)s)")
     parser.add_argument("--num-layers", type=int, default=1, help="stacked LSTM layers (default: %(default)s)")
-    parser.add_argument("--episode-end", type=float, default=0.1,
-                        help="probability that an episode ends after a step (default: %(default)s)")
+    parser.add_argument(
+        "--episode-end",
+        type=float,
+        default=0.1,
+        help="probability that an episode ends after a step (default: %(default)s)",
+    )
     parser.add_argument("--learning-rate", type=float, default=1e-2, help="Adam learning rate (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the parameters and the environments")
     args = parser.parse_args(argv)
@@ -161,8 +175,10 @@ def main(argv=None) -> int:
     params = model.init(jax.random.key(args.seed), observations, resets, model.initialize_carry(args.envs))["params"]
 
     values, grads, ignored = check_against_scan(model, params, args.window, args.envs, args.seed)
-    print(f"fused resets vs step-by-step scan: max |difference| values {values:.2e}, gradients {grads:.2e} "
-          f"(without the resets: {ignored:.2e})")
+    print(
+        f"fused resets vs step-by-step scan: max |difference| values {values:.2e}, gradients {grads:.2e} "
+        f"(without the resets: {ignored:.2e})"
+    )
     if not (values < 1e-4 and grads < 1e-4 and ignored > 1e-2):
         print("FAILED: the fused policy differs from the scan")
         return 1
@@ -192,8 +208,9 @@ def main(argv=None) -> int:
     for step in range(1, args.steps + 1):
         observations, resets, targets, done, cues = rollout_window(rng, args.episode_end, done, cues, args.window)
         key, sample_key = jax.random.split(key)
-        params, opt_state, carry, reward = train_step(params, opt_state, carry, jnp.asarray(observations),
-                                                      jnp.asarray(resets), jnp.asarray(targets), sample_key)
+        params, opt_state, carry, reward = train_step(
+            params, opt_state, carry, jnp.asarray(observations), jnp.asarray(resets), jnp.asarray(targets), sample_key
+        )
         rewards.append(float(reward))
         if step % max(args.steps // 6, 1) == 0 or step == args.steps:
             print(f"window {step}/{args.steps}: average reward {np.mean(rewards[-5:]):.3f}")

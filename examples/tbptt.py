@@ -38,7 +38,8 @@ class CharLM(nn.Module):
     def __call__(self, tokens, carry, resets=None):
         x = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         carry, y = LSTM(num_units=self.num_units, num_layers=self.num_layers, name="lstm")(
-            x, initial_carry=carry, return_carry=True, resets=resets)
+            x, initial_carry=carry, return_carry=True, resets=resets
+        )
         return carry, nn.Dense(self.vocab_size, name="head")(y)
 
     @nn.nowrap
@@ -57,7 +58,7 @@ def stripes(batch: int, window: int) -> tuple[np.ndarray, list[str]]:
     if length == 0:
         raise SystemExit(f"the {len(ids)}-character text is too short for {batch} stripes of windows of {window}")
     stride = (len(ids) - 1) // batch
-    return np.stack([ids[b * stride: b * stride + length + 1] for b in range(batch)]), vocabulary
+    return np.stack([ids[b * stride : b * stride + length + 1] for b in range(batch)]), vocabulary
 
 
 def main(argv=None) -> int:
@@ -73,11 +74,13 @@ def main(argv=None) -> int:
 
     data, vocabulary = stripes(args.batch_size, args.window)
     windows_per_pass = (data.shape[1] - 1) // args.window
-    print(f"{data.shape[0]} stripes of {data.shape[1] - 1} characters, {windows_per_pass} windows of {args.window} "
-          f"per pass, vocabulary {len(vocabulary)}")
+    print(
+        f"{data.shape[0]} stripes of {data.shape[1] - 1} characters, {windows_per_pass} windows of {args.window} "
+        f"per pass, vocabulary {len(vocabulary)}"
+    )
     model = CharLM(len(vocabulary), num_units=args.num_units, num_layers=args.num_layers)
     carry = model.initialize_carry(args.batch_size)
-    params = model.init(jax.random.key(args.seed), jnp.asarray(data[:, :args.window]), carry)["params"]
+    params = model.init(jax.random.key(args.seed), jnp.asarray(data[:, : args.window]), carry)["params"]
     optimizer = optax.adam(args.learning_rate)
     opt_state = optimizer.init(params)
     new_pass = np.zeros((args.batch_size, args.window), bool)
@@ -99,8 +102,8 @@ def main(argv=None) -> int:
     for step in range(args.steps):
         index = step % windows_per_pass
         start = index * args.window
-        inputs = jnp.asarray(data[:, start:start + args.window])
-        targets = jnp.asarray(data[:, start + 1:start + args.window + 1])
+        inputs = jnp.asarray(data[:, start : start + args.window])
+        targets = jnp.asarray(data[:, start + 1 : start + args.window + 1])
         resets = jnp.asarray(new_pass if index == 0 else np.zeros_like(new_pass))
         params, opt_state, carry, loss = train_step(params, opt_state, carry, inputs, targets, resets)
         losses.append(float(loss))
@@ -114,14 +117,16 @@ def main(argv=None) -> int:
     zero = model.initialize_carry(args.batch_size)
     carry, streamed, restarted = zero, [], []
     for start in range(0, tokens.shape[1], args.window):
-        carry, logits = apply(tokens[:, start:start + args.window], carry)
+        carry, logits = apply(tokens[:, start : start + args.window], carry)
         streamed.append(logits)
-        restarted.append(apply(tokens[:, start:start + args.window], zero)[1])
+        restarted.append(apply(tokens[:, start : start + args.window], zero)[1])
     _, whole = apply(tokens, zero)
     difference = float(jnp.max(jnp.abs(jnp.concatenate(streamed, axis=1) - whole)))
     without_carry = float(jnp.max(jnp.abs(jnp.concatenate(restarted, axis=1) - whole)))
-    print(f"streamed windows vs one call over {tokens.shape[1]} steps: max |logits difference| {difference:.2e} "
-          f"(each window from a zero state instead: {without_carry:.2e})")
+    print(
+        f"streamed windows vs one call over {tokens.shape[1]} steps: max |logits difference| {difference:.2e} "
+        f"(each window from a zero state instead: {without_carry:.2e})"
+    )
     return 0 if difference < 1e-4 and without_carry > 1e-2 else 1
 
 

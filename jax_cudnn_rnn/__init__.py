@@ -53,7 +53,10 @@ __all__ = [
     "tree_to_params",
 ]
 
-__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn", {
-    "dropout_masks": ("jax_cudnn_rnn.dropout", "dropout_masks", "jax_cudnn_rnn.dropout.dropout_masks"),
-    "param_slots": ("jax_cudnn_rnn.layout", "param_slots", "jax_cudnn_rnn.layout.param_slots"),
-})
+__getattr__ = _deprecated.module_getattr(
+    "jax_cudnn_rnn",
+    {
+        "dropout_masks": ("jax_cudnn_rnn.dropout", "dropout_masks", "jax_cudnn_rnn.dropout.dropout_masks"),
+        "param_slots": ("jax_cudnn_rnn.layout", "param_slots", "jax_cudnn_rnn.layout.param_slots"),
+    },
+)

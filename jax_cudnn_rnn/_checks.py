@@ -104,8 +104,9 @@ def _shape_of(argument: str, value: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _check_array(argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype,
-                 dtype_source: str | None) -> None:
+def _check_array(
+    argument: str, value: Any, expected_shape: tuple[int, ...], meaning: str, dtype: np.dtype, dtype_source: str | None
+) -> None:
     """Shape, then dtype unless ``dtype_source`` (what sets the dtype, for the message) is None."""
     shape = _shape_of(argument, value)
     if shape != expected_shape:
@@ -118,8 +119,9 @@ def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def x_shape_dims(shape: tuple[Any, ...], names: ArgumentNames = RNN_ARGUMENTS,
-                 input_size: int | None = None) -> tuple[Any, Any, Any]:
+def x_shape_dims(
+    shape: tuple[Any, ...], names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None = None
+) -> tuple[Any, Any, Any]:
     """(time steps, batch, features) of an x of ``shape`` in the caller's layout (batch 1 for an unbatched caller),
     after checking its rank, that it has at least one step and one sequence, and, when ``input_size`` is given, that
     its last axis is that. For a frontend that sees x's shape before x (Keras's ``build``); axes of unknown size
@@ -129,8 +131,11 @@ def x_shape_dims(shape: tuple[Any, ...], names: ArgumentNames = RNN_ARGUMENTS,
     rank = 3 if names.batched else 2
     if len(shape) != rank:
         hint = f" ({names.layout_fix})" if not names.batched and len(shape) == rank + 1 else ""
-        raise ValueError(f"{names.x} has shape {shape}; expected rank {rank} {words}" +
-                         ("" if input_size is None else f" = {letters}") + hint)
+        raise ValueError(
+            f"{names.x} has shape {shape}; expected rank {rank} {words}"
+            + ("" if input_size is None else f" = {letters}")
+            + hint
+        )
     if not names.batched:
         num_steps, batch = shape[0], 1
     else:
@@ -160,28 +165,48 @@ def _check_layout(x_shape: tuple[int, ...], h0: Any, names: ArgumentNames) -> No
     h0_shape = getattr(h0, "shape", None)
     state_batch = 0 if names.state_axes[0] is None else 1
     time_axis, batch_axis = (1, 0) if names.batch_major else (0, 1)
-    if (h0_shape is None or len(h0_shape) != state_batch + 2 or h0_shape[state_batch] == x_shape[batch_axis]
-            or h0_shape[state_batch] != x_shape[time_axis]):
+    if (
+        h0_shape is None
+        or len(h0_shape) != state_batch + 2
+        or h0_shape[state_batch] == x_shape[batch_axis]
+        or h0_shape[state_batch] != x_shape[time_axis]
+    ):
         return
     layout, other = ("batch-major", "time-major") if names.batch_major else ("time-major", "batch-major")
     _, letters = names.x_layout()
     _, other_letters = dataclasses.replace(names, batch_major=not names.batch_major).x_layout()
-    raise ValueError(f"{names.x} has shape {x_shape} and {names.h0} {tuple(h0_shape)}: {names.h0}'s batch is "
-                     f"{h0_shape[state_batch]}, {names.x}'s {('first', 'second')[time_axis]} axis. {names.caller} "
-                     f"takes {layout} {names.x} [{letters[1:-1]}]; {names.x} looks {other} [{other_letters[1:-1]}]: "
-                     f"{names.layout_fix}")
+    raise ValueError(
+        f"{names.x} has shape {x_shape} and {names.h0} {tuple(h0_shape)}: {names.h0}'s batch is "
+        f"{h0_shape[state_batch]}, {names.x}'s {('first', 'second')[time_axis]} axis. {names.caller} "
+        f"takes {layout} {names.x} [{letters[1:-1]}]; {names.x} looks {other} [{other_letters[1:-1]}]: "
+        f"{names.layout_fix}"
+    )
 
 
 def check_params(params: Any, config: RNNConfig, names: ArgumentNames = RNN_ARGUMENTS) -> None:
     """Raises ValueError/TypeError unless ``params`` is a 1-D array of ``params_size(config)`` elements of
     ``config.dtype``, naming it as ``names`` does (``check_inputs``' check of params, for a frontend that takes the
     buffer alone, as ``jax.experimental.rnn.unpack_lstm_weights`` does)."""
-    _check_array(names.params, params, (layout.params_size(config),), f"({names.params_size},)", config.dtype,
-                 names.dtype or "config.dtype")
+    _check_array(
+        names.params,
+        params,
+        (layout.params_size(config),),
+        f"({names.params_size},)",
+        config.dtype,
+        names.dtype or "config.dtype",
+    )
 
 
-def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_lengths: Any = None,
-                 resets: Any = None, names: ArgumentNames = RNN_ARGUMENTS) -> None:
+def check_inputs(
+    params: Any,
+    x: Any,
+    h0: Any,
+    c0: Any,
+    config: RNNConfig,
+    seq_lengths: Any = None,
+    resets: Any = None,
+    names: ArgumentNames = RNN_ARGUMENTS,
+) -> None:
     """Raises ValueError/TypeError naming the first argument whose type, shape, dtype or value is wrong, in the words
     and the layout of ``names`` (``rnn``'s own by default; see ``ArgumentNames`` for a frontend's).
 
@@ -191,18 +216,24 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     (``names.state_axes[0]`` None, only for a config of one layer and one direction) h0 and c0 are [batch, hidden].
     """
     if isinstance(config, jax.core.Tracer):
-        raise TypeError(f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
-                        "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
-                        "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
-                        "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata")
+        raise TypeError(
+            f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
+            "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
+            "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
+            "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata"
+        )
     if not isinstance(config, RNNConfig):
         raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
     if config.dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
-                        "jax.config.update('jax_enable_x64', True)")
+        raise TypeError(
+            "config.dtype is float64 but jax_enable_x64 is off; enable it with "
+            "jax.config.update('jax_enable_x64', True)"
+        )
     if names.state_axes[0] is None and config.num_layers * config.num_directions != 1:
-        raise ValueError(f"names.state_axes[0] is None (states without a layer axis), but the config has "
-                         f"{config.num_layers} layer(s) and {config.num_directions} direction(s); expected one of each")
+        raise ValueError(
+            f"names.state_axes[0] is None (states without a layer axis), but the config has "
+            f"{config.num_layers} layer(s) and {config.num_directions} direction(s); expected one of each"
+        )
     num_steps, batch, _ = x_dims(x, names, config.input_size)
     if names.dtype is not None and np.dtype(x.dtype) != config.dtype:
         raise TypeError(f"{names.x} has dtype {np.dtype(x.dtype).name}; expected {config.dtype.name} ({names.dtype})")
@@ -214,8 +245,9 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     if config.has_cell_state:
         shape, meaning = names.state(config.cell_shape(batch), names.state_axes[1])
         if c0 is None:
-            raise ValueError(f"{names.c0} is None; mode 'lstm' needs an initial cell state of shape {shape} = "
-                             f"{meaning}")
+            raise ValueError(
+                f"{names.c0} is None; mode 'lstm' needs an initial cell state of shape {shape} = {meaning}"
+            )
         _check_array(names.c0, c0, shape, meaning, config.dtype, names.dtype)
     elif c0 is not None:
         raise ValueError(f"{names.c0} was given but mode {config.mode!r} has no cell state; pass {names.c0}=None")
@@ -238,8 +270,9 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
     shape = _shape_of(names.seq_lengths, seq_lengths)
     if not names.batched:
         if shape != ():
-            raise ValueError(f"{names.seq_lengths} has shape {shape}; expected () (one sequence's length; "
-                             f"{names.layout_fix})")
+            raise ValueError(
+                f"{names.seq_lengths} has shape {shape}; expected () (one sequence's length; {names.layout_fix})"
+            )
     elif shape != (batch,):
         raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
     if np.dtype(seq_lengths.dtype) != np.int32:
@@ -249,5 +282,6 @@ def check_inputs(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig, seq_l
         bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))
         if bad.size:
             which = f"{names.seq_lengths}[{bad[0]}]" if names.batched else names.seq_lengths
-            raise ValueError(f"{which} is {lengths[bad[0]]}; every length must be in [0, {num_steps}] = "
-                             f"[0, {time_word}]")
+            raise ValueError(
+                f"{which} is {lengths[bad[0]]}; every length must be in [0, {num_steps}] = [0, {time_word}]"
+            )

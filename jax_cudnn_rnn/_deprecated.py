@@ -19,8 +19,11 @@ def module_getattr(module_name: str, moved: dict[str, tuple[str, str, str]]) -> 
         if name not in moved:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         home, attribute, instead = moved[name]
-        warnings.warn(f"{module_name}.{name} is deprecated since 0.2.0 and will be removed in 0.3.0; use {instead}",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{module_name}.{name} is deprecated since 0.2.0 and will be removed in 0.3.0; use {instead}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(importlib.import_module(home), attribute)
 
     return __getattr__

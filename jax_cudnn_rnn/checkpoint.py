@@ -61,8 +61,16 @@ from jax_cudnn_rnn.config import LAYOUT_FIELDS, RNNConfig
 from jax_cudnn_rnn.params import RNNParams, is_rnn_params
 from jax_cudnn_rnn.sharding import canonical as sharded_canonical
 
-__all__ = ["CanonicalCheckpointHandler", "CanonicalRestore", "CanonicalSave", "CheckpointError", "FORMAT_VERSION",
-           "METADATA_KEY", "path_str", "to_canonical_tree"]
+__all__ = [
+    "CanonicalCheckpointHandler",
+    "CanonicalRestore",
+    "CanonicalSave",
+    "CheckpointError",
+    "FORMAT_VERSION",
+    "METADATA_KEY",
+    "path_str",
+    "to_canonical_tree",
+]
 
 #: The version of the canonical checkpoint layout, stored in the metadata (restoring checks it).
 FORMAT_VERSION = 1
@@ -110,8 +118,9 @@ def _convert(tree: Any) -> tuple[Any, dict[str, dict[str, Any]], dict[str, dict[
         configs[path] = leaf.config.to_json()
         sharding = getattr(leaf.buffer, "sharding", None)
         if isinstance(sharding, jax.sharding.NamedSharding):
-            shardings[path] = json.loads(ocp.metadata.NamedShardingMetadata.from_jax_sharding(sharding)
-                                         .to_serialized_string())
+            shardings[path] = json.loads(
+                ocp.metadata.NamedShardingMetadata.from_jax_sharding(sharding).to_serialized_string()
+            )
         return sharded_canonical.params_to_tree_sharded(leaf.buffer, leaf.config)
 
     converted = jax.tree_util.tree_map_with_path(convert, tree, is_leaf=is_rnn_params)
@@ -176,8 +185,7 @@ def _compare(path: str, saved: RNNConfig, target: RNNConfig) -> None:
     for name in list(target_shapes) + [n for n in saved_shapes if n not in target_shapes]:
         a, b = saved_shapes.get(name), target_shapes.get(name)
         if a != b:
-            detail = (f"; first differing tensor {name}: checkpoint shape {a or 'absent'}, target shape "
-                      f"{b or 'absent'}")
+            detail = f"; first differing tensor {name}: checkpoint shape {a or 'absent'}, target shape {b or 'absent'}"
             break
     fields = ", ".join(f"{f}: checkpoint {getattr(saved, f)!r} vs target {getattr(target, f)!r}" for f in differing)
     raise ValueError(f"RNNParams at {path!r}: the checkpoint's config differs from the target's ({fields}){detail}")
@@ -199,8 +207,11 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             raise ValueError("CanonicalSave needs an item: the pytree to save")
         converted, configs, shardings = _convert(item)
         metadata = dict(custom or {})
-        metadata[METADATA_KEY] = {"format_version": FORMAT_VERSION, "rnn_params": configs,
-                                  "buffer_shardings": shardings}
+        metadata[METADATA_KEY] = {
+            "format_version": FORMAT_VERSION,
+            "rnn_params": configs,
+            "buffer_shardings": shardings,
+        }
         return await super().async_save(directory, args=ocp.args.StandardSave(converted, custom_metadata=metadata))
 
     # -------------------------------------------------------------------------------------------------- reading
@@ -213,17 +224,19 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
         try:
             metadata = super().metadata(directory)
         except Exception as e:  # Orbax raises many types for a missing/damaged _METADATA
-            raise CheckpointError(f"cannot read the checkpoint metadata in {directory} (damaged or incomplete?): "
-                                  f"{type(e).__name__}: {e}") \
-                from e
+            raise CheckpointError(
+                f"cannot read the checkpoint metadata in {directory} (damaged or incomplete?): {type(e).__name__}: {e}"
+            ) from e
         custom = metadata.custom_metadata or {}
         ours = custom.get(METADATA_KEY)
         if ours is None:
             return {}
         version = ours.get("format_version") if isinstance(ours, Mapping) else None
         if version != FORMAT_VERSION:
-            raise CheckpointError(f"checkpoint in {directory} has jax_cudnn_rnn format_version {version!r}; this "
-                                  f"library reads version {FORMAT_VERSION}")
+            raise CheckpointError(
+                f"checkpoint in {directory} has jax_cudnn_rnn format_version {version!r}; this "
+                f"library reads version {FORMAT_VERSION}"
+            )
         tree = metadata.tree
         recorded = ours.get("buffer_shardings") or {}  # absent in checkpoints written before it was recorded
         result = {}
@@ -231,23 +244,30 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             try:
                 config = RNNConfig.from_json(fields)
             except (TypeError, ValueError) as e:
-                raise CheckpointError(f"checkpoint in {directory}: the config stored for {path!r} is invalid: {e}") \
-                    from e
+                raise CheckpointError(
+                    f"checkpoint in {directory}: the config stored for {path!r} is invalid: {e}"
+                ) from e
             saved = _subtree(tree, path)
             if not isinstance(saved, Mapping):
-                raise CheckpointError(f"checkpoint in {directory}: metadata lists RNNParams at {path!r} but the "
-                                      "saved tree has no canonical tensors there")
+                raise CheckpointError(
+                    f"checkpoint in {directory}: metadata lists RNNParams at {path!r} but the "
+                    "saved tree has no canonical tensors there"
+                )
             tensors = layout.flatten_tree(saved)
             expected = _canonical_shapes(config)
             missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
             if missing or extra:
-                raise CheckpointError(f"checkpoint in {directory} is inconsistent at {path!r}: its stored config "
-                                      f"expects tensors it lacks {missing[:4]} or has unexpected {extra[:4]}")
+                raise CheckpointError(
+                    f"checkpoint in {directory} is inconsistent at {path!r}: its stored config "
+                    f"expects tensors it lacks {missing[:4]} or has unexpected {extra[:4]}"
+                )
             for name, shape in expected.items():
                 got = tuple(getattr(tensors[name], "shape", ()) or ())
                 if got != shape:
-                    raise CheckpointError(f"checkpoint in {directory} is inconsistent at {path!r}: tensor {name} "
-                                          f"has shape {got} but its stored config {config} implies {shape}")
+                    raise CheckpointError(
+                        f"checkpoint in {directory} is inconsistent at {path!r}: tensor {name} "
+                        f"has shape {got} but its stored config {config} implies {shape}"
+                    )
             result[path] = _Saved(config, _recorded_sharding(recorded.get(path)))
         return result
 
@@ -273,8 +293,10 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
                 continue
             path = path_str(keypath)
             if path not in saved:
-                raise ValueError(f"target has RNNParams at {path!r} but the checkpoint has none there; it has "
-                                 f"RNNParams at {sorted(saved)}")
+                raise ValueError(
+                    f"target has RNNParams at {path!r} but the checkpoint has none there; it has "
+                    f"RNNParams at {sorted(saved)}"
+                )
             _compare(path, saved[path].config, leaf.config)
             dtype = leaf.config.dtype
             sharding = _buffer_sharding(leaf.buffer, saved[path].buffer_sharding)
@@ -282,18 +304,29 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             try:
                 sharding.shard_shape((size,))
             except ValueError as e:
-                raise ValueError(f"RNNParams at {path!r}: the target's sharding {sharding} cannot hold its buffer of "
-                                 f"{size} elements: {e}") from e
+                raise ValueError(
+                    f"RNNParams at {path!r}: the target's sharding {sharding} cannot hold its buffer of "
+                    f"{size} elements: {e}"
+                ) from e
             buffer_shardings.append(sharding)
-            converted_leaves.append(layout.unflatten_tree({
-                name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharded_canonical.canonical_sharding(sharding, shape))
-                for name, shape in _canonical_shapes(leaf.config).items()}))
+            converted_leaves.append(
+                layout.unflatten_tree(
+                    {
+                        name: jax.ShapeDtypeStruct(
+                            shape, dtype, sharding=sharded_canonical.canonical_sharding(sharding, shape)
+                        )
+                        for name, shape in _canonical_shapes(leaf.config).items()
+                    }
+                )
+            )
         abstract = jax.tree_util.tree_unflatten(treedef, converted_leaves)
         restored = self._restore_standard(directory, abstract, strict)
         restored_leaves = treedef.flatten_up_to(restored)
         placements = iter(buffer_shardings)
-        rebuilt = [_rebuild(sub, leaf.config, next(placements)) if isinstance(leaf, RNNParams) else sub
-                   for (_, leaf), sub in zip(leaves, restored_leaves, strict=True)]
+        rebuilt = [
+            _rebuild(sub, leaf.config, next(placements)) if isinstance(leaf, RNNParams) else sub
+            for (_, leaf), sub in zip(leaves, restored_leaves, strict=True)
+        ]
         return jax.tree_util.tree_unflatten(treedef, rebuilt)
 
     def _restore_standard(self, directory, abstract, strict):
@@ -304,8 +337,9 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
                 raise ValueError(f"checkpoint in {directory} does not match the target: {e}") from e
             raise CheckpointError(f"cannot read the checkpoint in {directory}: {e}") from e
         except Exception as e:  # tensorstore/OCDBT errors for truncated or missing files
-            raise CheckpointError(f"cannot read the checkpoint in {directory} (damaged or incomplete?): "
-                                  f"{type(e).__name__}: {e}") from e
+            raise CheckpointError(
+                f"cannot read the checkpoint in {directory} (damaged or incomplete?): {type(e).__name__}: {e}"
+            ) from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +358,7 @@ def _rebuild(tree: Any, config: RNNConfig, sharding: jax.sharding.Sharding | Non
 def _rebuild_untargeted(raw: Any, saved: Mapping[str, _Saved]) -> Any:
     """Puts RNNParams back at the recorded paths of a tree restored without a target (dicts and lists), each buffer
     on its recorded sharding (the tensors are on theirs, Orbax's choice without a target)."""
+
     def walk(node: Any, path: str) -> Any:
         if path in saved and isinstance(node, Mapping):
             return _rebuild(dict(node), saved[path].config, _buffer_sharding(None, saved[path].buffer_sharding))

@@ -5,7 +5,10 @@ from jax_cudnn_rnn import _deprecated
 
 __all__: list[str] = []
 
-__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.chunking", {
-    name: ("jax_cudnn_rnn.backends.fused.chunking", name, "jax_cudnn_rnn.rnn, which runs time chunks itself")
-    for name in ("allow_empty", "reverse_rows", "run_chunked")
-})
+__getattr__ = _deprecated.module_getattr(
+    "jax_cudnn_rnn.chunking",
+    {
+        name: ("jax_cudnn_rnn.backends.fused.chunking", name, "jax_cudnn_rnn.rnn, which runs time chunks itself")
+        for name in ("allow_empty", "reverse_rows", "run_chunked")
+    },
+)

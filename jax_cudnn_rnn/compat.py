@@ -45,27 +45,50 @@ from jax_cudnn_rnn.config import RNNConfig, check_int
 __all__ = ["get_num_params_in_lstm", "init_lstm_weight", "lstm", "unpack_lstm_weights"]
 
 
-def _config(input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: Any, dtype: Any = np.float32,
-            dropout: float = 0.0) -> RNNConfig:
+def _config(
+    input_size: Any,
+    hidden_size: Any,
+    num_layers: Any,
+    bidirectional: Any,
+    dtype: Any = np.float32,
+    dropout: float = 0.0,
+) -> RNNConfig:
     """The network ``jax.experimental.rnn``'s arguments describe, after checks that name them."""
     if not isinstance(bidirectional, (bool, np.bool_)) and bidirectional not in (0, 1):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
-    return RNNConfig(mode="lstm", num_layers=check_int("num_layers", num_layers, 1),
-                     num_units=check_int("hidden_size", hidden_size, 1),
-                     input_size=check_int("input_size", input_size, 1),
-                     direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype, dropout=dropout)
+    return RNNConfig(
+        mode="lstm",
+        num_layers=check_int("num_layers", num_layers, 1),
+        num_units=check_int("hidden_size", hidden_size, 1),
+        input_size=check_int("input_size", input_size, 1),
+        direction="bidirectional" if bidirectional else "unidirectional",
+        dtype=dtype,
+        dropout=dropout,
+    )
 
 
 def _argument_names(config: RNNConfig) -> _checks.ArgumentNames:
     """``jax.experimental.rnn.lstm``'s words for ``_checks.check_inputs``: batch-major x [batch, max_seq_length,
     input_size], h_0 and c_0 [num_directions * num_layers, batch, hidden_size], the flat ``weights`` sized by
     ``get_num_params_in_lstm``, everything in x's dtype."""
-    size_call = (f"get_num_params_in_lstm(input_size={config.input_size}, hidden_size={config.num_units}, "
-                 f"num_layers={config.num_layers}, bidirectional={config.num_directions == 2})")
-    return _checks.ArgumentNames(params="weights", x="x", h0="h_0", c0="c_0", input_size="input_size",
-                             params_size=size_call, dtype="x's dtype", axes=("max_seq_length", "batch", "input_size"),
-                             state_axes=("num_directions * num_layers", "hidden_size"), batch_major=True,
-                             caller="lstm()", layout_fix="pass jnp.swapaxes(x, 0, 1)")
+    size_call = (
+        f"get_num_params_in_lstm(input_size={config.input_size}, hidden_size={config.num_units}, "
+        f"num_layers={config.num_layers}, bidirectional={config.num_directions == 2})"
+    )
+    return _checks.ArgumentNames(
+        params="weights",
+        x="x",
+        h0="h_0",
+        c0="c_0",
+        input_size="input_size",
+        params_size=size_call,
+        dtype="x's dtype",
+        axes=("max_seq_length", "batch", "input_size"),
+        state_axes=("num_directions * num_layers", "hidden_size"),
+        batch_major=True,
+        caller="lstm()",
+        layout_fix="pass jnp.swapaxes(x, 0, 1)",
+    )
 
 
 def get_num_params_in_lstm(input_size: int, hidden_size: int, num_layers: int, bidirectional: bool) -> int:
@@ -84,8 +107,9 @@ def init_lstm_weight(rng: Any, input_size: int, hidden_size: int, num_layers: in
 Unpacked = tuple[dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array], dict[int, jax.Array]]
 
 
-def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_layers: int,
-                        bidirectional: bool) -> Unpacked:
+def unpack_lstm_weights(
+    weights: Any, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool
+) -> Unpacked:
     """(W_ih, W_hh, b_ih, b_hh), each a dict keyed by pseudo-layer (layer * D + direction): W_ih[p] [4H, in_p] (the
     gates i, f, g, o stacked, PyTorch's ``weight_ih``), W_hh[p] [4H, H], b_ih[p] and b_hh[p] [4H]."""
     if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
@@ -95,7 +119,7 @@ def unpack_lstm_weights(weights: Any, input_size: int, hidden_size: int, num_lay
     matrices, biases = layout.params_to_canonical(weights, config)
     result: Unpacked = ({}, {}, {}, {})
     for pseudo in range(config.num_layers * config.num_directions):
-        w, b = matrices[8 * pseudo:8 * pseudo + 8], biases[8 * pseudo:8 * pseudo + 8]
+        w, b = matrices[8 * pseudo : 8 * pseudo + 8], biases[8 * pseudo : 8 * pseudo + 8]
         result[0][pseudo] = jnp.concatenate(w[:4])
         result[1][pseudo] = jnp.concatenate(w[4:])
         result[2][pseudo] = jnp.concatenate(b[:4])
@@ -123,9 +147,22 @@ def _precision(precision: Any) -> Any:
     return precision
 
 
-def lstm(x: Any, h_0: Any, c_0: Any, weights: Any, seq_lengths: Any, input_size: int, hidden_size: int,
-         num_layers: int, dropout: float, bidirectional: bool, precision: Any = None, *, dropout_key: Any = None,
-         implementation: str | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+def lstm(
+    x: Any,
+    h_0: Any,
+    c_0: Any,
+    weights: Any,
+    seq_lengths: Any,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    bidirectional: bool,
+    precision: Any = None,
+    *,
+    dropout_key: Any = None,
+    implementation: str | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``jax.experimental.rnn.lstm``: a stacked LSTM over a batch-major batch, on every platform.
 
     Args:
@@ -157,11 +194,22 @@ def lstm(x: Any, h_0: Any, c_0: Any, weights: Any, seq_lengths: Any, input_size:
     _checks.check_inputs(weights, x, h_0, c_0, config, seq_lengths, names=_argument_names(config))
     applies = rate > 0 and config.num_layers > 1
     if applies and dropout_key is None:
-        raise ValueError(f"dropout is {dropout} between {config.num_layers} layers but dropout_key is None: "
-                         f"jax.experimental.rnn's dropout has no reproducible meaning (cuDNN without random states; "
-                         f"its lstm_ref refuses it); pass dropout_key=jax.random.key(...) for this library's "
-                         f"inter-layer dropout, or dropout=0.0")
-    y, h_n, c_n = ops.rnn(weights, jnp.swapaxes(x, 0, 1), h_0, c_0, config, seq_lengths=seq_lengths,
-                          is_training=applies, dropout_key=dropout_key if applies else None,
-                          implementation=implementation, precision=_precision(precision))
+        raise ValueError(
+            f"dropout is {dropout} between {config.num_layers} layers but dropout_key is None: "
+            f"jax.experimental.rnn's dropout has no reproducible meaning (cuDNN without random states; "
+            f"its lstm_ref refuses it); pass dropout_key=jax.random.key(...) for this library's "
+            f"inter-layer dropout, or dropout=0.0"
+        )
+    y, h_n, c_n = ops.rnn(
+        weights,
+        jnp.swapaxes(x, 0, 1),
+        h_0,
+        c_0,
+        config,
+        seq_lengths=seq_lengths,
+        is_training=applies,
+        dropout_key=dropout_key if applies else None,
+        implementation=implementation,
+        precision=_precision(precision),
+    )
     return jnp.swapaxes(y, 0, 1), h_n, c_n

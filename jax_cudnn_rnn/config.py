@@ -15,8 +15,17 @@ import numpy as np
 
 from jax_cudnn_rnn import cells
 
-__all__ = ["BIAS_MODES", "DIRECTIONS", "GATE_NAMES", "INPUT_MODES", "LAYOUT_FIELDS", "MODES", "RNNConfig",
-           "SUPPORTED_DTYPES", "canonical_dtype"]
+__all__ = [
+    "BIAS_MODES",
+    "DIRECTIONS",
+    "GATE_NAMES",
+    "INPUT_MODES",
+    "LAYOUT_FIELDS",
+    "MODES",
+    "RNNConfig",
+    "SUPPORTED_DTYPES",
+    "canonical_dtype",
+]
 
 #: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four).
 MODES = cells.MODES
@@ -42,8 +51,9 @@ def canonical_dtype(dtype: Any, *, argument: str = "dtype") -> np.dtype:
     try:
         result = np.dtype(dtype)
     except TypeError as e:
-        raise TypeError(f"{argument} is {dtype!r}, which is not a dtype; expected one of "
-                        f"{[d.name for d in SUPPORTED_DTYPES]}") from e
+        raise TypeError(
+            f"{argument} is {dtype!r}, which is not a dtype; expected one of {[d.name for d in SUPPORTED_DTYPES]}"
+        ) from e
     if result not in SUPPORTED_DTYPES:
         raise TypeError(f"{argument} is {result.name}; expected one of {[d.name for d in SUPPORTED_DTYPES]}")
     return result
@@ -54,8 +64,11 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     ``minimum``; the TypeError or ValueError names it as ``name``, the caller's word for it (``"num_units"``,
     ``"hidden_size"``). A value traced by ``jax.jit`` is called one, with the fix: sizes must be static."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        kind = ("a traced value (mark it static under jax.jit)" if isinstance(value, jax.core.Tracer) else
-                f"{type(value).__name__} {value!r}")
+        kind = (
+            "a traced value (mark it static under jax.jit)"
+            if isinstance(value, jax.core.Tracer)
+            else f"{type(value).__name__} {value!r}"
+        )
         raise TypeError(f"{name} must be an int, got {kind}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
@@ -70,8 +83,7 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 #: Fields of RNNConfig that decide which canonical tensors exist and their shapes (and so the buffer's layout); the
 #: others (dtype, dropout, cell_clip) change how the weights are stored or used, not which weights there are.
-LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size",
-                 "bias_mode")
+LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size", "bias_mode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,25 +137,32 @@ class RNNConfig:
         if input_mode == "auto_select":
             input_mode = "skip_input" if self.input_size == self.num_units else "linear_input"
         if input_mode == "skip_input" and self.input_size != self.num_units:
-            raise ValueError(f"input_mode 'skip_input' needs input_size == num_units, got input_size "
-                             f"{self.input_size} and num_units {self.num_units}")
+            raise ValueError(
+                f"input_mode 'skip_input' needs input_size == num_units, got input_size "
+                f"{self.input_size} and num_units {self.num_units}"
+            )
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float, np.floating)):
             raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         check_int("proj_size", self.proj_size, 0)
         if self.proj_size and self.mode != "lstm":
-            raise ValueError(f"proj_size is {self.proj_size}; projection exists only for mode 'lstm', got mode "
-                             f"{self.mode!r} (use proj_size=0)")
+            raise ValueError(
+                f"proj_size is {self.proj_size}; projection exists only for mode 'lstm', got mode "
+                f"{self.mode!r} (use proj_size=0)"
+            )
         if self.proj_size >= self.num_units:
-            raise ValueError(f"proj_size must be 0 (off) or in [1, num_units) = [1, {self.num_units}), got "
-                             f"{self.proj_size}")
+            raise ValueError(
+                f"proj_size must be 0 (off) or in [1, num_units) = [1, {self.num_units}), got {self.proj_size}"
+            )
         if self.cell_clip is not None:
             if isinstance(self.cell_clip, bool) or not isinstance(self.cell_clip, (int, float, np.floating)):
                 raise TypeError(f"cell_clip must be None or a float, got {type(self.cell_clip).__name__}")
             if self.mode != "lstm":
-                raise ValueError(f"cell_clip is {self.cell_clip}; clipping exists only for mode 'lstm', got mode "
-                                 f"{self.mode!r} (use cell_clip=None)")
+                raise ValueError(
+                    f"cell_clip is {self.cell_clip}; clipping exists only for mode 'lstm', got mode "
+                    f"{self.mode!r} (use cell_clip=None)"
+                )
             if not (np.isfinite(self.cell_clip) and self.cell_clip > 0):
                 raise ValueError(f"cell_clip must be None or a finite value > 0, got {self.cell_clip}")
             object.__setattr__(self, "cell_clip", float(self.cell_clip))

@@ -10,10 +10,13 @@ from jax_cudnn_rnn.backends.cudnn.extension import cudnn_library_path, registere
 __all__ = ["EXPORT_ADVICE", "MAX_TIME_STEPS", "cudnn_library_path", "export", "registered_targets"]
 
 # One path each: whether the cuDNN extension is loaded is jax_cudnn_rnn.extension_loaded()/extension_error().
-__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.cudnn", {
-    name: ("jax_cudnn_rnn.backends.cudnn.extension", name, f"jax_cudnn_rnn.{name}")
-    for name in ("extension_loaded", "extension_error")
-})
+__getattr__ = _deprecated.module_getattr(
+    "jax_cudnn_rnn.cudnn",
+    {
+        name: ("jax_cudnn_rnn.backends.cudnn.extension", name, f"jax_cudnn_rnn.{name}")
+        for name in ("extension_loaded", "extension_error")
+    },
+)
 
 #: What to do instead, in the error that ``jax.export`` of a computation with a cuDNN call raises.
 EXPORT_ADVICE = _exporting.EXPORT_ADVICE

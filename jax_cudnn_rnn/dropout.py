@@ -27,8 +27,10 @@ def dropout_masks(key: jax.Array, config: RNNConfig, shape: tuple[int, ...], dty
     ``jax.random.fold_in(key, l)`` so that it does not depend on the implementation or on the other layers.
     """
     keep = 1.0 - config.dropout
-    return [jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape).astype(dtype) / jnp.asarray(keep, dtype)
-            for layer in range(config.num_layers - 1)]
+    return [
+        jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape).astype(dtype) / jnp.asarray(keep, dtype)
+        for layer in range(config.num_layers - 1)
+    ]
 
 
 def masks_for(key: jax.Array, config: RNNConfig, x_shape: tuple[int, ...]) -> list[jax.Array]:

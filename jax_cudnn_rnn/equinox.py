@@ -34,8 +34,16 @@ from jax_cudnn_rnn.params import RNNParams
 __all__ = ["GRU", "LSTM", "RNN"]
 
 
-def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, bidirectional: Any, use_bias: Any,
-                 dropout: Any, dtype: Any) -> RNNConfig:
+def _make_config(
+    mode: str,
+    input_size: Any,
+    hidden_size: Any,
+    num_layers: Any,
+    bidirectional: Any,
+    use_bias: Any,
+    dropout: Any,
+    dtype: Any,
+) -> RNNConfig:
     """The config, after checks that name this module's arguments (RNNConfig's own would say num_units, direction)."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
@@ -43,22 +51,34 @@ def _make_config(mode: str, input_size: Any, hidden_size: Any, num_layers: Any, 
         raise TypeError(f"use_bias must be a bool, got {type(use_bias).__name__} {use_bias!r}")
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-    return RNNConfig(mode=mode, num_layers=check_int("num_layers", num_layers, 1),
-                     num_units=check_int("hidden_size", hidden_size, 1),
-                     input_size=check_int("input_size", input_size, 1),
-                     direction="bidirectional" if bidirectional else "unidirectional",
-                     bias_mode="double" if use_bias else "none", dropout=float(dropout),
-                     dtype=jnp.float32 if dtype is None else dtype)
+    return RNNConfig(
+        mode=mode,
+        num_layers=check_int("num_layers", num_layers, 1),
+        num_units=check_int("hidden_size", hidden_size, 1),
+        input_size=check_int("input_size", input_size, 1),
+        direction="bidirectional" if bidirectional else "unidirectional",
+        bias_mode="double" if use_bias else "none",
+        dropout=float(dropout),
+        dtype=jnp.float32 if dtype is None else dtype,
+    )
 
 
 def _argument_names(has_cell_state: bool) -> _checks.ArgumentNames:
     """The words the modules' errors use (``_checks.check_inputs``): unbatched x [time, input_size], the state as
     ``state`` (``state[0] (h)`` and ``state[1] (c)`` for an LSTM) without a batch axis, ``seq_length`` one length."""
     h0, c0 = ("state[0] (h)", "state[1] (c)") if has_cell_state else ("state", "state")
-    return _checks.ArgumentNames(x="x", h0=h0, c0=c0, seq_lengths="seq_length", input_size="input_size",
-                             dtype="the module's dtype", axes=("time", None, "input_size"),
-                             state_axes=("num_layers*num_directions", "hidden_size"), caller="The module",
-                             layout_fix="unbatched: jax.vmap the model over a batch")
+    return _checks.ArgumentNames(
+        x="x",
+        h0=h0,
+        c0=c0,
+        seq_lengths="seq_length",
+        input_size="input_size",
+        dtype="the module's dtype",
+        axes=("time", None, "input_size"),
+        state_axes=("num_layers*num_directions", "hidden_size"),
+        caller="The module",
+        layout_fix="unbatched: jax.vmap the model over a batch",
+    )
 
 
 class _FusedRNN(eqx.Module):
@@ -69,8 +89,7 @@ class _FusedRNN(eqx.Module):
     implementation: str | None = eqx.field(static=True)
     precision: str | None = eqx.field(static=True)
 
-    def _init(self, config: RNNConfig, inference: bool, implementation: str | None, precision: Any,
-              key: Any) -> None:
+    def _init(self, config: RNNConfig, inference: bool, implementation: str | None, precision: Any, key: Any) -> None:
         if key is None:
             raise ValueError("key is None; pass a JAX PRNG key (jax.random.key(seed)) to initialise the parameters")
         self.params = RNNParams.init(key, config)
@@ -125,17 +144,28 @@ class _FusedRNN(eqx.Module):
         _checks.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
         reason = None if seq_length is None else ops.refuses_lengths(self.implementation, config)
         if reason:  # rnn() would blame seq_lengths, which the caller never passed
-            raise ValueError(f"seq_length was given, but implementation={self.implementation!r} has no per-sequence "
-                             f"lengths (it needs {reason}); use implementation=None (the best one that can) or 'xla'")
+            raise ValueError(
+                f"seq_length was given, but implementation={self.implementation!r} has no per-sequence "
+                f"lengths (it needs {reason}); use implementation=None (the best one that can) or 'xla'"
+            )
         lengths = None if seq_length is None else jnp.reshape(seq_length, (1,))
         dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
         if dropout_applies and key is None:
-            raise ValueError(f"key is None; dropout={config.dropout} between the {config.num_layers} layers needs a "
-                             f"PRNG key when the module is not in inference mode (or use eqx.nn.inference_mode)")
-        y, h_n, c_n = ops.rnn(self.params, x[:, None], h0[:, None], None if c0 is None else c0[:, None],
-                              seq_lengths=lengths, is_training=dropout_applies,
-                              dropout_key=key if dropout_applies else None, implementation=self.implementation,
-                              precision=self.precision)
+            raise ValueError(
+                f"key is None; dropout={config.dropout} between the {config.num_layers} layers needs a "
+                f"PRNG key when the module is not in inference mode (or use eqx.nn.inference_mode)"
+            )
+        y, h_n, c_n = ops.rnn(
+            self.params,
+            x[:, None],
+            h0[:, None],
+            None if c0 is None else c0[:, None],
+            seq_lengths=lengths,
+            is_training=dropout_applies,
+            dropout_key=key if dropout_applies else None,
+            implementation=self.implementation,
+            precision=self.precision,
+        )
         final = (h_n[:, 0], c_n[:, 0]) if config.has_cell_state else h_n[:, 0]
         return y[:, 0], final
 
@@ -153,25 +183,55 @@ class _FromCells(_FusedRNN):
         return interop.canonical_to_equinox(weights, biases, self.config)
 
     @classmethod
-    def from_cells(cls, cells: Sequence[Sequence[Any]], *, dropout: float = 0.0, inference: bool = False,
-                   implementation: str | None = None, precision: Any = None):
+    def from_cells(
+        cls,
+        cells: Sequence[Sequence[Any]],
+        *,
+        dropout: float = 0.0,
+        inference: bool = False,
+        implementation: str | None = None,
+        precision: Any = None,
+    ):
         """A module holding the weights of ``cells[layer][direction]`` (``eqx.nn.LSTMCell`` for ``LSTM``,
         ``eqx.nn.GRUCell`` for ``GRU``; one direction, or [forward, backward]); sizes, ``use_bias`` and dtype are
         the cells'. Errors name the cell and field that do not fit (``interop.equinox_to_canonical``)."""
-        if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) or not cells or \
-                not isinstance(cells[0], Sequence) or not cells[0]:
-            raise TypeError(f"cells must be a non-empty list of lists cells[layer][direction], got "
-                            f"{type(cells).__name__}")
+        if (
+            isinstance(cells, (str, bytes))
+            or not isinstance(cells, Sequence)
+            or not cells
+            or not isinstance(cells[0], Sequence)
+            or not cells[0]
+        ):
+            raise TypeError(
+                f"cells must be a non-empty list of lists cells[layer][direction], got {type(cells).__name__}"
+            )
         first = cells[0][0]
         if not hasattr(first, "weight_ih"):
             raise TypeError(f"cells[0][0] is a {type(first).__name__}; expected an eqx.nn cell")
-        config = _make_config(cls._mode, first.input_size, first.hidden_size, len(cells), len(cells[0]) == 2,
-                              bool(first.use_bias), dropout, np.dtype(first.weight_ih.dtype))
+        config = _make_config(
+            cls._mode,
+            first.input_size,
+            first.hidden_size,
+            len(cells),
+            len(cells[0]) == 2,
+            bool(first.use_bias),
+            dropout,
+            np.dtype(first.weight_ih.dtype),
+        )
         weights, biases = interop.equinox_to_canonical(cells, config)
-        module = cls(config.input_size, config.num_units, num_layers=config.num_layers,
-                     bidirectional=config.num_directions == 2, use_bias=config.bias_mode != "none",
-                     dropout=config.dropout, inference=inference, dtype=config.dtype, implementation=implementation,
-                     precision=precision, key=jax.random.key(0))  # the key only fills what tree_at replaces
+        module = cls(
+            config.input_size,
+            config.num_units,
+            num_layers=config.num_layers,
+            bidirectional=config.num_directions == 2,
+            use_bias=config.bias_mode != "none",
+            dropout=config.dropout,
+            inference=inference,
+            dtype=config.dtype,
+            implementation=implementation,
+            precision=precision,
+            key=jax.random.key(0),
+        )  # the key only fills what tree_at replaces
         return eqx.tree_at(lambda m: m.params, module, RNNParams.from_canonical(weights, biases, config))
 
 
@@ -186,11 +246,28 @@ class LSTM(_FromCells):
 
     _mode = "lstm"
 
-    def __init__(self, input_size: int, hidden_size: int, *, num_layers: int = 1, bidirectional: bool = False,
-                 use_bias: bool = True, dropout: float = 0.0, inference: bool = False, dtype: Any = None,
-                 implementation: str | None = None, precision: Any = None, key: Any):
-        self._init(_make_config("lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
-                   inference, implementation, precision, key)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        use_bias: bool = True,
+        dropout: float = 0.0,
+        inference: bool = False,
+        dtype: Any = None,
+        implementation: str | None = None,
+        precision: Any = None,
+        key: Any,
+    ):
+        self._init(
+            _make_config("lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+            inference,
+            implementation,
+            precision,
+            key,
+        )
 
 
 class GRU(_FromCells):
@@ -199,21 +276,58 @@ class GRU(_FromCells):
 
     _mode = "gru"
 
-    def __init__(self, input_size: int, hidden_size: int, *, num_layers: int = 1, bidirectional: bool = False,
-                 use_bias: bool = True, dropout: float = 0.0, inference: bool = False, dtype: Any = None,
-                 implementation: str | None = None, precision: Any = None, key: Any):
-        self._init(_make_config("gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
-                   inference, implementation, precision, key)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        use_bias: bool = True,
+        dropout: float = 0.0,
+        inference: bool = False,
+        dtype: Any = None,
+        implementation: str | None = None,
+        precision: Any = None,
+        key: Any,
+    ):
+        self._init(
+            _make_config("gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+            inference,
+            implementation,
+            precision,
+            key,
+        )
 
 
 class RNN(_FusedRNN):
     """A stacked vanilla RNN, h' = tanh or relu(W x + b_W + R h + b_R) (PyTorch's ``nn.RNN``): arguments as
     ``LSTM``'s plus ``nonlinearity`` ("tanh" or "relu"); call: ``y, h = model(x, state=None, ...)``."""
 
-    def __init__(self, input_size: int, hidden_size: int, *, nonlinearity: str = "tanh", num_layers: int = 1,
-                 bidirectional: bool = False, use_bias: bool = True, dropout: float = 0.0, inference: bool = False,
-                 dtype: Any = None, implementation: str | None = None, precision: Any = None, key: Any):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        nonlinearity: str = "tanh",
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        use_bias: bool = True,
+        dropout: float = 0.0,
+        inference: bool = False,
+        dtype: Any = None,
+        implementation: str | None = None,
+        precision: Any = None,
+        key: Any,
+    ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity is {nonlinearity!r}; expected 'tanh' or 'relu'")
-        self._init(_make_config("rnn_" + nonlinearity, input_size, hidden_size, num_layers, bidirectional, use_bias,
-                                dropout, dtype), inference, implementation, precision, key)
+        self._init(
+            _make_config(
+                "rnn_" + nonlinearity, input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype
+            ),
+            inference,
+            implementation,
+            precision,
+            key,
+        )

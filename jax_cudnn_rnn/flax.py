@@ -27,14 +27,34 @@ from jax_cudnn_rnn.params import RNNParams
 __all__ = ["GRU", "LSTM", "RNN", "apply_rnn", "argument_names", "carry_batch", "make_config", "zero_carry"]
 
 
-def make_config(mode: str, num_units: int, num_layers: int, input_size: int, direction: str, input_mode: str,
-                dropout: float, dtype: Any, proj_size: int = 0, cell_clip: float | None = None,
-                bias_mode: str = "double") -> RNNConfig:
+def make_config(
+    mode: str,
+    num_units: int,
+    num_layers: int,
+    input_size: int,
+    direction: str,
+    input_mode: str,
+    dropout: float,
+    dtype: Any,
+    proj_size: int = 0,
+    cell_clip: float | None = None,
+    bias_mode: str = "double",
+) -> RNNConfig:
     """The ``RNNConfig`` of a module's fields (the linen module's, and NNX's with ``in_features`` as input_size), its
     buffer in ``dtype`` (the modules' ``param_dtype``)."""
-    return RNNConfig(mode=mode, num_layers=num_layers, num_units=num_units, input_size=input_size,
-                     direction=direction, input_mode=input_mode, dropout=dropout, dtype=dtype, proj_size=proj_size,
-                     cell_clip=cell_clip, bias_mode=bias_mode)
+    return RNNConfig(
+        mode=mode,
+        num_layers=num_layers,
+        num_units=num_units,
+        input_size=input_size,
+        direction=direction,
+        input_mode=input_mode,
+        dropout=dropout,
+        dtype=dtype,
+        proj_size=proj_size,
+        cell_clip=cell_clip,
+        bias_mode=bias_mode,
+    )
 
 
 def zero_carry(config: RNNConfig, batch: int, dtype: Any) -> Any:
@@ -52,24 +72,36 @@ def carry_batch(input_shape: Any, time_major: bool) -> int:
         return shape[0]
     if len(shape) == 3:
         return shape[1] if time_major else shape[0]
-    raise ValueError(f"input_shape is {shape}; expected the input's shape "
-                     f"({'time, batch' if time_major else 'batch, time'}, features) or one step's (batch, features)")
+    raise ValueError(
+        f"input_shape is {shape}; expected the input's shape "
+        f"({'time, batch' if time_major else 'batch, time'}, features) or one step's (batch, features)"
+    )
 
 
-def argument_names(time_major: bool, has_cell_state: bool = False,
-                   input_size: str = "the module's input size") -> _checks.ArgumentNames:
+def argument_names(
+    time_major: bool, has_cell_state: bool = False, input_size: str = "the module's input size"
+) -> _checks.ArgumentNames:
     """The words the modules' errors use (``_checks.check_inputs``): their own arguments, x in their layout, the carry's
     parts as ``initial_carry[0]``/``[1]`` when it holds a cell state (LSTM); ``input_size`` says what sets x's last
     axis."""
     h0, c0 = ("initial_carry[0]", "initial_carry[1]") if has_cell_state else ("initial_carry", "initial_carry")
-    return _checks.ArgumentNames(params="rnn_params", x="x", h0=h0, c0=c0, input_size=input_size, dtype=None,
-                             axes=("time", "batch", "features"), batch_major=not time_major, caller="The module",
-                             layout_fix=f"pass jnp.swapaxes(x, 0, 1), or build the module with "
-                                        f"time_major={not time_major}")
+    return _checks.ArgumentNames(
+        params="rnn_params",
+        x="x",
+        h0=h0,
+        c0=c0,
+        input_size=input_size,
+        dtype=None,
+        axes=("time", "batch", "features"),
+        batch_major=not time_major,
+        caller="The module",
+        layout_fix=f"pass jnp.swapaxes(x, 0, 1), or build the module with time_major={not time_major}",
+    )
 
 
 def _split_carry(initial_carry: Any, config: RNNConfig) -> tuple[Any, Any]:
     """(h0, c0) from ``initial_carry``: the pair ``(h, c)`` for LSTM, ``h`` alone (c0 None) otherwise."""
+
     def described(value):
         if isinstance(value, (tuple, list)):
             return f"a {type(value).__name__} of {len(value)}"
@@ -79,20 +111,37 @@ def _split_carry(initial_carry: Any, config: RNNConfig) -> tuple[Any, Any]:
     hidden = "proj_size" if config.proj_size else "num_units"
     if config.has_cell_state:
         if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
-            raise TypeError(f"initial_carry is {described(initial_carry)}; mode 'lstm' carries a pair (h, c) of "
-                            f"[num_layers*num_directions, batch, {hidden}] and [num_layers*num_directions, batch, "
-                            f"num_units] arrays")
+            raise TypeError(
+                f"initial_carry is {described(initial_carry)}; mode 'lstm' carries a pair (h, c) of "
+                f"[num_layers*num_directions, batch, {hidden}] and [num_layers*num_directions, batch, "
+                f"num_units] arrays"
+            )
         return initial_carry[0], initial_carry[1]
     if isinstance(initial_carry, (tuple, list)):
-        raise TypeError(f"initial_carry is {described(initial_carry)}; mode {config.mode!r} carries h alone, one "
-                        f"[num_layers*num_directions, batch, {hidden}] array")
+        raise TypeError(
+            f"initial_carry is {described(initial_carry)}; mode {config.mode!r} carries h alone, one "
+            f"[num_layers*num_directions, batch, {hidden}] array"
+        )
     return initial_carry, None
 
 
-def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major: bool, seq_lengths: Any = None,
-              initial_carry: Any = None, dropout_key: Any = None, implementation: str | None = None,
-              precision: Any = None, algorithm: str | None = None, return_carry: bool = False, resets: Any = None,
-              max_segments: int | None = None, input_size_name: str = "the module's input size"):
+def apply_rnn(
+    params: RNNParams,
+    x: jax.Array,
+    *,
+    compute_dtype: Any,
+    time_major: bool,
+    seq_lengths: Any = None,
+    initial_carry: Any = None,
+    dropout_key: Any = None,
+    implementation: str | None = None,
+    precision: Any = None,
+    algorithm: str | None = None,
+    return_carry: bool = False,
+    resets: Any = None,
+    max_segments: int | None = None,
+    input_size_name: str = "the module's input size",
+):
     """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (x, the carry and the
     buffer are cast to it).
 
@@ -129,9 +178,21 @@ def apply_rnn(params: RNNParams, x: jax.Array, *, compute_dtype: Any, time_major
         resets = resets.T
     h0 = jnp.asarray(h0, compute_dtype)
     c0 = None if c0 is None else jnp.asarray(c0, compute_dtype)
-    y, h_n, c_n = ops.rnn(buffer, xs, h0, c0, run_config, seq_lengths=seq_lengths,
-                          is_training=dropout_key is not None, dropout_key=dropout_key, implementation=implementation,
-                          precision=precision, algorithm=algorithm, resets=resets, max_segments=max_segments)
+    y, h_n, c_n = ops.rnn(
+        buffer,
+        xs,
+        h0,
+        c0,
+        run_config,
+        seq_lengths=seq_lengths,
+        is_training=dropout_key is not None,
+        dropout_key=dropout_key,
+        implementation=implementation,
+        precision=precision,
+        algorithm=algorithm,
+        resets=resets,
+        max_segments=max_segments,
+    )
     if not time_major:
         y = jnp.swapaxes(y, 0, 1)
     if not return_carry:
@@ -146,8 +207,10 @@ def _with_config(params: Any, config: RNNConfig, input_size: int) -> RNNParams:
         raise TypeError(f"rnn_params is a {type(params).__name__}; expected an RNNParams for {config}")
     differing = [f for f in (*LAYOUT_FIELDS, "dtype") if getattr(params.config, f) != getattr(config, f)]
     if "input_size" in differing:
-        raise ValueError(f"x has {input_size} features (its last axis) but the module's parameters were made for "
-                         f"input_size={params.config.input_size}")
+        raise ValueError(
+            f"x has {input_size} features (its last axis) but the module's parameters were made for "
+            f"input_size={params.config.input_size}"
+        )
     if differing:
         fields = ", ".join(f"{f}={getattr(params.config, f)!r} (module: {getattr(config, f)!r})" for f in differing)
         raise ValueError(f"rnn_params does not match this module: the parameters have {fields}")
@@ -206,15 +269,33 @@ class RNN(nn.Module):
         c [num_layers*D, B, num_units], in the module's computation dtype.
         """
         del rng
-        config = make_config(self.mode, self.num_units, self.num_layers, input_shape[-1], self.direction,
-                             self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
-                             self.bias_mode)
+        config = make_config(
+            self.mode,
+            self.num_units,
+            self.num_layers,
+            input_shape[-1],
+            self.direction,
+            self.input_mode,
+            self.dropout,
+            self.param_dtype,
+            self.proj_size,
+            self.cell_clip,
+            self.bias_mode,
+        )
         return zero_carry(config, carry_batch(input_shape, self.time_major), self.dtype or self.param_dtype)
 
     @nn.compact
-    def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
-                 deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
-                 max_segments: int | None = None):
+    def __call__(
+        self,
+        x: jax.Array,
+        seq_lengths: Any = None,
+        initial_carry: Any = None,
+        *,
+        deterministic: bool | None = None,
+        return_carry: bool = False,
+        resets: Any = None,
+        max_segments: int | None = None,
+    ):
         """Runs the network over x ([B, T, I], or [T, B, I] when ``time_major``); ``seq_lengths`` int [B],
         ``initial_carry`` (``(h, c)`` for LSTM, ``h`` otherwise, each [num_layers*D, B, hidden]), ``resets`` bool
         [B, T] ([T, B] when ``time_major``) and ``max_segments`` as in ``apply_rnn``; dropout applies unless
@@ -222,9 +303,19 @@ class RNN(nn.Module):
         ``(carry, y)`` with ``return_carry``. At init, x's last axis sets the input size."""
         # x's last axis sizes the parameters at init: x_dims reports an x that is not a rank-3 array first
         input_size = _checks.x_dims(x, argument_names(self.time_major))[2]
-        config = make_config(self.mode, self.num_units, self.num_layers, input_size, self.direction,
-                             self.input_mode, self.dropout, self.param_dtype, self.proj_size, self.cell_clip,
-                             self.bias_mode)
+        config = make_config(
+            self.mode,
+            self.num_units,
+            self.num_layers,
+            input_size,
+            self.direction,
+            self.input_mode,
+            self.dropout,
+            self.param_dtype,
+            self.proj_size,
+            self.cell_clip,
+            self.bias_mode,
+        )
         if self.has_variable("params", "rnn_params"):  # compare before Flax's own, less specific, shape check
             params = self.get_variable("params", "rnn_params")
         else:
@@ -235,10 +326,21 @@ class RNN(nn.Module):
         dropout_key = None
         if not deterministic and config.dropout > 0 and config.num_layers > 1:
             dropout_key = self.make_rng("dropout")
-        return apply_rnn(params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
-                         seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
-                         implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
-                         return_carry=return_carry, resets=resets, max_segments=max_segments)
+        return apply_rnn(
+            params,
+            x,
+            compute_dtype=self.dtype or self.param_dtype,
+            time_major=self.time_major,
+            seq_lengths=seq_lengths,
+            initial_carry=initial_carry,
+            dropout_key=dropout_key,
+            implementation=self.implementation,
+            precision=self.precision,
+            algorithm=self.algorithm,
+            return_carry=return_carry,
+            resets=resets,
+            max_segments=max_segments,
+        )
 
 
 class LSTM(RNN):

@@ -5,7 +5,10 @@ from jax_cudnn_rnn import _deprecated
 
 __all__: list[str] = []
 
-__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.flax_cells", {
-    name: ("jax_cudnn_rnn.interop.flax_cells", name, f"jax_cudnn_rnn.interop.flax_cells.{name}")
-    for name in ("FlaxCellStack", "make_cell")
-})
+__getattr__ = _deprecated.module_getattr(
+    "jax_cudnn_rnn.flax_cells",
+    {
+        name: ("jax_cudnn_rnn.interop.flax_cells", name, f"jax_cudnn_rnn.interop.flax_cells.{name}")
+        for name in ("FlaxCellStack", "make_cell")
+    },
+)

@@ -52,9 +52,11 @@ from jax_cudnn_rnn import _checks, interop, layout, ops
 from jax_cudnn_rnn.config import RNNConfig
 
 if keras.backend.backend() != "jax":
-    raise ImportError(f"jax_cudnn_rnn.keras needs Keras 3 on the JAX backend; keras was imported with backend "
-                      f"{keras.backend.backend()!r}. Set the environment variable KERAS_BACKEND=jax before keras is "
-                      f"first imported")
+    raise ImportError(
+        f"jax_cudnn_rnn.keras needs Keras 3 on the JAX backend; keras was imported with backend "
+        f"{keras.backend.backend()!r}. Set the environment variable KERAS_BACKEND=jax before keras is "
+        f"first imported"
+    )
 
 __all__ = ["GRU", "LSTM", "SimpleRNN"]
 
@@ -81,13 +83,13 @@ def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNCon
     columns = [interop.KERAS_GATES[config.mode].index(gate) for gate in config.gate_names]
 
     def gates(matrix: Any) -> list[Any]:  # [in, G*H] -> G matrices [H, in], canonical order
-        return [matrix[:, j * units:(j + 1) * units].T for j in columns]
+        return [matrix[:, j * units : (j + 1) * units].T for j in columns]
 
     weights = gates(kernel) + gates(recurrent_kernel)
     biases = []
     if bias is not None:
-        for row in (bias[None] if bias.ndim == 1 else bias):
-            biases += [row[j * units:(j + 1) * units] for j in columns]
+        for row in bias[None] if bias.ndim == 1 else bias:
+            biases += [row[j * units : (j + 1) * units] for j in columns]
     return layout.canonical_to_params(weights, biases, config)
 
 
@@ -96,21 +98,24 @@ def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str
     ``implementation`` goes back into ``kwargs`` for the cell."""
     if isinstance(implementation, (int, np.integer)) and not isinstance(implementation, bool):
         if implementation not in _KERAS_IMPLEMENTATIONS:
-            raise ValueError(f"implementation is {implementation!r}; expected None, one of rnn()'s implementations "
-                             f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 1 or 2")
+            raise ValueError(
+                f"implementation is {implementation!r}; expected None, one of rnn()'s implementations "
+                f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 1 or 2"
+            )
         kwargs["implementation"] = int(implementation)
         implementation = None
     if implementation is not None and not isinstance(implementation, str):
-        raise TypeError(f"implementation must be None or a str, got {type(implementation).__name__} "
-                        f"{implementation!r}")
+        raise TypeError(f"implementation must be None or a str, got {type(implementation).__name__} {implementation!r}")
     if use_cudnn not in ("auto", True, False):
         raise ValueError(f"use_cudnn is {use_cudnn!r}; expected 'auto', True or False")
     if use_cudnn == "auto":
         return implementation
     wanted = "cudnn" if use_cudnn is True else "xla"
     if implementation is not None and (implementation == "cudnn") != (use_cudnn is True):
-        raise ValueError(f"use_cudnn={use_cudnn} contradicts implementation={implementation!r}; pass one of them "
-                         f"(use_cudnn={use_cudnn} means implementation={wanted!r})")
+        raise ValueError(
+            f"use_cudnn={use_cudnn} contradicts implementation={implementation!r}; pass one of them "
+            f"(use_cudnn={use_cudnn} means implementation={wanted!r})"
+        )
     return implementation or wanted
 
 
@@ -130,9 +135,18 @@ def _argument_names(mode: str) -> _checks.ArgumentNames:
     """Keras's words for ``_checks.check_inputs``: ``inputs`` [batch, timesteps, features], the states
     ``initial_state[0] (h)`` and ``initial_state[1] (c)`` (LSTM), each [batch, units], without a layer axis."""
     h0, c0 = ("initial_state[0] (h)", "initial_state[1] (c)") if mode == "lstm" else ("initial_state[0] (h)",) * 2
-    return _checks.ArgumentNames(x="inputs", h0=h0, c0=c0, input_size="the number of features the layer was built for",
-                             dtype=None, axes=("timesteps", "batch", "features"), state_axes=(None, "units"),
-                             batch_major=True, caller="The layer", layout_fix="pass keras.ops.swapaxes(inputs, 0, 1)")
+    return _checks.ArgumentNames(
+        x="inputs",
+        h0=h0,
+        c0=c0,
+        input_size="the number of features the layer was built for",
+        dtype=None,
+        axes=("timesteps", "batch", "features"),
+        state_axes=(None, "units"),
+        batch_major=True,
+        caller="The layer",
+        layout_fix="pass keras.ops.swapaxes(inputs, 0, 1)",
+    )
 
 
 class _Fused:
@@ -143,41 +157,59 @@ class _Fused:
 
     def _setup(self, implementation: str | None, precision: Any) -> None:
         if precision is not None and not isinstance(precision, str):
-            raise TypeError(f"precision must be None or a str (it is saved with the layer's config), got "
-                            f"{type(precision).__name__} {precision!r}")
+            raise TypeError(
+                f"precision must be None or a str (it is saved with the layer's config), got "
+                f"{type(precision).__name__} {precision!r}"
+            )
         self.implementation = implementation
         self.precision = precision
         self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
         cell = self.cell
         if cell.recurrent_dropout:
-            raise ValueError(f"recurrent_dropout is {cell.recurrent_dropout}; a fused RNN kernel cannot drop entries "
-                             f"of h inside the recurrence: use recurrent_dropout=0 (dropout=, on the inputs, works)")
+            raise ValueError(
+                f"recurrent_dropout is {cell.recurrent_dropout}; a fused RNN kernel cannot drop entries "
+                f"of h inside the recurrence: use recurrent_dropout=0 (dropout=, on the inputs, works)"
+            )
         if cell.dropout >= 1.0:
             raise ValueError(f"dropout is {cell.dropout}; expected a rate in [0, 1)")
         if cell.dropout and getattr(cell, "implementation", 2) == 1:
-            raise ValueError(f"dropout={cell.dropout} with Keras's implementation=1 draws one input mask per gate, "
-                             f"which a fused kernel cannot apply; use implementation=None (Keras's 2: one mask)")
+            raise ValueError(
+                f"dropout={cell.dropout} with Keras's implementation=1 draws one input mask per gate, "
+                f"which a fused kernel cannot apply; use implementation=None (Keras's 2: one mask)"
+            )
         if self.unroll:
-            raise ValueError("unroll is True; the fused kernel runs the whole sequence in one call, there is no "
-                             "Python loop to unroll: pass unroll=False")
+            raise ValueError(
+                "unroll is True; the fused kernel runs the whole sequence in one call, there is no "
+                "Python loop to unroll: pass unroll=False"
+            )
         self._check_activations()
 
     def _check_activations(self) -> None:
         cell = self.cell
         if _activation_name(cell.activation) != "tanh":
-            raise ValueError(f"activation is {_activation_name(cell.activation)!r}; cuDNN's {type(self).__name__} "
-                             f"uses tanh: pass activation='tanh'")
+            raise ValueError(
+                f"activation is {_activation_name(cell.activation)!r}; cuDNN's {type(self).__name__} "
+                f"uses tanh: pass activation='tanh'"
+            )
         if _activation_name(cell.recurrent_activation) != "sigmoid":
-            raise ValueError(f"recurrent_activation is {_activation_name(cell.recurrent_activation)!r}; cuDNN's "
-                             f"{type(self).__name__} uses sigmoid: pass recurrent_activation='sigmoid'")
+            raise ValueError(
+                f"recurrent_activation is {_activation_name(cell.recurrent_activation)!r}; cuDNN's "
+                f"{type(self).__name__} uses sigmoid: pass recurrent_activation='sigmoid'"
+            )
 
     def _bias_mode(self) -> str:
         return "single_input" if self.cell.use_bias else "none"
 
     def _rnn_config(self, input_size: int, dtype: Any) -> RNNConfig:
         """The one-layer, one-direction network this layer is, in the compute dtype."""
-        return RNNConfig(mode=self._mode, num_layers=1, num_units=self.cell.units, input_size=input_size,
-                         bias_mode=self._bias_mode(), dtype=dtype)
+        return RNNConfig(
+            mode=self._mode,
+            num_layers=1,
+            num_units=self.cell.units,
+            input_size=input_size,
+            bias_mode=self._bias_mode(),
+            dtype=dtype,
+        )
 
     def get_config(self) -> dict[str, Any]:
         """Keras's config of the layer plus this package's ``implementation`` and ``precision``."""
@@ -199,17 +231,18 @@ class _Fused:
         names = _argument_names(self._mode)
         steps, batch, features = _checks.x_dims(sequences, names)
         kernel = getattr(self.cell, "kernel", None)
-        config = self._rnn_config(features if kernel is None else kernel.shape[0],
-                                  jnp.dtype(self.cell.compute_dtype))
+        config = self._rnn_config(features if kernel is None else kernel.shape[0], jnp.dtype(self.cell.compute_dtype))
         if initial_state is None:  # Keras starts from zeros
             _checks.x_dims(sequences, names, config.input_size)
         else:
             states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
             parts = ("h", "c") if config.has_cell_state else ("h",)
             if len(states) != len(parts):
-                raise ValueError(f"initial_state has {len(states)} tensor{'s' if len(states) != 1 else ''}; "
-                                 f"expected {len(parts)}: [{', '.join(parts)}], each (batch, units) = ({batch}, "
-                                 f"{self.cell.units})")
+                raise ValueError(
+                    f"initial_state has {len(states)} tensor{'s' if len(states) != 1 else ''}; "
+                    f"expected {len(parts)}: [{', '.join(parts)}], each (batch, units) = ({batch}, "
+                    f"{self.cell.units})"
+                )
             for i, state in enumerate(states):
                 _shape(state, f"initial_state[{i}]")
             h0, c0 = [jnp.asarray(state) for state in states] + [None] * (2 - len(states))
@@ -222,9 +255,11 @@ class _Fused:
                 raise ValueError(f"mask has shape {got}; expected ({batch}, {steps}) = (batch, timesteps) of inputs")
             reason = ops.refuses_lengths(self.implementation, config)
             if reason:  # rnn() would blame seq_lengths, which the caller never passed
-                raise ValueError(f"mask was given, but implementation={self.implementation!r} has no per-sequence "
-                                 f"lengths, which a masked call runs on (it needs {reason}); use implementation=None "
-                                 f"(the best one that can) or 'xla'")
+                raise ValueError(
+                    f"mask was given, but implementation={self.implementation!r} has no per-sequence "
+                    f"lengths, which a masked call runs on (it needs {reason}); use implementation=None "
+                    f"(the best one that can) or 'xla'"
+                )
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
         """inputs [batch, timesteps, features]; ``initial_state`` [h, c] (LSTM) or [h], each [batch, units];
@@ -248,8 +283,12 @@ class _Fused:
         if training and 0.0 < cell.dropout < 1.0:  # Keras's input dropout: one mask per sequence, every step
             x = x * jnp.asarray(cell.get_dropout_mask(sequences[:, 0, :]), dtype)[:, None, :]
         config = self._rnn_config(x.shape[-1], dtype)
-        params = _opaque_buffer(jnp.asarray(cell.kernel.value, dtype), jnp.asarray(cell.recurrent_kernel.value, dtype),
-                                None if cell.bias is None else jnp.asarray(cell.bias.value, dtype), config)
+        params = _opaque_buffer(
+            jnp.asarray(cell.kernel.value, dtype),
+            jnp.asarray(cell.recurrent_kernel.value, dtype),
+            None if cell.bias is None else jnp.asarray(cell.bias.value, dtype),
+            config,
+        )
         states = [jnp.asarray(state, dtype)[None] for state in initial_state]  # [1, B, H]: one layer, one direction
         h0, c0 = states[0], (states[1] if self._mode == "lstm" else None)
         xs = jnp.swapaxes(x, 0, 1)  # time-major [T, B, I]
@@ -287,8 +326,15 @@ class LSTM(_Fused, keras.layers.LSTM):
 
     _mode = "lstm"
 
-    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None,
-                 use_cudnn: Any = "auto", **kwargs: Any):
+    def __init__(
+        self,
+        units: int,
+        *args: Any,
+        implementation: Any = None,
+        precision: Any = None,
+        use_cudnn: Any = "auto",
+        **kwargs: Any,
+    ):
         chosen = _choose_implementation(implementation, use_cudnn, kwargs)
         super().__init__(units, *args, use_cudnn=False, **kwargs)
         self._setup(chosen, precision)
@@ -302,13 +348,22 @@ class GRU(_Fused, keras.layers.GRU):
 
     _mode = "gru"
 
-    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None,
-                 use_cudnn: Any = "auto", **kwargs: Any):
+    def __init__(
+        self,
+        units: int,
+        *args: Any,
+        implementation: Any = None,
+        precision: Any = None,
+        use_cudnn: Any = "auto",
+        **kwargs: Any,
+    ):
         chosen = _choose_implementation(implementation, use_cudnn, kwargs)
         super().__init__(units, *args, use_cudnn=False, **kwargs)
         if not self.cell.reset_after:
-            raise ValueError("reset_after is False; cuDNN's GRU applies the reset gate after the recurrent matrix "
-                             "(Keras's reset_after=True, its default): pass reset_after=True")
+            raise ValueError(
+                "reset_after is False; cuDNN's GRU applies the reset gate after the recurrent matrix "
+                "(Keras's reset_after=True, its default): pass reset_after=True"
+            )
         self._setup(chosen, precision)
 
     def _bias_mode(self) -> str:
@@ -323,8 +378,10 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
     def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None, **kwargs: Any):
         chosen = _choose_implementation(implementation, "auto", kwargs)
         if "implementation" in kwargs:  # SimpleRNNCell has no legacy implementation argument
-            raise ValueError(f"implementation is {kwargs['implementation']}; SimpleRNN has no Keras implementation "
-                             "modes: expected None or one of rnn()'s implementations")
+            raise ValueError(
+                f"implementation is {kwargs['implementation']}; SimpleRNN has no Keras implementation "
+                "modes: expected None or one of rnn()'s implementations"
+            )
         super().__init__(units, *args, **kwargs)
         self._setup(chosen, precision)
 
@@ -334,5 +391,7 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
 
     def _check_activations(self) -> None:
         if _activation_name(self.cell.activation) not in ("tanh", "relu"):
-            raise ValueError(f"activation is {_activation_name(self.cell.activation)!r}; cuDNN's vanilla RNN uses "
-                             f"tanh or relu: pass activation='tanh' or 'relu'")
+            raise ValueError(
+                f"activation is {_activation_name(self.cell.activation)!r}; cuDNN's vanilla RNN uses "
+                f"tanh or relu: pass activation='tanh' or 'relu'"
+            )

@@ -39,9 +39,22 @@ from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
 
 # The documented names; the rest (sub_params, sub_config, slice_slots, assemble, layer_slots) serve the package's own
 # implementations and are not part of the API.
-__all__ = ["DIRECTION_NAMES", "GROUP_NAMES", "ParamSlot", "canonical_to_params", "check_canonical", "flatten_tree",
-           "init_params", "param_slots", "params_size", "params_to_canonical", "params_to_tree", "tree_to_canonical",
-           "tree_to_params", "unflatten_tree"]
+__all__ = [
+    "DIRECTION_NAMES",
+    "GROUP_NAMES",
+    "ParamSlot",
+    "canonical_to_params",
+    "check_canonical",
+    "flatten_tree",
+    "init_params",
+    "param_slots",
+    "params_size",
+    "params_to_canonical",
+    "params_to_tree",
+    "tree_to_canonical",
+    "tree_to_params",
+    "unflatten_tree",
+]
 
 #: The directions' names in the named tree (``params_to_tree``), by direction index.
 DIRECTION_NAMES = ("forward", "backward")
@@ -109,7 +122,7 @@ def _layout(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, 
     for slot in weights + biases:
         placed.append(dataclasses.replace(slot, offset=offset))
         offset += slot.size
-    return tuple(placed[: len(weights)]), tuple(placed[len(weights):]), offset
+    return tuple(placed[: len(weights)]), tuple(placed[len(weights) :]), offset
 
 
 def params_size(config: RNNConfig) -> int:
@@ -141,8 +154,9 @@ def _check_buffer(params: Any, config: RNNConfig, argument: str = "params") -> j
     if tuple(shape) != (size,):
         raise ValueError(f"{argument} has shape {tuple(shape)}; expected ({size},) = params_size(config) for {config}")
     if np.dtype(params.dtype) != config.dtype:
-        raise TypeError(f"{argument} has dtype {np.dtype(params.dtype).name}; expected {config.dtype.name} "
-                        f"(config.dtype)")
+        raise TypeError(
+            f"{argument} has dtype {np.dtype(params.dtype).name}; expected {config.dtype.name} (config.dtype)"
+        )
     return params
 
 
@@ -183,9 +197,14 @@ def sub_config(config: RNNConfig, layer: int, direction: int | None = None) -> R
     """Layer ``layer`` of ``config`` as a one-layer network: both its directions, or with ``direction`` (0 forward,
     1 backward) that direction alone as a unidirectional network. Skip input only ever applies to layer 0; no dropout
     (there is no next layer)."""
-    return dataclasses.replace(config, num_layers=1, input_size=config.layer_input_size(layer), dropout=0.0,
-                               input_mode=config.input_mode if layer == 0 else "linear_input",
-                               direction=config.direction if direction is None else "unidirectional")
+    return dataclasses.replace(
+        config,
+        num_layers=1,
+        input_size=config.layer_input_size(layer),
+        dropout=0.0,
+        input_mode=config.input_mode if layer == 0 else "linear_input",
+        direction=config.direction if direction is None else "unidirectional",
+    )
 
 
 def sub_params(params: jax.Array, config: RNNConfig, layer: int, direction: int | None = None) -> jax.Array:
@@ -226,8 +245,9 @@ def params_to_canonical(params: Any, config: RNNConfig | None = None) -> tuple[l
     return [take(s) for s in weights], [take(s) for s in biases]
 
 
-def _check_tensor(name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, label: str,
-                  check_dtype: bool = True) -> None:
+def _check_tensor(
+    name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, label: str, check_dtype: bool = True
+) -> None:
     shape = getattr(tensor, "shape", None)
     if shape is None or not hasattr(tensor, "dtype"):
         raise TypeError(f"{name} ({label}) must be an array, got {type(tensor).__name__}")
@@ -238,8 +258,9 @@ def _check_tensor(name: str, tensor: Any, slot: ParamSlot, config: RNNConfig, la
         raise TypeError(f"{name} ({label}) has dtype {dtype.name}; expected {config.dtype.name} (config.dtype)")
 
 
-def check_canonical(weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig, *,
-                    check_dtype: bool = True) -> list[tuple[ParamSlot, Any]]:
+def check_canonical(
+    weights: Sequence[Any], biases: Sequence[Any], config: RNNConfig, *, check_dtype: bool = True
+) -> list[tuple[ParamSlot, Any]]:
     """Checks canonical (weights, biases) lists against ``config`` and pairs every tensor with its slot.
 
     Raises ValueError/TypeError naming the first tensor whose count, shape or (with ``check_dtype``) dtype is wrong.
@@ -310,8 +331,10 @@ def tree_to_canonical(tree: Any, config: RNNConfig, *, check_dtype: bool = True)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     if missing or extra:
-        raise ValueError(f"tree does not match {config}: missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
-                         f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}")
+        raise ValueError(
+            f"tree does not match {config}: missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
+            f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}"
+        )
     for name, slot in expected.items():
         _check_tensor(f"tree['{name}']", found[name], slot, config, "canonical tensor", check_dtype)
     return ([found[slot.name(config)] for slot in weight_slots], [found[slot.name(config)] for slot in bias_slots])
@@ -329,9 +352,12 @@ def init_params(key: jax.Array, config: RNNConfig, *, scale: float | None = None
     overrides k."""
     dtype = canonical_dtype(config.dtype)
     if dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError("config.dtype is float64 but jax_enable_x64 is off; enable it with "
-                        "jax.config.update('jax_enable_x64', True)")
+        raise TypeError(
+            "config.dtype is float64 but jax_enable_x64 is off; enable it with "
+            "jax.config.update('jax_enable_x64', True)"
+        )
     bound = 1.0 / math.sqrt(config.hidden_size) if scale is None else float(scale)
-    values = jax.random.uniform(key, (params_size(config),), jnp.float32 if dtype.itemsize < 4 else dtype,
-                                -bound, bound)
+    values = jax.random.uniform(
+        key, (params_size(config),), jnp.float32 if dtype.itemsize < 4 else dtype, -bound, bound
+    )
     return values.astype(dtype)

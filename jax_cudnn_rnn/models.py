@@ -19,22 +19,45 @@ __all__ = ["ARGUMENTS", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 Array = jax.Array
 
 #: The seeds' argument names, in every error the call raises (rnn() checks them under these names).
-ARGUMENTS = _checks.ArgumentNames(x="input_data", h0="input_h", c0="input_c", input_size="input_size",
-                              params_size="params_size()", dtype="the model's dtype", caller="The model",
-                              layout_fix="pass jnp.swapaxes(input_data, 0, 1)")
+ARGUMENTS = _checks.ArgumentNames(
+    x="input_data",
+    h0="input_h",
+    c0="input_c",
+    input_size="input_size",
+    params_size="params_size()",
+    dtype="the model's dtype",
+    caller="The model",
+    layout_fix="pass jnp.swapaxes(input_data, 0, 1)",
+)
 
 
 class _CudnnRNN:
     _rnn_mode: str = ""
 
-    def __init__(self, num_layers: int, num_units: int, input_size: int, input_mode: str = "linear_input",
-                 direction: str = "unidirectional", dtype: Any = "float32", dropout: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = "linear_input",
+        direction: str = "unidirectional",
+        dtype: Any = "float32",
+        dropout: float = 0.0,
+        seed: int = 0,
+    ):
         """Args as in ``tf.contrib.cudnn_rnn``: ``input_mode`` is "linear_input", "skip_input" (input_size must equal
         num_units) or "auto_select"; ``direction`` "unidirectional" or "bidirectional"; ``dropout`` the inter-layer
         dropout rate used when ``is_training``; ``seed`` gives the default dropout key ``jax.random.key(seed)``."""
-        self._config = RNNConfig(mode=self._rnn_mode, num_layers=num_layers, num_units=num_units,
-                                 input_size=input_size, direction=direction, input_mode=input_mode, dropout=dropout,
-                                 dtype=dtype)
+        self._config = RNNConfig(
+            mode=self._rnn_mode,
+            num_layers=num_layers,
+            num_units=num_units,
+            input_size=input_size,
+            direction=direction,
+            input_mode=input_mode,
+            dropout=dropout,
+            dtype=dtype,
+        )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         self._seed = seed
@@ -66,12 +89,12 @@ class _CudnnRNN:
 
     @property
     def input_mode(self) -> str:
-        """"linear_input" or "skip_input" ("auto_select" is resolved on construction)."""
+        """ "linear_input" or "skip_input" ("auto_select" is resolved on construction)."""
         return self._config.input_mode
 
     @property
     def direction(self) -> str:
-        """"unidirectional" or "bidirectional"."""
+        """ "unidirectional" or "bidirectional"."""
         return self._config.direction
 
     @property
@@ -98,9 +121,18 @@ class _CudnnRNN:
     def _run(self, input_data, input_h, input_c, params, is_training, seq_lengths, dropout_key, implementation):
         if dropout_key is None and self._config.dropout > 0 and is_training is True:
             dropout_key = jax.random.key(self._seed)
-        return ops.rnn(params, input_data, input_h, input_c, self._config, seq_lengths=seq_lengths,
-                       is_training=is_training, dropout_key=dropout_key, implementation=implementation,
-                       argument_names=ARGUMENTS)
+        return ops.rnn(
+            params,
+            input_data,
+            input_h,
+            input_c,
+            self._config,
+            seq_lengths=seq_lengths,
+            is_training=is_training,
+            dropout_key=dropout_key,
+            implementation=implementation,
+            argument_names=ARGUMENTS,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._config})"
@@ -111,9 +143,18 @@ class CudnnLSTM(_CudnnRNN):
 
     _rnn_mode = "lstm"
 
-    def __call__(self, input_data: Array, input_h: Array, input_c: Array, params: Array, is_training: bool = True, *,
-                 seq_lengths: Array | None = None, dropout_key: Array | None = None,
-                 implementation: str | None = None) -> tuple[Array, Array, Array]:
+    def __call__(
+        self,
+        input_data: Array,
+        input_h: Array,
+        input_c: Array,
+        params: Array,
+        is_training: bool = True,
+        *,
+        seq_lengths: Array | None = None,
+        dropout_key: Array | None = None,
+        implementation: str | None = None,
+    ) -> tuple[Array, Array, Array]:
         """input_data [T, B, input_size]; input_h/input_c [num_layers * num_directions, B, num_units].
 
         Returns (output [T, B, num_directions * num_units], output_h, output_c). ``dropout_key`` defaults to
@@ -123,15 +164,24 @@ class CudnnLSTM(_CudnnRNN):
 
 
 class _CudnnRNNNoCell(_CudnnRNN):
-    def __call__(self, input_data: Array, input_h: Array, params: Array, is_training: bool = True, *,
-                 seq_lengths: Array | None = None, dropout_key: Array | None = None,
-                 implementation: str | None = None) -> tuple[Array, Array]:
+    def __call__(
+        self,
+        input_data: Array,
+        input_h: Array,
+        params: Array,
+        is_training: bool = True,
+        *,
+        seq_lengths: Array | None = None,
+        dropout_key: Array | None = None,
+        implementation: str | None = None,
+    ) -> tuple[Array, Array]:
         """input_data [T, B, input_size]; input_h [num_layers * num_directions, B, num_units].
 
         Returns (output [T, B, num_directions * num_units], output_h).
         """
-        output, output_h, _ = self._run(input_data, input_h, None, params, is_training, seq_lengths, dropout_key,
-                                        implementation)
+        output, output_h, _ = self._run(
+            input_data, input_h, None, params, is_training, seq_lengths, dropout_key, implementation
+        )
         return output, output_h
 
 

@@ -26,14 +26,41 @@ class RNN(nnx.Module):
     """A stacked LSTM/GRU/RNN layer; arguments as the linen ``jax_cudnn_rnn.flax.RNN`` fields, plus ``in_features``
     and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws dropout masks when not deterministic)."""
 
-    def __init__(self, in_features: int, num_units: int, *, mode: str = "lstm", num_layers: int = 1,
-                 direction: str = "unidirectional", input_mode: str = "linear_input", dropout: float = 0.0,
-                 proj_size: int = 0, cell_clip: float | None = None, bias_mode: str = "double",
-                 precision: Any = None, algorithm: str | None = None, dtype: Any = None,
-                 param_dtype: Any = jnp.float32, time_major: bool = False, implementation: str | None = None,
-                 deterministic: bool = True, rngs: nnx.Rngs):
-        self.config = make_config(mode, num_units, num_layers, in_features, direction, input_mode, dropout,
-                                  param_dtype, proj_size, cell_clip, bias_mode)
+    def __init__(
+        self,
+        in_features: int,
+        num_units: int,
+        *,
+        mode: str = "lstm",
+        num_layers: int = 1,
+        direction: str = "unidirectional",
+        input_mode: str = "linear_input",
+        dropout: float = 0.0,
+        proj_size: int = 0,
+        cell_clip: float | None = None,
+        bias_mode: str = "double",
+        precision: Any = None,
+        algorithm: str | None = None,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        time_major: bool = False,
+        implementation: str | None = None,
+        deterministic: bool = True,
+        rngs: nnx.Rngs,
+    ):
+        self.config = make_config(
+            mode,
+            num_units,
+            num_layers,
+            in_features,
+            direction,
+            input_mode,
+            dropout,
+            param_dtype,
+            proj_size,
+            cell_clip,
+            bias_mode,
+        )
         self.precision = precision
         self.algorithm = algorithm
         self.rnn_params = nnx.Param(RNNParams.init(rngs.params(), self.config).buffer)
@@ -59,20 +86,39 @@ class RNN(nnx.Module):
         del rngs
         return zero_carry(self.config, carry_batch(input_shape, self.time_major), self.dtype or self.param_dtype)
 
-    def __call__(self, x: jax.Array, seq_lengths: Any = None, initial_carry: Any = None, *,
-                 deterministic: bool | None = None, return_carry: bool = False, resets: Any = None,
-                 max_segments: int | None = None):
+    def __call__(
+        self,
+        x: jax.Array,
+        seq_lengths: Any = None,
+        initial_carry: Any = None,
+        *,
+        deterministic: bool | None = None,
+        return_carry: bool = False,
+        resets: Any = None,
+        max_segments: int | None = None,
+    ):
         """See ``flax.apply_rnn``; ``resets`` bool [B, T] ([T, B] when time_major)."""
         if deterministic is None:
             deterministic = self.deterministic
         dropout_key = None
         if not deterministic and self.rngs is not None:
             dropout_key = self.rngs.dropout()
-        return apply_rnn(self.params, x, compute_dtype=self.dtype or self.param_dtype, time_major=self.time_major,
-                         seq_lengths=seq_lengths, initial_carry=initial_carry, dropout_key=dropout_key,
-                         implementation=self.implementation, precision=self.precision, algorithm=self.algorithm,
-                         return_carry=return_carry, resets=resets, max_segments=max_segments,
-                         input_size_name="in_features")
+        return apply_rnn(
+            self.params,
+            x,
+            compute_dtype=self.dtype or self.param_dtype,
+            time_major=self.time_major,
+            seq_lengths=seq_lengths,
+            initial_carry=initial_carry,
+            dropout_key=dropout_key,
+            implementation=self.implementation,
+            precision=self.precision,
+            algorithm=self.algorithm,
+            return_carry=return_carry,
+            resets=resets,
+            max_segments=max_segments,
+            input_size_name="in_features",
+        )
 
 
 class LSTM(RNN):

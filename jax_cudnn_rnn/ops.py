@@ -30,12 +30,17 @@ def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None
     return registry.why_not(implementation, None, Call(config, seq_lengths=True))
 
 
-_PRECISIONS = {"float32": "float32", "highest": "float32", "tensorfloat32": "tensorfloat32",
-               "default": "tensorfloat32", "high": "tensorfloat32"}
+_PRECISIONS = {
+    "float32": "float32",
+    "highest": "float32",
+    "tensorfloat32": "tensorfloat32",
+    "default": "tensorfloat32",
+    "high": "tensorfloat32",
+}
 
 
 def resolve_precision(precision: Any) -> str:
-    """"float32" (strict float32 matmuls) or "tensorfloat32" (TF32 tensor cores allowed for float32 on GPUs).
+    """ "float32" (strict float32 matmuls) or "tensorfloat32" (TF32 tensor cores allowed for float32 on GPUs).
 
     Accepts what ``jax.default_matmul_precision`` accepts for these two meanings: "float32"/"highest"/
     ``lax.Precision.HIGHEST``, and "tensorfloat32"/"high"/"default"/``lax.Precision.HIGH``/``DEFAULT``. None follows
@@ -48,15 +53,29 @@ def resolve_precision(precision: Any) -> str:
     name = requested.name.lower() if isinstance(requested, jax.lax.Precision) else requested
     if name not in _PRECISIONS:
         source = "jax_default_matmul_precision" if precision is None else "precision"
-        raise ValueError(f"{source} is {requested!r}; expected None or one of {sorted(_PRECISIONS)} or "
-                         f"jax.lax.Precision.HIGHEST/HIGH/DEFAULT")
+        raise ValueError(
+            f"{source} is {requested!r}; expected None or one of {sorted(_PRECISIONS)} or "
+            f"jax.lax.Precision.HIGHEST/HIGH/DEFAULT"
+        )
     return _PRECISIONS[name]
 
 
-def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, seq_lengths: Any = None,
-        is_training: bool = False, dropout_key: Any = None, implementation: str | None = None,
-        precision: Any = None, algorithm: str | None = None, resets: Any = None, max_segments: int | None = None,
-        argument_names: ArgumentNames | None = None):
+def rnn(
+    params: Any,
+    x: Any,
+    h0: Any,
+    c0: Any,
+    config: RNNConfig | None = None,
+    seq_lengths: Any = None,
+    is_training: bool = False,
+    dropout_key: Any = None,
+    implementation: str | None = None,
+    precision: Any = None,
+    algorithm: str | None = None,
+    resets: Any = None,
+    max_segments: int | None = None,
+    argument_names: ArgumentNames | None = None,
+):
     """Runs a stacked LSTM/GRU/RNN over a time-major batch of sequences.
 
     Args:
@@ -125,29 +144,49 @@ def rnn(params: Any, x: Any, h0: Any, c0: Any, config: RNNConfig | None = None, 
     elif not isinstance(argument_names, ArgumentNames):
         raise TypeError(f"argument_names must be None or an ArgumentNames, got {type(argument_names).__name__}")
     elif argument_names.batch_major or not argument_names.batched or argument_names.state_axes[0] is None:
-        raise ValueError("argument_names is batch-major, unbatched or without the state's layer axis, but rnn() takes "
-                         "time-major, batched x and [num_layers*num_directions, batch, hidden] states: such a frontend "
-                         "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them")
+        raise ValueError(
+            "argument_names is batch-major, unbatched or without the state's layer axis, but rnn() takes "
+            "time-major, batched x and [num_layers*num_directions, batch, hidden] states: such a frontend "
+            "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them"
+        )
     check_inputs(params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
-            raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} "
-                            f"{max_segments!r}")
+            raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} {max_segments!r}")
         if max_segments < x.shape[1]:
-            raise ValueError(f"max_segments is {max_segments}; expected None or an int >= {x.shape[1]} = batch (each "
-                             f"sequence is at least one segment)")
+            raise ValueError(
+                f"max_segments is {max_segments}; expected None or an int >= {x.shape[1]} = batch (each "
+                f"sequence is at least one segment)"
+            )
     if not isinstance(is_training, (bool, np.bool_)):
-        raise TypeError(f"is_training must be a Python bool (it selects the computation), got "
-                        f"{type(is_training).__name__}")
+        raise TypeError(
+            f"is_training must be a Python bool (it selects the computation), got {type(is_training).__name__}"
+        )
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
     if apply_dropout and dropout_key is None:
-        raise ValueError(f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
-                         "PRNG key (jax.random.key(seed))")
-    call = Call(config, int(x.shape[0]), int(x.shape[1]), seq_lengths is not None, bool(is_training),
-                resets is not None, resolve_precision(precision),
-                placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]),
-                CudnnOptions(check_algorithm(algorithm), max_segments))
+        raise ValueError(
+            f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
+            "PRNG key (jax.random.key(seed))"
+        )
+    call = Call(
+        config,
+        int(x.shape[0]),
+        int(x.shape[1]),
+        seq_lengths is not None,
+        bool(is_training),
+        resets is not None,
+        resolve_precision(precision),
+        placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]),
+        CudnnOptions(check_algorithm(algorithm), max_segments),
+    )
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
-    inputs = Inputs(params, x, h0, c0, None if seq_lengths is None else jnp.asarray(seq_lengths),
-                    None if resets is None else jnp.asarray(resets), masks)
+    inputs = Inputs(
+        params,
+        x,
+        h0,
+        c0,
+        None if seq_lengths is None else jnp.asarray(seq_lengths),
+        None if resets is None else jnp.asarray(resets),
+        masks,
+    )
     return registry.run(implementation, call, inputs)

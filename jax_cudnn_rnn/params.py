@@ -42,11 +42,13 @@ class RNNParams:
             raise TypeError(f"buffer must be an array (or jax.ShapeDtypeStruct), got {type(buffer).__name__}")
         size = layout.params_size(config)
         if tuple(shape) != (size,):
-            raise ValueError(f"buffer has shape {tuple(shape)}; expected ({size},) = (params_size(config),) for "
-                             f"{config}")
+            raise ValueError(
+                f"buffer has shape {tuple(shape)}; expected ({size},) = (params_size(config),) for {config}"
+            )
         if np.dtype(buffer.dtype) != config.dtype:
-            raise TypeError(f"buffer has dtype {np.dtype(buffer.dtype).name}; expected {config.dtype.name} "
-                            f"(config.dtype)")
+            raise TypeError(
+                f"buffer has dtype {np.dtype(buffer.dtype).name}; expected {config.dtype.name} (config.dtype)"
+            )
         object.__setattr__(self, "buffer", buffer)
         object.__setattr__(self, "config", config)
 
@@ -115,8 +117,11 @@ class RNNParams:
 
     def __repr__(self) -> str:
         buffer = self.buffer
-        what = (f"{type(buffer).__name__}{tuple(buffer.shape)}:{np.dtype(buffer.dtype).name}"
-                if hasattr(buffer, "shape") and hasattr(buffer, "dtype") else repr(buffer))
+        what = (
+            f"{type(buffer).__name__}{tuple(buffer.shape)}:{np.dtype(buffer.dtype).name}"
+            if hasattr(buffer, "shape") and hasattr(buffer, "dtype")
+            else repr(buffer)
+        )
         return f"RNNParams({what}, {self.config})"
 
 

@@ -5,8 +5,14 @@ from jax_cudnn_rnn import _deprecated
 
 __all__: list[str] = []
 
-__getattr__ = _deprecated.module_getattr("jax_cudnn_rnn.xla", {
-    "rnn_xla": ("jax_cudnn_rnn.backends.xla", "rnn_xla", 'jax_cudnn_rnn.rnn(..., implementation="xla")'),
-    "rnn_reference": ("jax_cudnn_rnn.backends.reference", "rnn_reference",
-                      'jax_cudnn_rnn.rnn(..., implementation="reference")'),
-})
+__getattr__ = _deprecated.module_getattr(
+    "jax_cudnn_rnn.xla",
+    {
+        "rnn_xla": ("jax_cudnn_rnn.backends.xla", "rnn_xla", 'jax_cudnn_rnn.rnn(..., implementation="xla")'),
+        "rnn_reference": (
+            "jax_cudnn_rnn.backends.reference",
+            "rnn_reference",
+            'jax_cudnn_rnn.rnn(..., implementation="reference")',
+        ),
+    },
+)

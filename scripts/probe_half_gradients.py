@@ -26,13 +26,26 @@ def main():
     parser.add_argument("--dtypes", default="bfloat16,float16,float32")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = False  # float32 cases: strict, like the reference
-    print(f"{'case':58s} {'ours y':>7s} {'dx':>7s} {'dh0':>7s} {'dpar':>7s} | {'torch y':>7s} {'dx':>7s} {'dh0':>7s} |"
-          f" {'o-t dx':>7s} {'dh0':>7s}")
+    print(
+        f"{'case':58s} {'ours y':>7s} {'dx':>7s} {'dh0':>7s} {'dpar':>7s} | {'torch y':>7s} {'dx':>7s} {'dh0':>7s} |"
+        f" {'o-t dx':>7s} {'dh0':>7s}"
+    )
     for mode, dtype_name, direction, input_size, layers, algo in itertools.product(
-            args.modes.split(","), args.dtypes.split(","), ["unidirectional", "bidirectional"], [5, 8], [1, 2],
-            ["standard", "heuristic"]):
-        cfg = jcr.RNNConfig(mode=mode, num_layers=layers, num_units=6, input_size=input_size, direction=direction,
-                            dtype=t.DTYPES[dtype_name])
+        args.modes.split(","),
+        args.dtypes.split(","),
+        ["unidirectional", "bidirectional"],
+        [5, 8],
+        [1, 2],
+        ["standard", "heuristic"],
+    ):
+        cfg = jcr.RNNConfig(
+            mode=mode,
+            num_layers=layers,
+            num_units=6,
+            input_size=input_size,
+            direction=direction,
+            dtype=t.DTYPES[dtype_name],
+        )
         params, x, h0, _, _ = t._problem(cfg)
         (y, _, _), grads = t._forward_and_grads("cudnn", cfg, params, x, h0, None, None, algorithm=algo)
         ref = t._upcast(cfg, params, x, h0, None)
@@ -44,8 +57,10 @@ def main():
         pairs += [(ty, y_ref), (tdx, grads_ref[1]), (tdh0, grads_ref[2]), (grads[1], tdx), (grads[2], tdh0)]
         errors = [t.relative_error(*pair) for pair in pairs]
         errors.insert(3, dpar)
-        print(f"{case:58s} " + " ".join(f"{e:7.2g}" + (" |" if i in (3, 6) else "") for i, e in enumerate(errors)),
-              flush=True)
+        print(
+            f"{case:58s} " + " ".join(f"{e:7.2g}" + (" |" if i in (3, 6) else "") for i, e in enumerate(errors)),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

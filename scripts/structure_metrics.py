@@ -37,16 +37,31 @@ def main() -> None:
                     edges.add((name, target))
     with open(os.path.join(package_dir, "__init__.py"), encoding="utf-8") as f:
         init = ast.parse(f.read())
-    public = next((ast.literal_eval(n.value) for n in init.body if isinstance(n, ast.Assign)
-                   and any(getattr(t, "id", None) == "__all__" for t in n.targets)), [])
+    public = next(
+        (
+            ast.literal_eval(n.value)
+            for n in init.body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
+        ),
+        [],
+    )
     internal = ("backends", "cells", "sharding", "tools", "data")
-    def deprecated(m: str) -> bool:  # an alias module kept one release (jax_cudnn_rnn/_deprecated.py), nothing of its own
+
+    def deprecated(
+        m: str,
+    ) -> bool:  # an alias module kept one release (jax_cudnn_rnn/_deprecated.py), nothing of its own
         with open(modules[m], encoding="utf-8") as f:
             text = f.read()
         return "_deprecated.module_getattr" in text and "__all__: list[str] = []" in text
 
-    public_modules = sorted(m for m in modules if m != package and not any(
-        part.startswith("_") for part in m.split(".")[1:]) and m.split(".")[1] not in internal and not deprecated(m))
+    public_modules = sorted(
+        m
+        for m in modules
+        if m != package
+        and not any(part.startswith("_") for part in m.split(".")[1:])
+        and m.split(".")[1] not in internal
+        and not deprecated(m)
+    )
     print(f"modules: {len(modules)}")
     print(f"import edges between them: {len(edges)}")
     print(f"top-level public names: {len(public)}")

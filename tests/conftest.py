@@ -20,15 +20,23 @@ def pytest_sessionstart(session):
     installed = os.path.dirname(os.path.abspath(jax_cudnn_rnn.__file__))
     if os.path.realpath(installed) == os.path.realpath(SOURCE):
         return
-    sources = sorted(os.path.relpath(path, SOURCE) for path in glob.glob(os.path.join(SOURCE, "**", "*.py"),
-                                                                         recursive=True))
+    sources = sorted(
+        os.path.relpath(path, SOURCE) for path in glob.glob(os.path.join(SOURCE, "**", "*.py"), recursive=True)
+    )
     missing = [name for name in sources if not os.path.exists(os.path.join(installed, name))]
-    stale = [name for name in sources if name not in missing
-             and not filecmp.cmp(os.path.join(SOURCE, name), os.path.join(installed, name), shallow=False)]
+    stale = [
+        name
+        for name in sources
+        if name not in missing
+        and not filecmp.cmp(os.path.join(SOURCE, name), os.path.join(installed, name), shallow=False)
+    ]
     if stale or missing:
-        pytest.exit(f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: "
-                    f"{', '.join(stale + missing)} differ. Reinstall it (`.venv/bin/pip install \".[test]\"`), or "
-                    f"develop with an editable install (README, Fresh machine)", returncode=4)
+        pytest.exit(
+            f"the jax_cudnn_rnn being tested ({installed}) is not this checkout's: "
+            f'{", ".join(stale + missing)} differ. Reinstall it (`.venv/bin/pip install ".[test]"`), or '
+            f"develop with an editable install (README, Fresh machine)",
+            returncode=4,
+        )
 
 
 def cudnn_gpu_missing() -> tuple[str, str] | None:

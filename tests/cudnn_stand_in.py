@@ -89,7 +89,10 @@ class CudnnStandIn:
         from jax_cudnn_rnn.backends.cudnn import kernels, plan
 
         patches = [(kernels, "forward", self._forward), (kernels, "backward", self._backward)] if self.kernels else []
-        patches += [(plan, "reserve_space_size", self._reserve_space_size), (cudnn_backend, "unavailable", lambda: None)]
+        patches += [
+            (plan, "reserve_space_size", self._reserve_space_size),
+            (cudnn_backend, "unavailable", lambda: None),
+        ]
         if self.kernels:  # the stand-in kernels run on every platform
             cudnn = dataclasses.replace(registry._BACKENDS["cudnn"], platforms=None)
             patches.append((registry, "_BACKENDS", {**registry._BACKENDS, "cudnn": cudnn}))

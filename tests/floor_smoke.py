@@ -52,7 +52,7 @@ lengths = jnp.array([5, 2, 4, 1], jnp.int32)
 
 def loss(implementation, p, x):
     y, h_n, c_n = jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
-    return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+    return jnp.sum(y**2) + jnp.sum(h_n * c_n)
 
 
 def jitted(implementation):
@@ -103,8 +103,12 @@ for a, b in zip(grad(*sharded), want, strict=True):
 print("custom_partitioning per shard ok")
 
 stand_in.__exit__()
-text = jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))[0]).trace(
-    params).lower(lowering_platforms=("cuda",)).as_text()
+text = (
+    jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))[0])
+    .trace(params)
+    .lower(lowering_platforms=("cuda",))
+    .as_text()
+)
 assert "jax_cudnn_rnn_forward" in text
 print("cuda lowering ok")
 

@@ -107,8 +107,13 @@ class _Worker:
 class Cluster:
     """``num_processes`` JAX processes with ``local_devices`` CPU devices each; see the module docstring."""
 
-    def __init__(self, num_processes: int = 2, local_devices: int = 4, start_timeout: float = START_TIMEOUT_S,
-                 grace: float = GRACE_S):
+    def __init__(
+        self,
+        num_processes: int = 2,
+        local_devices: int = 4,
+        start_timeout: float = START_TIMEOUT_S,
+        grace: float = GRACE_S,
+    ):
         self.num_processes, self.local_devices, self.start_timeout = num_processes, local_devices, start_timeout
         self.grace = grace
         self._workers: list[_Worker] = []
@@ -128,10 +133,22 @@ class Cluster:
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
         env.pop("XLA_FLAGS", None)  # a forced host device count there would override local_devices
         self._workers = [
-            _Worker(i, [sys.executable, os.path.abspath(__file__), str(i), str(self.num_processes),
-                        str(self.local_devices), str(port), str(int(self.start_timeout))],
-                    os.path.join(self._logs.name, f"process{i}-{time.monotonic_ns()}.log"), env)
-            for i in range(self.num_processes)]
+            _Worker(
+                i,
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    str(i),
+                    str(self.num_processes),
+                    str(self.local_devices),
+                    str(port),
+                    str(int(self.start_timeout)),
+                ],
+                os.path.join(self._logs.name, f"process{i}-{time.monotonic_ns()}.log"),
+                env,
+            )
+            for i in range(self.num_processes)
+        ]
         self._collect("start", time.monotonic() + self.start_timeout)
 
     def close(self) -> None:
@@ -181,24 +198,34 @@ class Cluster:
         report = [f"{what} failed in a cluster of {self.num_processes} process(es) x {self.local_devices} CPU devices"]
         for worker, (status, value) in zip(self._workers, answers, strict=True):
             worker.stop(kill=True)
-            story = {"ok": "returned", "error": f"raised:\n{value}", "died": f"died with exit code {value}",
-                     "timeout": "did not answer in time (killed)"}[status]
-            report.append(f"--- process {worker.index} {story}\n--- process {worker.index} output:\n"
-                          f"{worker.output()}")
+            story = {
+                "ok": "returned",
+                "error": f"raised:\n{value}",
+                "died": f"died with exit code {value}",
+                "timeout": "did not answer in time (killed)",
+            }[status]
+            report.append(f"--- process {worker.index} {story}\n--- process {worker.index} output:\n{worker.output()}")
         self._workers = []
         raise ClusterError("\n".join(report))
 
 
-def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, grace: float = GRACE_S,
-                 env: dict[str, str] | None = None) -> list[str]:
+def run_commands(
+    commands: list[list[str]],
+    timeout: float = CALL_TIMEOUT_S,
+    grace: float = GRACE_S,
+    env: dict[str, str] | None = None,
+) -> list[str]:
     """Runs ``commands`` (argv lists, e.g. the processes of one multi-process program) at once and returns each one's
     output (stdout and stderr together). Raises ClusterError with every output, after killing them all, if one exits
     with an error (the others get ``grace`` seconds to finish) or they have not all finished within ``timeout``."""
     with tempfile.TemporaryDirectory(prefix="jax-commands-") as logs, contextlib.ExitStack() as files:
-        outputs = [files.enter_context(open(os.path.join(logs, f"command{i}.log"), "wb+"))
-                   for i in range(len(commands))]
-        processes = [subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-                     for argv, out in zip(commands, outputs, strict=True)]
+        outputs = [
+            files.enter_context(open(os.path.join(logs, f"command{i}.log"), "wb+")) for i in range(len(commands))
+        ]
+        processes = [
+            subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            for argv, out in zip(commands, outputs, strict=True)
+        ]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in processes):
             if any(p.poll() not in (None, 0) for p in processes):
@@ -217,8 +244,10 @@ def run_commands(commands: list[list[str]], timeout: float = CALL_TIMEOUT_S, gra
         return texts
     report = [f"{len(commands)} command(s) did not all succeed within {timeout} s"]
     for argv, code, text in zip(commands, codes, texts, strict=True):
-        report.append(f"--- {' '.join(argv)}\n--- exit code {code} (-9: killed); output:\n"
-                      f"{text if len(text) <= OUTPUT_TAIL else '...' + text[-OUTPUT_TAIL:]}")
+        report.append(
+            f"--- {' '.join(argv)}\n--- exit code {code} (-9: killed); output:\n"
+            f"{text if len(text) <= OUTPUT_TAIL else '...' + text[-OUTPUT_TAIL:]}"
+        )
     raise ClusterError("\n".join(report))
 
 
@@ -268,9 +297,14 @@ def _serve(index: int, num_processes: int, local_devices: int, port: int, start_
         jax.config.update("jax_num_cpu_devices", local_devices)
         if num_processes > 1:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-            jax.distributed.initialize(f"127.0.0.1:{port}", num_processes, index,
-                                       initialization_timeout=start_timeout, heartbeat_timeout_seconds=60,
-                                       shutdown_timeout_seconds=30)
+            jax.distributed.initialize(
+                f"127.0.0.1:{port}",
+                num_processes,
+                index,
+                initialization_timeout=start_timeout,
+                heartbeat_timeout_seconds=60,
+                shutdown_timeout_seconds=30,
+            )
         answer("ok", (jax.process_index(), jax.device_count()))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         answer("error", traceback.format_exc())

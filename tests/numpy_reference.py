@@ -57,8 +57,24 @@ def _step(mode, w_in, b_in, w_rec, b_rec, w_proj, x_t, h, c, skip, cell_clip):
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirectional, skip_input,
-              seq_lengths=None, dropout_masks=None, proj_size=0, cell_clip=None, bias_mode="double", resets=None):
+def numpy_rnn(
+    weights,
+    biases,
+    x,
+    h0,
+    c0,
+    mode,
+    num_layers,
+    num_units,
+    bidirectional,
+    skip_input,
+    seq_lengths=None,
+    dropout_masks=None,
+    proj_size=0,
+    cell_clip=None,
+    bias_mode="double",
+    resets=None,
+):
     """Runs the stacked RNN in float64. Returns (y [T,B,D*hidden], h_n [L*D,B,hidden], c_n [L*D,B,H] or None).
 
     seq_lengths: optional [B] ints in [0, T], PyTorch packed-sequence semantics; 0 is an empty sequence (zero outputs,
@@ -99,21 +115,21 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
             if skip:
                 w_in = None
             else:
-                w_in = weights[wi:wi + G]
+                w_in = weights[wi : wi + G]
                 wi += G
-            w_rec = weights[wi:wi + G]
+            w_rec = weights[wi : wi + G]
             wi += G
             w_proj = None
             if proj_size:
                 w_proj = weights[wi]
                 wi += 1
             if has_in_bias:
-                b_in = biases[bi:bi + G]
+                b_in = biases[bi : bi + G]
                 bi += G
             else:
                 b_in = [np.zeros(H)] * G
             if has_rec_bias:
-                b_rec = biases[bi:bi + G]
+                b_rec = biases[bi : bi + G]
                 bi += G
             else:
                 b_rec = [np.zeros(H)] * G
@@ -121,8 +137,8 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
             # Each sequence separately: exactly PyTorch's packed-sequence semantics.
             for b in range(B):
                 n = int(lengths[b])
-                h = h0[idx, b:b + 1]
-                c = None if c0 is None else c0[idx, b:b + 1]
+                h = h0[idx, b : b + 1]
+                c = None if c0 is None else c0[idx, b : b + 1]
                 steps = range(n) if d == 0 else range(n - 1, -1, -1)
                 for t in steps:
                     # Forward: a segment starts at t. Backward: a segment ends at t (the next starts at t + 1).
@@ -130,9 +146,10 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
                     if start:
                         h = np.zeros_like(h)
                         c = None if c is None else np.zeros_like(c)
-                    h, c = _step(mode, w_in, b_in, w_rec, b_rec, w_proj, layer_input[t, b:b + 1], h, c, skip,
-                                 cell_clip)
-                    out[t, b, d * hidden:(d + 1) * hidden] = h[0]
+                    h, c = _step(
+                        mode, w_in, b_in, w_rec, b_rec, w_proj, layer_input[t, b : b + 1], h, c, skip, cell_clip
+                    )
+                    out[t, b, d * hidden : (d + 1) * hidden] = h[0]
                 h_n[idx, b] = h[0]
                 if c_n is not None:
                     c_n[idx, b] = c[0]
@@ -144,8 +161,9 @@ def numpy_rnn(weights, biases, x, h0, c0, mode, num_layers, num_units, bidirecti
     return layer_input, h_n, c_n
 
 
-def random_canonical(rng, mode, num_layers, num_units, input_size, bidirectional, skip_input, proj_size=0,
-                     bias_mode="double", scale=0.5):
+def random_canonical(
+    rng, mode, num_layers, num_units, input_size, bidirectional, skip_input, proj_size=0, bias_mode="double", scale=0.5
+):
     """Random canonical (weights, biases) lists in float64 with the shapes of docs/architecture.md (for tests)."""
     G = GATES[mode]
     H = num_units

@@ -37,8 +37,16 @@ ORACLE_TOLERANCE = {"xla": 1e-5, "cudnn": 2e-5}
 def make_config(mode, num_layers, direction, input_mode="linear_input", dtype=np.float32, **kw) -> jcr.RNNConfig:
     """H = 4; I = 3, or 4 for skip input (which needs I = H)."""
     input_size = 4 if input_mode == "skip_input" else 3
-    return jcr.RNNConfig(mode=mode, num_layers=num_layers, num_units=4, input_size=input_size, direction=direction,
-                         input_mode=input_mode, dtype=dtype, **kw)
+    return jcr.RNNConfig(
+        mode=mode,
+        num_layers=num_layers,
+        num_units=4,
+        input_size=input_size,
+        direction=direction,
+        input_mode=input_mode,
+        dtype=dtype,
+        **kw,
+    )
 
 
 def draw_inputs(cfg, rng: np.random.Generator, steps: int = T, batch: int = B):
@@ -66,11 +74,24 @@ def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None, resets=
     under ``cfg``: (y, h_n, c_n or None) as float64 arrays."""
     weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
     up = lambda a: None if a is None else np.asarray(a).astype(np.float64)  # noqa: E731
-    return numpy_rnn([up(w) for w in weights], [up(b) for b in biases], up(x), up(h0), up(c0), cfg.mode,
-                     cfg.num_layers, cfg.num_units, cfg.num_directions == 2, cfg.skip_input,
-                     seq_lengths=None if seq_lengths is None else np.asarray(seq_lengths),
-                     dropout_masks=dropout_masks, proj_size=cfg.proj_size, cell_clip=cfg.cell_clip,
-                     bias_mode=cfg.bias_mode, resets=None if resets is None else np.asarray(resets))
+    return numpy_rnn(
+        [up(w) for w in weights],
+        [up(b) for b in biases],
+        up(x),
+        up(h0),
+        up(c0),
+        cfg.mode,
+        cfg.num_layers,
+        cfg.num_units,
+        cfg.num_directions == 2,
+        cfg.skip_input,
+        seq_lengths=None if seq_lengths is None else np.asarray(seq_lengths),
+        dropout_masks=dropout_masks,
+        proj_size=cfg.proj_size,
+        cell_clip=cfg.cell_clip,
+        bias_mode=cfg.bias_mode,
+        resets=None if resets is None else np.asarray(resets),
+    )
 
 
 def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:
@@ -79,8 +100,10 @@ def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:
     ``jax.random.bernoulli(jax.random.fold_in(key, l), 1 - dropout, shape)``, and scales kept entries by
     1 / (1 - dropout). float64 [T, B, D*H] arrays."""
     keep = 1.0 - cfg.dropout
-    return [np.asarray(jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape), np.float64) / keep
-            for layer in range(cfg.num_layers - 1)]
+    return [
+        np.asarray(jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape), np.float64) / keep
+        for layer in range(cfg.num_layers - 1)
+    ]
 
 
 def jaxpr_eqns(jaxpr) -> Iterator:
@@ -119,10 +142,15 @@ def torch_module(config, state_dict=None, seed=0):
 
 def run_xla(params, config, x, h0, c0, seq_lengths=None):
     """``rnn(implementation="xla")`` on NumPy inputs; returns (y, h_n, c_n or None) as NumPy arrays."""
-    y, h_n, c_n = jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0),
-                          None if c0 is None else jnp.asarray(c0), config,
-                          seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
-                          implementation="xla")
+    y, h_n, c_n = jcr.rnn(
+        jnp.asarray(params),
+        jnp.asarray(x),
+        jnp.asarray(h0),
+        None if c0 is None else jnp.asarray(c0),
+        config,
+        seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
+        implementation="xla",
+    )
     return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
 
 
@@ -132,8 +160,9 @@ def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
         if a is None or b is None:
             assert a is None and b is None, f"{what} {name}"
             continue
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=atol, rtol=rtol,
-                                   err_msg=f"{what} {name}")
+        np.testing.assert_allclose(
+            np.asarray(a, np.float64), np.asarray(b, np.float64), atol=atol, rtol=rtol, err_msg=f"{what} {name}"
+        )
 
 
 def summed_biases(config, biases, exact_gates=()):
@@ -175,8 +204,9 @@ def _writing_arrays(save_dir) -> bool:
     return any(os.path.basename(root) == "d" and files for root, _, files in os.walk(save_dir))
 
 
-def wait_for_a_save_in_flight(process: subprocess.Popen, directory, min_step: int, timeout: float,
-                              describe=lambda: "") -> None:
+def wait_for_a_save_in_flight(
+    process: subprocess.Popen, directory, min_step: int, timeout: float, describe=lambda: ""
+) -> None:
     """Polls ``directory`` every millisecond until ``process`` is writing the arrays of a step >= ``min_step`` (its
     temporary directory exists and holds array data); fails the test, with ``describe()`` (e.g. the process's output),
     when the process exits first or ``timeout`` seconds pass, and kills the process then."""
@@ -184,8 +214,10 @@ def wait_for_a_save_in_flight(process: subprocess.Popen, directory, min_step: in
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"the process exited ({process.returncode}) before a save was seen:\n{describe()}")
-        if any(int(name.split(".")[0]) >= min_step and _writing_arrays(os.path.join(directory, name))
-               for name in saves_in_flight(directory)):
+        if any(
+            int(name.split(".")[0]) >= min_step and _writing_arrays(os.path.join(directory, name))
+            for name in saves_in_flight(directory)
+        ):
             return
         time.sleep(0.001)
     process.kill()

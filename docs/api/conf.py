@@ -28,8 +28,12 @@ html_theme = "alabaster"
 html_static_path: list[str] = []
 # __call__: how the modules and seed-style classes run. A page adds :inherited-members: where its classes keep the
 # methods in a private base (models: _CudnnRNN; Flax, NNX and Equinox up to their framework's Module).
-autodoc_default_options = {"members": True, "undoc-members": True, "member-order": "bysource",
-                           "special-members": "__call__"}
+autodoc_default_options = {
+    "members": True,
+    "undoc-members": True,
+    "member-order": "bysource",
+    "special-members": "__call__",
+}
 autodoc_typehints = "signature"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

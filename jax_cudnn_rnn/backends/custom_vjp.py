@@ -72,10 +72,15 @@ class custom_vjp:
         def flat_bwd(residuals, cotangents):
             per_arg = tuple(bwd(*statics, residuals, cotangents))
             if len(per_arg) != len(arg_trees):
-                raise ValueError(f"the bwd rule of custom_vjp function {flat_fun.__qualname__} returned {len(per_arg)} "
-                                 f"cotangents for its {len(arg_trees)} differentiable arguments")
-            return tuple(leaf for tree, ct in zip(arg_trees, per_arg, strict=True)
-                         for leaf in ([None] * tree.num_leaves if ct is None else tree.flatten_up_to(ct)))
+                raise ValueError(
+                    f"the bwd rule of custom_vjp function {flat_fun.__qualname__} returned {len(per_arg)} "
+                    f"cotangents for its {len(arg_trees)} differentiable arguments"
+                )
+            return tuple(
+                leaf
+                for tree, ct in zip(arg_trees, per_arg, strict=True)
+                for leaf in ([None] * tree.num_leaves if ct is None else tree.flatten_up_to(ct))
+            )
 
         flat_fun.__name__ = getattr(self._fun, "__name__", "fun")
         flat_fun.__qualname__ = getattr(self._fun, "__qualname__", flat_fun.__name__)

@@ -85,9 +85,17 @@ def _layer_loop(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths,
         for direction in range(config.num_directions):
             index = layer * config.num_directions + direction
             weights = layer_weights(params, config, layer, direction, dtype)
-            ys, h_last, c_last = direction_fn(config, layer_input, weights, h0[index].astype(dtype),
-                                              None if c0 is None else c0[index].astype(dtype), mask,
-                                              reset[direction], direction == 1, precision)
+            ys, h_last, c_last = direction_fn(
+                config,
+                layer_input,
+                weights,
+                h0[index].astype(dtype),
+                None if c0 is None else c0[index].astype(dtype),
+                mask,
+                reset[direction],
+                direction == 1,
+                precision,
+            )
             outputs.append(ys)
             h_n.append(h_last)
             c_n.append(c_last)
@@ -95,5 +103,8 @@ def _layer_loop(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths,
         if dropout_masks and layer < config.num_layers - 1:
             layer_input = layer_input * dropout_masks[layer].astype(dtype)
     out_dtype = config.dtype
-    return (layer_input.astype(out_dtype), jnp.stack(h_n).astype(out_dtype),
-            None if c0 is None else jnp.stack(c_n).astype(out_dtype))
+    return (
+        layer_input.astype(out_dtype),
+        jnp.stack(h_n).astype(out_dtype),
+        None if c0 is None else jnp.stack(c_n).astype(out_dtype),
+    )

@@ -34,13 +34,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 # keeps the same table. The running jaxlib's own headers are read first (``running_xla_ffi_api_version``); this
 # table answers where they are missing, for a release at or after a listed one (the version never goes down).
 XLA_FFI_API_OF_JAXLIB = {
-    "0.7.2": (0, 1), "0.8.0": (0, 1), "0.9.0": (0, 2), "0.10.0": (0, 3), "0.10.2": (0, 3), "0.11.0": (0, 3),
-    "0.11.1": (0, 4), "0.12.0": (0, 5),
+    "0.7.2": (0, 1),
+    "0.8.0": (0, 1),
+    "0.9.0": (0, 2),
+    "0.10.0": (0, 3),
+    "0.10.2": (0, 3),
+    "0.11.0": (0, 3),
+    "0.11.1": (0, 4),
+    "0.12.0": (0, 5),
 }
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """"0.10.2" -> (0, 10, 2); a local or pre-release suffix is ignored ("0.11.1.dev20260101" -> (0, 11, 1))."""
+    """ "0.10.2" -> (0, 10, 2); a local or pre-release suffix is ignored ("0.11.1.dev20260101" -> (0, 11, 1))."""
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
@@ -57,8 +63,9 @@ def running_xla_ffi_api_version() -> tuple[int, int] | None:
     spec = importlib.util.find_spec("jaxlib")
     if spec is not None and spec.origin:
         try:
-            with open(os.path.join(os.path.dirname(spec.origin), "include", "xla", "ffi", "api", "c_api.h"),
-                      encoding="utf-8") as f:
+            with open(
+                os.path.join(os.path.dirname(spec.origin), "include", "xla", "ffi", "api", "c_api.h"), encoding="utf-8"
+            ) as f:
                 text = f.read()
             found = [re.search(rf"^#define XLA_FFI_API_{k} (\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR")]
             if all(found):
@@ -77,25 +84,32 @@ def ffi_api_refusal(what: str, platform: str, module: ModuleType) -> str | None:
     running jaxlib, or None when XLA accepts them: its recorded XLA FFI API version is newer than the running one, or
     of another major version."""
     built = tuple(getattr(module, "XLA_FFI_API_BUILD_VERSION", ()))
-    fix = ("reinstall this package from an isolated build (`pip install --force-reinstall --no-deps jax-cudnn-rnn`, "
-           "or `pip install .` in a checkout), which compiles against the oldest jaxlib the package supports and "
-           "loads with every newer one")
+    fix = (
+        "reinstall this package from an isolated build (`pip install --force-reinstall --no-deps jax-cudnn-rnn`, "
+        "or `pip install .` in a checkout), which compiles against the oldest jaxlib the package supports and "
+        "loads with every newer one"
+    )
     if len(built) != 2:  # a module older than this loader: nothing says which jax it can be registered with
-        return (f"the {what} ({module.__file__}) does not record the XLA FFI API version it was compiled against, so "
-                f"none of its handlers were registered (one newer than the running jaxlib's would have broken every "
-                f"JAX computation on {platform}); {fix}")
+        return (
+            f"the {what} ({module.__file__}) does not record the XLA FFI API version it was compiled against, so "
+            f"none of its handlers were registered (one newer than the running jaxlib's would have broken every "
+            f"JAX computation on {platform}); {fix}"
+        )
     running = running_xla_ffi_api_version()
     if running is None or (built[0] == running[0] and built[1] <= running[1]):
         return None
     jaxlib, built_jaxlib = _jaxlib_version(), getattr(module, "JAXLIB_BUILD_VERSION", "unknown")
     first = min((r for r, v in XLA_FFI_API_OF_JAXLIB.items() if v >= built), key=_release, default=None)
-    upgrade = f"jax and jaxlib >= {first}" if first else "a jax and jaxlib whose XLA FFI API is " + ".".join(
-        map(str, built))
-    return (f"the {what} was compiled against the XLA FFI headers of jaxlib {built_jaxlib} (XLA FFI API "
-            f"{built[0]}.{built[1]}), which the running jaxlib {jaxlib} (XLA FFI API {running[0]}.{running[1]}) "
-            f"cannot accept: XLA refuses handlers newer than itself, and the refusal would have broken every JAX "
-            f"computation on {platform}, so none were registered and the pure-JAX implementation runs instead. Fix: "
-            f"{fix}, or install {upgrade}")
+    upgrade = (
+        f"jax and jaxlib >= {first}" if first else "a jax and jaxlib whose XLA FFI API is " + ".".join(map(str, built))
+    )
+    return (
+        f"the {what} was compiled against the XLA FFI headers of jaxlib {built_jaxlib} (XLA FFI API "
+        f"{built[0]}.{built[1]}), which the running jaxlib {jaxlib} (XLA FFI API {running[0]}.{running[1]}) "
+        f"cannot accept: XLA refuses handlers newer than itself, and the refusal would have broken every JAX "
+        f"computation on {platform}, so none were registered and the pure-JAX implementation runs instead. Fix: "
+        f"{fix}, or install {upgrade}"
+    )
 
 
 class ExtensionRefusedWarning(UserWarning):
@@ -153,8 +167,9 @@ class NativeExtension:
     import error, what to install to get that library), or None.
     """
 
-    def __init__(self, name: str, what: str, platform: str, build_hint: str, option: str,
-                 library: tuple[str, str] | None = None):
+    def __init__(
+        self, name: str, what: str, platform: str, build_hint: str, option: str, library: tuple[str, str] | None = None
+    ):
         self.name, self.what, self.platform, self.build_hint = name, what, platform, build_hint
         self.option, self.library = option, library
         self._module: ModuleType | None = None
@@ -173,17 +188,24 @@ class NativeExtension:
         """Why the module is not part of this installation, as precisely as is known."""
         skipped = build_skip_reason(self.option)
         if skipped:
-            return (f"the {self.what} was not built when this package was installed: {skipped}. Reinstall after "
-                    f"fixing that ({self.option}=ON makes a missing dependency a build error)")
+            return (
+                f"the {self.what} was not built when this package was installed: {skipped}. Reinstall after "
+                f"fixing that ({self.option}=ON makes a missing dependency a build error)"
+            )
         if in_source_checkout():
-            return (f"this jax_cudnn_rnn was imported from the source checkout {os.path.dirname(_PACKAGE_DIR)}, "
-                    f"which holds no compiled {self.what} (Python looks in the current directory first): run from "
-                    f"another directory to use the installed package, or install it editable (`pip install "
-                    f"--no-build-isolation -e .`); {self.build_hint}")
+            return (
+                f"this jax_cudnn_rnn was imported from the source checkout {os.path.dirname(_PACKAGE_DIR)}, "
+                f"which holds no compiled {self.what} (Python looks in the current directory first): run from "
+                f"another directory to use the installed package, or install it editable (`pip install "
+                f"--no-build-isolation -e .`); {self.build_hint}"
+            )
         return f"the {self.what} {self.name} is not part of this installation; {self.build_hint}"
 
-    def load(self, before_import: Callable[[], str | None] = lambda: None,
-             check: Callable[[ModuleType], tuple[str | None, str | None]] = lambda module: (None, None)) -> None:
+    def load(
+        self,
+        before_import: Callable[[], str | None] = lambda: None,
+        check: Callable[[ModuleType], tuple[str | None, str | None]] = lambda module: (None, None),
+    ) -> None:
         """Imports the module and registers its targets.
 
         ``before_import`` runs first when the module is there (e.g. preloading its libraries) and returns a note to

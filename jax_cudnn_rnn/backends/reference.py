@@ -32,20 +32,38 @@ def _reference_direction(config, x, weights, h0, c0, mask, reset, reverse, preci
     return ys, h_n, c_n
 
 
-def rnn_reference(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32",
-                  resets=None):
+def rnn_reference(
+    params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32", resets=None
+):
     """The naive per-step version, differentiable in every mode (jvp included)."""
-    return layers.run_layers(_reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision,
-                            resets)
+    return layers.run_layers(
+        _reference_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets
+    )
 
 
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``."""
-    return rnn_reference(inputs.params, inputs.x, inputs.h0, inputs.c0, call.config, inputs.seq_lengths,
-                         inputs.dropout_masks, call.precision, inputs.resets)
+    return rnn_reference(
+        inputs.params,
+        inputs.x,
+        inputs.h0,
+        inputs.c0,
+        call.config,
+        inputs.seq_lengths,
+        inputs.dropout_masks,
+        call.precision,
+        inputs.resets,
+    )
 
 
 # Never the default: the xla implementation computes the same, faster.
-registry.register(registry.Backend("reference", None, priority=None,
-                                   supports=registry.Supports("the reference implementation"),
-                                   unavailable=lambda: None, run=rnn))
+registry.register(
+    registry.Backend(
+        "reference",
+        None,
+        priority=None,
+        supports=registry.Supports("the reference implementation"),
+        unavailable=lambda: None,
+        run=rnn,
+    )
+)

@@ -142,8 +142,11 @@ def why_not(name: str, platform: str | None, call: Call) -> str | None:
 def _candidates(platform: str) -> list[Backend]:
     """The backends ``implementation=None`` may run on ``platform`` (``DEFAULT``: one without backends of its own),
     highest priority first."""
-    on = [b for b in _BACKENDS.values() if b.priority is not None
-          and (b.platforms is None or (platform != DEFAULT and platform in b.platforms))]
+    on = [
+        b
+        for b in _BACKENDS.values()
+        if b.priority is not None and (b.platforms is None or (platform != DEFAULT and platform in b.platforms))
+    ]
     return sorted(on, key=lambda b: -b.priority)
 
 
@@ -188,8 +191,10 @@ def choose(implementation: str | None, call: Call) -> dict[str, str]:
     reason = why_not(implementation, platform, call)
     if reason is not None:
         where = " there" if platform is not None else ""
-        raise RuntimeError(f"implementation={implementation!r} needs {reason}. Use implementation=None to run the "
-                           f"best implementation available{where}.")
+        raise RuntimeError(
+            f"implementation={implementation!r} needs {reason}. Use implementation=None to run the "
+            f"best implementation available{where}."
+        )
     platforms = _BACKENDS[implementation].platforms
     if platform is not None or platforms is None:
         return {platform or DEFAULT: implementation}
@@ -217,11 +222,15 @@ _passed_over_p = jax.extend.core.Primitive("jax_cudnn_rnn_passed_over")
 _passed_over_p.multiple_results = True
 _passed_over_p.def_impl(lambda *args, warning, platform: args)
 _passed_over_p.def_abstract_eval(lambda *avals, warning, platform: avals)
-ad.primitive_jvps[_passed_over_p] = lambda primals, tangents, **params: (_passed_over_p.bind(*primals, **params),
-                                                                         tangents)
+ad.primitive_jvps[_passed_over_p] = lambda primals, tangents, **params: (
+    _passed_over_p.bind(*primals, **params),
+    tangents,
+)
 ad.primitive_transposes[_passed_over_p] = lambda cotangents, *args, **params: cotangents
-jax_batching.primitive_batchers[_passed_over_p] = lambda args, dims, **params: (_passed_over_p.bind(*args, **params),
-                                                                                dims)
+jax_batching.primitive_batchers[_passed_over_p] = lambda args, dims, **params: (
+    _passed_over_p.bind(*args, **params),
+    dims,
+)
 mlir.register_lowering(_passed_over_p, lambda ctx, *args, warning, platform: args)
 _lowering_platforms: set[str] = set()
 
@@ -274,7 +283,9 @@ class _Hashable:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Hashable) and (type(self.warning), str(self.warning)) == (
-            type(other.warning), str(other.warning))
+            type(other.warning),
+            str(other.warning),
+        )
 
     def __str__(self) -> str:
         return str(self.warning)
@@ -328,9 +339,11 @@ def run(implementation: str | None, call: Call, inputs: Inputs) -> Outputs:
             branch = runner(name)
         else:
             platforms = ", ".join(_BACKENDS[implementation].platforms)
-            branch = _refusing(f"implementation={implementation!r} runs only on {platforms}, but this computation is "
-                               f"lowered for another platform; use implementation=None to run the best available "
-                               f"implementation on each platform")
+            branch = _refusing(
+                f"implementation={implementation!r} runs only on {platforms}, but this computation is "
+                f"lowered for another platform; use implementation=None to run the best available "
+                f"implementation on each platform"
+            )
         branches[platform] = functools.partial(lambda inputs, branch: branch(call, inputs), branch=branch)
     default = branches.pop(DEFAULT)
     return jax.lax.platform_dependent(inputs, default=default, **branches)

@@ -31,9 +31,21 @@ Array = jax.Array
 
 
 @functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _recurrence(cell: Cell, reverse: bool, cell_clip: float | None, precision: str, xp: Array, b_in: Array | None,
-                w_rec: Array, b_rec: Array | None, w_proj: Array | None, h0: Array, c0: Array | None,
-                mask: Array | None, reset: Array | None):
+def _recurrence(
+    cell: Cell,
+    reverse: bool,
+    cell_clip: float | None,
+    precision: str,
+    xp: Array,
+    b_in: Array | None,
+    w_rec: Array,
+    b_rec: Array | None,
+    w_proj: Array | None,
+    h0: Array,
+    c0: Array | None,
+    mask: Array | None,
+    reset: Array | None,
+):
     """Runs the recurrence over precomputed input projections.
 
     xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
@@ -88,8 +100,9 @@ def _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0
 
 def _recurrence_fwd(cell, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
     del precision  # the forward runs inside layers.run_layers's context
-    outputs, (saved, h_prev, c_prev) = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
-                                                   mask, reset, save=True)
+    outputs, (saved, h_prev, c_prev) = _scan_cells(
+        cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save=True
+    )
     return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask, reset)
 
 
@@ -120,8 +133,9 @@ def _backward(cell, reverse, cell_clip, residuals, cotangents):
         stacked = (d_xp, None if d_hp is d_xp else d_hp, None if w_proj is None else (dh_new, h_full))
         return (layers.zeroed(reset_t, dh_prev), layers.zeroed(reset_t, dc_prev)), stacked
 
-    (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset),
-                                                     reverse=not reverse)
+    (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(
+        step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset), reverse=not reverse
+    )
     # Weight gradients as one GEMM each, contracting time and batch together. Written as einsums over (t, b) rather
     # than reshapes to [T*B, ...], so that a batch-sharded computation reduces partial sums instead of gathering.
     d_hp = d_xp if d_hp is None else d_hp
@@ -167,8 +181,7 @@ def _input_gemm_fwd(x, w_in, precision):
 def _input_gemm_bwd(precision, residuals, d_xp):
     x, w_in = residuals
     with jax.default_matmul_precision(precision):
-        return (_einsum("tbg,gi->tbi", d_xp, w_in, w_in.dtype).astype(x.dtype),
-                _weight_gradient(x, d_xp, w_in.dtype))
+        return (_einsum("tbg,gi->tbi", d_xp, w_in, w_in.dtype).astype(x.dtype), _weight_gradient(x, d_xp, w_in.dtype))
 
 
 _input_gemm.defvjp(_input_gemm_fwd, _input_gemm_bwd)
@@ -187,12 +200,14 @@ def _fast_direction(config, x, weights, h0, c0, mask, reset, reverse, precision)
     if config.dtype == jnp.bfloat16:  # the matrices back in their own dtype (exact): bfloat16 GEMMs (_dot, _einsum)
         w_in, w_rec, w_proj = (None if w is None else w.astype(jnp.bfloat16) for w in (w_in, w_rec, w_proj))
     xp = _input_projection(x, w_in, config.num_gates, precision)
-    return _recurrence(config.cell, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0,
-                       mask, reset)
+    return _recurrence(
+        config.cell, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset
+    )
 
 
-def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32",
-            resets=None):
+def rnn_xla(
+    params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32", resets=None
+):
     """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``;
     ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul); ``resets``
     bool [T, B] or None."""
@@ -201,9 +216,26 @@ def rnn_xla(params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_mask
 
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``."""
-    return rnn_xla(inputs.params, inputs.x, inputs.h0, inputs.c0, call.config, inputs.seq_lengths,
-                   inputs.dropout_masks, call.precision, inputs.resets)
+    return rnn_xla(
+        inputs.params,
+        inputs.x,
+        inputs.h0,
+        inputs.c0,
+        call.config,
+        inputs.seq_lengths,
+        inputs.dropout_masks,
+        call.precision,
+        inputs.resets,
+    )
 
 
-registry.register(registry.Backend("xla", None, priority=10, supports=registry.Supports("the xla implementation"),
-                                   unavailable=lambda: None, run=rnn))
+registry.register(
+    registry.Backend(
+        "xla",
+        None,
+        priority=10,
+        supports=registry.Supports("the xla implementation"),
+        unavailable=lambda: None,
+        run=rnn,
+    )
+)

@@ -1,6 +1,6 @@
 """The GRU cell, cuDNN's (and PyTorch's): the reset gate multiplies the recurrent part including its bias,
 
-    r, z = sigmoid(W x + b_W + R h + b_R);  n = tanh(W_n x + b_Wn + r * (R_n h + b_Rn));  h' = (1 - z) * n + z * h
+r, z = sigmoid(W x + b_W + R h + b_R);  n = tanh(W_n x + b_Wn + r * (R_n h + b_Rn));  h' = (1 - z) * n + z * h
 """
 
 from __future__ import annotations
@@ -32,9 +32,21 @@ def step_backward(saved, h, c, dh_new, dc_new, cell_clip):
     d_n = dh_new * (1 - z) * (1 - n * n)
     d_r = d_n * hn * r * (1 - r)
     d_z = dh_new * (h - n) * z * (1 - z)
-    return (jnp.concatenate([d_r, d_z, d_n], axis=-1), jnp.concatenate([d_r, d_z, d_n * r], axis=-1),
-            dh_new * z, None, None)
+    return (
+        jnp.concatenate([d_r, d_z, d_n], axis=-1),
+        jnp.concatenate([d_r, d_z, d_n * r], axis=-1),
+        dh_new * z,
+        None,
+        None,
+    )
 
 
-CELL = Cell("gru", ("r", "z", "n"), False, "GRU: reset, update and new gates, the reset applied after R (cuDNN's)",
-            step, step_backward, gate_inputs)
+CELL = Cell(
+    "gru",
+    ("r", "z", "n"),
+    False,
+    "GRU: reset, update and new gates, the reset applied after R (cuDNN's)",
+    step,
+    step_backward,
+    gate_inputs,
+)

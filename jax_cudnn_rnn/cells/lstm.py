@@ -46,10 +46,18 @@ def step_backward(saved, h, c, dh_new, dc_new, cell_clip):
     c_new = f * c_in + i * g
     tanh_c = jnp.tanh(_clip(c_new, cell_clip))
     dc_total = dc_new + _clip_grad(dh_new * o * (1 - tanh_c * tanh_c), c_new, cell_clip)
-    d_pre = jnp.concatenate([dc_total * g * i * (1 - i), dc_total * c_in * f * (1 - f),
-                             dc_total * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)], axis=-1)
+    d_pre = jnp.concatenate(
+        [
+            dc_total * g * i * (1 - i),
+            dc_total * c_in * f * (1 - f),
+            dc_total * i * (1 - g * g),
+            dh_new * tanh_c * o * (1 - o),
+        ],
+        axis=-1,
+    )
     return d_pre, d_pre, None, _clip_grad(dc_total * f, c, cell_clip), o * tanh_c
 
 
-CELL = Cell("lstm", ("i", "f", "g", "o"), True, "LSTM: input, forget, cell (new memory) and output gates",
-            step, step_backward)
+CELL = Cell(
+    "lstm", ("i", "f", "g", "o"), True, "LSTM: input, forget, cell (new memory) and output gates", step, step_backward
+)

@@ -67,4 +67,4 @@ def sigmoid(x: Array) -> Array:
 def split_gates(xp: Array, num_gates: int) -> tuple[Array, ...]:
     """[..., G*H] as G arrays [..., H]."""
     units = xp.shape[-1] // num_gates
-    return tuple(xp[..., g * units:(g + 1) * units] for g in range(num_gates))
+    return tuple(xp[..., g * units : (g + 1) * units] for g in range(num_gates))

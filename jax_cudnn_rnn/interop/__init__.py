@@ -42,6 +42,19 @@ Canonical = _common.Canonical
 #: conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives in one place).
 KERAS_GATES = _keras.KERAS_GATES
 
-__all__ = ["Canonical", "KERAS_GATES", "canonical_to_equinox", "canonical_to_flax", "canonical_to_keras",
-           "canonical_to_torch", "equinox_to_canonical", "flax_stack_kwargs", "flax_to_canonical", "keras_layers",
-           "keras_to_canonical", "torch_module_kwargs", "torch_module_name", "torch_to_canonical"]
+__all__ = [
+    "Canonical",
+    "KERAS_GATES",
+    "canonical_to_equinox",
+    "canonical_to_flax",
+    "canonical_to_keras",
+    "canonical_to_torch",
+    "equinox_to_canonical",
+    "flax_stack_kwargs",
+    "flax_to_canonical",
+    "keras_layers",
+    "keras_to_canonical",
+    "torch_module_kwargs",
+    "torch_module_name",
+    "torch_to_canonical",
+]

@@ -49,11 +49,14 @@ def gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[str
 def check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -> None:
     """For peers whose LSTM (``lstm_class``) neither projects nor clips."""
     if config.proj_size:
-        raise ValueError(f"proj_size={config.proj_size} has no {peer} equivalent ({lstm_class} has no projection); "
-                         "use proj_size=0")
+        raise ValueError(
+            f"proj_size={config.proj_size} has no {peer} equivalent ({lstm_class} has no projection); use proj_size=0"
+        )
     if config.cell_clip is not None:
-        raise ValueError(f"cell_clip={config.cell_clip} has no {peer} equivalent ({lstm_class} does not clip the "
-                         "cell state); use cell_clip=None")
+        raise ValueError(
+            f"cell_clip={config.cell_clip} has no {peer} equivalent ({lstm_class} does not clip the "
+            "cell state); use cell_clip=None"
+        )
 
 
 def pseudo_layers(config: RNNConfig) -> Iterator[tuple[int, int, str]]:
@@ -70,8 +73,7 @@ def require_zero(where: str, value: Any, why: str, atol: float) -> None:
         raise ValueError(f"{where} is not representable: {why} (max |value| {worst} > atol {atol})")
 
 
-def input_matrix(config: RNNConfig, named: Mapping[str, np.ndarray], layer: int, prefix: str,
-                  gate: str) -> np.ndarray:
+def input_matrix(config: RNNConfig, named: Mapping[str, np.ndarray], layer: int, prefix: str, gate: str) -> np.ndarray:
     """A gate's input matrix [H, in_l]. Skip input stores none on layer 0 (x enters every gate as it is), which is an
     identity matrix for peers that always have one."""
     if config.skip_input and layer == 0:
@@ -79,25 +81,44 @@ def input_matrix(config: RNNConfig, named: Mapping[str, np.ndarray], layer: int,
     return named[f"{prefix}/w_input/{gate}"]
 
 
-def store_input_matrix(config: RNNConfig, named: dict[str, np.ndarray], layer: int, prefix: str, gate: str,
-                        matrix: np.ndarray, where: str, atol: float) -> None:
+def store_input_matrix(
+    config: RNNConfig,
+    named: dict[str, np.ndarray],
+    layer: int,
+    prefix: str,
+    gate: str,
+    matrix: np.ndarray,
+    where: str,
+    atol: float,
+) -> None:
     """The inverse of ``input_matrix``: with skip input, layer 0's matrix must be the identity."""
     if config.skip_input and layer == 0:
-        require_zero(where, np.asarray(matrix, np.float64) - np.eye(config.num_units),
-                      "skip input needs an identity input kernel", atol)
+        require_zero(
+            where,
+            np.asarray(matrix, np.float64) - np.eye(config.num_units),
+            "skip input needs an identity input kernel",
+            atol,
+        )
     else:
         named[f"{prefix}/w_input/{gate}"] = matrix
 
 
-def gate_biases(config: RNNConfig, named: Mapping[str, np.ndarray], prefix: str,
-                 gate: str) -> tuple[np.ndarray, np.ndarray]:
+def gate_biases(
+    config: RNNConfig, named: Mapping[str, np.ndarray], prefix: str, gate: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(input bias, recurrent bias) [H] of one gate; zeros for a bias that ``config.bias_mode`` does not have."""
     zeros = np.zeros((config.num_units,), config.dtype)
     return named.get(f"{prefix}/b_input/{gate}", zeros), named.get(f"{prefix}/b_recurrent/{gate}", zeros)
 
 
-def store_biases(config: RNNConfig, named: dict[str, np.ndarray], prefix: str, gate: str,
-                  peer: Mapping[str, tuple[str, np.ndarray]], atol: float) -> None:
+def store_biases(
+    config: RNNConfig,
+    named: dict[str, np.ndarray],
+    prefix: str,
+    gate: str,
+    peer: Mapping[str, tuple[str, np.ndarray]],
+    atol: float,
+) -> None:
     """Stores one gate's canonical biases from a peer's. ``peer`` maps "b_input" / "b_recurrent" to (the peer's name
     for that bias, its value [H]); a peer that keeps one summed bias gives it as "b_input".
 
@@ -106,8 +127,9 @@ def store_biases(config: RNNConfig, named: dict[str, np.ndarray], prefix: str, g
     bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere the peer's total goes to
     the input bias (the recurrent one is then zero), or to the one bias ``bias_mode`` keeps.
     """
-    kept = [group for group, has in (("b_input", config.has_input_bias), ("b_recurrent", config.has_recurrent_bias))
-            if has]
+    kept = [
+        group for group, has in (("b_input", config.has_input_bias), ("b_recurrent", config.has_recurrent_bias)) if has
+    ]
     if (config.mode == "gru" and gate == "n") or set(peer) == set(kept):
         for group, (where, value) in peer.items():
             if group in kept:

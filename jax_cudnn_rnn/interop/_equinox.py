@@ -27,8 +27,10 @@ def _import_equinox() -> Any:
 
 def _equinox_check(config: RNNConfig) -> None:
     if config.mode not in _EQUINOX_CELLS:
-        raise ValueError(f"mode {config.mode!r} has no Equinox equivalent: equinox.nn has LSTMCell and GRUCell but no "
-                         "vanilla tanh/relu RNN cell; use mode 'lstm' or 'gru'")
+        raise ValueError(
+            f"mode {config.mode!r} has no Equinox equivalent: equinox.nn has LSTMCell and GRUCell but no "
+            "vanilla tanh/relu RNN cell; use mode 'lstm' or 'gru'"
+        )
     common.check_no_projection_or_clip(config, "Equinox", "eqx.nn.LSTMCell")
 
 
@@ -65,28 +67,39 @@ def canonical_to_equinox(weights: Sequence[Any], biases: Sequence[Any], config: 
     cells: list[list[Any]] = [[] for _ in range(config.num_layers)]
     for layer, _, prefix in common.pseudo_layers(config):
         leaves = {
-            "weight_ih": np.concatenate([common.input_matrix(config, named, layer, prefix, gate)
-                                         for gate in config.gate_names]),
+            "weight_ih": np.concatenate(
+                [common.input_matrix(config, named, layer, prefix, gate) for gate in config.gate_names]
+            ),
             "weight_hh": np.concatenate([named[f"{prefix}/w_recurrent/{g}"] for g in config.gate_names]),
         }
         if config.bias_mode != "none":
             pairs = {g: common.gate_biases(config, named, prefix, g) for g in config.gate_names}
             if config.mode == "gru":  # n = tanh(W x + b_W + r * (R h + b_R)): b_R stays inside, as bias_n
-                leaves["bias"] = np.concatenate([pairs["r"][0] + pairs["r"][1], pairs["z"][0] + pairs["z"][1],
-                                                 pairs["n"][0]])
+                leaves["bias"] = np.concatenate(
+                    [pairs["r"][0] + pairs["r"][1], pairs["z"][0] + pairs["z"][1], pairs["n"][0]]
+                )
                 leaves["bias_n"] = pairs["n"][1]
             else:
                 leaves["bias"] = np.concatenate([b_input + b_recurrent for b_input, b_recurrent in pairs.values()])
         # The key only fills the weights that tree_at replaces right away.
-        cell = cell_class(config.layer_input_size(layer), config.num_units, use_bias=config.bias_mode != "none",
-                          dtype=jnp.dtype(dtype), key=jax.random.key(0))
-        cells[layer].append(eqx.tree_at(operator.attrgetter(*leaves), cell,
-                                        tuple(jnp.asarray(np.asarray(v, dtype)) for v in leaves.values())))
+        cell = cell_class(
+            config.layer_input_size(layer),
+            config.num_units,
+            use_bias=config.bias_mode != "none",
+            dtype=jnp.dtype(dtype),
+            key=jax.random.key(0),
+        )
+        cells[layer].append(
+            eqx.tree_at(
+                operator.attrgetter(*leaves), cell, tuple(jnp.asarray(np.asarray(v, dtype)) for v in leaves.values())
+            )
+        )
     return cells
 
 
-def equinox_to_canonical(cells: Sequence[Sequence[Any]], config: RNNConfig, *, dtype: Any = None,
-                         atol: float = 0.0) -> common.Canonical:
+def equinox_to_canonical(
+    cells: Sequence[Sequence[Any]], config: RNNConfig, *, dtype: Any = None, atol: float = 0.0
+) -> common.Canonical:
     """The inverse of ``canonical_to_equinox``: ``cells[layer][direction]`` of ``eqx.nn.LSTMCell`` /
     ``eqx.nn.GRUCell``. LSTM's summed bias goes to the input bias with a zero recurrent bias (or to the one bias
     ``bias_mode`` keeps); GRU's are exact. ``dtype`` defaults to config.dtype.
@@ -100,8 +113,10 @@ def equinox_to_canonical(cells: Sequence[Sequence[Any]], config: RNNConfig, *, d
     directions = "[forward, backward]" if config.num_directions == 2 else "[forward]"
     if isinstance(cells, (str, bytes, Mapping)) or not isinstance(cells, Sequence) or len(cells) != config.num_layers:
         got = f"{len(cells)} entries" if isinstance(cells, Sequence) else f"a {type(cells).__name__}"
-        raise ValueError(f"cells must hold num_layers = {config.num_layers} lists {directions} of "
-                         f"eqx.nn.{_EQUINOX_CELLS[config.mode]}, got {got}")
+        raise ValueError(
+            f"cells must hold num_layers = {config.num_layers} lists {directions} of "
+            f"eqx.nn.{_EQUINOX_CELLS[config.mode]}, got {got}"
+        )
     units = config.num_units
     named: dict[str, np.ndarray] = {}
     for layer, direction, prefix in common.pseudo_layers(config):
@@ -111,11 +126,15 @@ def equinox_to_canonical(cells: Sequence[Sequence[Any]], config: RNNConfig, *, d
             raise ValueError(f"cells[{layer}] must be {directions} ({config.direction}), got {got}")
         cell, where = row[direction], f"cells[{layer}][{direction}]"
         if not isinstance(cell, cell_class):
-            raise TypeError(f"{where} is a {type(cell).__name__}; expected eqx.nn.{_EQUINOX_CELLS[config.mode]} for "
-                            f"mode {config.mode!r}")
+            raise TypeError(
+                f"{where} is a {type(cell).__name__}; expected eqx.nn.{_EQUINOX_CELLS[config.mode]} for "
+                f"mode {config.mode!r}"
+            )
         if cell.use_bias != (config.bias_mode != "none"):
-            raise ValueError(f"{where} has use_bias={cell.use_bias}; bias_mode {config.bias_mode!r} needs "
-                             f"use_bias={config.bias_mode != 'none'}")
+            raise ValueError(
+                f"{where} has use_bias={cell.use_bias}; bias_mode {config.bias_mode!r} needs "
+                f"use_bias={config.bias_mode != 'none'}"
+            )
         found = {}
         for name, shape in _equinox_shapes(config, layer).items():
             found[name] = common.to_numpy(getattr(cell, name), f"{where}.{name}")
@@ -123,8 +142,16 @@ def equinox_to_canonical(cells: Sequence[Sequence[Any]], config: RNNConfig, *, d
                 raise ValueError(f"{where}.{name} has shape {found[name].shape}; expected {shape}")
         for j, gate in enumerate(config.gate_names):
             rows, span = slice(j * units, (j + 1) * units), f"{j * units}:{(j + 1) * units}"
-            common.store_input_matrix(config, named, layer, prefix, gate, found["weight_ih"][rows],
-                                f"{where}.weight_ih[{span}] (gate {gate})", atol)
+            common.store_input_matrix(
+                config,
+                named,
+                layer,
+                prefix,
+                gate,
+                found["weight_ih"][rows],
+                f"{where}.weight_ih[{span}] (gate {gate})",
+                atol,
+            )
             named[f"{prefix}/w_recurrent/{gate}"] = found["weight_hh"][rows]
             if "bias" not in found:
                 continue

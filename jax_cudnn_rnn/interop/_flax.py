@@ -61,8 +61,9 @@ def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNN
     return params
 
 
-def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None,
-                      atol: float = 0.0) -> common.Canonical:
+def flax_to_canonical(
+    params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None, atol: float = 0.0
+) -> common.Canonical:
     """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too). Summed biases go to the input bias
     (``bias_mode='single_recurrent'``: to the recurrent one); a bias with nowhere to go (e.g. bias_mode 'none') and
     skip input's input kernels (which must be the identity) are checked to within ``atol``.
@@ -95,10 +96,12 @@ def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: An
     missing = [k for k in expected if k not in found]
     extra = sorted(k for k in found if k not in expected)
     if missing or extra:
-        raise ValueError(f"Flax params do not match FlaxCellStack({config.mode!r}, num_units={units}, num_layers="
-                         f"{config.num_layers}, bidirectional={config.num_directions == 2}) for input_size "
-                         f"{config.input_size}: missing {missing[:6]}{'...' if len(missing) > 6 else ''}, "
-                         f"unexpected {extra[:6]}{'...' if len(extra) > 6 else ''}")
+        raise ValueError(
+            f"Flax params do not match FlaxCellStack({config.mode!r}, num_units={units}, num_layers="
+            f"{config.num_layers}, bidirectional={config.num_directions == 2}) for input_size "
+            f"{config.input_size}: missing {missing[:6]}{'...' if len(missing) > 6 else ''}, "
+            f"unexpected {extra[:6]}{'...' if len(extra) > 6 else ''}"
+        )
     for key, shape in expected.items():
         if found[key].shape != shape:
             raise ValueError(f"Flax param {key} has shape {found[key].shape}; expected {shape}")
@@ -108,12 +111,22 @@ def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: An
         base = "/".join(_flax_layer_path(config, layer, direction))
         for gate in config.gate_names:
             input_key, recurrent_key = f"{base}/{input_names[gate]}", f"{base}/{recurrent_names[gate]}"
-            common.store_input_matrix(config, named, layer, prefix, gate, found[f"{input_key}/kernel"].T,
-                                f"Flax param {input_key}/kernel", atol)
+            common.store_input_matrix(
+                config,
+                named,
+                layer,
+                prefix,
+                gate,
+                found[f"{input_key}/kernel"].T,
+                f"Flax param {input_key}/kernel",
+                atol,
+            )
             named[f"{prefix}/w_recurrent/{gate}"] = found[f"{recurrent_key}/kernel"].T
             if config.mode == "gru" and gate == "n":
-                peer = {group: (f"Flax param {key}/bias", found[f"{key}/bias"])
-                        for group, key in (("b_input", input_key), ("b_recurrent", recurrent_key))}
+                peer = {
+                    group: (f"Flax param {key}/bias", found[f"{key}/bias"])
+                    for group, key in (("b_input", input_key), ("b_recurrent", recurrent_key))
+                }
             else:
                 key = recurrent_key if config.mode == "lstm" else input_key
                 peer = {"b_input": (f"Flax param {key}/bias", found[f"{key}/bias"])}
@@ -124,5 +137,10 @@ def flax_to_canonical(params: Mapping[str, Any], config: RNNConfig, *, dtype: An
 def flax_stack_kwargs(config: RNNConfig) -> dict[str, Any]:
     """Constructor arguments of ``flax_cells.FlaxCellStack`` matching ``config`` (batch-major by default)."""
     _flax_check(config)
-    return dict(mode=config.mode, num_units=config.num_units, num_layers=config.num_layers,
-                bidirectional=config.num_directions == 2, param_dtype=config.dtype)
+    return dict(
+        mode=config.mode,
+        num_units=config.num_units,
+        num_layers=config.num_layers,
+        bidirectional=config.num_directions == 2,
+        param_dtype=config.dtype,
+    )

@@ -25,8 +25,10 @@ def _import_keras() -> Any:
     try:
         import keras
     except ImportError as e:
-        raise ImportError("the Keras converters need Keras 3: pip install keras (any backend works for the weights; "
-                          "set KERAS_BACKEND=jax before importing keras to run the layers on JAX)") from e
+        raise ImportError(
+            "the Keras converters need Keras 3: pip install keras (any backend works for the weights; "
+            "set KERAS_BACKEND=jax before importing keras to run the layers on JAX)"
+        ) from e
     if int(keras.__version__.split(".")[0]) < 3:
         raise ImportError(f"the Keras converters need Keras 3, found keras {keras.__version__}")
     return keras
@@ -71,13 +73,21 @@ def keras_layers(config: RNNConfig, *, return_state: bool = False) -> list[Any]:
     """
     _keras_check(config)
     if config.dropout:
-        raise ValueError(f"dropout={config.dropout} has no Keras recurrent-layer equivalent (Keras's dropout= reuses "
-                         "one input mask at every step; cuDNN draws a new one per step): build the layers from "
-                         "dataclasses.replace(config, dropout=0.0) and add keras.layers.Dropout between them")
+        raise ValueError(
+            f"dropout={config.dropout} has no Keras recurrent-layer equivalent (Keras's dropout= reuses "
+            "one input mask at every step; cuDNN draws a new one per step): build the layers from "
+            "dataclasses.replace(config, dropout=0.0) and add keras.layers.Dropout between them"
+        )
     keras = _import_keras()
     policy = _KERAS_POLICIES.get(config.dtype.name, config.dtype.name)
-    kwargs: dict[str, Any] = dict(units=config.num_units, use_bias=config.bias_mode != "none", return_sequences=True,
-                                  return_state=return_state, zero_output_for_mask=True, dtype=policy)
+    kwargs: dict[str, Any] = dict(
+        units=config.num_units,
+        use_bias=config.bias_mode != "none",
+        return_sequences=True,
+        return_state=return_state,
+        zero_output_for_mask=True,
+        dtype=policy,
+    )
     if config.mode in ("lstm", "gru"):
         kwargs.update(activation="tanh", recurrent_activation="sigmoid")
     if config.mode == "gru":
@@ -106,8 +116,10 @@ def canonical_to_keras(weights: Sequence[Any], biases: Sequence[Any], config: RN
     gates = KERAS_GATES[config.mode]
     result: list[list[np.ndarray]] = [[] for _ in range(config.num_layers)]
     for layer, _, prefix in common.pseudo_layers(config):
-        arrays = [np.concatenate([common.input_matrix(config, named, layer, prefix, g).T for g in gates], axis=1),
-                  np.concatenate([named[f"{prefix}/w_recurrent/{g}"].T for g in gates], axis=1)]
+        arrays = [
+            np.concatenate([common.input_matrix(config, named, layer, prefix, g).T for g in gates], axis=1),
+            np.concatenate([named[f"{prefix}/w_recurrent/{g}"].T for g in gates], axis=1),
+        ]
         if config.bias_mode != "none":
             pairs = [[np.asarray(b, dtype) for b in common.gate_biases(config, named, prefix, g)] for g in gates]
             if config.mode == "gru":
@@ -118,8 +130,9 @@ def canonical_to_keras(weights: Sequence[Any], biases: Sequence[Any], config: RN
     return result
 
 
-def keras_to_canonical(layer_weights: Sequence[Any], config: RNNConfig, *, dtype: Any = None,
-                       atol: float = 0.0) -> common.Canonical:
+def keras_to_canonical(
+    layer_weights: Sequence[Any], config: RNNConfig, *, dtype: Any = None, atol: float = 0.0
+) -> common.Canonical:
     """The inverse of ``canonical_to_keras``: ``layer_weights`` holds one ``get_weights()`` list per layer (or the
     layers themselves), as ``keras_layers(config)`` lays them out. A summed bias goes to the input bias with a zero
     recurrent bias (or to the one bias ``bias_mode`` keeps); GRU's are exact. ``dtype`` defaults to config.dtype.
@@ -130,11 +143,14 @@ def keras_to_canonical(layer_weights: Sequence[Any], config: RNNConfig, *, dtype
     """
     _keras_check(config)
     if isinstance(layer_weights, (str, bytes, Mapping)) or not isinstance(layer_weights, Sequence):
-        raise TypeError(f"layer_weights must be a list with one get_weights() list per layer, got "
-                        f"{type(layer_weights).__name__}")
+        raise TypeError(
+            f"layer_weights must be a list with one get_weights() list per layer, got {type(layer_weights).__name__}"
+        )
     if len(layer_weights) != config.num_layers:
-        raise ValueError(f"layer_weights has {len(layer_weights)} entries; expected num_layers = {config.num_layers} "
-                         "(one get_weights() list per layer)")
+        raise ValueError(
+            f"layer_weights has {len(layer_weights)} entries; expected num_layers = {config.num_layers} "
+            "(one get_weights() list per layer)"
+        )
     gates = KERAS_GATES[config.mode]
     units = config.num_units
     named: dict[str, np.ndarray] = {}
@@ -147,9 +163,11 @@ def keras_to_canonical(layer_weights: Sequence[Any], config: RNNConfig, *, dtype
         if not isinstance(arrays, Sequence) or len(arrays) != want:
             got = f"{len(arrays)} arrays" if isinstance(arrays, Sequence) else f"a {type(arrays).__name__}"
             order = ", ".join(shapes) + (" (forward, then backward)" if config.num_directions == 2 else "")
-            raise ValueError(f"layer_weights[{layer}] has {got}; expected {want}: {order}, for "
-                             f"{_KERAS_CLASSES[config.mode]}(use_bias={config.bias_mode != 'none'}) as bias_mode "
-                             f"{config.bias_mode!r} says")
+            raise ValueError(
+                f"layer_weights[{layer}] has {got}; expected {want}: {order}, for "
+                f"{_KERAS_CLASSES[config.mode]}(use_bias={config.bias_mode != 'none'}) as bias_mode "
+                f"{config.bias_mode!r} says"
+            )
         for direction, prefix in [(d, p) for at, d, p in common.pseudo_layers(config) if at == layer]:
             found: dict[str, np.ndarray] = {}
             where: dict[str, str] = {}
@@ -158,22 +176,37 @@ def keras_to_canonical(layer_weights: Sequence[Any], config: RNNConfig, *, dtype
                 where[name] = f"layer_weights[{layer}][{index}]"
                 found[name] = common.to_numpy(arrays[index], where[name])
                 if found[name].shape != shape:
-                    hint = " (a Keras GRU must have reset_after=True, cuDNN's GRU)" \
-                        if config.mode == "gru" and name == "bias" else ""
-                    raise ValueError(f"{where[name]} ({layout.DIRECTION_NAMES[direction]} {name}) has shape "
-                                     f"{found[name].shape}; expected {shape}{hint}")
+                    hint = (
+                        " (a Keras GRU must have reset_after=True, cuDNN's GRU)"
+                        if config.mode == "gru" and name == "bias"
+                        else ""
+                    )
+                    raise ValueError(
+                        f"{where[name]} ({layout.DIRECTION_NAMES[direction]} {name}) has shape "
+                        f"{found[name].shape}; expected {shape}{hint}"
+                    )
             for j, gate in enumerate(gates):
                 columns = slice(j * units, (j + 1) * units)
                 span = f"{j * units}:{(j + 1) * units}"
-                common.store_input_matrix(config, named, layer, prefix, gate, found["kernel"][:, columns].T,
-                                    f"{where['kernel']}[:, {span}] (kernel of gate {gate})", atol)
+                common.store_input_matrix(
+                    config,
+                    named,
+                    layer,
+                    prefix,
+                    gate,
+                    found["kernel"][:, columns].T,
+                    f"{where['kernel']}[:, {span}] (kernel of gate {gate})",
+                    atol,
+                )
                 named[f"{prefix}/w_recurrent/{gate}"] = found["recurrent_kernel"][:, columns].T
                 if "bias" not in found:
                     continue
                 bias = found["bias"]
                 if config.mode == "gru":
-                    peer = {group: (f"{where['bias']}[{row}, {span}] ({group[2:]} bias of gate {gate})",
-                                    bias[row, columns]) for row, group in enumerate(("b_input", "b_recurrent"))}
+                    peer = {
+                        group: (f"{where['bias']}[{row}, {span}] ({group[2:]} bias of gate {gate})", bias[row, columns])
+                        for row, group in enumerate(("b_input", "b_recurrent"))
+                    }
                 else:
                     peer = {"b_input": (f"{where['bias']}[{span}] (bias of gate {gate})", bias[columns])}
                 common.store_biases(config, named, prefix, gate, peer, atol)

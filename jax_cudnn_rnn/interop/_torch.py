@@ -15,24 +15,35 @@ from jax_cudnn_rnn.interop import _common as common
 
 def _torch_check(config: RNNConfig) -> None:
     if config.skip_input:
-        raise ValueError("input_mode 'skip_input' has no PyTorch equivalent (torch.nn.LSTM/GRU/RNN always have "
-                         "weight_ih_l0); use input_mode='linear_input'")
+        raise ValueError(
+            "input_mode 'skip_input' has no PyTorch equivalent (torch.nn.LSTM/GRU/RNN always have "
+            "weight_ih_l0); use input_mode='linear_input'"
+        )
     if config.bias_mode not in ("double", "none"):
-        raise ValueError(f"bias_mode {config.bias_mode!r} has no PyTorch equivalent; torch has both biases "
-                         "(bias=True, bias_mode='double') or none (bias=False, bias_mode='none')")
+        raise ValueError(
+            f"bias_mode {config.bias_mode!r} has no PyTorch equivalent; torch has both biases "
+            "(bias=True, bias_mode='double') or none (bias=False, bias_mode='none')"
+        )
     if config.cell_clip is not None:
-        raise ValueError(f"cell_clip={config.cell_clip} has no PyTorch equivalent (torch.nn.LSTM does not clip the "
-                         "cell state); use cell_clip=None")
+        raise ValueError(
+            f"cell_clip={config.cell_clip} has no PyTorch equivalent (torch.nn.LSTM does not clip the "
+            "cell state); use cell_clip=None"
+        )
 
 
 def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
     """Constructor arguments of the PyTorch module matching ``config`` (class: ``torch_module_name(config)``);
     time-major (``batch_first=False``) like ``rnn``."""
     _torch_check(config)
-    kwargs: dict[str, Any] = dict(input_size=config.input_size, hidden_size=config.num_units,
-                                  num_layers=config.num_layers, bias=config.bias_mode == "double",
-                                  batch_first=False, dropout=config.dropout,
-                                  bidirectional=config.num_directions == 2)
+    kwargs: dict[str, Any] = dict(
+        input_size=config.input_size,
+        hidden_size=config.num_units,
+        num_layers=config.num_layers,
+        bias=config.bias_mode == "double",
+        batch_first=False,
+        dropout=config.dropout,
+        bidirectional=config.num_directions == 2,
+    )
     if config.mode == "lstm":
         kwargs["proj_size"] = config.proj_size
     elif config.mode in ("rnn_tanh", "rnn_relu"):
@@ -41,7 +52,7 @@ def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
 
 
 def torch_module_name(config: RNNConfig) -> str:
-    """"LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
+    """ "LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
     return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[config.mode]
 
 
@@ -86,8 +97,10 @@ def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtyp
     missing = [k for k in expected if k not in state_dict]
     extra = sorted(k for k in state_dict if k not in expected)
     if missing or extra:
-        raise ValueError(f"state_dict does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
-                         f"missing {missing}, unexpected {extra}")
+        raise ValueError(
+            f"state_dict does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
+            f"missing {missing}, unexpected {extra}"
+        )
     named: dict[str, np.ndarray] = {}
     for key, (layer, direction, group) in expected.items():
         array = common.to_numpy(state_dict[key], f"state_dict[{key!r}]")
@@ -97,6 +110,6 @@ def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtyp
             raise ValueError(f"state_dict[{key!r}] has shape {array.shape}; expected {want}")
         start = 0
         for slot in slots:
-            named[slot.name(config)] = array[start:start + slot.shape[0]]
+            named[slot.name(config)] = array[start : start + slot.shape[0]]
             start += slot.shape[0]
     return common.from_named(named, config, config.dtype if dtype is None else dtype)

@@ -27,8 +27,14 @@ __all__ = ["FlaxCellStack", "MODES", "make_cell"]
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
-def make_cell(mode: str, num_units: int, dtype: Any = None, param_dtype: Any = jnp.float32, name: str | None = None,
-              parent: Any = None) -> nn.Module:
+def make_cell(
+    mode: str,
+    num_units: int,
+    dtype: Any = None,
+    param_dtype: Any = jnp.float32,
+    name: str | None = None,
+    parent: Any = None,
+) -> nn.Module:
     """The plain Flax cell with this library's math for ``mode``."""
     kwargs = dict(features=num_units, dtype=dtype, param_dtype=param_dtype, parent=parent)
     if name is not None:
@@ -69,8 +75,9 @@ class FlaxCellStack(nn.Module):
     param_dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array, seq_lengths: jax.Array | None = None, initial_state: Any = None,
-                 return_state: bool = False):
+    def __call__(
+        self, x: jax.Array, seq_lengths: jax.Array | None = None, initial_state: Any = None, return_state: bool = False
+    ):
         """y [B, T, D*H] (time-major like x), and ``(h_n, c_n)`` with ``return_state``: see the class docstring."""
         if self.mode not in MODES:
             raise ValueError(f"mode is {self.mode!r}; expected one of {list(MODES)}")
@@ -96,22 +103,29 @@ class FlaxCellStack(nn.Module):
             cell = lambda: make_cell(self.mode, self.num_units, self.dtype, self.param_dtype, parent=None)  # noqa: E731
             if self.bidirectional:
                 # parent=None: the RNNs are adopted by Bidirectional (params under forward_rnn / backward_rnn).
-                module = nn.Bidirectional(nn.RNN(cell(), parent=None), nn.RNN(cell(), parent=None),
-                                          time_major=self.time_major, name=f"layer_{layer}")
+                module = nn.Bidirectional(
+                    nn.RNN(cell(), parent=None),
+                    nn.RNN(cell(), parent=None),
+                    time_major=self.time_major,
+                    name=f"layer_{layer}",
+                )
                 (carry_f, carry_b), inputs = module(
-                    inputs, initial_carry=(carry(2 * layer), carry(2 * layer + 1)), seq_lengths=seq_lengths,
-                    return_carry=True)
+                    inputs,
+                    initial_carry=(carry(2 * layer), carry(2 * layer + 1)),
+                    seq_lengths=seq_lengths,
+                    return_carry=True,
+                )
                 finals = [carry_f, carry_b]
             else:
                 module = nn.RNN(cell(), time_major=self.time_major, name=f"layer_{layer}")
-                final, inputs = module(inputs, initial_carry=carry(layer), seq_lengths=seq_lengths,
-                                       return_carry=True)
+                final, inputs = module(inputs, initial_carry=carry(layer), seq_lengths=seq_lengths, return_carry=True)
                 finals = [final]
             if seq_lengths is not None:
                 # nn.RNN computes on the padding too; the fused op writes zeros there.
                 steps = jnp.arange(num_steps)
-                valid = steps[:, None] < seq_lengths[None, :] if self.time_major else \
-                    steps[None, :] < seq_lengths[:, None]
+                valid = (
+                    steps[:, None] < seq_lengths[None, :] if self.time_major else steps[None, :] < seq_lengths[:, None]
+                )
                 inputs = jnp.where(valid[..., None], inputs, jnp.zeros((), inputs.dtype))
             for final in finals:
                 if lstm:

@@ -33,8 +33,9 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.sharding.placement import spec_axes
 
 
-def canonical_sharding(buffer_sharding: jax.sharding.Sharding | None, shape: tuple[int, ...]
-                       ) -> jax.sharding.Sharding | None:
+def canonical_sharding(
+    buffer_sharding: jax.sharding.Sharding | None, shape: tuple[int, ...]
+) -> jax.sharding.Sharding | None:
     """The sharding of a canonical tensor of ``shape`` cut from a buffer placed on ``buffer_sharding`` (rules in the
     module docstring); None for None."""
     if buffer_sharding is None or isinstance(buffer_sharding, SingleDeviceSharding):
@@ -52,8 +53,9 @@ def canonical_sharding(buffer_sharding: jax.sharding.Sharding | None, shape: tup
     return NamedSharding(jax.sharding.Mesh(devices, ("devices",)), PartitionSpec())
 
 
-def canonical_shardings(buffer_sharding: jax.sharding.Sharding | None, config: RNNConfig
-                        ) -> dict[str, jax.sharding.Sharding | None]:
+def canonical_shardings(
+    buffer_sharding: jax.sharding.Sharding | None, config: RNNConfig
+) -> dict[str, jax.sharding.Sharding | None]:
     """{tensor name (``ParamSlot.name``): its sharding} for every canonical tensor of ``config``."""
     weights, biases = layout.param_slots(config)
     return {slot.name(config): canonical_sharding(buffer_sharding, slot.shape) for slot in weights + biases}

@@ -50,8 +50,9 @@ def _spec(ndim: int, axis: int | None, axes: tuple[str, ...]) -> PartitionSpec:
     return PartitionSpec(*entries)
 
 
-def _rule(in_ndims: Sequence[int], in_axes: Sequence[int | None], out_ndims: Sequence[int],
-          out_axes: Sequence[int | None]) -> tuple[str, tuple[str, ...]]:
+def _rule(
+    in_ndims: Sequence[int], in_axes: Sequence[int | None], out_ndims: Sequence[int], out_axes: Sequence[int | None]
+) -> tuple[str, tuple[str, ...]]:
     """Shardy's einsum-like rule: the batch dimensions share one factor, every other dimension has its own factor,
     which must stay replicated."""
     others: list[str] = []
@@ -71,9 +72,13 @@ def _rule(in_ndims: Sequence[int], in_axes: Sequence[int | None], out_ndims: Seq
     return f"{operands} -> {results}", tuple(others)
 
 
-def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | None],
-                      out_axes: Sequence[int | None], follow: tuple[str, int] | None = None,
-                      local_batches: Collection[int] | None = None) -> Callable[..., tuple[jax.Array, ...]]:
+def batch_partitioned(
+    fn: Callable[..., Sequence[jax.Array]],
+    in_axes: Sequence[int | None],
+    out_axes: Sequence[int | None],
+    follow: tuple[str, int] | None = None,
+    local_batches: Collection[int] | None = None,
+) -> Callable[..., tuple[jax.Array, ...]]:
     """Wraps ``fn(*arrays) -> tuple of arrays`` so that XLA runs it per batch shard.
 
     Args:
@@ -108,8 +113,10 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
         in_ndims = tuple(a.ndim for a in args)
         out_ndims = tuple(o.ndim for o in out_shapes)
         if len(in_ndims) != len(in_axes) or len(out_ndims) != len(out_axes):
-            raise ValueError(f"batch_partitioned: {len(in_ndims)} arguments and {len(out_ndims)} outputs, but "
-                             f"in_axes has {len(in_axes)} and out_axes {len(out_axes)} entries")
+            raise ValueError(
+                f"batch_partitioned: {len(in_ndims)} arguments and {len(out_ndims)} outputs, but "
+                f"in_axes has {len(in_axes)} and out_axes {len(out_axes)} entries"
+            )
 
         def partition(mesh, arg_shapes, result_shapes):
             followed = (arg_shapes if side == "in" else result_shapes)[index]
@@ -117,11 +124,12 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
 
             def lower(*local_args):
                 outs = tuple(fn(*local_args))
-                return tuple(jax.lax.psum(out, axes) if axis is None and axes else out
-                             for out, axis in zip(outs, out_axes, strict=True))
+                return tuple(
+                    jax.lax.psum(out, axes) if axis is None and axes else out
+                    for out, axis in zip(outs, out_axes, strict=True)
+                )
 
-            return (mesh, lower, shardings(mesh, axes, out_ndims, out_axes),
-                    shardings(mesh, axes, in_ndims, in_axes))
+            return (mesh, lower, shardings(mesh, axes, out_ndims, out_axes), shardings(mesh, axes, in_ndims, in_axes))
 
         def infer(mesh, arg_shapes, result_shapes):  # GSPMD only (jax_use_shardy_partitioner=False)
             # Results carry no sharding yet: split as the first batched argument is split.
@@ -131,8 +139,9 @@ def batch_partitioned(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[
 
         rule, replicated = _rule(in_ndims, in_axes, out_ndims, out_axes)
         wrapped = custom_partitioning(lambda *a: tuple(fn(*a)))
-        wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule,
-                              need_replication_factors=replicated)
+        wrapped.def_partition(
+            partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=replicated
+        )
         return tuple(wrapped(*args))
 
     return call

@@ -65,8 +65,9 @@ class Placement:
             shards = math.prod(sizes.get(axis, 1) for axis in self.batch_axes)
             local = batch // shards if shards and batch % shards == 0 else batch
             return tuple(dict.fromkeys((local, batch)))
-        products = {math.prod(subset) for n in range(len(sizes) + 1)
-                    for subset in itertools.combinations(sizes.values(), n)}
+        products = {
+            math.prod(subset) for n in range(len(sizes) + 1) for subset in itertools.combinations(sizes.values(), n)
+        }
         return tuple(sorted({batch // k for k in products if batch % k == 0}))
 
 
@@ -84,8 +85,9 @@ def spec_axes(spec: Any, dim: int) -> tuple[str, ...]:
 
 def _from_concrete(array: jax.Array, batch_axis: int | None) -> Placement:
     sharding = array.sharding
-    devices = sorted(sharding.addressable_devices, key=lambda d: d.id) or sorted(sharding.device_set,
-                                                                                 key=lambda d: d.id)
+    devices = sorted(sharding.addressable_devices, key=lambda d: d.id) or sorted(
+        sharding.device_set, key=lambda d: d.id
+    )
     device = devices[0]
     mesh = getattr(sharding, "mesh", None)
     spec = getattr(sharding, "spec", None)
@@ -119,8 +121,13 @@ def _from_traced(array: Any, batch_axis: int | None) -> Placement | None:
     device = None
     if kind is not None:
         device = next((d for d in jax.local_devices() if d.device_kind == kind), None)
-    return Placement(lowering_platform(platform) if platform else None, device, kind,
-                     tuple(zip(mesh.axis_names, mesh.axis_sizes, strict=True)), batch_axes)
+    return Placement(
+        lowering_platform(platform) if platform else None,
+        device,
+        kind,
+        tuple(zip(mesh.axis_names, mesh.axis_sizes, strict=True)),
+        batch_axes,
+    )
 
 
 def _from_default_device() -> Placement:

@@ -18,37 +18,48 @@ def register(name: str, help: str, module: str, description: str = "") -> None:
     _COMMANDS[name] = (help, description or help, module)
 
 
-register("demo", "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
-         "jax_cudnn_rnn.tools.demo",
-         description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
-                     "with this library's LSTM, run by the implementation rnn() picks: cuDNN's kernels on a GPU with "
-                     "the cuDNN extension loaded; on a CPU, oneDNN's kernels where the oneDNN extension is loaded and "
-                     "faster for the shape (the demo's LSTM is), else the pure-JAX 'xla' implementation (it prints "
-                     "which, and why when it is the xla one). Saves Orbax checkpoints in the canonical format into "
-                     "--output-dir, reads the last one back with a plain ocp.StandardCheckpointer into a plain Flax "
-                     "model (nn.LSTMCell), checks that both give the same logits, and prints generated text. A re-run "
-                     "into the same folder resumes only with the same settings and a higher --steps, else starts "
-                     "fresh. Defaults finish in a few minutes on a laptop CPU.")
-register("info", "versions, the cuDNN and oneDNN extensions' status, which implementation rnn() picks on each device",
-         "jax_cudnn_rnn.tools.info",
-         description="Prints this package's, Python's, JAX's, cuDNN's and oneDNN's versions (cuDNN at run time and "
-                     "the one the extension was built against), whether the cuDNN and oneDNN extensions are loaded "
-                     "and why not, a mismatch between the jax/cuDNN the cuDNN extension was built against and the ones "
-                     "running, JAX's devices, and the implementation rnn(implementation=None) picks for arrays on each "
-                     "device. Paste it into bug reports.")
-register("bench", "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
-         "jax_cudnn_rnn.tools.bench",
-         description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "
-                     "parameters and x) of this library's rnn() (its default choice and the cuDNN, oneDNN and "
-                     "pure-JAX xla implementations), Flax's nn.RNN, jax.experimental.rnn.lstm and PyTorch's "
-                     "nn.LSTM/nn.GRU on named configurations (A-F on a GPU, cpu-lstm and cpu-gru otherwise); reports "
-                     "the median milliseconds and the ratios to PyTorch and Flax as a table, and optionally as JSON, "
-                     "Markdown and a PNG plot. Contenders that cannot run here are skipped with the reason. --quick "
-                     "is a CI-sized smoke run.")
+register(
+    "demo",
+    "train a character-level LSTM, checkpoint it canonically, rerun it in plain Flax",
+    "jax_cudnn_rnn.tools.demo",
+    description="Trains a character-level LSTM language model on a short public-domain text (Lewis Carroll) "
+    "with this library's LSTM, run by the implementation rnn() picks: cuDNN's kernels on a GPU with "
+    "the cuDNN extension loaded; on a CPU, oneDNN's kernels where the oneDNN extension is loaded and "
+    "faster for the shape (the demo's LSTM is), else the pure-JAX 'xla' implementation (it prints "
+    "which, and why when it is the xla one). Saves Orbax checkpoints in the canonical format into "
+    "--output-dir, reads the last one back with a plain ocp.StandardCheckpointer into a plain Flax "
+    "model (nn.LSTMCell), checks that both give the same logits, and prints generated text. A re-run "
+    "into the same folder resumes only with the same settings and a higher --steps, else starts "
+    "fresh. Defaults finish in a few minutes on a laptop CPU.",
+)
+register(
+    "info",
+    "versions, the cuDNN and oneDNN extensions' status, which implementation rnn() picks on each device",
+    "jax_cudnn_rnn.tools.info",
+    description="Prints this package's, Python's, JAX's, cuDNN's and oneDNN's versions (cuDNN at run time and "
+    "the one the extension was built against), whether the cuDNN and oneDNN extensions are loaded "
+    "and why not, a mismatch between the jax/cuDNN the cuDNN extension was built against and the ones "
+    "running, JAX's devices, and the implementation rnn(implementation=None) picks for arrays on each "
+    "device. Paste it into bug reports.",
+)
+register(
+    "bench",
+    "time this library's LSTM/GRU against Flax, jax.experimental.rnn and PyTorch",
+    "jax_cudnn_rnn.tools.bench",
+    description="Times the forward pass and a training step (gradient of sum(y**2) with respect to the "
+    "parameters and x) of this library's rnn() (its default choice and the cuDNN, oneDNN and "
+    "pure-JAX xla implementations), Flax's nn.RNN, jax.experimental.rnn.lstm and PyTorch's "
+    "nn.LSTM/nn.GRU on named configurations (A-F on a GPU, cpu-lstm and cpu-gru otherwise); reports "
+    "the median milliseconds and the ratios to PyTorch and Flax as a table, and optionally as JSON, "
+    "Markdown and a PNG plot. Contenders that cannot run here are skipped with the reason. --quick "
+    "is a CI-sized smoke run.",
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jax-cudnn-rnn",
-                                     description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos.")
+    parser = argparse.ArgumentParser(
+        prog="jax-cudnn-rnn", description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos."
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, description, module) in _COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=description)

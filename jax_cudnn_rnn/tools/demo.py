@@ -65,8 +65,11 @@ class CharLM(nn.Module):
     @nn.compact
     def __call__(self, tokens):
         x = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
-        rnn = (FlaxCellStack("lstm", self.num_units, num_layers=self.num_layers, name="lstm") if self.plain else
-               LSTM(num_units=self.num_units, num_layers=self.num_layers, name="lstm"))
+        rnn = (
+            FlaxCellStack("lstm", self.num_units, num_layers=self.num_layers, name="lstm")
+            if self.plain
+            else LSTM(num_units=self.num_units, num_layers=self.num_layers, name="lstm")
+        )
         return nn.Dense(self.vocab_size, name="head")(rnn(x))
 
 
@@ -84,8 +87,10 @@ RUN_SETTINGS = ("batch_size", "seq_len", "num_units", "num_layers", "embed_size"
 
 def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
     """What a checkpoint of this run depends on: the model/training flags and the text (by hash)."""
-    return {**{name: getattr(args, name) for name in RUN_SETTINGS},
-            "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    return {
+        **{name: getattr(args, name) for name in RUN_SETTINGS},
+        "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
 
 
 def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tuple[int | None, str]:
@@ -102,8 +107,10 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
     steps_found = sorted(int(name) for name in entries if name.isdigit())
     foreign = [name for name in entries if not name.isdigit() and name != CONFIG_FILE and name not in interrupted]
     if foreign:
-        raise SystemExit(f"--output-dir {directory} holds files that are not this demo's ({', '.join(sorted(foreign))}"
-                         f"); pass another --output-dir or remove them")
+        raise SystemExit(
+            f"--output-dir {directory} holds files that are not this demo's ({', '.join(sorted(foreign))}"
+            f"); pass another --output-dir or remove them"
+        )
     if not steps_found:
         return None, f"starting a new run in {directory}{found}"
     try:
@@ -123,8 +130,9 @@ def prepare_output(directory: str, settings: dict[str, Any], steps: int) -> tupl
         reason = f"it already reached step {last} >= --steps {steps}"
     for step in steps_found:
         shutil.rmtree(os.path.join(directory, str(step)))
-    return None, (f"starting fresh in {directory}: removed the previous run's checkpoints {steps_found}, as "
-                  f"{reason}{found}")
+    return None, (
+        f"starting fresh in {directory}: removed the previous run's checkpoints {steps_found}, as {reason}{found}"
+    )
 
 
 def trained_by(compiled_text: str) -> str:
@@ -151,14 +159,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-layers", type=int, default=1, help="stacked LSTM layers (default: %(default)s)")
     parser.add_argument("--embed-size", type=int, default=32, help="character embedding size (default: %(default)s)")
     parser.add_argument("--learning-rate", type=float, default=3e-3, help="Adam learning rate (default: %(default)s)")
-    parser.add_argument("--save-every", type=int, default=100,
-                        help="checkpoint every N steps; the last step is always saved (default: %(default)s)")
-    parser.add_argument("--output-dir", default="jax_cudnn_rnn_demo",
-                        help="where the Orbax checkpoints go (default: ./%(default)s)")
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=100,
+        help="checkpoint every N steps; the last step is always saved (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--output-dir", default="jax_cudnn_rnn_demo", help="where the Orbax checkpoints go (default: ./%(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="PRNG seed for init, batches and sampling")
     parser.add_argument("--sample-length", type=int, default=200, help="characters to generate (default: %(default)s)")
-    parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="max allowed |logits(library) - logits(plain Flax)| (default: %(default)s)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="max allowed |logits(library) - logits(plain Flax)| (default: %(default)s)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
 
 
@@ -219,8 +236,10 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     if len(data) <= args.seq_len + 1:
         raise SystemExit(f"--seq-len {args.seq_len} is too long for the {len(data)}-character text")
     vocab = len(chars)
-    console.print(f"text: {len(text)} characters, vocabulary {vocab}; backend {jax.default_backend()}; "
-                  f"LSTM {args.num_layers}x{args.num_units}")
+    console.print(
+        f"text: {len(text)} characters, vocabulary {vocab}; backend {jax.default_backend()}; "
+        f"LSTM {args.num_layers}x{args.num_units}"
+    )
 
     model = CharLM(vocab, args.embed_size, args.num_units, args.num_layers)
 
@@ -229,7 +248,7 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
         run sees the batches an uninterrupted one would."""
         rng = np.random.default_rng([args.seed, step])
         starts = rng.integers(0, len(data) - args.seq_len - 1, args.batch_size)
-        seqs = np.stack([data[s:s + args.seq_len + 1] for s in starts])
+        seqs = np.stack([data[s : s + args.seq_len + 1] for s in starts])
         return jnp.asarray(seqs[:, :-1]), jnp.asarray(seqs[:, 1:])
 
     params = model.init(jax.random.key(args.seed), batch(0)[0])["params"]
@@ -244,8 +263,11 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
 
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt_state = opt.update(grads, state["opt_state"], state["params"])
-        return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
-                "step": state["step"] + 1}, loss
+        return {
+            "params": optax.apply_updates(state["params"], updates),
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+        }, loss
 
     directory = os.path.abspath(args.output_dir)
     settings = run_settings(args, text)
@@ -255,8 +277,9 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2)
     stop.install()  # from here until the last save is complete, Ctrl-C stops after the step and the save in flight
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=2,
-                                                                                    cleanup_tmp_directories=True))
+    manager = ocp.CheckpointManager(
+        directory, options=ocp.CheckpointManagerOptions(max_to_keep=2, cleanup_tmp_directories=True)
+    )
     if resume_from is not None:
         state = manager.restore(resume_from, args=ocp.args.Composite(state=checkpoint.CanonicalRestore(state)))["state"]
     first = (resume_from or 0) + 1
@@ -264,9 +287,14 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     console.print(f"training with {trained_by(compiled_step.as_text())}")
     loss, done = float("nan"), first - 1
     chars_done, started = 0, time.perf_counter()
-    columns = [TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("loss {task.fields[loss]:.3f}"), TextColumn("{task.fields[rate]:,.0f} chars/s"),
-               TimeRemainingColumn()]
+    columns = [
+        TextColumn("[bold]training"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]:.3f}"),
+        TextColumn("{task.fields[rate]:,.0f} chars/s"),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, console=console, disable=args.no_progress) as progress:
         task = progress.add_task("train", total=args.steps, completed=first - 1, loss=float("nan"), rate=0.0)
         for step in range(first, args.steps + 1):
@@ -307,9 +335,11 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
         raw = reader.restore(item_dir)
     config = state["params"]["lstm"]["rnn_params"].config
     lstm_canonical = raw["params"]["lstm"]["rnn_params"]
-    plain_params = {"embed": raw["params"]["embed"], "head": raw["params"]["head"],
-                    "lstm": interop.canonical_to_flax(
-                        *layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config)}
+    plain_params = {
+        "embed": raw["params"]["embed"],
+        "head": raw["params"]["head"],
+        "lstm": interop.canonical_to_flax(*layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config),
+    }
     plain = CharLM(vocab, args.embed_size, args.num_units, args.num_layers, plain=True)
 
     probe = jnp.asarray(data[None, : min(len(data), 4 * args.seq_len)])
@@ -335,7 +365,7 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     for _ in range(args.sample_length):
         context = tokens[-window:]
         buffer[:] = context[0]
-        buffer[window - len(context):] = context
+        buffer[window - len(context) :] = context
         key, sub = jax.random.split(key)
         tokens.append(int(jax.random.categorical(sub, next_logits(jnp.asarray(buffer)) / 0.8)))
     console.print("[bold]sample:[/]")

@@ -26,8 +26,22 @@ from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
 
-DISTRIBUTIONS = ("jax-cudnn-rnn", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13",
-                 "onednn-cpu-tbb", "tbb", "intel-cmplr-lib-rt", "numpy", "flax", "optax", "orbax-checkpoint", "torch")
+DISTRIBUTIONS = (
+    "jax-cudnn-rnn",
+    "jax",
+    "jaxlib",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "nvidia-cudnn-cu13",
+    "onednn-cpu-tbb",
+    "tbb",
+    "intel-cmplr-lib-rt",
+    "numpy",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "torch",
+)
 # The call each device's pick is asked for: one float32 layer of each mode, a typical training shape.
 _PROBE_UNITS, _PROBE_STEPS, _PROBE_BATCH = 128, 100, 32
 
@@ -83,14 +97,20 @@ def _onednn_build() -> dict[str, Any] | None:
 def collect() -> dict[str, Any]:
     """The report as a JSON-serialisable dict."""
     native = _extension.module() if _extension.extension_loaded() else None
-    extension: dict[str, Any] = {"loaded": native is not None, "error": _extension.extension_error(),
-                                 "targets": list(_extension.registered_targets()),
-                                 "cudnn_library": _extension.cudnn_library_path()}
+    extension: dict[str, Any] = {
+        "loaded": native is not None,
+        "error": _extension.extension_error(),
+        "targets": list(_extension.registered_targets()),
+        "cudnn_library": _extension.cudnn_library_path(),
+    }
     if native is not None:
         build = _extension.build_versions(native)
         runtime = _extension.runtime_versions(native)
-        extension.update(path=native.__file__, built_against={**build, "cudnn": _extension.format_cudnn_version(
-            build["cudnn"])}, cudnn_runtime=_extension.format_cudnn_version(runtime["cudnn"]))
+        extension.update(
+            path=native.__file__,
+            built_against={**build, "cudnn": _extension.format_cudnn_version(build["cudnn"])},
+            cudnn_runtime=_extension.format_cudnn_version(runtime["cudnn"]),
+        )
     return {
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
@@ -98,11 +118,21 @@ def collect() -> dict[str, Any]:
         "xla_ffi_api": ".".join(map(str, native_extension.running_xla_ffi_api_version() or ())) or None,
         "jax_default_backend": jax.default_backend(),
         "extension": extension,
-        "onednn_extension": {"loaded": onednn.extension_loaded(), "error": onednn.extension_error(),
-                             "cpu_runtime": onednn.cpu_runtime(), "built_against": _onednn_build()},
-        "devices": [{"device": str(device), "platform": device.platform, "kind": device.device_kind,
-                     "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES}}
-                    for device in _devices()],
+        "onednn_extension": {
+            "loaded": onednn.extension_loaded(),
+            "error": onednn.extension_error(),
+            "cpu_runtime": onednn.cpu_runtime(),
+            "built_against": _onednn_build(),
+        },
+        "devices": [
+            {
+                "device": str(device),
+                "platform": device.platform,
+                "kind": device.device_kind,
+                "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES},
+            }
+            for device in _devices()
+        ],
     }
 
 
@@ -115,12 +145,14 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"cuDNN extension: {'loaded' if ext['loaded'] else 'not loaded'}")
     if ext["loaded"]:
         build = ext["built_against"]
-        lines += [f"  module: {ext['path']}",
-                  f"  cuDNN: {ext['cudnn_runtime']} at run time ({ext['cudnn_library'] or 'found through RPATH'}), "
-                  f"{build['cudnn']} at build time",
-                  f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
-                  f"{'.'.join(map(str, build['xla_ffi_api'] or ())) or 'unknown'}",
-                  f"  FFI targets for CUDA: {', '.join(ext['targets'])}"]
+        lines += [
+            f"  module: {ext['path']}",
+            f"  cuDNN: {ext['cudnn_runtime']} at run time ({ext['cudnn_library'] or 'found through RPATH'}), "
+            f"{build['cudnn']} at build time",
+            f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
+            f"{'.'.join(map(str, build['xla_ffi_api'] or ())) or 'unknown'}",
+            f"  FFI targets for CUDA: {', '.join(ext['targets'])}",
+        ]
     if ext["error"]:
         lines.append(f"  {'why' if not ext['loaded'] else 'note'}: {ext['error']}")
     one = report["onednn_extension"]
@@ -130,8 +162,10 @@ def format_report(report: dict[str, Any]) -> str:
     if one["loaded"]:
         lines.append(f"  CPU threading runtime: {one['cpu_runtime']} (onednn/threading.h: no process-wide setting)")
         build = one["built_against"]
-        lines.append(f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
-                     f"{'.'.join(map(str, build['xla_ffi_api']))}")
+        lines.append(
+            f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
+            f"{'.'.join(map(str, build['xla_ffi_api']))}"
+        )
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
     lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
     lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]

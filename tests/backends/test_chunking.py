@@ -45,7 +45,7 @@ def _masks(cfg):
 
 def _loss_and_outputs(run, cfg, lengths, masks, params, x, h0, c0):
     y, h_n, c_n = run(params, x, h0, c0, cfg, lengths, masks)
-    total = jnp.sum(jnp.sin(y)) + jnp.sum(h_n ** 2) + (0 if c_n is None else jnp.sum(c_n * 0.3))
+    total = jnp.sum(jnp.sin(y)) + jnp.sum(h_n**2) + (0 if c_n is None else jnp.sum(c_n * 0.3))
     return total, (y, h_n, c_n)
 
 
@@ -53,20 +53,26 @@ def _loss_and_outputs(run, cfg, lengths, masks, params, x, h0, c0):
 def test_chunked_equals_unchunked(case):
     mode, num_layers, direction, with_lengths, options, max_steps = case
     cfg = make_config(mode, num_layers, direction, **options)
-    inputs = tuple(None if a is None else jnp.asarray(a)
-                   for a in draw_inputs(cfg, np.random.default_rng(num_layers), T, B))
+    inputs = tuple(
+        None if a is None else jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(num_layers), T, B)
+    )
     lengths = jnp.array(LENGTHS, jnp.int32) if with_lengths else None
     argnums = (0, 1, 2, 3) if cfg.mode == "lstm" else (0, 1, 2)
     chunked = functools.partial(chunking.run_chunked, XLA, max_steps)
 
     @jax.jit
     def both(inputs):
-        return [jax.value_and_grad(functools.partial(_loss_and_outputs, run, cfg, lengths, _masks(cfg)),
-                                   argnums=argnums, has_aux=True)(*inputs) for run in (chunked, XLA)]
+        return [
+            jax.value_and_grad(
+                functools.partial(_loss_and_outputs, run, cfg, lengths, _masks(cfg)), argnums=argnums, has_aux=True
+            )(*inputs)
+            for run in (chunked, XLA)
+        ]
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
-    for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads),
-                          (*want, *want_grads), strict=False):
+    for name, a, b in zip(
+        ("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads), (*want, *want_grads), strict=False
+    ):
         if b is None:
             assert a is None
             continue
@@ -81,8 +87,7 @@ def test_backend_never_sees_an_empty_chunk():
     """Eager, so the stand-in can look at the lengths each chunk gets: never 0, though row 1 is empty and rows 0 and
     3 end before the last chunks."""
     cfg = make_config("gru", 1, "bidirectional")
-    params, x, h0, _ = (None if a is None else jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(0),
-                                                                                    T, B))
+    params, x, h0, _ = (None if a is None else jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(0), T, B))
     seen = []
 
     def strict(params, x, h0, c0, config, seq_lengths, dropout_masks):
@@ -131,8 +136,12 @@ def test_resets_compose_with_chunking():
 
     @jax.jit
     def both(inputs):
-        return [jax.value_and_grad(functools.partial(_loss_and_outputs, run, cfg, lengths, None),
-                                   argnums=(0, 1, 2, 3), has_aux=True)(*inputs) for run in (packed, own)]
+        return [
+            jax.value_and_grad(
+                functools.partial(_loss_and_outputs, run, cfg, lengths, None), argnums=(0, 1, 2, 3), has_aux=True
+            )(*inputs)
+            for run in (packed, own)
+        ]
 
     ((_, got), got_grads), ((_, want), want_grads) = both(inputs)
     for a, b in zip((*got, *got_grads), (*want, *want_grads), strict=True):

@@ -33,8 +33,12 @@ def _settings(examples: int):
     wanted = os.environ.get("JAX_CUDNN_RNN_FUZZ_EXAMPLES")
     if wanted is not None:
         examples = max(1, int(wanted) * examples // 12)
-    return settings(max_examples=examples, deadline=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -59,9 +63,17 @@ def configs(draw, dtypes=tuple(DTYPES), torch_expressible=False):
     bias_modes = ["double", "double", "none"]
     if not torch_expressible:
         bias_modes += ["single_input", "single_recurrent"]
-    return jcr.RNNConfig(mode=mode, num_layers=draw(st.integers(1, 3)), num_units=num_units, input_size=input_size,
-                         direction=draw(st.sampled_from(["unidirectional", "bidirectional"])), input_mode=input_mode,
-                         bias_mode=draw(st.sampled_from(bias_modes)), dtype=draw(st.sampled_from(dtypes)), **extra)
+    return jcr.RNNConfig(
+        mode=mode,
+        num_layers=draw(st.integers(1, 3)),
+        num_units=num_units,
+        input_size=input_size,
+        direction=draw(st.sampled_from(["unidirectional", "bidirectional"])),
+        input_mode=input_mode,
+        bias_mode=draw(st.sampled_from(bias_modes)),
+        dtype=draw(st.sampled_from(dtypes)),
+        **extra,
+    )
 
 
 @st.composite
@@ -74,7 +86,7 @@ def problems(draw, dtypes=tuple(DTYPES), torch_expressible=False):
     if draw(st.booleans()):
         shortest = 1 if torch_expressible else 0
         lengths = np.asarray(draw(st.lists(st.integers(shortest, steps), min_size=batch, max_size=batch)), np.int32)
-    return cfg, steps, batch, lengths, draw(st.integers(0, 2 ** 16))
+    return cfg, steps, batch, lengths, draw(st.integers(0, 2**16))
 
 
 def _resets(rng, steps, batch, with_resets):
@@ -92,9 +104,16 @@ def _assert_close(got, want, dtype_name, what):
 
 
 def _run(cfg, params, x, h0, c0, lengths, implementation, resets=None):
-    return jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None if c0 is None else jnp.asarray(c0),
-                   cfg, seq_lengths=None if lengths is None else jnp.asarray(lengths), implementation=implementation,
-                   resets=None if resets is None else jnp.asarray(resets))
+    return jcr.rnn(
+        jnp.asarray(params),
+        jnp.asarray(x),
+        jnp.asarray(h0),
+        None if c0 is None else jnp.asarray(c0),
+        cfg,
+        seq_lengths=None if lengths is None else jnp.asarray(lengths),
+        implementation=implementation,
+        resets=None if resets is None else jnp.asarray(resets),
+    )
 
 
 @_settings(12)
@@ -115,15 +134,19 @@ def test_outputs_match_the_oracle(problem, implementation, with_resets):
 
 
 def _oracle_loss(cfg, weights, biases, x, h0, c0, lengths, resets, loss_weights):
-    y, h_n, c_n = oracle(cfg, jcr.canonical_to_params(weights, biases, cfg), x, h0, c0, seq_lengths=lengths,
-                         resets=resets)
+    y, h_n, c_n = oracle(
+        cfg, jcr.canonical_to_params(weights, biases, cfg), x, h0, c0, seq_lengths=lengths, resets=resets
+    )
     total = np.sum(y * loss_weights[0]) + np.sum(h_n * loss_weights[1])
     return total if c_n is None else total + np.sum(c_n * loss_weights[2])
 
 
 @_settings(6)
-@given(problem=problems(dtypes=("float64",)), implementation=st.sampled_from(["xla", "reference"]),
-       with_resets=st.booleans())
+@given(
+    problem=problems(dtypes=("float64",)),
+    implementation=st.sampled_from(["xla", "reference"]),
+    with_resets=st.booleans(),
+)
 def test_gradients_are_the_oracles_directional_derivatives(problem, implementation, with_resets):
     """The gradient of a random weighted sum of (y, h_n, c_n) w.r.t. params, x, h0 and c0, in float64, dotted with a
     random direction equals the oracle's central difference along it (step 1e-6: error ~1e-10)."""
@@ -132,8 +155,10 @@ def test_gradients_are_the_oracles_directional_derivatives(problem, implementati
     with _x64(cfg):
         params, x, h0, c0 = draw_inputs(cfg, rng, steps, batch)
         resets = _resets(rng, steps, batch, with_resets)
-        loss_weights = [rng.normal(size=shape) for shape in ((steps, batch, cfg.output_size), cfg.state_shape(batch),
-                                                             cfg.cell_shape(batch))]
+        loss_weights = [
+            rng.normal(size=shape)
+            for shape in ((steps, batch, cfg.output_size), cfg.state_shape(batch), cfg.cell_shape(batch))
+        ]
 
         def loss(params, x, h0, c0):
             y, h_n, c_n = _run(cfg, params, x, h0, c0, lengths, implementation, resets)
@@ -149,8 +174,15 @@ def test_gradients_are_the_oracles_directional_derivatives(problem, implementati
             moved = [np.asarray(a) + step * d for a, d in zip(primals, direction, strict=True)]
             weights, biases = jcr.params_to_canonical(jnp.asarray(moved[0]), cfg)
             rest = moved[1:] + [None] * (4 - len(moved))
-            return _oracle_loss(cfg, [np.asarray(w) for w in weights], [np.asarray(b) for b in biases], *rest[:3],
-                                lengths, resets, loss_weights)
+            return _oracle_loss(
+                cfg,
+                [np.asarray(w) for w in weights],
+                [np.asarray(b) for b in biases],
+                *rest[:3],
+                lengths,
+                resets,
+                loss_weights,
+            )
 
         step = 1e-6
         numeric = (at(step) - at(-step)) / (2 * step)
@@ -167,19 +199,23 @@ def test_torch_modules_match_the_oracle_both_ways(problem):
     cfg, steps, batch, lengths, seed = problem
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(seed), steps, batch)
     weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
-    ours_to_torch = torch_module(cfg, interop.canonical_to_torch([np.asarray(w) for w in weights],
-                                                                 [np.asarray(b) for b in biases], cfg))
+    ours_to_torch = torch_module(
+        cfg, interop.canonical_to_torch([np.asarray(w) for w in weights], [np.asarray(b) for b in biases], cfg)
+    )
     torch_own = torch_module(cfg, seed=seed)
     own_params = jcr.canonical_to_params(*interop.torch_to_canonical(torch_own.state_dict(), cfg), cfg)
-    for module, buffer, what in ((ours_to_torch, params, "canonical_to_torch"),
-                                 (torch_own, own_params, "torch_to_canonical")):
+    for module, buffer, what in (
+        (ours_to_torch, params, "canonical_to_torch"),
+        (torch_own, own_params, "torch_to_canonical"),
+    ):
         want = oracle(cfg, buffer, x, h0, c0, seq_lengths=lengths)
         state = torch.from_numpy(h0) if c0 is None else (torch.from_numpy(h0), torch.from_numpy(c0))
         with torch.no_grad():
             inputs = torch.from_numpy(x)
             if lengths is not None:
-                inputs = torch.nn.utils.rnn.pack_padded_sequence(inputs, torch.as_tensor(lengths, dtype=torch.int64),
-                                                                 enforce_sorted=False)
+                inputs = torch.nn.utils.rnn.pack_padded_sequence(
+                    inputs, torch.as_tensor(lengths, dtype=torch.int64), enforce_sorted=False
+                )
             y, final = module(inputs, state)
             if lengths is not None:
                 y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=steps)
@@ -191,7 +227,7 @@ def test_torch_modules_match_the_oracle_both_ways(problem):
 
 
 @_settings(24)
-@given(cfg=configs(dtypes=("float32", "float16", "bfloat16")), seed=st.integers(0, 2 ** 16))
+@given(cfg=configs(dtypes=("float32", "float16", "bfloat16")), seed=st.integers(0, 2**16))
 def test_canonical_round_trips_are_exact(cfg, seed):
     rng = np.random.default_rng(seed)
     params = jnp.asarray(rng.normal(size=jcr.params_size(cfg)).astype(cfg.dtype))
@@ -202,8 +238,10 @@ def test_canonical_round_trips_are_exact(cfg, seed):
     np.testing.assert_array_equal(jcr.tree_to_params(jcr.params_to_tree(params, cfg), cfg), params)
     # Every element of the buffer belongs to exactly one canonical tensor.
     assert sum(w.size for w in weights) + sum(b.size for b in biases) == params.size
-    np.testing.assert_array_equal(np.sort(np.concatenate([np.ravel(a) for a in weights + biases]).astype(np.float32)),
-                                  np.sort(np.asarray(params).astype(np.float32)))
+    np.testing.assert_array_equal(
+        np.sort(np.concatenate([np.ravel(a) for a in weights + biases]).astype(np.float32)),
+        np.sort(np.asarray(params).astype(np.float32)),
+    )
 
 
 @pytest.mark.gpu
@@ -225,7 +263,8 @@ def test_cudnn_matches_the_oracle_and_the_xla_gradients(problem):
         def grads(implementation):
             def loss(*args):
                 y, h_n, c_n = _run(cfg, *args, lengths, implementation)
-                return jnp.sum(jnp.sin(y)) + jnp.sum(h_n ** 2) + (0 if c_n is None else jnp.sum(c_n))
+                return jnp.sum(jnp.sin(y)) + jnp.sum(h_n**2) + (0 if c_n is None else jnp.sum(c_n))
+
             arrays = [jnp.asarray(a) for a in (params, x, h0, c0) if a is not None]
             return jax.grad(lambda *a: loss(*a, *([None] * (4 - len(a)))), argnums=tuple(range(len(arrays))))(*arrays)
 

@@ -38,8 +38,17 @@ def make_inputs(cfg, seed=0, steps=T, batch=B):
 
 def jax_loss(cfg, implementation, lengths, loss_weights, params, x, h0, c0, dropout_key=None):
     wy, wh, wc = loss_weights
-    y, h, c = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation,
-                      is_training=dropout_key is not None, dropout_key=dropout_key)
+    y, h, c = jcr.rnn(
+        params,
+        x,
+        h0,
+        c0,
+        cfg,
+        seq_lengths=lengths,
+        implementation=implementation,
+        is_training=dropout_key is not None,
+        dropout_key=dropout_key,
+    )
     total = jnp.sum(y * wy) + jnp.sum(h * wh)
     return total if c is None else total + jnp.sum(c * wc)
 
@@ -47,10 +56,22 @@ def jax_loss(cfg, implementation, lengths, loss_weights, params, x, h0, c0, drop
 def numpy_loss(cfg, lengths, loss_weights, params, x, h0, c0):
     weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
     f64 = lambda a: None if a is None else np.asarray(a, np.float64)  # noqa: E731
-    y, h, c = numpy_rnn([f64(w) for w in weights], [f64(b) for b in biases], f64(x), f64(h0), f64(c0), cfg.mode,
-                        cfg.num_layers, cfg.num_units, cfg.num_directions == 2, cfg.skip_input,
-                        seq_lengths=lengths, proj_size=cfg.proj_size, cell_clip=cfg.cell_clip,
-                        bias_mode=cfg.bias_mode)
+    y, h, c = numpy_rnn(
+        [f64(w) for w in weights],
+        [f64(b) for b in biases],
+        f64(x),
+        f64(h0),
+        f64(c0),
+        cfg.mode,
+        cfg.num_layers,
+        cfg.num_units,
+        cfg.num_directions == 2,
+        cfg.skip_input,
+        seq_lengths=lengths,
+        proj_size=cfg.proj_size,
+        cell_clip=cfg.cell_clip,
+        bias_mode=cfg.bias_mode,
+    )
     wy, wh, wc = (f64(w) for w in loss_weights)
     total = np.sum(y * wy) + np.sum(h * wh)
     return total if c is None else total + np.sum(c * wc)
@@ -88,8 +109,13 @@ def _grads(mode):
             out.append(per_impl)
         return out
 
-    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
-               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for _, _, inp in cases]
+    arrays = [
+        (
+            *(None if a is None else jnp.asarray(a) for a in inp[:4]),
+            tuple(None if w is None else jnp.asarray(w) for w in inp[4]),
+        )
+        for _, _, inp in cases
+    ]
     return cases, run_all(arrays, lengths)
 
 
@@ -106,8 +132,12 @@ def test_xla_gradients_match_reference_autodiff(mode, case_index):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"d{name}")
         assert np.abs(np.asarray(b)).max() > 1e-3, f"d{name} is (nearly) zero: the test would be vacuous"
     # The loss itself against the oracle (so the two do not agree on a wrong function).
-    np.testing.assert_allclose(v_ref, numpy_loss(cfg, np.array(LENGTHS) if with_lengths else None, inputs[4],
-                                                 *inputs[:4]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        v_ref,
+        numpy_loss(cfg, np.array(LENGTHS) if with_lengths else None, inputs[4], *inputs[:4]),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     if with_lengths:  # inputs past a sequence's end do not influence anything
         dx = np.asarray(g_xla[1])
         for b, n in enumerate(LENGTHS):
@@ -134,12 +164,21 @@ def test_projection_clip_bias_mode_gradients_match_reference():
         out = []
         for cfg, (p, x, h0, c0, lw) in zip(cfgs, arrays, strict=True):
             argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
-            out.append([jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=argnums)(p, x, h0, c0)
-                        for impl in ("xla", "reference")])
+            out.append(
+                [
+                    jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=argnums)(p, x, h0, c0)
+                    for impl in ("xla", "reference")
+                ]
+            )
         return out
 
-    arrays = [(*(None if a is None else jnp.asarray(a) for a in inp[:4]),
-               tuple(None if w is None else jnp.asarray(w) for w in inp[4])) for inp in inputs]
+    arrays = [
+        (
+            *(None if a is None else jnp.asarray(a) for a in inp[:4]),
+            tuple(None if w is None else jnp.asarray(w) for w in inp[4]),
+        )
+        for inp in inputs
+    ]
     for cfg, (g_xla, g_ref) in zip(cfgs, run_all(arrays), strict=True):
         for name, a, b in zip(("params", "x", "h0", "c0"), g_xla, g_ref, strict=False):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{cfg}: d{name}")
@@ -153,8 +192,12 @@ def test_float64_xla_gradients_match_reference():
         cfg = make_config("lstm", 1, "bidirectional", dtype=np.float64)
         p, x, h0, c0, lw = make_inputs(cfg, seed=4)
         lengths = jnp.array(LENGTHS, jnp.int32)
-        grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1, 2, 3)))(
-            jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), jnp.asarray(c0)) for impl in ("xla", "reference")]
+        grads = [
+            jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1, 2, 3)))(
+                jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), jnp.asarray(c0)
+            )
+            for impl in ("xla", "reference")
+        ]
         for a, b in zip(*grads, strict=True):
             assert a.dtype == np.float64
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
@@ -166,9 +209,12 @@ def test_dropout_gradients_match_reference():
     p, x, h0, _, lw = make_inputs(cfg, seed=6)
     key = jax.random.key(3)
     lengths = jnp.array(LENGTHS, jnp.int32)
-    grads = [jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1)))(
-        jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), None, key)
-             for impl in ("xla", "reference")]
+    grads = [
+        jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, lengths, lw), argnums=(0, 1)))(
+            jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), None, key
+        )
+        for impl in ("xla", "reference")
+    ]
     for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
     # (that the masks are applied in the forward pass is checked against the oracle in test_xla_vs_numpy.py)
@@ -198,9 +244,12 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
         lengths = np.array([3, 4], np.int32)
         args = (p, x, h0, c0)
         argnums = (0, 1, 2, 3) if c0 is not None else (0, 1, 2)
-        grads = {impl: jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, jnp.asarray(lengths), lw),
-                                        argnums=argnums))(*(None if a is None else jnp.asarray(a) for a in args))
-                 for impl in ("xla", "reference")}
+        grads = {
+            impl: jax.jit(jax.grad(functools.partial(jax_loss, cfg, impl, jnp.asarray(lengths), lw), argnums=argnums))(
+                *(None if a is None else jnp.asarray(a) for a in args)
+            )
+            for impl in ("xla", "reference")
+        }
         f = functools.partial(numpy_loss, cfg, lengths, lw)
         rng = np.random.default_rng(0)
         for _ in range(3):
@@ -208,8 +257,9 @@ def test_gradients_match_finite_differences_of_numpy_oracle(mode):
             fd = _fd_directional(f, args, direction)
             assert abs(fd) > 1e-3
             for impl, g in grads.items():
-                analytic = sum(float(np.sum(np.asarray(gi) * di))
-                               for gi, di in zip(g, direction, strict=False) if di is not None)
+                analytic = sum(
+                    float(np.sum(np.asarray(gi) * di)) for gi, di in zip(g, direction, strict=False) if di is not None
+                )
                 np.testing.assert_allclose(analytic, fd, rtol=1e-7, atol=1e-7, err_msg=impl)
 
 
@@ -227,19 +277,22 @@ def test_jvp_of_reference_matches_finite_differences(mode):
         rng = np.random.default_rng(1)
         direction = [None if a is None else rng.normal(size=a.shape) for a in args]
         if c0 is None:
+
             def fn(p, x, h0):
                 return jcr.rnn(p, x, h0, None, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")[:2]
 
             primals, tangents = jax.jvp(fn, args[:3], tuple(jnp.asarray(d) for d in direction[:3]))
         else:
+
             def fn(p, x, h0, c0):
                 return jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.asarray(lengths), implementation="reference")
 
             primals, tangents = jax.jvp(fn, args, tuple(jnp.asarray(d) for d in direction))
 
         def oracle(p, x, h0, c0):
-            w, b = ([np.asarray(a, np.float64) for a in group]
-                    for group in jcr.params_to_canonical(jnp.asarray(p), cfg))
+            w, b = (
+                [np.asarray(a, np.float64) for a in group] for group in jcr.params_to_canonical(jnp.asarray(p), cfg)
+            )
             out = numpy_rnn(w, b, x, h0, c0, mode, 2, 3, True, False, seq_lengths=lengths)
             return out if c0 is not None else out[:2]
 
@@ -264,6 +317,7 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
     h0s = (0.5 * rng.normal(size=(K, *cfg.state_shape(B)))).astype(np.float32)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(B))).astype(np.float32)
     lengths = jnp.array(LENGTHS, jnp.int32)
+
     def fn(x, h0):
         return jcr.rnn(jnp.asarray(p), x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=implementation)
 
@@ -278,13 +332,17 @@ def test_vmap_over_batch_of_sequences_with_shared_params(implementation):
             np.testing.assert_allclose(got, wv, rtol=1e-5, atol=1e-5)
     # and vmap of the gradient (per-example gradients w.r.t. shared params)
     if implementation == "xla":
+
         def loss(p_, x, h0, impl):
             return jnp.sum(jcr.rnn(p_, x, h0, jnp.asarray(c0), cfg, seq_lengths=lengths, implementation=impl)[0] ** 2)
 
         per_example = jax.jit(jax.vmap(jax.grad(functools.partial(loss, impl="xla")), in_axes=(None, 0, 0)))(
-            jnp.asarray(p), jnp.asarray(xs), jnp.asarray(h0s))
-        loop = [jax.grad(functools.partial(loss, impl="reference"))(jnp.asarray(p), jnp.asarray(xs[k]),
-                                                                     jnp.asarray(h0s[k])) for k in range(K)]
+            jnp.asarray(p), jnp.asarray(xs), jnp.asarray(h0s)
+        )
+        loop = [
+            jax.grad(functools.partial(loss, impl="reference"))(jnp.asarray(p), jnp.asarray(xs[k]), jnp.asarray(h0s[k]))
+            for k in range(K)
+        ]
         for k in range(K):
             np.testing.assert_allclose(per_example[k], loop[k], rtol=2e-5, atol=2e-5)
 
@@ -295,8 +353,18 @@ def test_jit_with_config_as_static_argument_matches_eager_and_oracle():
     run = jax.jit(jcr.rnn, static_argnames=("config", "implementation"))
     got = run(jnp.asarray(p), jnp.asarray(x), jnp.asarray(h0), None, config=cfg, implementation="xla")
     weights, biases = jcr.params_to_canonical(jnp.asarray(p), cfg)
-    want = numpy_rnn([np.asarray(a, np.float64) for a in weights], [np.asarray(a, np.float64) for a in biases],
-                     x, h0, None, "rnn_tanh", 2, 4, True, False)
+    want = numpy_rnn(
+        [np.asarray(a, np.float64) for a in weights],
+        [np.asarray(a, np.float64) for a in biases],
+        x,
+        h0,
+        None,
+        "rnn_tanh",
+        2,
+        4,
+        True,
+        False,
+    )
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
     assert got[2] is None

@@ -45,7 +45,8 @@ def _problem(mode="lstm"):
 def _loss(cfg, implementation=None):
     def loss(params, x, h0, c0):
         y, h_n, _ = jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)
-        return jnp.sum(y ** 2) + jnp.sum(h_n)
+        return jnp.sum(y**2) + jnp.sum(h_n)
+
     return loss
 
 
@@ -81,8 +82,10 @@ def test_cpu_placed_calls_run_the_xla_implementation_on_a_gpu_host(gpu_host):
     want = jcr.rnn(params, x, h0, None, cfg, implementation="xla")
     cpu = jax.devices("cpu")[0]
     committed = [jax.device_put(a, cpu) for a in (params, x, h0)]
-    for got in (jcr.rnn(*committed[:3], None, cfg),  # eager, CPU-committed inputs
-                jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg))(*committed)):  # jit over them
+    for got in (
+        jcr.rnn(*committed[:3], None, cfg),  # eager, CPU-committed inputs
+        jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg))(*committed),
+    ):  # jit over them
         for a, b in zip(got[:2], want[:2], strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     with jax.default_device(cpu):
@@ -94,19 +97,23 @@ def test_export_for_cpu_on_a_gpu_host(gpu_host):
     cfg, params, x, h0, c0 = _problem()
     exported = jax.export.export(jax.jit(jax.grad(_loss(cfg))), platforms=["cpu"])(params, x, h0, c0)
     restored = jax.export.deserialize(exported.serialize())
-    np.testing.assert_allclose(restored.call(params, x, h0, c0), jax.grad(_loss(cfg, "xla"))(params, x, h0, c0),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        restored.call(params, x, h0, c0), jax.grad(_loss(cfg, "xla"))(params, x, h0, c0), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_requested_cudnn_lowered_for_cpu_is_a_clear_error(gpu_host):
     cfg, params, x, h0, c0 = _problem()
     traced = jax.jit(_loss(cfg, "cudnn")).trace(params, x, h0, c0)
     assert _cudnn_calls(traced.lower(lowering_platforms=("cuda",)).as_text()) == ["forward"]
-    with pytest.raises(RuntimeError, match="implementation='cudnn' runs only on cuda, but this computation is lowered "
-                                           "for another platform"):
+    with pytest.raises(
+        RuntimeError,
+        match="implementation='cudnn' runs only on cuda, but this computation is lowered for another platform",
+    ):
         traced.lower(lowering_platforms=("cpu",))
-    with pytest.raises(RuntimeError, match="implementation='cudnn' needs the arrays on a CUDA device, but this call "
-                                           "runs on CPU"):
+    with pytest.raises(
+        RuntimeError, match="implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU"
+    ):
         jcr.rnn(params, jax.device_put(x, jax.devices("cpu")[0]), h0, c0, cfg, implementation="cudnn")
 
 
@@ -159,8 +166,7 @@ def test_lowering_for_cuda_without_the_extension_warns_once(no_cudnn_extension):
     assert "stablehlo.while" in cpu
     # The marker changes nothing the CPU computes.
     want = jax.grad(_loss(cfg, "xla"), argnums=(0, 1, 2, 3))(params, x, h0, c0)
-    for got, expected in zip(jax.jit(jax.grad(_loss(cfg), argnums=(0, 1, 2, 3)))(params, x, h0, c0), want,
-                             strict=True):
+    for got, expected in zip(jax.jit(jax.grad(_loss(cfg), argnums=(0, 1, 2, 3)))(params, x, h0, c0), want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -237,13 +243,16 @@ def cudnn_9_28(gpu_host, monkeypatch):
     monkeypatch.setattr(registry, "_warned", set())
 
 
-@pytest.mark.parametrize("dtype, capability, want", [
-    ("bfloat16", "7.5", "xla"),  # Turing: cuDNN's bfloat16 RNNs need Ampere
-    ("bfloat16", "8.0", "cudnn"),
-    ("bfloat16", "9.0", "cudnn"),
-    ("float32", "7.5", "cudnn"),
-    ("float16", "7.5", "cudnn"),
-])
+@pytest.mark.parametrize(
+    "dtype, capability, want",
+    [
+        ("bfloat16", "7.5", "xla"),  # Turing: cuDNN's bfloat16 RNNs need Ampere
+        ("bfloat16", "8.0", "cudnn"),
+        ("bfloat16", "9.0", "cudnn"),
+        ("float32", "7.5", "cudnn"),
+        ("float16", "7.5", "cudnn"),
+    ],
+)
 def test_bfloat16_runs_on_cudnn_from_compute_capability_8(cudnn_9_28, dtype, capability, want):
     """bfloat16 on a GPU of compute capability below 8.0: implementation=None runs the xla implementation and warns
     with the reason, implementation="cudnn" is refused naming the GPU's capability, the requirement and the fix. Other
@@ -273,11 +282,16 @@ def test_bfloat16_needs_cudnn_9_13(cudnn_9_28, monkeypatch):
     """The other half of the rule, checked in Python too (before the kernels' own check): a libcudnn older than 9.13
     runs bfloat16 on the xla implementation, even on an H100."""
     monkeypatch.setattr(_extension, "cudnn_version", lambda: 91200)
-    call = Call(jcr.RNNConfig("gru", 1, 6, 4, dtype="bfloat16"),
-                placement=Placement(platform="cuda", device=FakeGPU("9.0", "NVIDIA H100 80GB HBM3")))
+    call = Call(
+        jcr.RNNConfig("gru", 1, 6, 4, dtype="bfloat16"),
+        placement=Placement(platform="cuda", device=FakeGPU("9.0", "NVIDIA H100 80GB HBM3")),
+    )
     assert registry.choose(None, call) == {"cuda": "xla"}
-    with pytest.raises(RuntimeError, match=r"needs cuDNN >= 9\.13\.0 for bfloat16 RNNs, but the loaded libcudnn is "
-                                           r"9\.12\.0: install a newer one .*or use float32 or float16"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"needs cuDNN >= 9\.13\.0 for bfloat16 RNNs, but the loaded libcudnn is "
+        r"9\.12\.0: install a newer one .*or use float32 or float16",
+    ):
         registry.choose("cudnn", call)
     assert registry.choose(None, dataclasses.replace(call, config=jcr.RNNConfig("gru", 1, 6, 4))) == {"cuda": "cudnn"}
 
@@ -289,9 +303,13 @@ def test_bfloat16_under_jit_on_a_pre_ampere_gpu_host(cudnn_9_28, monkeypatch, ca
     implementation="cudnn" is refused when traced; on an Ampere host it holds cuDNN's kernels."""
     gpus = [dataclasses.replace(TURING, compute_capability=capability)]
     local_devices = jax.local_devices
-    monkeypatch.setattr(jax, "local_devices",
-                        lambda *args, backend=None, **kwargs: gpus if backend == "gpu"
-                        else local_devices(*args, backend=backend, **kwargs))
+    monkeypatch.setattr(
+        jax,
+        "local_devices",
+        lambda *args, backend=None, **kwargs: (
+            gpus if backend == "gpu" else local_devices(*args, backend=backend, **kwargs)
+        ),
+    )
     cfg = jcr.RNNConfig("lstm", 1, 6, 4, dtype="bfloat16")
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jnp.ones((5, 3, 4), jnp.bfloat16)
@@ -305,6 +323,9 @@ def test_bfloat16_under_jit_on_a_pre_ampere_gpu_host(cudnn_9_28, monkeypatch, ca
     assert _cudnn_calls(text) == [] and "stablehlo.while" in text
     (warning,) = _fallback_warnings(record)
     assert "has compute capability 7.5" in str(warning.message)
-    with pytest.raises(RuntimeError, match=r"implementation='cudnn' needs a GPU of compute capability >= 8\.0 for "
-                                           r"bfloat16 RNNs .*Tesla T4 \(CUDA device 0\).* has compute capability 7\.5"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"implementation='cudnn' needs a GPU of compute capability >= 8\.0 for "
+        r"bfloat16 RNNs .*Tesla T4 \(CUDA device 0\).* has compute capability 7\.5",
+    ):
         jax.jit(_loss(cfg, "cudnn")).trace(params, x, h0, c0)

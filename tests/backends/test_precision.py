@@ -84,8 +84,17 @@ def test_dropout_path_passes_allow_tf32_to_every_layer(lowers_for_cuda):
     x, h0 = jnp.ones((T, B, 5)), jnp.zeros(cfg.state_shape(B))
 
     def forward(params, x, h0, precision):
-        return jcr.rnn(params, x, h0, None, cfg, is_training=True, dropout_key=jax.random.key(1),
-                       implementation="cudnn", precision=precision)[0]
+        return jcr.rnn(
+            params,
+            x,
+            h0,
+            None,
+            cfg,
+            is_training=True,
+            dropout_key=jax.random.key(1),
+            implementation="cudnn",
+            precision=precision,
+        )[0]
 
     assert _allow_tf32_attributes(lambda *a: forward(*a, "tensorfloat32"), params, x, h0) == ["true"] * 3
     assert _allow_tf32_attributes(lambda *a: forward(*a, "highest"), params, x, h0) == ["false"] * 3

@@ -54,13 +54,22 @@ def run(implementation, params, x, h0, c0, cfg, lengths, resets, dropout_key=Non
     for every segment a batch can have (the packed path; test_more_segments_than_the_bound_run_the_fallback covers
     the other)."""
     if implementation != "segmented":
-        return jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, resets=resets, implementation=implementation,
-                       is_training=dropout_key is not None, dropout_key=dropout_key)
+        return jcr.rnn(
+            params,
+            x,
+            h0,
+            c0,
+            cfg,
+            seq_lengths=lengths,
+            resets=resets,
+            implementation=implementation,
+            is_training=dropout_key is not None,
+            dropout_key=dropout_key,
+        )
     masks = None
     if dropout_key is not None:
         masks = jcr.dropout.dropout_masks(dropout_key, cfg, (x.shape[0], x.shape[1], cfg.output_size), jnp.float32)
-    return segments.rnn_segmented(stand_in(), stand_in(), params, x, h0, c0, cfg, lengths, resets, masks,
-                                  max_segments)
+    return segments.rnn_segmented(stand_in(), stand_in(), params, x, h0, c0, cfg, lengths, resets, masks, max_segments)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -91,8 +100,10 @@ def _results(mode, implementation):
 
     @jax.jit
     def run_all(arrays, lengths, resets):
-        return [run(implementation, *arrays_i, cfg, lengths if with_lengths else None, resets)
-                for (cfg, with_lengths, _), arrays_i in zip(cases, arrays, strict=True)]
+        return [
+            run(implementation, *arrays_i, cfg, lengths if with_lengths else None, resets)
+            for (cfg, with_lengths, _), arrays_i in zip(cases, arrays, strict=True)
+        ]
 
     arrays = [tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases]
     return cases, run_all(arrays, jnp.array(LENGTHS, jnp.int32), jnp.asarray(RESETS))
@@ -116,19 +127,24 @@ def test_projection_clip_and_dropout_with_resets(implementation):
     dropout masks."""
     key = jax.random.key(5)
     lengths = np.array(LENGTHS)
-    cfgs = [make_config("lstm", 2, "bidirectional", proj_size=2, cell_clip=0.4),
-            make_config("gru", 2, "unidirectional", dropout=0.5)]
+    cfgs = [
+        make_config("lstm", 2, "bidirectional", proj_size=2, cell_clip=0.4),
+        make_config("gru", 2, "unidirectional", dropout=0.5),
+    ]
     for i, cfg in enumerate(cfgs):
         inputs = draw_inputs(cfg, np.random.default_rng(10 + i), T, B)
         dropout_key = key if cfg.dropout else None
         got = jax.jit(functools.partial(run, implementation, cfg=cfg, dropout_key=dropout_key))(
-            *(None if a is None else jnp.asarray(a) for a in inputs), lengths=jnp.asarray(lengths, jnp.int32),
-            resets=jnp.asarray(RESETS))
+            *(None if a is None else jnp.asarray(a) for a in inputs),
+            lengths=jnp.asarray(lengths, jnp.int32),
+            resets=jnp.asarray(RESETS),
+        )
         masks = None
         if dropout_key is not None:
             masks = [np.asarray(m) for m in jcr.dropout.dropout_masks(key, cfg, (T, B, cfg.output_size), jnp.float32)]
-        assert_outputs_close(got, oracle(cfg, *inputs, lengths, masks, RESETS), atol=1e-5, rtol=1e-5,
-                             what=f"{implementation} {cfg}")
+        assert_outputs_close(
+            got, oracle(cfg, *inputs, lengths, masks, RESETS), atol=1e-5, rtol=1e-5, what=f"{implementation} {cfg}"
+        )
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -140,8 +156,13 @@ def test_zero_lengths_and_resets_everywhere(implementation):
     resets = np.zeros((T, B), bool)
     resets[:, 1] = True
     resets[0, 0] = True
-    got = run(implementation, *(None if a is None else jnp.asarray(a) for a in inputs), cfg,
-              jnp.asarray(lengths, jnp.int32), jnp.asarray(resets))
+    got = run(
+        implementation,
+        *(None if a is None else jnp.asarray(a) for a in inputs),
+        cfg,
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(resets),
+    )
     want = oracle(cfg, *inputs, lengths, resets=resets)
     assert_outputs_close(got, want, atol=1e-5, rtol=1e-5, what=implementation)
     assert np.all(np.asarray(got[0])[:, 0] == 0)
@@ -167,8 +188,10 @@ def loss(cfg, implementation, lengths, resets, weights, params, x, h0, c0):
 
 def loss_weights(cfg, rng, steps=T, batch=B):
     wc = rng.normal(size=cfg.cell_shape(batch)) if cfg.mode == "lstm" else None
-    return tuple(None if w is None else w.astype(cfg.dtype) for w in
-                 (rng.normal(size=(steps, batch, cfg.output_size)), rng.normal(size=cfg.state_shape(batch)), wc))
+    return tuple(
+        None if w is None else w.astype(cfg.dtype)
+        for w in (rng.normal(size=(steps, batch, cfg.output_size)), rng.normal(size=cfg.state_shape(batch)), wc)
+    )
 
 
 @functools.cache
@@ -185,9 +208,15 @@ def _gradients(mode):
         out = []
         for (cfg, with_lengths, _, _), (inputs, weights) in zip(cases, arrays, strict=True):
             argnums = (0, 1, 2, 3) if cfg.mode == "lstm" else (0, 1, 2)
-            out.append({impl: jax.grad(functools.partial(loss, cfg, impl, lengths if with_lengths else None, resets,
-                                                         weights), argnums=argnums)(*inputs)
-                        for impl in implementations(mode)})
+            out.append(
+                {
+                    impl: jax.grad(
+                        functools.partial(loss, cfg, impl, lengths if with_lengths else None, resets, weights),
+                        argnums=argnums,
+                    )(*inputs)
+                    for impl in implementations(mode)
+                }
+            )
         return out
 
     as_jax = lambda group: tuple(None if a is None else jnp.asarray(a) for a in group)  # noqa: E731
@@ -204,8 +233,9 @@ def test_gradients_with_resets_match_reference_autodiff(mode, case_index):
     cfg, with_lengths, _, _ = cases[case_index]
     grads = results[case_index]
     for implementation in set(grads) - {"reference"}:
-        for name, got, want in zip(("params", "x", "h0", "c0"), grads[implementation], grads["reference"],
-                                   strict=False):
+        for name, got, want in zip(
+            ("params", "x", "h0", "c0"), grads[implementation], grads["reference"], strict=False
+        ):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=f"{implementation} d{name}")
             assert np.abs(np.asarray(want)).max() > 1e-3, f"d{name} is (nearly) zero: the test would be vacuous"
     dh0 = np.asarray(grads["reference"][2])
@@ -233,17 +263,24 @@ def test_gradients_with_resets_match_finite_differences_of_the_oracle(mode):
     """Directional derivatives of the float64 oracle with resets against both implementations' gradients (the
     repacking's are compared with these above)."""
     with jax.enable_x64(True):
-        cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2, direction="bidirectional",
-                            dtype=np.float64)
+        cfg = jcr.RNNConfig(
+            mode=mode, num_layers=1, num_units=3, input_size=2, direction="bidirectional", dtype=np.float64
+        )
         rng = np.random.default_rng(7)
         inputs = draw_inputs(cfg, rng, T, B)
         weights = loss_weights(cfg, rng)
         lengths = np.array(LENGTHS)
         argnums = (0, 1, 2, 3) if mode == "lstm" else (0, 1, 2)
         args = tuple(None if a is None else jnp.asarray(a) for a in inputs)
-        grads = {impl: jax.jit(jax.grad(functools.partial(loss, cfg, impl, jnp.asarray(lengths, jnp.int32),
-                                                          jnp.asarray(RESETS), weights), argnums=argnums))(*args)
-                 for impl in ("xla", "reference")}
+        grads = {
+            impl: jax.jit(
+                jax.grad(
+                    functools.partial(loss, cfg, impl, jnp.asarray(lengths, jnp.int32), jnp.asarray(RESETS), weights),
+                    argnums=argnums,
+                )
+            )(*args)
+            for impl in ("xla", "reference")
+        }
         f = functools.partial(_numpy_loss, cfg, lengths, RESETS, weights)
         step = 1e-6
         for _ in range(3):
@@ -253,8 +290,9 @@ def test_gradients_with_resets_match_finite_differences_of_the_oracle(mode):
             fd = (f(*plus) - f(*minus)) / (2 * step)
             assert abs(fd) > 1e-3
             for impl, g in grads.items():
-                analytic = sum(float(np.sum(np.asarray(gi) * di))
-                               for gi, di in zip(g, direction, strict=False) if di is not None)
+                analytic = sum(
+                    float(np.sum(np.asarray(gi) * di)) for gi, di in zip(g, direction, strict=False) if di is not None
+                )
                 np.testing.assert_allclose(analytic, fd, rtol=1e-7, atol=1e-7, err_msg=impl)
 
 
@@ -269,7 +307,7 @@ def test_plan_numbers_segments_row_by_row():
     np.testing.assert_array_equal(plan.row, [0, 0, 0, 1, 1, 1, 2, 2, 0, 0])
     np.testing.assert_array_equal(plan.start, [0, 2, 3, 0, 4, 6, 0, 1, 0, 0])
     np.testing.assert_array_equal(plan.length, [2, 1, 3, 4, 2, 1, 1, 2, 0, 0])
-    np.testing.assert_array_equal(np.asarray(plan.segment_of)[:LENGTHS[0], 0], [0, 0, 1, 2, 2, 2])
+    np.testing.assert_array_equal(np.asarray(plan.segment_of)[: LENGTHS[0], 0], [0, 0, 1, 2, 2, 2])
     x = jnp.arange(T * B, dtype=jnp.float32).reshape(T, B, 1) + 1
     packed = segments.pack(x, plan)
     np.testing.assert_array_equal(packed[:3, 2, 0], x[3:6, 0, 0])  # segment 2 = steps 3..5 of row 0
@@ -290,8 +328,9 @@ def test_more_segments_than_the_bound_run_the_fallback(max_segments, packed):
         return y + 100.0, h_n + 100.0, c_n
 
     lengths, resets = jnp.array(LENGTHS, jnp.int32), jnp.asarray(RESETS)
-    got = jax.jit(lambda *a: segments.rnn_segmented(garbage, stand_in(), *a, None, cfg, lengths, resets, None,
-                                                    max_segments))(params, x, h0)
+    got = jax.jit(
+        lambda *a: segments.rnn_segmented(garbage, stand_in(), *a, None, cfg, lengths, resets, None, max_segments)
+    )(params, x, h0)
     want = jcr.rnn(params, x, h0, None, cfg, seq_lengths=lengths, resets=resets)
     assert np.allclose(got[1], want[1], atol=1e-5) != packed
 
@@ -303,8 +342,9 @@ def test_vmap_and_jit_of_rnn_with_resets():
     fn = lambda r: jcr.rnn(params, x, h0, c0, cfg, resets=r)  # noqa: E731
     batched = jax.jit(jax.vmap(fn))(many)
     for k in range(3):
-        assert_outputs_close([a[k] for a in batched], oracle(cfg, params, x, h0, c0, resets=np.asarray(many[k])),
-                             atol=1e-5, rtol=1e-5)
+        assert_outputs_close(
+            [a[k] for a in batched], oracle(cfg, params, x, h0, c0, resets=np.asarray(many[k])), atol=1e-5, rtol=1e-5
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -318,13 +358,16 @@ def problem():
     return cfg, tuple(jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(0), T, B))
 
 
-@pytest.mark.parametrize("resets, error, message", [
-    (np.zeros((B, T), bool), ValueError, f"resets has shape ({B}, {T}); expected ({T}, {B}) = (max_time, batch)"),
-    (np.zeros((T,), bool), ValueError, f"resets has shape ({T},); expected ({T}, {B})"),
-    (np.zeros((T, B), np.int32), TypeError, "resets has dtype int32; expected bool"),
-    (np.zeros((T, B), np.float32), TypeError, "resets has dtype float32; expected bool"),
-    ([[False] * B] * T, TypeError, "resets must be an array, got list"),
-])
+@pytest.mark.parametrize(
+    "resets, error, message",
+    [
+        (np.zeros((B, T), bool), ValueError, f"resets has shape ({B}, {T}); expected ({T}, {B}) = (max_time, batch)"),
+        (np.zeros((T,), bool), ValueError, f"resets has shape ({T},); expected ({T}, {B})"),
+        (np.zeros((T, B), np.int32), TypeError, "resets has dtype int32; expected bool"),
+        (np.zeros((T, B), np.float32), TypeError, "resets has dtype float32; expected bool"),
+        ([[False] * B] * T, TypeError, "resets must be an array, got list"),
+    ],
+)
 def test_bad_resets_name_the_argument(problem, resets, error, message):
     cfg, (params, x, h0, c0) = problem
     for implementation in ("xla", "reference"):
@@ -332,13 +375,16 @@ def test_bad_resets_name_the_argument(problem, resets, error, message):
             jcr.rnn(params, x, h0, c0, cfg, resets=resets, implementation=implementation)
 
 
-@pytest.mark.parametrize("max_segments, error, message", [
-    (B - 1, ValueError, f"max_segments is {B - 1}; expected None or an int >= {B} = batch"),
-    (0, ValueError, f"max_segments is 0; expected None or an int >= {B} = batch"),
-    (2.5, TypeError, "max_segments must be None or an int, got float 2.5"),
-    (True, TypeError, "max_segments must be None or an int, got bool True"),
-    ("8", TypeError, "max_segments must be None or an int, got str '8'"),
-])
+@pytest.mark.parametrize(
+    "max_segments, error, message",
+    [
+        (B - 1, ValueError, f"max_segments is {B - 1}; expected None or an int >= {B} = batch"),
+        (0, ValueError, f"max_segments is 0; expected None or an int >= {B} = batch"),
+        (2.5, TypeError, "max_segments must be None or an int, got float 2.5"),
+        (True, TypeError, "max_segments must be None or an int, got bool True"),
+        ("8", TypeError, "max_segments must be None or an int, got str '8'"),
+    ],
+)
 def test_bad_max_segments_names_the_argument(problem, max_segments, error, message):
     cfg, (params, x, h0, c0) = problem
     with pytest.raises(error, match=re.escape(message)):

@@ -78,8 +78,11 @@ def test_batched_shared_argument_runs_once_per_element():
 
 def _ffi_calls(jaxpr):
     """(target name, shape of the first operand) of every ffi_call in ``jaxpr``, sub-jaxprs included."""
-    return [(eqn.params["target_name"], eqn.invars[0].aval.shape) for eqn in jaxpr_eqns(jaxpr)
-            if eqn.primitive.name == "ffi_call"]
+    return [
+        (eqn.params["target_name"], eqn.invars[0].aval.shape)
+        for eqn in jaxpr_eqns(jaxpr)
+        if eqn.primitive.name == "ffi_call"
+    ]
 
 
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():
@@ -95,9 +98,15 @@ def test_cudnn_vmap_of_grad_runs_per_element_training_calls(monkeypatch):
     monkeypatch.setattr(plan, "reserve_space_size", lambda *args: 64)  # asked of cuDNN on a GPU otherwise
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, _ = _inputs((3,))
-    loss = lambda p, x, h: jnp.sum(cudnn_backend._rnn(p, x, h, h, None, cudnn_backend.Static(CFG, False, "heuristic"))[0])  # noqa: E731
+
+    def loss(p, x, h):
+        return jnp.sum(cudnn_backend._rnn(p, x, h, h, None, cudnn_backend.Static(CFG, False, "heuristic"))[0])
+
     jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(params, x, h0).jaxpr
     calls = _ffi_calls(jaxpr)
-    assert sorted(name for name, _ in calls) == ["jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights",
-                                                 "jax_cudnn_rnn_forward"]
+    assert sorted(name for name, _ in calls) == [
+        "jax_cudnn_rnn_backward_data",
+        "jax_cudnn_rnn_backward_weights",
+        "jax_cudnn_rnn_forward",
+    ]
     assert all(shape[1] == B for _, shape in calls), calls  # [T, B, .]: not folded

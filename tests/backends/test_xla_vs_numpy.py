@@ -58,13 +58,19 @@ def assert_matches(got, want, cfg, tol, label=""):
 # Every (layers, direction, input mode) with seq_lengths; without them a subset (the unmasked path differs only in
 # the absent mask). The reference implementation, a second opinion next to "xla", gets a smaller subset. Compiling
 # dominates the runtime on CPU, hence the trimming.
-WITH_LENGTHS = [(L, d, im, True)
-                for L, d, im in itertools.product((1, 2, 3), DIRECTIONS, ("linear_input", "skip_input"))]
+WITH_LENGTHS = [
+    (L, d, im, True) for L, d, im in itertools.product((1, 2, 3), DIRECTIONS, ("linear_input", "skip_input"))
+]
 F32_CASES = {
-    "xla": [*WITH_LENGTHS, (1, "unidirectional", "skip_input", False), (1, "bidirectional", "linear_input", False),
-            (2, "bidirectional", "linear_input", False), (3, "unidirectional", "linear_input", False)],
+    "xla": [
+        *WITH_LENGTHS,
+        (1, "unidirectional", "skip_input", False),
+        (1, "bidirectional", "linear_input", False),
+        (2, "bidirectional", "linear_input", False),
+        (3, "unidirectional", "linear_input", False),
+    ],
     "reference": [c for c in WITH_LENGTHS if c[0] == 1 or (c[0] == 3 and c[1] == "bidirectional")]
-                 + [(2, "bidirectional", "skip_input", False)],
+    + [(2, "bidirectional", "skip_input", False)],
 }
 F32_PARAMS = [(impl, *case) for impl, cases in F32_CASES.items() for case in cases]
 
@@ -80,21 +86,24 @@ def _f32_results(mode, implementation):
 
     @jax.jit
     def run_all(arrays, lengths):
-        return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if with_lengths else None,
-                        implementation=implementation)
-                for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays, strict=True)]
+        return [
+            jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if with_lengths else None, implementation=implementation)
+            for (cfg, with_lengths, _), (p, x, h0, c0) in zip(cases, arrays, strict=True)
+        ]
 
-    outputs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases],
-                      lengths)
-    return {case: (cfg, inputs, out)
-            for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs, strict=True)}
+    outputs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inputs) for _, _, inputs in cases], lengths)
+    return {
+        case: (cfg, inputs, out)
+        for case, (cfg, _, inputs), out in zip(F32_CASES[implementation], cases, outputs, strict=True)
+    }
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("implementation,num_layers,direction,input_mode,with_lengths", F32_PARAMS)
 def test_float32_matches_numpy(mode, implementation, num_layers, direction, input_mode, with_lengths):
-    cfg, (params, x, h0, c0), out = _f32_results(mode, implementation)[(num_layers, direction, input_mode,
-                                                                        with_lengths)]
+    cfg, (params, x, h0, c0), out = _f32_results(mode, implementation)[
+        (num_layers, direction, input_mode, with_lengths)
+    ]
     lengths = np.array(LENGTHS) if with_lengths else None
     want = oracle(cfg, params, x, h0, c0, seq_lengths=lengths)
     assert_matches(out, want, cfg, 1e-5)
@@ -108,9 +117,12 @@ def test_float32_matches_numpy(mode, implementation, num_layers, direction, inpu
 # float64 (x64 enabled only inside the test), float16, bfloat16: a representative subset.
 # ----------------------------------------------------------------------------------------------------------------------
 
-SUBSET = [("lstm", 2, "bidirectional", "linear_input", True), ("gru", 2, "bidirectional", "skip_input", True),
-          ("rnn_tanh", 1, "unidirectional", "linear_input", False),
-          ("rnn_relu", 2, "unidirectional", "skip_input", True)]
+SUBSET = [
+    ("lstm", 2, "bidirectional", "linear_input", True),
+    ("gru", 2, "bidirectional", "skip_input", True),
+    ("rnn_tanh", 1, "unidirectional", "linear_input", False),
+    ("rnn_relu", 2, "unidirectional", "skip_input", True),
+]
 
 
 @pytest.mark.parametrize("implementation", ["xla", "reference"])
@@ -123,9 +135,10 @@ def test_float64_matches_numpy(implementation):
 
         @jax.jit
         def run_all(arrays, lengths):
-            return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None,
-                            implementation=implementation)
-                    for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
+            return [
+                jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None, implementation=implementation)
+                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)
+            ]
 
         outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
         for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
@@ -134,9 +147,11 @@ def test_float64_matches_numpy(implementation):
             assert_matches(out, want, cfg, 1e-12, label=str(case))
 
 
-@pytest.mark.parametrize("dtype,tol,implementation",
-                         [(np.float16, 2e-3, "xla"), (ml_dtypes.bfloat16, 1.6e-2, "reference")],
-                         ids=["float16-xla", "bfloat16-reference"])
+@pytest.mark.parametrize(
+    "dtype,tol,implementation",
+    [(np.float16, 2e-3, "xla"), (ml_dtypes.bfloat16, 1.6e-2, "reference")],
+    ids=["float16-xla", "bfloat16-reference"],
+)
 def test_half_precision_matches_numpy(dtype, tol, implementation):
     cases = SUBSET
     cfgs = [make_config(m, L, d, im, dtype=dtype) for m, L, d, im, _ in cases]
@@ -145,8 +160,10 @@ def test_half_precision_matches_numpy(dtype, tol, implementation):
 
     @jax.jit
     def run_all(arrays, lengths):
-        return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None, implementation=implementation)
-                for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)]
+        return [
+            jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths if case[-1] else None, implementation=implementation)
+            for cfg, case, (p, x, h0, c0) in zip(cfgs, cases, arrays, strict=True)
+        ]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
     for cfg, case, inp, out in zip(cfgs, cases, inputs, outs, strict=True):
@@ -177,8 +194,10 @@ def test_projection_clip_bias_modes_match_numpy(implementation):
 
     @jax.jit
     def run_all(arrays, lengths):
-        return [jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
-                for cfg, (p, x, h0, c0) in zip(cfgs, arrays, strict=True)]
+        return [
+            jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
+            for cfg, (p, x, h0, c0) in zip(cfgs, arrays, strict=True)
+        ]
 
     outs = run_all([tuple(None if a is None else jnp.asarray(a) for a in inp) for inp in inputs], lengths)
     for cfg, inp, out in zip(cfgs, inputs, outs, strict=True):
@@ -198,15 +217,20 @@ def test_projection_clip_bias_modes_match_numpy(implementation):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode,num_layers,direction,implementation",
-                         [("lstm", 3, "bidirectional", "xla"), ("gru", 2, "unidirectional", "reference")])
+@pytest.mark.parametrize(
+    "mode,num_layers,direction,implementation",
+    [("lstm", 3, "bidirectional", "xla"), ("gru", 2, "unidirectional", "reference")],
+)
 def test_dropout_matches_numpy_with_documented_masks(mode, num_layers, direction, implementation):
     cfg = make_config(mode, num_layers, direction, "linear_input", dropout=0.4)
     params, x, h0, c0 = make_inputs(cfg, seed=8)
     lengths = jnp.array(LENGTHS, jnp.int32)
     args = (jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None if c0 is None else jnp.asarray(c0), cfg)
-    train = jax.jit(lambda key: jcr.rnn(*args, seq_lengths=lengths, is_training=True, dropout_key=key,
-                                        implementation=implementation))
+    train = jax.jit(
+        lambda key: jcr.rnn(
+            *args, seq_lengths=lengths, is_training=True, dropout_key=key, implementation=implementation
+        )
+    )
     key = jax.random.key(42)
     got, again, other = train(key), train(key), train(jax.random.key(43))
     inference = jcr.rnn(*args, seq_lengths=lengths, is_training=False, dropout_key=key, implementation=implementation)
@@ -227,8 +251,19 @@ def test_dropout_is_identical_across_implementations():
     cfg = make_config("rnn_tanh", 2, "unidirectional", "linear_input", dropout=0.5)
     params, x, h0, _ = make_inputs(cfg, seed=9)
     key = jax.random.key(7)
-    outs = [jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None, cfg, is_training=True,
-                    dropout_key=key, implementation=impl)[0] for impl in ("xla", "reference")]
+    outs = [
+        jcr.rnn(
+            jnp.asarray(params),
+            jnp.asarray(x),
+            jnp.asarray(h0),
+            None,
+            cfg,
+            is_training=True,
+            dropout_key=key,
+            implementation=impl,
+        )[0]
+        for impl in ("xla", "reference")
+    ]
     masks = documented_dropout_masks(key, cfg, (T, B, cfg.output_size))
     want = oracle(cfg, params, x, h0, None, dropout_masks=masks)[0]
     for out in outs:
@@ -237,9 +272,19 @@ def test_dropout_is_identical_across_implementations():
 
 def test_dropout_zero_or_single_layer_ignores_key():
     """dropout=0 or num_layers=1: training output equals the plain oracle."""
-    for cfg in (make_config("gru", 2, "unidirectional", "linear_input", dropout=0.0),
-                make_config("gru", 1, "unidirectional", "linear_input", dropout=0.5)):
+    for cfg in (
+        make_config("gru", 2, "unidirectional", "linear_input", dropout=0.0),
+        make_config("gru", 1, "unidirectional", "linear_input", dropout=0.5),
+    ):
         params, x, h0, _ = make_inputs(cfg, seed=10)
-        got = jcr.rnn(jnp.asarray(params), jnp.asarray(x), jnp.asarray(h0), None, cfg, is_training=True,
-                      dropout_key=jax.random.key(0), implementation="xla")
+        got = jcr.rnn(
+            jnp.asarray(params),
+            jnp.asarray(x),
+            jnp.asarray(h0),
+            None,
+            cfg,
+            is_training=True,
+            dropout_key=jax.random.key(0),
+            implementation="xla",
+        )
         assert_matches(got, oracle(cfg, params, x, h0, None), cfg, 1e-5)

@@ -36,8 +36,12 @@ def openmp_runtimes():
     state = {}
     for path in paths:
         lib = ctypes.CDLL(path)
-        state[path] = {"max_threads": lib.omp_get_max_threads(), "dynamic": lib.omp_get_dynamic(),
-                       "max_active_levels": lib.omp_get_max_active_levels(), "num_procs": lib.omp_get_num_procs()}
+        state[path] = {
+            "max_threads": lib.omp_get_max_threads(),
+            "dynamic": lib.omp_get_dynamic(),
+            "max_active_levels": lib.omp_get_max_active_levels(),
+            "num_procs": lib.omp_get_num_procs(),
+        }
     return state
 
 
@@ -99,6 +103,7 @@ def run_every_implementation():
     for t in threads:
         t.join()
     from jax_cudnn_rnn import onednn
+
     return {"ran": sorted(ran), "errors": errors, "onednn_runtime": onednn.cpu_runtime()}
 
 
@@ -107,6 +112,7 @@ def main(order):
     torch = None
     if order in ("torch-alone", "torch-first"):
         import torch
+
         torch.ones(64, 64) @ torch.ones(64, 64)  # PyTorch's OpenMP team exists from here on
         report["torch_before"] = torch_threads(torch)
     env_before, omp_before, threads_before = c_environment(), openmp_runtimes(), thread_names()
@@ -118,12 +124,15 @@ def main(order):
         report["openmp_loaded_by_package"] = sorted(set(openmp_runtimes()) - set(omp_before))
     if order == "package-first":
         import torch
+
         torch.ones(64, 64) @ torch.ones(64, 64)
     env_after = c_environment()
-    report["environment_changes"] = sorted(k for k in set(env_before) | set(env_after)
-                                           if env_before.get(k) != env_after.get(k))
-    report["python_environment_changes"] = sorted(k for k in set(os.environ) | set(env_after)
-                                                  if os.environ.get(k) != env_after.get(k))
+    report["environment_changes"] = sorted(
+        k for k in set(env_before) | set(env_after) if env_before.get(k) != env_after.get(k)
+    )
+    report["python_environment_changes"] = sorted(
+        k for k in set(os.environ) | set(env_after) if os.environ.get(k) != env_after.get(k)
+    )
     report["openmp_after"] = openmp_runtimes()
     if torch is not None or order == "package-first":
         report["torch_after"] = torch_threads(sys.modules["torch"])

@@ -33,9 +33,11 @@ DECODER = RNNConfig("gru", num_layers=1, num_units=5, input_size=8)
 def _state():
     """An encoder/decoder (the seeds' flow: two named RNNs in one checkpoint) plus a dense layer, with an Adam state
     that has taken one step so mu/nu are non-trivial."""
-    params = {"encoder": RNNParams.init(jax.random.key(0), ENCODER),
-              "decoder": RNNParams.init(jax.random.key(1), DECODER),
-              "dense": jnp.arange(10, dtype=jnp.float32).reshape(5, 2)}
+    params = {
+        "encoder": RNNParams.init(jax.random.key(0), ENCODER),
+        "decoder": RNNParams.init(jax.random.key(1), DECODER),
+        "dense": jnp.arange(10, dtype=jnp.float32).reshape(5, 2),
+    }
     opt = optax.adam(1e-2)
     opt_state = opt.init(params)
     grads = jax.tree_util.tree_map(lambda x: jnp.cos(x), params)
@@ -80,7 +82,8 @@ def _opened(checkpointer):
 # Event loop is closed"). The error the user gets is ours and complete; the stderr line comes from tensorstore's
 # callbacks, which this library does not own. Only the tests that provoke such failures ignore it.
 _FAILED_IO_NOISE = pytest.mark.filterwarnings(
-    r"ignore:(?s)Exception ignored in.*Event loop is closed:pytest.PytestUnraisableExceptionWarning")
+    r"ignore:(?s)Exception ignored in.*Event loop is closed:pytest.PytestUnraisableExceptionWarning"
+)
 
 
 def _checkpointer():
@@ -98,11 +101,14 @@ def test_round_trip_with_adam_state_concrete_and_abstract_targets(tmp_path):
     assert isinstance(restored["opt_state"][0].nu["decoder"], RNNParams)
     # without a target: dicts/lists, RNNParams rebuilt at the recorded paths (namedtuples come back as lists)
     untargeted = _checkpointer().restore(path)
-    np.testing.assert_array_equal(untargeted["opt_state"][0]["mu"]["encoder"].buffer,
-                                  state["opt_state"][0].mu["encoder"].buffer)
+    np.testing.assert_array_equal(
+        untargeted["opt_state"][0]["mu"]["encoder"].buffer, state["opt_state"][0].mu["encoder"].buffer
+    )
     assert ckpt.CanonicalCheckpointHandler().saved_configs(path) == {
-        f"{prefix}/{name}": cfg for prefix in ("params", "opt_state/0/mu", "opt_state/0/nu")
-        for name, cfg in (("encoder", ENCODER), ("decoder", DECODER))}
+        f"{prefix}/{name}": cfg
+        for prefix in ("params", "opt_state/0/mu", "opt_state/0/nu")
+        for name, cfg in (("encoder", ENCODER), ("decoder", DECODER))
+    }
 
 
 def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
@@ -111,8 +117,10 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
     _checkpointer().save(path, args=ckpt.CanonicalSave(state))
     plain = _opened(ocp.StandardCheckpointer()).restore(path)  # no target, no jax_cudnn_rnn types involved
     for name, config in (("encoder", ENCODER), ("decoder", DECODER)):
-        for saved_tree, buffer in ((plain["params"][name], state["params"][name].buffer),
-                                   (plain["opt_state"][0]["nu"][name], state["opt_state"][0].nu[name].buffer)):
+        for saved_tree, buffer in (
+            (plain["params"][name], state["params"][name].buffer),
+            (plain["opt_state"][0]["nu"][name], state["opt_state"][0].nu[name].buffer),
+        ):
             assert isinstance(saved_tree, dict)
             weights, biases = layout.params_to_canonical(buffer, config)
             slots = layout.param_slots(config)
@@ -132,27 +140,39 @@ def test_plain_standard_checkpointer_reads_canonical_arrays(tmp_path):
 def test_encoder_and_decoder_kept_apart_in_a_checkpoint_manager(tmp_path):
     state = _state()
     manager = _opened(ocp.CheckpointManager(tmp_path / "run", options=ocp.CheckpointManagerOptions(max_to_keep=2)))
-    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state),
-                                            extra=ocp.args.JsonSave({"vocab": 9})))
+    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(state), extra=ocp.args.JsonSave({"vocab": 9})))
     manager.wait_until_finished()
     # restore into freshly initialised models: each name gets its own weights back
-    target = {"encoder": RNNParams.init(jax.random.key(9), ENCODER), "decoder": RNNParams.init(jax.random.key(9),
-                                                                                               DECODER),
-              "dense": jnp.zeros((5, 2))}
-    restored = manager.restore(1, args=ocp.args.Composite(
-        state=ckpt.CanonicalRestore({"params": target, "opt_state": jax.eval_shape(lambda: state["opt_state"]),
-                                     "step": jnp.int32(0)}),
-        extra=ocp.args.JsonRestore()))
+    target = {
+        "encoder": RNNParams.init(jax.random.key(9), ENCODER),
+        "decoder": RNNParams.init(jax.random.key(9), DECODER),
+        "dense": jnp.zeros((5, 2)),
+    }
+    restored = manager.restore(
+        1,
+        args=ocp.args.Composite(
+            state=ckpt.CanonicalRestore(
+                {"params": target, "opt_state": jax.eval_shape(lambda: state["opt_state"]), "step": jnp.int32(0)}
+            ),
+            extra=ocp.args.JsonRestore(),
+        ),
+    )
     assert restored["extra"] == {"vocab": 9}
     for name in ("encoder", "decoder"):
         np.testing.assert_array_equal(restored["state"]["params"][name].buffer, state["params"][name].buffer)
     assert int(restored["state"]["step"]) == 7
     # swapping the names is a config mismatch, reported with the path and the tensor's two shapes
-    swapped = {"params": {"encoder": target["decoder"], "decoder": target["encoder"], "dense": jnp.zeros((5, 2))},
-               "opt_state": state["opt_state"], "step": jnp.int32(0)}
-    with pytest.raises(ValueError, match=r"RNNParams at 'params/decoder'.*mode: checkpoint 'gru' vs target 'lstm'.*"
-                                         r"first differing tensor layer_0/forward/w_input/i: checkpoint shape absent, "
-                                         r"target shape \(4, 3\)"):
+    swapped = {
+        "params": {"encoder": target["decoder"], "decoder": target["encoder"], "dense": jnp.zeros((5, 2))},
+        "opt_state": state["opt_state"],
+        "step": jnp.int32(0),
+    }
+    with pytest.raises(
+        ValueError,
+        match=r"RNNParams at 'params/decoder'.*mode: checkpoint 'gru' vs target 'lstm'.*"
+        r"first differing tensor layer_0/forward/w_input/i: checkpoint shape absent, "
+        r"target shape \(4, 3\)",
+    ):
         manager.restore(1, args=ocp.args.Composite(state=ckpt.CanonicalRestore(swapped)))
 
 
@@ -163,8 +183,11 @@ def test_shape_mismatch_names_path_tensor_and_both_shapes(tmp_path):
     wider = RNNConfig("gru", num_layers=1, num_units=6, input_size=8)
     target = jax.eval_shape(lambda: state)
     target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), wider))
-    with pytest.raises(ValueError, match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*layer_0/forward/"
-                                         r"w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'params/decoder'.*num_units: checkpoint 5 vs target 6.*layer_0/forward/"
+        r"w_input/r: checkpoint shape \(5, 8\), target shape \(6, 8\)",
+    ):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
     target = jax.eval_shape(lambda: state)
     target["params"]["extra_rnn"] = target["params"]["decoder"]
@@ -176,8 +199,10 @@ def test_shape_mismatch_names_path_tensor_and_both_shapes(tmp_path):
     target["params"]["decoder"] = jax.eval_shape(lambda: RNNParams.init(jax.random.key(0), half))
     restored = _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
     assert restored["params"]["decoder"].config == half
-    np.testing.assert_array_equal(np.asarray(restored["params"]["decoder"].buffer),
-                                  np.asarray(state["params"]["decoder"].buffer.astype(jnp.bfloat16)))
+    np.testing.assert_array_equal(
+        np.asarray(restored["params"]["decoder"].buffer),
+        np.asarray(state["params"]["decoder"].buffer.astype(jnp.bfloat16)),
+    )
 
 
 @_FAILED_IO_NOISE
@@ -193,9 +218,12 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
     meta = json.loads(original)
     meta["custom_metadata"]["jax_cudnn_rnn"]["rnn_params"]["params/decoder"]["num_units"] = 7
     meta_file.write_text(json.dumps(meta))
-    with pytest.raises(ckpt.CheckpointError, match=r"inconsistent at 'params/decoder': tensor "
-                                                   r"layer_0/forward/w_input/r has shape \(5, 8\) but its stored "
-                                                   r"config .* implies \(7, 8\)"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"inconsistent at 'params/decoder': tensor "
+        r"layer_0/forward/w_input/r has shape \(5, 8\) but its stored "
+        r"config .* implies \(7, 8\)",
+    ):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
     meta["custom_metadata"]["jax_cudnn_rnn"]["format_version"] = 99
     meta_file.write_text(json.dumps(meta))
@@ -212,8 +240,9 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
     assert data_files
     for data in data_files:
         data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    with pytest.raises(ckpt.CheckpointError,
-                       match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"):
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"cannot read the checkpoint .*\(damaged or incomplete\?\): .*OUT_OF_RANGE"
+    ):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
 
 
@@ -329,8 +358,12 @@ def _child(task, directory, file_size_limit=None):
 
 
 def _start_child(task, directory, *extra):
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), task, str(directory), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), task, str(directory), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _assert_step_restores_exactly(directory, step, expected):
@@ -361,8 +394,12 @@ def _mount_tmpfs(where, size):
     """Mounts a tmpfs of ``size`` at ``where``; the reason when this machine does not allow it (not root, a container
     without CAP_SYS_ADMIN), else None."""
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                                 capture_output=True, text=True, timeout=_TIMEOUT)
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT,
+        )
     except OSError as e:
         return str(e)
     return None if mounted.returncode == 0 else mounted.stderr.strip() or f"mount exited {mounted.returncode}"

@@ -13,8 +13,14 @@ import jax_cudnn_rnn as jcr
 
 def _jobs(implementation):
     jobs = []
-    cases = [("lstm", "bidirectional", 7, 3), ("gru", "unidirectional", 5, 4), ("rnn_tanh", "bidirectional", 6, 2),
-             ("lstm", "unidirectional", 9, 5), ("rnn_relu", "unidirectional", 4, 3), ("gru", "bidirectional", 8, 2)]
+    cases = [
+        ("lstm", "bidirectional", 7, 3),
+        ("gru", "unidirectional", 5, 4),
+        ("rnn_tanh", "bidirectional", 6, 2),
+        ("lstm", "unidirectional", 9, 5),
+        ("rnn_relu", "unidirectional", 4, 3),
+        ("gru", "bidirectional", 8, 2),
+    ]
     for index, (mode, direction, steps, batch) in enumerate(cases):
         cfg = jcr.RNNConfig(mode=mode, num_layers=2, num_units=6, input_size=5, direction=direction)
         params = jcr.init_params(jax.random.key(index), cfg)

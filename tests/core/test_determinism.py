@@ -30,8 +30,12 @@ sys.stdout.buffer.write(np.asarray(value).tobytes() + b"".join(np.asarray(g).tob
 
 
 def _bit_identical_across_processes(implementation, **env):
-    runs = [subprocess.run([sys.executable, "-c", SCRIPT, implementation], capture_output=True, timeout=300,
-                           env={**os.environ, **env}) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", SCRIPT, implementation], capture_output=True, timeout=300, env={**os.environ, **env}
+        )
+        for _ in range(2)
+    ]
     for run in runs:
         assert run.returncode == 0, run.stderr.decode()
     assert len(runs[0].stdout) > 1000

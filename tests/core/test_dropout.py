@@ -24,8 +24,9 @@ SIGMAS = 6.0  # a rate off by more than 6 standard errors is a bug, not chance (
 
 
 def _config(dropout, num_layers=3):
-    return jcr.RNNConfig("lstm", num_layers=num_layers, num_units=64, input_size=8, direction="bidirectional",
-                         dropout=dropout)
+    return jcr.RNNConfig(
+        "lstm", num_layers=num_layers, num_units=64, input_size=8, direction="bidirectional", dropout=dropout
+    )
 
 
 @pytest.mark.parametrize("dropout", [0.1, 0.3, 0.75])
@@ -44,7 +45,7 @@ def test_keep_rate_scale_and_independence(dropout):
         assert abs(mask.mean() - 1.0) <= SIGMAS * standard_error / keep
     # Two layers' masks are independent draws: both keep an entry with probability keep^2.
     both = (kept[0] & kept[1]).mean()
-    assert abs(both - keep ** 2) <= SIGMAS * np.sqrt(keep ** 2 * (1 - keep ** 2) / draws), both
+    assert abs(both - keep**2) <= SIGMAS * np.sqrt(keep**2 * (1 - keep**2) / draws), both
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
@@ -62,6 +63,7 @@ def test_masks_follow_the_documented_recipe(dtype):
 
 def test_no_masks_for_one_layer_and_different_keys_differ():
     assert jcr.dropout.dropout_masks(jax.random.key(0), _config(0.5, num_layers=1), SHAPE, jnp.float32) == []
-    a, b = (jcr.dropout.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0]
-            for k in (0, 1))
+    a, b = (
+        jcr.dropout.dropout_masks(jax.random.key(k), _config(0.5, num_layers=2), SHAPE, jnp.float32)[0] for k in (0, 1)
+    )
     assert 0.4 < float(jnp.mean((a != 0) != (b != 0))) < 0.6  # independent keys: half the entries disagree

@@ -37,8 +37,10 @@ SIZES = [
     (dict(mode="lstm", num_layers=2, num_units=3, input_size=5, direction="bidirectional"), 504),
     # GRU L=3 I=H=2 skip bi: layer 0 per dir 3*2*2 + 2*3*2 = 12+12 = 24, x2 = 48;
     #   layers 1, 2 in = 4: 3*2*4 + 12 + 12 = 48 per dir, x2 dirs x2 layers = 192; total 240
-    (dict(mode="gru", num_layers=3, num_units=2, input_size=2, direction="bidirectional", input_mode="skip_input"),
-     240),
+    (
+        dict(mode="gru", num_layers=3, num_units=2, input_size=2, direction="bidirectional", input_mode="skip_input"),
+        240,
+    ),
     # RNN relu L=1 I=1 H=1: 1 + 1 + 2 = 4
     (dict(mode="rnn_relu", num_layers=1, num_units=1, input_size=1), 4),
     # RNN relu L=3 I=2 H=3 uni: layer 0 3*2 + 9 + 6 = 21; layers 1, 2 in = 3: 9 + 9 + 6 = 24 each; total 69
@@ -91,8 +93,9 @@ CONFIGS = [
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 def test_canonical_shapes_and_buffer_order(cfg):
     """The buffer is every matrix (canonical order, row-major) then every bias (canonical order), nothing else."""
-    w_shapes, b_shapes = hand_shapes(cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.num_directions,
-                                     cfg.skip_input, cfg.proj_size)
+    w_shapes, b_shapes = hand_shapes(
+        cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.num_directions, cfg.skip_input, cfg.proj_size
+    )
     weights, biases = jcr.params_to_canonical(jnp.arange(jcr.params_size(cfg), dtype=jnp.float32), cfg)
     assert [tuple(w.shape) for w in weights] == w_shapes
     assert [tuple(b.shape) for b in biases] == b_shapes
@@ -113,8 +116,9 @@ def test_canonical_shapes_and_buffer_order(cfg):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 def test_canonical_to_params_is_concatenation(cfg):
     rng = np.random.default_rng(0)
-    w_shapes, b_shapes = hand_shapes(cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.num_directions,
-                                     cfg.skip_input, cfg.proj_size)
+    w_shapes, b_shapes = hand_shapes(
+        cfg.mode, cfg.num_layers, cfg.num_units, cfg.input_size, cfg.num_directions, cfg.skip_input, cfg.proj_size
+    )
     weights = [rng.normal(size=s).astype(np.float32) for s in w_shapes]
     biases = [rng.normal(size=s).astype(np.float32) for s in b_shapes]
     params = jcr.canonical_to_params(weights, biases, cfg)
@@ -133,12 +137,14 @@ def test_round_trips_are_bit_identical(cfg, dtype):
     assert again.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(np.asarray(again).view(np.uint8), np.asarray(params).view(np.uint8))
     tree = jcr.params_to_tree(params, cfg)
-    np.testing.assert_array_equal(np.asarray(jcr.tree_to_params(tree, cfg)).view(np.uint8),
-                                  np.asarray(params).view(np.uint8))
+    np.testing.assert_array_equal(
+        np.asarray(jcr.tree_to_params(tree, cfg)).view(np.uint8), np.asarray(params).view(np.uint8)
+    )
     # tree as NumPy arrays (what a checkpoint reader would hand back) also round-trips
     np_tree = jax.tree_util.tree_map(np.asarray, tree)
-    np.testing.assert_array_equal(np.asarray(jcr.tree_to_params(np_tree, cfg)).view(np.uint8),
-                                  np.asarray(params).view(np.uint8))
+    np.testing.assert_array_equal(
+        np.asarray(jcr.tree_to_params(np_tree, cfg)).view(np.uint8), np.asarray(params).view(np.uint8)
+    )
 
 
 def test_float64_round_trip():
@@ -198,8 +204,11 @@ def test_canonical_to_params_wrong_shape_names_tensor():
     w, b = _canonical()
     w = list(w)
     w[4] = jnp.zeros((2, 3), jnp.float32)  # R_z of layer 0 forward should be [2, 2]
-    with pytest.raises(ValueError, match=r"weights\[4\] \(layer_0/forward/w_recurrent/z\) has shape \(2, 3\); "
-                                         r"expected \(2, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"weights\[4\] \(layer_0/forward/w_recurrent/z\) has shape \(2, 3\); "
+        r"expected \(2, 2\)",
+    ):
         jcr.canonical_to_params(w, b, ERR_CFG)
 
 
@@ -207,8 +216,11 @@ def test_canonical_to_params_wrong_dtype_names_tensor():
     w, b = _canonical()
     b = list(b)
     b[5] = b[5].astype(jnp.float16)
-    with pytest.raises(TypeError, match=r"biases\[5\] \(layer_0/forward/b_recurrent/n\) has dtype float16; "
-                                        r"expected float32"):
+    with pytest.raises(
+        TypeError,
+        match=r"biases\[5\] \(layer_0/forward/b_recurrent/n\) has dtype float16; "
+        r"expected float32",
+    ):
         jcr.canonical_to_params(w, b, ERR_CFG)
 
 
@@ -223,8 +235,11 @@ def test_tree_to_params_names_missing_and_extra_paths():
     tree = jcr.params_to_tree(jcr.init_params(jax.random.key(0), ERR_CFG), ERR_CFG)
     del tree["layer_0"]["forward"]["w_input"]["r"]
     tree["layer_0"]["forward"]["w_input"]["q"] = jnp.zeros((2, 3))
-    with pytest.raises(ValueError, match=r"missing \['layer_0/forward/w_input/r'\].*unexpected "
-                                         r"\['layer_0/forward/w_input/q'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"missing \['layer_0/forward/w_input/r'\].*unexpected "
+        r"\['layer_0/forward/w_input/q'\]",
+    ):
         jcr.tree_to_params(tree, ERR_CFG)
 
 
@@ -240,24 +255,27 @@ def test_tree_to_params_wrong_shape():
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,error,pattern", [
-    (dict(mode="lstmx"), ValueError, "mode is 'lstmx'"),
-    (dict(num_layers=0), ValueError, "num_layers must be >= 1, got 0"),
-    (dict(num_layers=1.5), TypeError, "num_layers must be an int"),
-    (dict(num_units=0), ValueError, "num_units must be >= 1"),
-    (dict(input_mode="skip_input", input_size=3), ValueError, "skip_input' needs input_size == num_units"),
-    (dict(input_mode="sometimes"), ValueError, "input_mode is 'sometimes'"),
-    (dict(direction="both"), ValueError, "direction is 'both'"),
-    (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (dict(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
-    (dict(dropout="0.5"), TypeError, "dropout must be a float"),
-    (dict(dtype=np.int32), TypeError, "dtype is int32"),
-    (dict(dtype="complex64"), TypeError, "dtype is complex64"),
-    (dict(proj_size=4), ValueError, "proj_size must be 0"),
-    (dict(mode="gru", proj_size=2), ValueError, "projection exists only for mode 'lstm'"),
-    (dict(cell_clip=-1.0), ValueError, "cell_clip must be None or a finite value > 0"),
-    (dict(bias_mode="triple"), ValueError, "bias_mode is 'triple'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,pattern",
+    [
+        (dict(mode="lstmx"), ValueError, "mode is 'lstmx'"),
+        (dict(num_layers=0), ValueError, "num_layers must be >= 1, got 0"),
+        (dict(num_layers=1.5), TypeError, "num_layers must be an int"),
+        (dict(num_units=0), ValueError, "num_units must be >= 1"),
+        (dict(input_mode="skip_input", input_size=3), ValueError, "skip_input' needs input_size == num_units"),
+        (dict(input_mode="sometimes"), ValueError, "input_mode is 'sometimes'"),
+        (dict(direction="both"), ValueError, "direction is 'both'"),
+        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+        (dict(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
+        (dict(dropout="0.5"), TypeError, "dropout must be a float"),
+        (dict(dtype=np.int32), TypeError, "dtype is int32"),
+        (dict(dtype="complex64"), TypeError, "dtype is complex64"),
+        (dict(proj_size=4), ValueError, "proj_size must be 0"),
+        (dict(mode="gru", proj_size=2), ValueError, "projection exists only for mode 'lstm'"),
+        (dict(cell_clip=-1.0), ValueError, "cell_clip must be None or a finite value > 0"),
+        (dict(bias_mode="triple"), ValueError, "bias_mode is 'triple'"),
+    ],
+)
 def test_config_validation(kwargs, error, pattern):
     base = dict(mode="lstm", num_layers=1, num_units=4, input_size=4)
     with pytest.raises(error, match=pattern):
@@ -308,20 +326,34 @@ def test_init_params_range_and_determinism():
 
 
 @settings(max_examples=20, deadline=None)
-@given(mode=st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]), num_layers=st.integers(1, 4),
-       num_units=st.integers(1, 6), input_size=st.integers(1, 6), bidirectional=st.booleans(), skip=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    mode=st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]),
+    num_layers=st.integers(1, 4),
+    num_units=st.integers(1, 6),
+    input_size=st.integers(1, 6),
+    bidirectional=st.booleans(),
+    skip=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_random_configs_size_and_concatenation(mode, num_layers, num_units, input_size, bidirectional, skip, seed):
     """params_size is the formula of docs/architecture.md and canonical_to_params is plain concatenation, for random
     configs."""
     if skip:
         input_size = num_units
-    cfg = RNNConfig(mode, num_layers, num_units, input_size, direction="bidirectional" if bidirectional else
-                    "unidirectional", input_mode="skip_input" if skip else "linear_input")
+    cfg = RNNConfig(
+        mode,
+        num_layers,
+        num_units,
+        input_size,
+        direction="bidirectional" if bidirectional else "unidirectional",
+        input_mode="skip_input" if skip else "linear_input",
+    )
     G = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[mode]
     D, H = (2 if bidirectional else 1), num_units
-    formula = sum(D * ((0 if (skip and layer == 0) else G * H * (input_size if layer == 0 else D * H))
-                       + G * H * H + 2 * G * H) for layer in range(num_layers))
+    formula = sum(
+        D * ((0 if (skip and layer == 0) else G * H * (input_size if layer == 0 else D * H)) + G * H * H + 2 * G * H)
+        for layer in range(num_layers)
+    )
     assert jcr.params_size(cfg) == formula
     w_shapes, b_shapes = hand_shapes(mode, num_layers, H, input_size, D, skip)
     rng = np.random.default_rng(seed)
@@ -334,13 +366,19 @@ def test_random_configs_size_and_concatenation(mode, num_layers, num_units, inpu
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("cfg", [
-    jcr.RNNConfig(mode="lstm", num_layers=3, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
-    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input",
-                  bias_mode="single_recurrent"),
-    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=3, input_size=7, direction="bidirectional",
-                  bias_mode="none"),
-], ids=["lstm-bi-proj", "gru-skip-single", "relu-bi-nobias"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        jcr.RNNConfig(mode="lstm", num_layers=3, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
+        jcr.RNNConfig(
+            mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input", bias_mode="single_recurrent"
+        ),
+        jcr.RNNConfig(
+            mode="rnn_relu", num_layers=2, num_units=3, input_size=7, direction="bidirectional", bias_mode="none"
+        ),
+    ],
+    ids=["lstm-bi-proj", "gru-skip-single", "relu-bi-nobias"],
+)
 def test_sub_params_hold_the_layers_canonical_tensors(cfg):
     """A layer's buffer (both directions, as the cuDNN dropout path runs it) and one direction's (as the chunked
     bidirectional path runs it) carry exactly those canonical weights and biases."""
@@ -354,10 +392,16 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
         part = layout.sub_params(params, cfg, layer, direction)
         assert part.shape == (jcr.params_size(single),)
         got_w, got_b = jcr.params_to_canonical(part, single)
-        want_w = [w for w, slot in zip(weights, weight_slots, strict=True)
-                  if slot.layer == layer and direction in (None, slot.direction)]
-        want_b = [b for b, slot in zip(biases, bias_slots, strict=True)
-                  if slot.layer == layer and direction in (None, slot.direction)]
+        want_w = [
+            w
+            for w, slot in zip(weights, weight_slots, strict=True)
+            if slot.layer == layer and direction in (None, slot.direction)
+        ]
+        want_b = [
+            b
+            for b, slot in zip(biases, bias_slots, strict=True)
+            if slot.layer == layer and direction in (None, slot.direction)
+        ]
         assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
         for got, want in zip(got_w + got_b, want_w + want_b, strict=True):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -65,35 +65,50 @@ def test_x_not_array():
 def test_params_length():
     cfg, p, x, h0, c0 = _setup()
     size = jcr.params_size(cfg)
-    _raises(ValueError, re.escape(f"params has shape ({size - 1},); expected ({size},)"),
-            lambda: jcr.rnn(p[:-1], x, h0, c0, cfg))
+    _raises(
+        ValueError,
+        re.escape(f"params has shape ({size - 1},); expected ({size},)"),
+        lambda: jcr.rnn(p[:-1], x, h0, c0, cfg),
+    )
 
 
 def test_params_dtype():
     cfg, p, x, h0, c0 = _setup()
-    _raises(TypeError, "params has dtype bfloat16; expected float32",
-            lambda: jcr.rnn(p.astype(jnp.bfloat16), x, h0, c0, cfg))
+    _raises(
+        TypeError,
+        "params has dtype bfloat16; expected float32",
+        lambda: jcr.rnn(p.astype(jnp.bfloat16), x, h0, c0, cfg),
+    )
 
 
 def test_h0_shape_names_meaning():
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape("h0 has shape (1, 3, 6); expected (2, 3, 6) = (num_layers*num_directions, batch, "
-                                  "num_units)"), lambda: jcr.rnn(p, x, h0[:1], c0, cfg))
+    _raises(
+        ValueError,
+        re.escape("h0 has shape (1, 3, 6); expected (2, 3, 6) = (num_layers*num_directions, batch, num_units)"),
+        lambda: jcr.rnn(p, x, h0[:1], c0, cfg),
+    )
 
 
 def test_h0_batch_mismatch():
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape("h0 has shape (2, 2, 6); expected (2, 3, 6)"),
-            lambda: jcr.rnn(p, x, h0[:, :2], c0, cfg))
+    _raises(
+        ValueError, re.escape("h0 has shape (2, 2, 6); expected (2, 3, 6)"), lambda: jcr.rnn(p, x, h0[:, :2], c0, cfg)
+    )
 
 
 def test_batch_major_x_is_blamed_not_h0():
     """The issue's case: x given [B, T, I] with a correct h0 used to be reported as a wrong h0."""
     cfg, p, x, h0, c0 = _setup()
     x_batch_major = jnp.swapaxes(x, 0, 1)
-    _raises(ValueError, re.escape("x has shape (3, 5, 4) and h0 (2, 3, 6): h0's batch is 3, x's first axis. rnn() "
-                                  "takes time-major x [T, B, input_size]; x looks batch-major"),
-            lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
+    _raises(
+        ValueError,
+        re.escape(
+            "x has shape (3, 5, 4) and h0 (2, 3, 6): h0's batch is 3, x's first axis. rnn() "
+            "takes time-major x [T, B, input_size]; x looks batch-major"
+        ),
+        lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg),
+    )
     _raises(ValueError, "jnp.swapaxes", lambda: jcr.rnn(p, x_batch_major, h0, c0, cfg))
 
 
@@ -125,27 +140,37 @@ def test_c0_given_for_gru():
 
 def test_c0_shape():
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape("c0 has shape (2, 3, 5); expected (2, 3, 6)"),
-            lambda: jcr.rnn(p, x, h0, c0[..., :5], cfg))
+    _raises(
+        ValueError, re.escape("c0 has shape (2, 3, 5); expected (2, 3, 6)"), lambda: jcr.rnn(p, x, h0, c0[..., :5], cfg)
+    )
 
 
 def test_seq_lengths_shape():
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape("seq_lengths has shape (2,); expected (3,) = (batch,)"),
-            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1, 2], jnp.int32)))
+    _raises(
+        ValueError,
+        re.escape("seq_lengths has shape (2,); expected (3,) = (batch,)"),
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1, 2], jnp.int32)),
+    )
 
 
 def test_seq_lengths_dtype():
     cfg, p, x, h0, c0 = _setup()
-    _raises(TypeError, "seq_lengths has dtype float32; expected int32",
-            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])))
+    _raises(
+        TypeError,
+        "seq_lengths has dtype float32; expected int32",
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])),
+    )
 
 
 @pytest.mark.parametrize("lengths, index, value", [([1, -1, 2], 1, -1), ([1, 2, 6], 2, 6), ([-1, 2, 3], 0, -1)])
 def test_seq_lengths_range(lengths, index, value):
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape(f"seq_lengths[{index}] is {value}; every length must be in [0, 5]"),
-            lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array(lengths, jnp.int32)))
+    _raises(
+        ValueError,
+        re.escape(f"seq_lengths[{index}] is {value}; every length must be in [0, 5]"),
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array(lengths, jnp.int32)),
+    )
 
 
 def test_seq_lengths_under_jit_never_reads_out_of_bounds():
@@ -163,14 +188,20 @@ def test_seq_lengths_under_jit_never_reads_out_of_bounds():
 
 def test_dropout_key_required():
     cfg, p, x, h0, c0 = _setup(dropout=0.5)
-    _raises(ValueError, "dropout_key is None; is_training=True with config.dropout=0.5",
-            lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=True))
+    _raises(
+        ValueError,
+        "dropout_key is None; is_training=True with config.dropout=0.5",
+        lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=True),
+    )
 
 
 def test_unknown_implementation():
     cfg, p, x, h0, c0 = _setup()
-    _raises(ValueError, "implementation is 'cuda'; expected None or one of", lambda: jcr.rnn(p, x, h0, c0, cfg,
-                                                                                          implementation="cuda"))
+    _raises(
+        ValueError,
+        "implementation is 'cuda'; expected None or one of",
+        lambda: jcr.rnn(p, x, h0, c0, cfg, implementation="cuda"),
+    )
 
 
 def test_cudnn_where_it_cannot_run_is_a_clear_error():
@@ -189,8 +220,9 @@ def test_float64_without_x64():
     if jax.config.jax_enable_x64:
         pytest.skip("x64 is on")
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=H, input_size=I, dtype="float64")
-    _raises(TypeError, "config.dtype is float64 but jax_enable_x64 is off",
-            lambda: jcr.init_params(jax.random.key(0), cfg))
+    _raises(
+        TypeError, "config.dtype is float64 but jax_enable_x64 is off", lambda: jcr.init_params(jax.random.key(0), cfg)
+    )
 
 
 def test_non_finite_inputs_pass_through():
@@ -204,8 +236,11 @@ def test_non_finite_inputs_pass_through():
     with np.errstate(over="ignore", invalid="ignore"):
         want_y, want_h, want_c = oracle(cfg, p, x, h0, c0)
     assert np.isfinite(want_y[:, 0]).all()
-    for name, got, want in (("y", y[:, 0], want_y[:, 0]), ("h_n", h_n[:, 0], want_h[:, 0]),
-                            ("c_n", c_n[:, 0], want_c[:, 0])):
+    for name, got, want in (
+        ("y", y[:, 0], want_y[:, 0]),
+        ("h_n", h_n[:, 0], want_h[:, 0]),
+        ("c_n", c_n[:, 0], want_c[:, 0]),
+    ):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
@@ -217,8 +252,11 @@ def test_seed_class_lstm_needs_input_c():
     p = lstm.init_params(jax.random.key(0))
     x = jnp.ones((T, B, I))
     h = jnp.zeros((1, B, H))
-    _raises(ValueError, re.escape("input_c is None; mode 'lstm' needs an initial cell state of shape (1, 3, 6)"),
-            lambda: lstm(x, h, None, p))
+    _raises(
+        ValueError,
+        re.escape("input_c is None; mode 'lstm' needs an initial cell state of shape (1, 3, 6)"),
+        lambda: lstm(x, h, None, p),
+    )
 
 
 SEED_CLASSES = {"lstm": jcr.CudnnLSTM, "gru": jcr.CudnnGRU, "rnn_tanh": jcr.CudnnRNNTanh, "rnn_relu": jcr.CudnnRNNRelu}
@@ -228,8 +266,12 @@ SEED_STATE = "(num_layers*num_directions, batch, num_units)"
 def _seed_call(mode, **replace):
     """A two-layer seed-class model of ``mode`` called with valid arguments, those in ``replace`` swapped in."""
     model = SEED_CLASSES[mode](num_layers=2, num_units=H, input_size=I)
-    args = {"input_data": jnp.ones((T, B, I)), "input_h": jnp.zeros((2, B, H)), "input_c": jnp.zeros((2, B, H)),
-            "params": model.init_params(jax.random.key(0))}
+    args = {
+        "input_data": jnp.ones((T, B, I)),
+        "input_h": jnp.zeros((2, B, H)),
+        "input_c": jnp.zeros((2, B, H)),
+        "params": model.init_params(jax.random.key(0)),
+    }
     if mode != "lstm":
         del args["input_c"]
     args.update(replace)
@@ -239,33 +281,69 @@ def _seed_call(mode, **replace):
 # (argument, value, error, message): every argument of the seed classes' call, by its name; for params, the value is
 # made from the model's params_size(), which the message names as {size}
 BAD_SEED_ARGUMENTS = [
-    ("input_data", jnp.ones((T, B)), ValueError, "input_data has shape (5, 3); expected rank 3 (max_time, batch, "
-                                                 "input_size) = (T, B, 4)"),
-    ("input_data", jnp.ones((T, B, I + 1)), ValueError, "input_data has shape (5, 3, 5); expected (T, B, 4): its last "
-                                                        "axis must be input_size"),
-    ("input_data", jnp.ones((T, B, I), jnp.float16), TypeError, "input_data has dtype float16; expected float32 (the "
-                                                                "model's dtype)"),
+    (
+        "input_data",
+        jnp.ones((T, B)),
+        ValueError,
+        "input_data has shape (5, 3); expected rank 3 (max_time, batch, input_size) = (T, B, 4)",
+    ),
+    (
+        "input_data",
+        jnp.ones((T, B, I + 1)),
+        ValueError,
+        "input_data has shape (5, 3, 5); expected (T, B, 4): its last axis must be input_size",
+    ),
+    (
+        "input_data",
+        jnp.ones((T, B, I), jnp.float16),
+        TypeError,
+        "input_data has dtype float16; expected float32 (the model's dtype)",
+    ),
     ("input_data", [[[1.0] * I] * B] * T, TypeError, "input_data must be an array, got list"),
-    ("input_data", jnp.ones((B, T, I)), ValueError, "input_data has shape (3, 5, 4) and input_h (2, 3, 6): input_h's "
-                                                    "batch is 3, input_data's first axis. The model takes time-major "
-                                                    "input_data [T, B, input_size]; input_data looks batch-major"),
+    (
+        "input_data",
+        jnp.ones((B, T, I)),
+        ValueError,
+        "input_data has shape (3, 5, 4) and input_h (2, 3, 6): input_h's "
+        "batch is 3, input_data's first axis. The model takes time-major "
+        "input_data [T, B, input_size]; input_data looks batch-major",
+    ),
     ("input_h", jnp.zeros((1, B, H)), ValueError, f"input_h has shape (1, 3, 6); expected (2, 3, 6) = {SEED_STATE}"),
-    ("input_h", jnp.zeros((2, B, H), jnp.bfloat16), TypeError, "input_h has dtype bfloat16; expected float32 (the "
-                                                               "model's dtype)"),
+    (
+        "input_h",
+        jnp.zeros((2, B, H), jnp.bfloat16),
+        TypeError,
+        "input_h has dtype bfloat16; expected float32 (the model's dtype)",
+    ),
     ("input_h", None, TypeError, "input_h must be an array, got NoneType"),
-    ("params", lambda size: jnp.zeros((7,)), ValueError, "params has shape (7,); expected ({size},) = "
-                                                          "(params_size(),)"),
-    ("params", lambda size: jnp.zeros((size,), jnp.float16), TypeError, "params has dtype float16; expected float32 "
-                                                                        "(the model's dtype)"),
+    (
+        "params",
+        lambda size: jnp.zeros((7,)),
+        ValueError,
+        "params has shape (7,); expected ({size},) = (params_size(),)",
+    ),
+    (
+        "params",
+        lambda size: jnp.zeros((size,), jnp.float16),
+        TypeError,
+        "params has dtype float16; expected float32 (the model's dtype)",
+    ),
     ("seq_lengths", jnp.array([1, 2], jnp.int32), ValueError, "seq_lengths has shape (2,); expected (3,) = (batch,)"),
-    ("seq_lengths", jnp.array([1, 2, 6], jnp.int32), ValueError, "seq_lengths[2] is 6; every length must be in [0, 5] "
-                                                                 "= [0, max_time]"),
+    (
+        "seq_lengths",
+        jnp.array([1, 2, 6], jnp.int32),
+        ValueError,
+        "seq_lengths[2] is 6; every length must be in [0, 5] = [0, max_time]",
+    ),
 ]
 
 
 @pytest.mark.parametrize("mode", SEED_CLASSES)
-@pytest.mark.parametrize("argument, value, error, message", BAD_SEED_ARGUMENTS,
-                         ids=[message.split(";")[0] for _, _, _, message in BAD_SEED_ARGUMENTS])
+@pytest.mark.parametrize(
+    "argument, value, error, message",
+    BAD_SEED_ARGUMENTS,
+    ids=[message.split(";")[0] for _, _, _, message in BAD_SEED_ARGUMENTS],
+)
 def test_seed_class_errors_name_its_own_arguments(mode, argument, value, error, message):
     """The issue: the seed classes' errors named rnn()'s x, h0, c0 instead of input_data, input_h, input_c."""
     if argument == "params":
@@ -274,11 +352,18 @@ def test_seed_class_errors_name_its_own_arguments(mode, argument, value, error, 
     _raises(error, re.escape(message), lambda: _seed_call(mode, **{argument: value}))
 
 
-@pytest.mark.parametrize("value, error, message", [
-    (jnp.zeros((2, B, H - 1)), ValueError, f"input_c has shape (2, 3, 5); expected (2, 3, 6) = {SEED_STATE}"),
-    (jnp.zeros((2, B, H), jnp.float16), TypeError, "input_c has dtype float16; expected float32 (the model's dtype)"),
-    ([0.0], TypeError, "input_c must be an array, got list"),
-])
+@pytest.mark.parametrize(
+    "value, error, message",
+    [
+        (jnp.zeros((2, B, H - 1)), ValueError, f"input_c has shape (2, 3, 5); expected (2, 3, 6) = {SEED_STATE}"),
+        (
+            jnp.zeros((2, B, H), jnp.float16),
+            TypeError,
+            "input_c has dtype float16; expected float32 (the model's dtype)",
+        ),
+        ([0.0], TypeError, "input_c must be an array, got list"),
+    ],
+)
 def test_seed_class_lstm_names_input_c(value, error, message):
     _raises(error, re.escape(message), lambda: _seed_call("lstm", input_c=value))
 
@@ -294,8 +379,11 @@ def test_seed_class_gru_signature_has_no_input_c():
     gru = jcr.CudnnGRU(1, H, I)
     p = gru.init_params(jax.random.key(0))
     # A stray input_c lands in the params slot and is rejected by name.
-    _raises(ValueError, re.escape("params has shape (1, 3, 6); expected"),
-            lambda: gru(jnp.ones((T, B, I)), jnp.zeros((1, B, H)), jnp.zeros((1, B, H)), p))
+    _raises(
+        ValueError,
+        re.escape("params has shape (1, 3, 6); expected"),
+        lambda: gru(jnp.ones((T, B, I)), jnp.zeros((1, B, H)), jnp.zeros((1, B, H)), p),
+    )
 
 
 def test_is_training_must_be_bool():
@@ -315,90 +403,152 @@ def test_rnn_accepts_rnn_params_and_checks_config():
     cfg, p, x, h0, c0 = _setup()
     packed = jcr.RNNParams(p, cfg)
     np.testing.assert_array_equal(jcr.rnn(packed, x, h0, c0)[0], jcr.rnn(p, x, h0, c0, cfg)[0])
-    other = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I, direction="unidirectional",
-                          dropout=0.1)
+    other = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I, direction="unidirectional", dropout=0.1)
     _raises(ValueError, "differs from params.config", lambda: jcr.rnn(packed, x, h0, c0, other))
     _raises(TypeError, "config is None; pass an RNNConfig", lambda: jcr.rnn(p, x, h0, c0))
 
 
 def test_precision_unknown():
     cfg, params, x, h0, c0 = _setup()
-    _raises(ValueError, re.escape("precision is 'bfloat16'; expected None or one of ['default', 'float32'"),
-            lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla", precision="bfloat16"))
+    _raises(
+        ValueError,
+        re.escape("precision is 'bfloat16'; expected None or one of ['default', 'float32'"),
+        lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla", precision="bfloat16"),
+    )
 
 
 def test_precision_from_the_jax_config_is_checked_too():
     cfg, params, x, h0, c0 = _setup()
     with jax.default_matmul_precision("bfloat16"):
-        _raises(ValueError, "jax_default_matmul_precision is 'bfloat16'",
-                lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla"))
+        _raises(
+            ValueError,
+            "jax_default_matmul_precision is 'bfloat16'",
+            lambda: jcr.rnn(params, x, h0, c0, cfg, implementation="xla"),
+        )
 
 
 # ArgumentNames for frontends whose arrays lack an axis of rnn()'s: unbatched (an Equinox module: x [T, I], states
 # [L*D, H], one length) and without the layer axis (a Keras layer: states [B, H]); the words are the frontend's.
-UNBATCHED = jcr._checks.ArgumentNames(x="x", h0="state", seq_lengths="seq_length", resets="resets",
-                                      dtype="the module's", axes=("time", None, "input_size"),
-                                      state_axes=("layers", "hidden_size"), layout_fix="jax.vmap it")
+UNBATCHED = jcr._checks.ArgumentNames(
+    x="x",
+    h0="state",
+    seq_lengths="seq_length",
+    resets="resets",
+    dtype="the module's",
+    axes=("time", None, "input_size"),
+    state_axes=("layers", "hidden_size"),
+    layout_fix="jax.vmap it",
+)
 UNBATCHED_CASES = [  # (change, error, message)
-    (dict(x=jnp.ones((B, T, I))), ValueError, "x has shape (3, 5, 4); expected rank 2 (time, input_size) = (T, 4) "
-                                              "(jax.vmap it)"),
+    (
+        dict(x=jnp.ones((B, T, I))),
+        ValueError,
+        "x has shape (3, 5, 4); expected rank 2 (time, input_size) = (T, 4) (jax.vmap it)",
+    ),
     (dict(x=jnp.ones((T, I + 1))), ValueError, "x has shape (5, 5); expected (T, 4): its last axis must be "),
     (dict(x=jnp.ones((0, I))), ValueError, "x has shape (0, 4); time must be at least 1"),
     (dict(h0=jnp.zeros((2, 1, H))), ValueError, "state has shape (2, 1, 6); expected (2, 6) = (layers, hidden_size)"),
     (dict(h0=jnp.zeros((2, H), jnp.float16)), TypeError, "state has dtype float16; expected float32 (the module's)"),
-    (dict(seq_lengths=jnp.array([2], jnp.int32)), ValueError, "seq_length has shape (1,); expected () (one "
-                                                              "sequence's length; jax.vmap it)"),
-    (dict(seq_lengths=jnp.array(T + 1, jnp.int32)), ValueError, "seq_length is 6; every length must be in [0, 5] = "
-                                                                "[0, time]"),
-    (dict(resets=jnp.zeros((T, 1), bool)), ValueError, "resets has shape (5, 1); expected (5,) = (time,), the first "
-                                                       "axis of x"),
+    (
+        dict(seq_lengths=jnp.array([2], jnp.int32)),
+        ValueError,
+        "seq_length has shape (1,); expected () (one sequence's length; jax.vmap it)",
+    ),
+    (
+        dict(seq_lengths=jnp.array(T + 1, jnp.int32)),
+        ValueError,
+        "seq_length is 6; every length must be in [0, 5] = [0, time]",
+    ),
+    (
+        dict(resets=jnp.zeros((T, 1), bool)),
+        ValueError,
+        "resets has shape (5, 1); expected (5,) = (time,), the first axis of x",
+    ),
 ]
 
 
-@pytest.mark.parametrize("change, error, message", UNBATCHED_CASES,
-                         ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES])
+@pytest.mark.parametrize(
+    "change, error, message", UNBATCHED_CASES, ids=[m.split(";")[0] for _, _, m in UNBATCHED_CASES]
+)
 def test_check_inputs_in_an_unbatched_frontends_words(change, error, message):
     cfg, params, _, _, _ = _setup("gru")
-    good = dict(x=jnp.ones((T, I)), h0=jnp.zeros((2, H)), seq_lengths=jnp.array(T, jnp.int32),
-                resets=jnp.zeros((T,), bool))
+    good = dict(
+        x=jnp.ones((T, I)), h0=jnp.zeros((2, H)), seq_lengths=jnp.array(T, jnp.int32), resets=jnp.zeros((T,), bool)
+    )
     args = good | change
-    jcr._checks.check_inputs(params, good["x"], good["h0"], None, cfg, good["seq_lengths"], good["resets"],
-                         names=UNBATCHED)  # the good call passes
-    _raises(error, re.escape(message), lambda: jcr._checks.check_inputs(params, args["x"], args["h0"], None, cfg,
-                                                                    args["seq_lengths"], args["resets"],
-                                                                    names=UNBATCHED))
+    jcr._checks.check_inputs(
+        params, good["x"], good["h0"], None, cfg, good["seq_lengths"], good["resets"], names=UNBATCHED
+    )  # the good call passes
+    _raises(
+        error,
+        re.escape(message),
+        lambda: jcr._checks.check_inputs(
+            params, args["x"], args["h0"], None, cfg, args["seq_lengths"], args["resets"], names=UNBATCHED
+        ),
+    )
 
 
 def test_check_inputs_without_the_layer_axis():
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=H, input_size=I)
-    names = jcr._checks.ArgumentNames(x="inputs", h0="h", c0="c", dtype=None, axes=("steps", "batch", "features"),
-                                  state_axes=(None, "units"), batch_major=True, caller="The layer",
-                                  layout_fix="swap them")
+    names = jcr._checks.ArgumentNames(
+        x="inputs",
+        h0="h",
+        c0="c",
+        dtype=None,
+        axes=("steps", "batch", "features"),
+        state_axes=(None, "units"),
+        batch_major=True,
+        caller="The layer",
+        layout_fix="swap them",
+    )
     x, h = jnp.ones((B, T, I)), jnp.zeros((B, H))
     jcr._checks.check_inputs(None, x, h, h, cfg, names=names)  # params None: the frontend builds them itself
-    _raises(ValueError, re.escape("c has shape (2, 6); expected (3, 6) = (batch, units)"),
-            lambda: jcr._checks.check_inputs(None, x, h, h[:2], cfg, names=names))
+    _raises(
+        ValueError,
+        re.escape("c has shape (2, 6); expected (3, 6) = (batch, units)"),
+        lambda: jcr._checks.check_inputs(None, x, h, h[:2], cfg, names=names),
+    )
     # h's batch is x's time axis: x is blamed, in the layer's words
-    _raises(ValueError, re.escape("inputs has shape (5, 3, 4) and h (3, 6): h's batch is 3, inputs's second axis. "
-                                  "The layer takes batch-major inputs [B, T, features]; inputs looks time-major "
-                                  "[T, B, features]: swap them"),
-            lambda: jcr._checks.check_inputs(None, jnp.ones((T, B, I)), h, h, cfg, names=names))
+    _raises(
+        ValueError,
+        re.escape(
+            "inputs has shape (5, 3, 4) and h (3, 6): h's batch is 3, inputs's second axis. "
+            "The layer takes batch-major inputs [B, T, features]; inputs looks time-major "
+            "[T, B, features]: swap them"
+        ),
+        lambda: jcr._checks.check_inputs(None, jnp.ones((T, B, I)), h, h, cfg, names=names),
+    )
     stacked = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=H, input_size=I)
-    _raises(ValueError, r"state_axes\[0\] is None .* 2 layer\(s\) and 1 direction\(s\)",
-            lambda: jcr._checks.check_inputs(None, x, h, h, stacked, names=names))
+    _raises(
+        ValueError,
+        r"state_axes\[0\] is None .* 2 layer\(s\) and 1 direction\(s\)",
+        lambda: jcr._checks.check_inputs(None, x, h, h, stacked, names=names),
+    )
 
 
 def test_rnn_refuses_names_it_cannot_check_by():
     cfg, params, x, h0, c0 = _setup()
-    for names in (UNBATCHED, jcr._checks.ArgumentNames(state_axes=(None, "units")),
-                  jcr._checks.ArgumentNames(batch_major=True)):
-        _raises(ValueError, "argument_names is batch-major, unbatched or without the state's layer axis",
-                functools.partial(jcr.rnn, params, x, h0, c0, cfg, argument_names=names))
+    for names in (
+        UNBATCHED,
+        jcr._checks.ArgumentNames(state_axes=(None, "units")),
+        jcr._checks.ArgumentNames(batch_major=True),
+    ):
+        _raises(
+            ValueError,
+            "argument_names is batch-major, unbatched or without the state's layer axis",
+            functools.partial(jcr.rnn, params, x, h0, c0, cfg, argument_names=names),
+        )
 
 
 def test_config_integers_name_a_traced_size():
     jcr.config.check_int("hidden_size", np.int64(3), 1)
-    _raises(TypeError, re.escape("hidden_size must be an int, got a traced value (mark it static under jax.jit)"),
-            lambda: jax.jit(lambda n: jcr.config.check_int("hidden_size", n, 1))(3))
-    _raises(TypeError, re.escape("num_units must be an int, got a traced value"),
-            lambda: jax.jit(lambda n: jcr.RNNConfig(mode="gru", num_layers=1, num_units=n, input_size=2))(3))
+    _raises(
+        TypeError,
+        re.escape("hidden_size must be an int, got a traced value (mark it static under jax.jit)"),
+        lambda: jax.jit(lambda n: jcr.config.check_int("hidden_size", n, 1))(3),
+    )
+    _raises(
+        TypeError,
+        re.escape("num_units must be an int, got a traced value"),
+        lambda: jax.jit(lambda n: jcr.RNNConfig(mode="gru", num_layers=1, num_units=n, input_size=2))(3),
+    )

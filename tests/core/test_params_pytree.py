@@ -18,7 +18,7 @@ def test_flatten_unflatten_and_views():
     np.testing.assert_array_equal(params.buffer, layout.init_params(jax.random.key(0), CONFIG))
     leaves, treedef = jax.tree_util.tree_flatten(params)
     assert len(leaves) == 1 and leaves[0] is params.buffer
-    (path, _), = jax.tree_util.tree_flatten_with_path(params)[0]
+    ((path, _),) = jax.tree_util.tree_flatten_with_path(params)[0]
     assert jax.tree_util.keystr(path) == ".buffer"
     again = jax.tree_util.tree_unflatten(treedef, leaves)
     assert isinstance(again, RNNParams) and again.config == CONFIG

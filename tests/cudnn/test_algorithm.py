@@ -23,34 +23,47 @@ A40 = DeviceInfo(8, 6, 84)
 V100 = DeviceInfo(7, 0, 80)
 
 
-def _problem(mode="lstm", units=128, input_size=64, batch=32, time=1000, dtype="float32", padded=False,
-             training=False, **options):
-    cfg = jcr.RNNConfig(mode=mode, num_layers=options.pop("num_layers", 1), num_units=units, input_size=input_size,
-                        dtype=dtype, **options)
+def _problem(
+    mode="lstm", units=128, input_size=64, batch=32, time=1000, dtype="float32", padded=False, training=False, **options
+):
+    cfg = jcr.RNNConfig(
+        mode=mode,
+        num_layers=options.pop("num_layers", 1),
+        num_units=units,
+        input_size=input_size,
+        dtype=dtype,
+        **options,
+    )
     return Problem(cfg, time, batch, padded, training, allow_tf32=False)
 
 
-@pytest.mark.parametrize("mode, units, training, want", [
-    ("lstm", 128, True, PERSIST_STATIC_SMALL_H),   # config F: backward limit 128 for LSTM/GRU
-    ("lstm", 160, False, PERSIST_STATIC_SMALL_H),  # inference limit 192
-    ("lstm", 160, True, STANDARD),                 # too big for the backward pass: both passes stay standard
-    ("gru", 192, False, PERSIST_STATIC_SMALL_H),
-    ("gru", 193, False, STANDARD),
-    ("rnn_tanh", 256, True, PERSIST_STATIC_SMALL_H),
-    ("rnn_relu", 384, False, PERSIST_STATIC_SMALL_H),
-    ("rnn_relu", 385, False, STANDARD),
-    ("lstm", 512, False, STANDARD),                # config A in float32
-])
+@pytest.mark.parametrize(
+    "mode, units, training, want",
+    [
+        ("lstm", 128, True, PERSIST_STATIC_SMALL_H),  # config F: backward limit 128 for LSTM/GRU
+        ("lstm", 160, False, PERSIST_STATIC_SMALL_H),  # inference limit 192
+        ("lstm", 160, True, STANDARD),  # too big for the backward pass: both passes stay standard
+        ("gru", 192, False, PERSIST_STATIC_SMALL_H),
+        ("gru", 193, False, STANDARD),
+        ("rnn_tanh", 256, True, PERSIST_STATIC_SMALL_H),
+        ("rnn_relu", 384, False, PERSIST_STATIC_SMALL_H),
+        ("rnn_relu", 385, False, STANDARD),
+        ("lstm", 512, False, STANDARD),  # config A in float32
+    ],
+)
 def test_heuristic_small_h_limits(mode, units, training, want):
     assert algorithm.heuristic(_problem(mode, units, training=training), H100) == want
 
 
-@pytest.mark.parametrize("options, reason", [
-    (dict(padded=True), "seq_lengths"),
-    (dict(proj_size=32), "projection"),
-    (dict(cell_clip=1.0), "cell_clip"),
-    (dict(dtype="float64"), "float64"),
-])
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        (dict(padded=True), "seq_lengths"),
+        (dict(proj_size=32), "projection"),
+        (dict(cell_clip=1.0), "cell_clip"),
+        (dict(dtype="float64"), "float64"),
+    ],
+)
 def test_persistent_algorithms_refuse_what_cudnn_does_not_support(options, reason):
     problem = _problem(units=64, **options)
     assert algorithm.heuristic(problem, H100) == STANDARD
@@ -61,33 +74,41 @@ def test_persistent_algorithms_refuse_what_cudnn_does_not_support(options, reaso
             algorithm.choose(algo, problem, seconds=None)
 
 
-@pytest.mark.parametrize("device, batch, want", [
-    (H100, 64, PERSIST_STATIC),    # config A in float16: PyTorch's sm_80+ rule (LSTM: batch % 8 == 0, <= 128)
-    (H100, 60, STANDARD),
-    (H100, 256, STANDARD),
-    (A40, 64, STANDARD),           # sm_86 and fewer than 98 SMs are excluded
-    (V100, 64, PERSIST_STATIC),    # sm_70: batch % 16 == 0 and T >= 40
-    (V100, 80, STANDARD),
-])
+@pytest.mark.parametrize(
+    "device, batch, want",
+    [
+        (H100, 64, PERSIST_STATIC),  # config A in float16: PyTorch's sm_80+ rule (LSTM: batch % 8 == 0, <= 128)
+        (H100, 60, STANDARD),
+        (H100, 256, STANDARD),
+        (A40, 64, STANDARD),  # sm_86 and fewer than 98 SMs are excluded
+        (V100, 64, PERSIST_STATIC),  # sm_70: batch % 16 == 0 and T >= 40
+        (V100, 80, STANDARD),
+    ],
+)
 def test_heuristic_persist_static_for_float16(device, batch, want):
     problem = _problem(units=512, input_size=512, batch=batch, time=100, dtype="float16")
     assert algorithm.heuristic(problem, device) == want
     # bfloat16 and float32 never get PERSIST_STATIC from the heuristic (PyTorch applies it to float16 only)
     for dtype in ("bfloat16", "float32"):
-        assert algorithm.heuristic(_problem(units=512, input_size=512, batch=batch, time=100, dtype=dtype),
-                                   device) == STANDARD
+        assert (
+            algorithm.heuristic(_problem(units=512, input_size=512, batch=batch, time=100, dtype=dtype), device)
+            == STANDARD
+        )
 
 
 def test_no_gpu_means_standard():
     assert algorithm.heuristic(_problem(), DeviceInfo()) == STANDARD
 
 
-@pytest.mark.parametrize("warmup, warmup_seconds, untimed", [
-    (2, 0.0, 2),   # a count alone
-    (1, 0.35, 5),  # the first call (which may compile) starts the clock: 1 + 4 calls of 0.1 s reach 0.35 s
-    (6, 0.35, 6),  # the count dominates
-    (0, 0.0, 0),
-])
+@pytest.mark.parametrize(
+    "warmup, warmup_seconds, untimed",
+    [
+        (2, 0.0, 2),  # a count alone
+        (1, 0.35, 5),  # the first call (which may compile) starts the clock: 1 + 4 calls of 0.1 s reach 0.35 s
+        (6, 0.35, 6),  # the count dominates
+        (0, 0.0, 0),
+    ],
+)
 def test_median_seconds_warms_up_by_count_and_by_time(monkeypatch, warmup, warmup_seconds, untimed):
     clock = {"now": 0.0}
     durations = iter([0.1] * untimed + [0.3, 0.1, 0.2])  # untimed runs, then the timed ones
@@ -155,8 +176,12 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
     static = cudnn_backend.Static(cfg, False, PERSIST_STATIC_SMALL_H)
-    text = jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, None, static)).trace(
-        params).lower(lowering_platforms=("cuda",)).as_text()
+    text = (
+        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, None, static))
+        .trace(params)
+        .lower(lowering_platforms=("cuda",))
+        .as_text()
+    )
     assert 'algorithm = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):

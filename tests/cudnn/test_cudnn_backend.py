@@ -32,18 +32,23 @@ def _both(cfg, inputs, **kwargs):
 
     def loss(implementation, *inputs):
         y, h_n, c_n = jcr.rnn(*inputs, cfg, implementation=implementation, **kwargs)
-        total = jnp.sum(jnp.sin(y)) + jnp.sum(h_n ** 2) + (0 if c_n is None else jnp.sum(c_n * 0.3))
+        total = jnp.sum(jnp.sin(y)) + jnp.sum(h_n**2) + (0 if c_n is None else jnp.sum(c_n * 0.3))
         return total, (y, h_n, c_n)
 
-    run = jax.jit(lambda *a: [jax.value_and_grad(functools.partial(loss, impl), argnums=argnums, has_aux=True)(*a)
-                              for impl in ("cudnn", "xla")])
+    run = jax.jit(
+        lambda *a: [
+            jax.value_and_grad(functools.partial(loss, impl), argnums=argnums, has_aux=True)(*a)
+            for impl in ("cudnn", "xla")
+        ]
+    )
     return run(*(None if a is None else jnp.asarray(a) for a in inputs))
 
 
 def _assert_equal_results(results):
     ((_, got), got_grads), ((_, want), want_grads) = results
-    for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads),
-                          (*want, *want_grads), strict=False):
+    for name, a, b in zip(
+        ("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*got, *got_grads), (*want, *want_grads), strict=False
+    ):
         if b is not None:
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=name)
 
@@ -54,8 +59,11 @@ RESETS[0, 1] = True
 RESETS[[1, 2, 3], 3] = True
 
 
-@pytest.mark.parametrize("max_segments, chunk, num_layers", [(None, None, 2), (B, None, 1), (12, 3, 1)],
-                         ids=["default-dropout", "fallback", "packed-chunked"])
+@pytest.mark.parametrize(
+    "max_segments, chunk, num_layers",
+    [(None, None, 2), (B, None, 1), (12, 3, 1)],
+    ids=["default-dropout", "fallback", "packed-chunked"],
+)
 def test_resets_through_the_cudnn_path(cudnn_stand_in, monkeypatch, max_segments, chunk, num_layers):
     """8 segments (an empty row has none): the default bound 2B = 8 and 12 take the packed path, B the fallback."""
     if chunk:
@@ -63,8 +71,16 @@ def test_resets_through_the_cudnn_path(cudnn_stand_in, monkeypatch, max_segments
     cfg = make_config("lstm", num_layers, "bidirectional", dropout=0.5 if num_layers > 1 else 0.0)
     inputs = draw_inputs(cfg, np.random.default_rng(0), T, B)
     dropout = dict(is_training=True, dropout_key=jax.random.key(1)) if cfg.dropout else {}
-    _assert_equal_results(_both(cfg, inputs, seq_lengths=jnp.array([T, 0, 3, 6], jnp.int32),
-                                resets=jnp.asarray(RESETS), max_segments=max_segments, **dropout))
+    _assert_equal_results(
+        _both(
+            cfg,
+            inputs,
+            seq_lengths=jnp.array([T, 0, 3, 6], jnp.int32),
+            resets=jnp.asarray(RESETS),
+            max_segments=max_segments,
+            **dropout,
+        )
+    )
 
 
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
@@ -79,6 +95,7 @@ def test_the_stand_in_poisons_empty_rows(cudnn_stand_in):
     """The check above can fail: the stand-in called directly with a length of 0 gives NaN."""
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(2), T, B)
-    _, h_n, _ = cudnn_backend._rnn(params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), cudnn_backend.Static(cfg, False,
-                                                                                                     "standard"))
+    _, h_n, _ = cudnn_backend._rnn(
+        params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), cudnn_backend.Static(cfg, False, "standard")
+    )
     assert np.isnan(np.asarray(h_n)[:, 1]).all() and np.isfinite(np.asarray(h_n)[:, 0]).all()

@@ -56,9 +56,13 @@ RELU_FACTOR = 2
 # Its bounds are 3x those; dh0 is an expected failure that must keep failing. Everything else in it stays checked.
 RELU_BF16 = ("rnn_relu", "unidirectional", "linear_input", "bfloat16")
 CASE_BOUNDS = {RELU_BF16: {"dparams": 0.15, "dx": 0.3}}
-EXPECTED_FAILURES = {RELU_BF16: {"dh0": "cuDNN's bfloat16 ReLU dh0 is 49.5 % off the float32 reference on this "
-                                        "problem, PyTorch's cuDNN RNN bit for bit the same (H100, cuDNN 9.19; "
-                                        "test_half_gradients_match_pytorch_cudnn checks that agreement)"}}
+EXPECTED_FAILURES = {
+    RELU_BF16: {
+        "dh0": "cuDNN's bfloat16 ReLU dh0 is 49.5 % off the float32 reference on this "
+        "problem, PyTorch's cuDNN RNN bit for bit the same (H100, cuDNN 9.19; "
+        "test_half_gradients_match_pytorch_cudnn checks that agreement)"
+    }
+}
 
 
 def _x64(dtype_name):
@@ -75,8 +79,11 @@ def _problem(cfg, key=0, lengths=None):
     params = jcr.init_params(k[0], cfg)
     x = jax.random.normal(k[1], (T, B, cfg.input_size), jnp.float32).astype(cfg.dtype)
     h0 = (0.5 * jax.random.normal(k[2], cfg.state_shape(B), jnp.float32)).astype(cfg.dtype)
-    c0 = (0.5 * jax.random.normal(k[3], cfg.cell_shape(B), jnp.float32)).astype(cfg.dtype) if cfg.has_cell_state \
+    c0 = (
+        (0.5 * jax.random.normal(k[3], cfg.cell_shape(B), jnp.float32)).astype(cfg.dtype)
+        if cfg.has_cell_state
         else None
+    )
     seq_lengths = None if lengths is None else jnp.asarray(lengths, jnp.int32)
     return params, x, h0, c0, seq_lengths
 
@@ -105,8 +112,10 @@ def _allclose(got, want, rtol, atol, what) -> str | None:
     if np.all(excess <= atol):
         return None
     worst = np.unravel_index(np.argmax(excess), excess.shape)
-    return (f"{what}: entry {tuple(int(i) for i in worst)} is {got[worst]:.6g}, expected {want[worst]:.6g} "
-            f"(rtol {rtol}, atol {atol})")
+    return (
+        f"{what}: entry {tuple(int(i) for i in worst)} is {got[worst]:.6g}, expected {want[worst]:.6g} "
+        f"(rtol {rtol}, atol {atol})"
+    )
 
 
 def _in_norm(got, want, bound, what) -> str | None:
@@ -138,8 +147,9 @@ def _upcast(cfg, params, x, h0, c0):
     (mathPrec FLOAT), so an xla run in bf16 is the worse reference: its own roundings flip ReLU kinks."""
     cfg32 = dataclasses.replace(cfg, dtype=np.float32)
     weights, biases = jcr.params_to_canonical(params, cfg)
-    params32 = jcr.canonical_to_params([w.astype(jnp.float32) for w in weights],
-                                       [b.astype(jnp.float32) for b in biases], cfg32)
+    params32 = jcr.canonical_to_params(
+        [w.astype(jnp.float32) for w in weights], [b.astype(jnp.float32) for b in biases], cfg32
+    )
     return cfg32, params32, *(None if a is None else a.astype(jnp.float32) for a in (x, h0, c0))
 
 
@@ -153,8 +163,10 @@ def canonical_float32(params, cfg):
 def canonical_tensors(weights, biases, cfg) -> dict[str, np.ndarray]:
     """{canonical name (layer_0/forward/w_input/i ...): float64 array} of a canonical (weights, biases) pair."""
     slots = jcr.layout.param_slots(cfg)
-    return {s.name(cfg): np.asarray(t, np.float64) for s, t in zip(slots[0] + slots[1], list(weights) + list(biases),
-                                                                   strict=True)}
+    return {
+        s.name(cfg): np.asarray(t, np.float64)
+        for s, t in zip(slots[0] + slots[1], list(weights) + list(biases), strict=True)
+    }
 
 
 def gradient_bound(mode, direction, input_mode, dtype_name, quantity) -> float:
@@ -219,8 +231,15 @@ def test_matches_xla(mode, direction, input_mode, dtype_name, algo):
 
 def _matches_xla_config(mode, direction, input_mode, dtype_name):
     size = 6
-    return jcr.RNNConfig(mode=mode, num_layers=2, num_units=size, input_size=size if input_mode == "skip_input" else 5,
-                         direction=direction, input_mode=input_mode, dtype=DTYPES[dtype_name])
+    return jcr.RNNConfig(
+        mode=mode,
+        num_layers=2,
+        num_units=size,
+        input_size=size if input_mode == "skip_input" else 5,
+        direction=direction,
+        input_mode=input_mode,
+        dtype=DTYPES[dtype_name],
+    )
 
 
 def torch_forward_and_grads(cfg, params, x, h0, c0):
@@ -233,12 +252,16 @@ def torch_forward_and_grads(cfg, params, x, h0, c0):
         skip_or_fail("PyTorch sees no CUDA device (a CPU-only torch build?)", REQUIRE_GPU)
     cfg32 = dataclasses.replace(cfg, dtype=np.float32)
     weights, biases = jcr.params_to_canonical(params, cfg)
-    state = interop.canonical_to_torch([np.asarray(w, np.float32) for w in weights],
-                                       [np.asarray(b, np.float32) for b in biases], cfg32)
+    state = interop.canonical_to_torch(
+        [np.asarray(w, np.float32) for w in weights], [np.asarray(b, np.float32) for b in biases], cfg32
+    )
     dtype = getattr(torch, np.dtype(cfg.dtype).name)
     module = torch_module(cfg, state).to(device="cuda", dtype=dtype)
-    leaves = [torch.from_numpy(np.asarray(a, np.float32)).to("cuda", dtype).requires_grad_() for a in (x, h0, c0)
-              if a is not None]
+    leaves = [
+        torch.from_numpy(np.asarray(a, np.float32)).to("cuda", dtype).requires_grad_()
+        for a in (x, h0, c0)
+        if a is not None
+    ]
     y, final = module(leaves[0], tuple(leaves[1:]) if c0 is not None else leaves[1])
     h_n, c_n = final if c0 is not None else (final, None)
     loss = torch.sin(y.float()).sum() + (h_n.float() ** 2).sum() + (0 if c_n is None else (c_n.float() * 0.3).sum())
@@ -263,8 +286,9 @@ def test_half_gradients_match_pytorch_cudnn(mode, direction, dtype_name):
     outputs_torch, grads_torch, dweights_torch = torch_forward_and_grads(cfg, params, x, h0, c0)
     tolerance = {"float16": 2e-3, "bfloat16": 1e-2}[dtype_name]  # a few roundings; a layout error is order 1
     problems = []
-    for name, got, want in zip(("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]),
-                               (*outputs_torch, *grads_torch), strict=False):
+    for name, got, want in zip(
+        ("y", "h_n", "c_n", "dx", "dh0", "dc0"), (*outputs, *grads[1:]), (*outputs_torch, *grads_torch), strict=False
+    ):
         if want is not None:
             problems.append(_in_norm(got, want, tolerance, f"{name} against PyTorch"))
     want_tensors = canonical_tensors(*dweights_torch, cfg)
@@ -304,21 +328,27 @@ def test_empty_sequences_match_xla(direction):
     cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, direction=direction)
     _compare(cfg, "float32", lengths=[T, 0, 3, 0])
     params, x, h0, c0, _ = _problem(cfg)
-    run = jax.jit(lambda lengths, impl: jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=impl),
-                  static_argnums=1)
+    run = jax.jit(
+        lambda lengths, impl: jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=impl),
+        static_argnums=1,
+    )
     lengths = jnp.array([T, -3, 3, 0], jnp.int32)
     for got, want in zip(run(lengths, "cudnn"), run(lengths, "xla"), strict=True):
         _close(got, want, "float32", "negative length under jit")
 
 
-@pytest.mark.parametrize("cfg", [
-    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, proj_size=3),
-    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional", proj_size=4),
-    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, cell_clip=0.2),
-    jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, bias_mode="single_input"),
-    jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, bias_mode="single_recurrent"),
-    jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=6, input_size=5, bias_mode="none"),
-], ids=["proj", "proj-bi", "clip", "gru-single-input-bias", "lstm-single-rec-bias", "relu-no-bias"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, proj_size=3),
+        jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional", proj_size=4),
+        jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, cell_clip=0.2),
+        jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, bias_mode="single_input"),
+        jcr.RNNConfig(mode="lstm", num_layers=2, num_units=6, input_size=5, bias_mode="single_recurrent"),
+        jcr.RNNConfig(mode="rnn_relu", num_layers=2, num_units=6, input_size=5, bias_mode="none"),
+    ],
+    ids=["proj", "proj-bi", "clip", "gru-single-input-bias", "lstm-single-rec-bias", "relu-no-bias"],
+)
 def test_options_match_xla(cfg):
     _compare(cfg, "float32", lengths=[T, 2, 5, 1])
 
@@ -336,8 +366,12 @@ def test_packed_and_padded_calls_agree(mode):
     params, x, h0, c0, _ = _problem(cfg)
     packed, packed_grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, None)
     padded, padded_grads = _forward_and_grads("cudnn", cfg, params, x, h0, c0, jnp.full((B,), T, jnp.int32))
-    for name, a, b in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*packed, *packed_grads),
-                          (*padded, *padded_grads), strict=False):
+    for name, a, b in zip(
+        ("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"),
+        (*packed, *packed_grads),
+        (*padded, *padded_grads),
+        strict=False,
+    ):
         if a is not None:
             _close(a, b, "float32", name)
 
@@ -449,7 +483,7 @@ def test_batch_sharded_over_local_gpus_matches_unsharded():
 
     def loss(p, x, h, c):
         y, h_n, c_n = jcr.rnn(p, x, h, c, cfg, implementation="cudnn")
-        return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+        return jnp.sum(y**2) + jnp.sum(h_n * c_n)
 
     mesh = Mesh(np.array(devices), ("batch",))
     on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
@@ -464,9 +498,24 @@ def test_batch_sharded_over_local_gpus_matches_unsharded():
         _close(got, want, "float32", f"sharded {name}")
 
 
-_SIZE_FIELDS = dict(mode="lstm", num_layers=2, num_units=32, input_size=16, proj_size=0, direction="unidirectional",
-                    input_mode="linear_input", bias_mode="double", cell_clip=0.0, dtype="float32", allow_tf32=False,
-                    algorithm="standard", max_time=T, batch=B, padded=False, training=True)
+_SIZE_FIELDS = dict(
+    mode="lstm",
+    num_layers=2,
+    num_units=32,
+    input_size=16,
+    proj_size=0,
+    direction="unidirectional",
+    input_mode="linear_input",
+    bias_mode="double",
+    cell_clip=0.0,
+    dtype="float32",
+    allow_tf32=False,
+    algorithm="standard",
+    max_time=T,
+    batch=B,
+    padded=False,
+    training=True,
+)
 
 
 def test_trace_time_queries_go_to_the_named_device():
@@ -560,10 +609,12 @@ def test_resets_beyond_max_segments_match_xla(max_segments):
 
 
 def test_resets_with_dropout_and_projection_match_xla():
-    cfg = jcr.RNNConfig(mode="lstm", num_layers=3, num_units=6, input_size=5, direction="bidirectional",
-                        proj_size=3, dropout=0.4)
-    _compare(cfg, "float32", lengths=[T, 3, 1, 5], resets=_resets("few"), is_training=True,
-             dropout_key=jax.random.key(7))
+    cfg = jcr.RNNConfig(
+        mode="lstm", num_layers=3, num_units=6, input_size=5, direction="bidirectional", proj_size=3, dropout=0.4
+    )
+    _compare(
+        cfg, "float32", lengths=[T, 3, 1, 5], resets=_resets("few"), is_training=True, dropout_key=jax.random.key(7)
+    )
 
 
 @pytest.mark.parametrize("lengths", [None, [T, 0, 3, 5]])
@@ -615,10 +666,18 @@ def test_max_time_steps_with_gradients_under_the_heuristic_match_xla(lengths):
     seq_lengths = None if lengths is None else jnp.asarray([steps, steps // 2 + 1, 1], jnp.int32)
     problem = algorithm.Problem(cfg, steps, 3, seq_lengths is not None, True, False)
     want_algorithm = algorithm.heuristic(problem, algorithm.device_info())
-    assert want_algorithm == (algorithm.STANDARD if seq_lengths is not None or algorithm.device_info().major < 6
-                              else algorithm.PERSIST_STATIC_SMALL_H)
-    lowered = jax.jit(jax.grad(lambda p: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, seq_lengths=seq_lengths,
-                                                         implementation="cudnn")[0]))).lower(params).as_text()
+    assert want_algorithm == (
+        algorithm.STANDARD
+        if seq_lengths is not None or algorithm.device_info().major < 6
+        else algorithm.PERSIST_STATIC_SMALL_H
+    )
+    lowered = (
+        jax.jit(
+            jax.grad(lambda p: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation="cudnn")[0]))
+        )
+        .lower(params)
+        .as_text()
+    )
     calls = [line for line in lowered.splitlines() if "@jax_cudnn_rnn_" in line]
     assert len(calls) == 3 and all(f'algorithm = "{want_algorithm}"' in call for call in calls), calls
 
@@ -626,6 +685,8 @@ def test_max_time_steps_with_gradients_under_the_heuristic_match_xla(lengths):
     (y_ref, h_ref, c_ref), grads_ref = _forward_and_grads("xla", cfg, params, x, h0, c0, seq_lengths)
     for name, got, want in (("y", y, y_ref), ("h_n", h_n, h_ref), ("c_n", c_n, c_ref)):
         _close(got, want, "float32", f"{name} after {steps} steps")
-    problems = [_in_norm(got, want, 1e-4, f"{name} after {steps} steps")
-                for name, got, want in zip(("dparams", "dx", "dh0", "dc0"), grads, grads_ref, strict=True)]
+    problems = [
+        _in_norm(got, want, 1e-4, f"{name} after {steps} steps")
+        for name, got, want in zip(("dparams", "dx", "dh0", "dc0"), grads, grads_ref, strict=True)
+    ]
     assert not any(problems), "\n".join(p for p in problems if p)

@@ -23,30 +23,59 @@ DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 
 def _configs():
     for mode, direction, input_mode, dtype in itertools.product(
-            ["lstm", "gru", "rnn_tanh", "rnn_relu"], ["unidirectional", "bidirectional"],
-            ["linear_input", "skip_input"], DTYPES):
-        yield jcr.RNNConfig(mode=mode, num_layers=3, num_units=6, input_size=6 if input_mode == "skip_input" else 5,
-                            direction=direction, input_mode=input_mode, dtype=dtype)
+        ["lstm", "gru", "rnn_tanh", "rnn_relu"],
+        ["unidirectional", "bidirectional"],
+        ["linear_input", "skip_input"],
+        DTYPES,
+    ):
+        yield jcr.RNNConfig(
+            mode=mode,
+            num_layers=3,
+            num_units=6,
+            input_size=6 if input_mode == "skip_input" else 5,
+            direction=direction,
+            input_mode=input_mode,
+            dtype=dtype,
+        )
     for bias_mode in ["single_input", "single_recurrent", "none"]:
-        yield jcr.RNNConfig(mode="gru", num_layers=2, num_units=6, input_size=5, direction="bidirectional",
-                            bias_mode=bias_mode)
+        yield jcr.RNNConfig(
+            mode="gru", num_layers=2, num_units=6, input_size=5, direction="bidirectional", bias_mode=bias_mode
+        )
     yield jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, proj_size=3)
-    yield jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=8, direction="bidirectional", proj_size=5,
-                        input_mode="skip_input", dtype=np.float16)
+    yield jcr.RNNConfig(
+        mode="lstm",
+        num_layers=2,
+        num_units=8,
+        input_size=8,
+        direction="bidirectional",
+        proj_size=5,
+        input_mode="skip_input",
+        dtype=np.float16,
+    )
 
 
 def _id(cfg):
-    return (f"{cfg.mode}-{cfg.direction[:3]}-{cfg.input_mode[:4]}-{cfg.dtype.name}-{cfg.bias_mode}"
-            f"{'-proj' if cfg.proj_size else ''}")
+    return (
+        f"{cfg.mode}-{cfg.direction[:3]}-{cfg.input_mode[:4]}-{cfg.dtype.name}-{cfg.bias_mode}"
+        f"{'-proj' if cfg.proj_size else ''}"
+    )
 
 
 def _cudnn_report(cfg):
     if cfg.dtype == np.dtype(ml_dtypes.bfloat16) and _extension.module().cudnn_version() < 91300:
         pytest.skip("bfloat16 RNNs need cuDNN >= 9.13")
     return _extension.module().weight_params(
-        mode=cfg.mode, num_layers=cfg.num_layers, num_units=cfg.num_units, input_size=cfg.input_size,
-        proj_size=cfg.proj_size, direction=cfg.direction, input_mode=cfg.input_mode, bias_mode=cfg.bias_mode,
-        cell_clip=cfg.cell_clip or 0.0, dtype=cfg.dtype.name)
+        mode=cfg.mode,
+        num_layers=cfg.num_layers,
+        num_units=cfg.num_units,
+        input_size=cfg.input_size,
+        proj_size=cfg.proj_size,
+        direction=cfg.direction,
+        input_mode=cfg.input_mode,
+        bias_mode=cfg.bias_mode,
+        cell_clip=cfg.cell_clip or 0.0,
+        dtype=cfg.dtype.name,
+    )
 
 
 def _expected(cfg):

@@ -32,8 +32,9 @@ def test_cudnn_is_asked_on_the_calls_device_and_its_facts_choose(monkeypatch):
     """Trace-time questions go to the call's GPU (its CUDA ordinal in this process), not to GPU 0, and the heuristic
     reads that GPU's facts."""
     asked = []
-    monkeypatch.setattr(plan, "reserve_space_size",
-                        lambda problem, algo, device=-1: asked.append((problem.batch, algo, device)) or 640)
+    monkeypatch.setattr(
+        plan, "reserve_space_size", lambda problem, algo, device=-1: asked.append((problem.batch, algo, device)) or 640
+    )
     cfg = jcr.RNNConfig("lstm", 1, 64, 32)
     where = Placement(platform="cuda", device=FakeGPU(id=5, local_hardware_id=1))
     made = plan.plan(cfg, (7, 4, 32), False, False, "heuristic", where, True, seconds=None)
@@ -55,16 +56,23 @@ A100 = dict(device_kind="NVIDIA A100-SXM4-80GB", compute_capability="8.0", core_
 MAXWELL = dict(device_kind="Tesla M60", compute_capability="5.2", core_count=16)
 
 
-@pytest.mark.parametrize("second_model, want_algorithm", [
-    (A100, algorithm.PERSIST_STATIC_SMALL_H),  # both models' heuristics pick SMALL_H for H=64
-    (MAXWELL, algorithm.STANDARD),  # sm 5.2 runs no persistent algorithm: the choices differ, the standard one fits
-])
+@pytest.mark.parametrize(
+    "second_model, want_algorithm",
+    [
+        (A100, algorithm.PERSIST_STATIC_SMALL_H),  # both models' heuristics pick SMALL_H for H=64
+        (MAXWELL, algorithm.STANDARD),  # sm 5.2 runs no persistent algorithm: the choices differ, the standard one fits
+    ],
+)
 def test_an_unknown_placement_is_planned_on_one_gpu_of_each_model(monkeypatch, second_model, want_algorithm):
     """Under jax.jit over arrays committed to one GPU tracing does not know which (one trace serves every device), so
     cuDNN is asked on the first GPU and on one GPU of each other model this process has, and the plan fits them all:
     the devices asked are checked, not only the sizes."""
-    gpus = [FakeGPU(id=0, local_hardware_id=0), FakeGPU(id=1, local_hardware_id=1),
-            FakeGPU(id=2, local_hardware_id=2, **second_model), FakeGPU(id=3, local_hardware_id=3, **second_model)]
+    gpus = [
+        FakeGPU(id=0, local_hardware_id=0),
+        FakeGPU(id=1, local_hardware_id=1),
+        FakeGPU(id=2, local_hardware_id=2, **second_model),
+        FakeGPU(id=3, local_hardware_id=3, **second_model),
+    ]
     monkeypatch.setattr(plan.jax, "local_devices", lambda backend=None: gpus)
     asked = []
     sizes = {0: 640, 1: 640, 2: 800}  # reserve bytes per ordinal for B = 4: 160 and 200 per row
@@ -82,24 +90,36 @@ def test_an_unknown_placement_is_planned_on_one_gpu_of_each_model(monkeypatch, s
     asked.clear()
     monkeypatch.setattr(plan.jax, "local_devices", lambda backend=None: gpus[:2])
     assert plan.plan(cfg, (7, 4, 32), False, False, "heuristic", UNKNOWN, True, seconds=None).row_bytes == 160
-    plan.plan(cfg, (7, 4, 32), False, False, "heuristic", Placement(platform="cuda", device=gpus[1]), True,
-              seconds=None)
+    plan.plan(
+        cfg, (7, 4, 32), False, False, "heuristic", Placement(platform="cuda", device=gpus[1]), True, seconds=None
+    )
     assert [device for _, device in asked] == [0, 1]
 
 
-@pytest.mark.parametrize("where, want_batch", [
-    (Placement(mesh_axes=(("data", 4),), batch_axes=("data",)), 8),  # the known per-device batch
-    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), 4),  # automatic axes: the smallest split
-    (UNKNOWN, 32),  # unsharded
-])
+@pytest.mark.parametrize(
+    "where, want_batch",
+    [
+        (Placement(mesh_axes=(("data", 4),), batch_axes=("data",)), 8),  # the known per-device batch
+        (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), 4),  # automatic axes: the smallest split
+        (UNKNOWN, 32),  # unsharded
+    ],
+)
 def test_the_algorithm_is_chosen_for_the_per_device_batch(monkeypatch, where, want_batch):
     """Autotune times (and the heuristic judges) the batch one device runs, not the global batch (which might not
     even fit on one GPU)."""
     timed = []
     monkeypatch.setattr(algorithm, "_TUNED", {})
     cfg = jcr.RNNConfig("gru", 1, 16, 8)
-    made = plan.plan(cfg, (5, 32, 8), False, False, "autotune", where, False,
-                     seconds=lambda problem, algo, device: timed.append(problem.batch) or 1.0)
+    made = plan.plan(
+        cfg,
+        (5, 32, 8),
+        False,
+        False,
+        "autotune",
+        where,
+        False,
+        seconds=lambda problem, algo, device: timed.append(problem.batch) or 1.0,
+    )
     assert set(timed) == {want_batch} and made.algorithm == algorithm.STANDARD
 
 
@@ -155,8 +175,23 @@ def test_the_eager_backward_donates_the_reserve_space_to_an_aliased_output():
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
     call_plan = plan.Plan("standard", row_bytes=64, local_batches=(3,))
     reserve = jnp.zeros((3, 64), jnp.uint8)
-    text = cudnn_backend._backward_donating.trace(params, x, h0, jnp.ones((5, 3, 8)), jnp.ones((5, 3, 8)), h0, reserve,
-                                           None, None, None, static=cudnn_backend.Static(cfg, False, "standard"),
-                                           call_plan=call_plan).lower(lowering_platforms=("cuda",)).as_text()
+    text = (
+        cudnn_backend._backward_donating.trace(
+            params,
+            x,
+            h0,
+            jnp.ones((5, 3, 8)),
+            jnp.ones((5, 3, 8)),
+            h0,
+            reserve,
+            None,
+            None,
+            None,
+            static=cudnn_backend.Static(cfg, False, "standard"),
+            call_plan=call_plan,
+        )
+        .lower(lowering_platforms=("cuda",))
+        .as_text()
+    )
     argument = next(line for line in text.splitlines() if "func.func public @main" in line)
     assert "%arg6: tensor<3x64xui8> {tf.aliasing_output = 3 : i32}" in argument  # result[4]: dc0 is None, argument

@@ -26,7 +26,8 @@ def _args():
 def _grad(implementation):
     def loss(params, x, h0, c0):
         y, h_n, c_n = jcr.rnn(params, x, h0, c0, CFG, implementation=implementation)
-        return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+        return jnp.sum(y**2) + jnp.sum(h_n * c_n)
+
     return jax.jit(jax.grad(loss, argnums=(0, 1)))
 
 
@@ -39,8 +40,11 @@ def test_the_xla_implementation_exports_for_every_platform():
 
 
 def test_plain_export_of_a_cudnn_call_is_a_clear_error(cudnn_traceable):
-    with pytest.raises(ValueError, match=r"jax\.export of a cuDNN RNN call: its FFI targets .* use "
-                                         r"implementation='xla' .* or jax_cudnn_rnn\.cudnn\.export"):
+    with pytest.raises(
+        ValueError,
+        match=r"jax\.export of a cuDNN RNN call: its FFI targets .* use "
+        r"implementation='xla' .* or jax_cudnn_rnn\.cudnn\.export",
+    ):
         jax.export.export(_grad("cudnn"), platforms=["cuda"])(*_args())
 
 

@@ -64,8 +64,10 @@ def test_loads_through_its_rpath_alone(native):
     path = native.__file__
     if not os.path.isdir(os.path.join(os.path.dirname(path), "..", "nvidia", "cudnn", "lib")):
         pytest.skip(f"{path} is not installed next to nvidia/cudnn/lib (in-tree build)")
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('_cudnn_rnn', sys.argv[1]); "
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(sorted(m.registrations()))")
+    code = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('_cudnn_rnn', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(sorted(m.registrations()))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     result = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
@@ -82,8 +84,18 @@ def test_links_no_shared_cuda_runtime(native):
     assert not [lib for lib in needed if lib.startswith("libcudart")], needed
 
 
-_CONFIG_FIELDS = dict(mode="lstm", num_layers=1, num_units=8, input_size=4, proj_size=0, direction="unidirectional",
-                      input_mode="linear_input", bias_mode="double", cell_clip=0.0, dtype="float32")
+_CONFIG_FIELDS = dict(
+    mode="lstm",
+    num_layers=1,
+    num_units=8,
+    input_size=4,
+    proj_size=0,
+    direction="unidirectional",
+    input_mode="linear_input",
+    bias_mode="double",
+    cell_clip=0.0,
+    dtype="float32",
+)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without a GPU")
@@ -96,8 +108,16 @@ def test_weight_params_needs_gpu(native):
 def test_temp_space_sizes_needs_gpu(native):
     for device in ({}, {"device": 0}, {"device": 3}):  # the current device, or a named CUDA ordinal
         with pytest.raises(RuntimeError, match="temp_space_sizes needs a CUDA GPU"):
-            native.temp_space_sizes(**_CONFIG_FIELDS, allow_tf32=False, algorithm="standard", max_time=5, batch=2,
-                                    padded=False, training=True, **device)
+            native.temp_space_sizes(
+                **_CONFIG_FIELDS,
+                allow_tf32=False,
+                algorithm="standard",
+                max_time=5,
+                batch=2,
+                padded=False,
+                training=True,
+                **device,
+            )
     with pytest.raises(RuntimeError, match="weight_params needs a CUDA GPU"):
         native.weight_params(**_CONFIG_FIELDS, device=1)
 
@@ -128,8 +148,9 @@ def test_rnn_cudnn_without_gpu_is_a_clear_error(native):
 
 def test_rnn_cudnn_without_extension_says_how_to_build(monkeypatch):
     monkeypatch.setattr(_extension.EXTENSION, "_module", None)
-    monkeypatch.setattr(_extension.EXTENSION, "_error", "the cuDNN extension is not part of this installation; "
-                        + _extension.BUILD_HINT)
+    monkeypatch.setattr(
+        _extension.EXTENSION, "_error", "the cuDNN extension is not part of this installation; " + _extension.BUILD_HINT
+    )
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=8, input_size=4)
     params, x, h0, c0, _ = _inputs(cfg)
     with pytest.raises(RuntimeError, match=re.escape("pip install --no-build-isolation -e .")):
@@ -143,17 +164,28 @@ def _custom_calls(fn, *args):
 
 def test_inference_lowering_for_cuda():
     """An undifferentiated call is one inference forward: no reserve space output, every attribute present."""
-    cfg = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional",
-                        proj_size=3, cell_clip=2.5)
+    cfg = jcr.RNNConfig(
+        mode="lstm", num_layers=2, num_units=8, input_size=5, direction="bidirectional", proj_size=3, cell_clip=2.5
+    )
     params, x, h0, c0, lengths = _inputs(cfg)
     static = cudnn_backend.Static(cfg, False, "standard")
     calls = _custom_calls(lambda *a: cudnn_backend._rnn(*a, static), params, x, h0, c0, lengths)
     assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
     call = calls[0]
-    for attribute in ['mode = "lstm"', "num_layers = 2 : i64", "num_units = 8 : i64", "input_size = 5 : i64",
-                      "proj_size = 3 : i64", 'direction = "bidirectional"', 'input_mode = "linear_input"',
-                      'bias_mode = "double"', "cell_clip = 2.500000e+00 : f64", "allow_tf32 = false",
-                      'algorithm = "standard"', "training = false"]:
+    for attribute in [
+        'mode = "lstm"',
+        "num_layers = 2 : i64",
+        "num_units = 8 : i64",
+        "input_size = 5 : i64",
+        "proj_size = 3 : i64",
+        'direction = "bidirectional"',
+        'input_mode = "linear_input"',
+        'bias_mode = "double"',
+        "cell_clip = 2.500000e+00 : f64",
+        "allow_tf32 = false",
+        'algorithm = "standard"',
+        "training = false",
+    ]:
         assert attribute in call, attribute
     assert "%0:3 = " in call  # y, h_n, c_n: no reserve space
     assert "tensor<6x3x6xf32>" in call  # y is [T, B, D * proj_size]
@@ -172,7 +204,10 @@ def test_gradient_lowering_for_cuda(monkeypatch):
 
     calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)
     assert [re.search(r"@(\w+)\(", c).group(1) for c in calls] == [
-        "jax_cudnn_rnn_forward", "jax_cudnn_rnn_backward_data", "jax_cudnn_rnn_backward_weights"]
+        "jax_cudnn_rnn_forward",
+        "jax_cudnn_rnn_backward_data",
+        "jax_cudnn_rnn_backward_weights",
+    ]
     # The reserve space travels as [B, ceil(4096 / B)] bytes (plan.reserve_row_bytes), flat at the custom call.
     assert "training = true" in calls[0] and f"tensor<{3 * -(-4096 // 3)}xui8>" in calls[0]
     assert "output_operand_aliases" in calls[1] and "operand_index = 5" in calls[1]
@@ -180,13 +215,29 @@ def test_gradient_lowering_for_cuda(monkeypatch):
 
 
 def test_dropout_runs_layer_by_layer_for_cuda(cudnn_traceable):
-    cfg = jcr.RNNConfig(mode="rnn_tanh", num_layers=3, num_units=8, input_size=8, input_mode="skip_input",
-                        direction="bidirectional", dropout=0.5)
+    cfg = jcr.RNNConfig(
+        mode="rnn_tanh",
+        num_layers=3,
+        num_units=8,
+        input_size=8,
+        input_mode="skip_input",
+        direction="bidirectional",
+        dropout=0.5,
+    )
     params, x, h0, c0, _ = _inputs(cfg)
 
     def loss(params):
-        y, h_n, _ = jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=jax.random.key(1),
-                            implementation="cudnn", algorithm="standard")
+        y, h_n, _ = jcr.rnn(
+            params,
+            x,
+            h0,
+            c0,
+            cfg,
+            is_training=True,
+            dropout_key=jax.random.key(1),
+            implementation="cudnn",
+            algorithm="standard",
+        )
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss), params)
@@ -218,8 +269,18 @@ def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, c
     resets = jnp.zeros((6, 3), bool).at[2, 0].set(True)
 
     def run(params, x, h0, c0):
-        return jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, resets=resets, max_segments=5,
-                       implementation="cudnn", algorithm="standard")
+        return jcr.rnn(
+            params,
+            x,
+            h0,
+            c0,
+            cfg,
+            seq_lengths=lengths,
+            resets=resets,
+            max_segments=5,
+            implementation="cudnn",
+            algorithm="standard",
+        )
 
     text = _lowered_for_cuda(run, params, x, h0, c0)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
@@ -229,15 +290,21 @@ def test_resets_lower_for_cuda_as_one_packed_call_with_an_xla_fallback(native, c
 
 
 @pytest.mark.parametrize("direction, calls_per_layer", [("unidirectional", None), ("bidirectional", 4)])
-def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(native, cudnn_traceable, monkeypatch, direction,
-                                                             calls_per_layer):
+def test_long_sequences_lower_for_cuda_as_one_call_per_chunk(
+    native, cudnn_traceable, monkeypatch, direction, calls_per_layer
+):
     """With the step limit lowered to 4, T = 6 runs as chunks of 4 and 2 steps: the whole unidirectional stack per
     chunk; a bidirectional network layer by layer and direction by direction, each a unidirectional one-layer call."""
     monkeypatch.setattr(cudnn_backend, "MAX_TIME_STEPS", 4)
     cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=8, input_size=5, direction=direction)
     params, x, h0, c0, lengths = _inputs(cfg)
-    text = _lowered_for_cuda(lambda *a: jcr.rnn(*a, cfg, seq_lengths=lengths, implementation="cudnn",
-                                                algorithm="standard"), params, x, h0, c0)
+    text = _lowered_for_cuda(
+        lambda *a: jcr.rnn(*a, cfg, seq_lengths=lengths, implementation="cudnn", algorithm="standard"),
+        params,
+        x,
+        h0,
+        c0,
+    )
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
     steps = [int(re.search(r"\(tensor<(\d+)x3x", call).group(1)) for call in calls]
     if calls_per_layer is None:
@@ -297,8 +364,14 @@ class _FakeNative:
 def _load_with(monkeypatch, importer, skip_reason=None, available=True):
     """Loads a fresh cuDNN ``NativeExtension`` in place of ``_extension.EXTENSION`` (restored after the test), with
     ``importer`` in place of importing the compiled module and ``skip_reason`` as what the build recorded."""
-    extension = _native.NativeExtension(_extension.EXTENSION.name, _extension.EXTENSION.what, "CUDA",
-                                        _extension.BUILD_HINT, "JAX_CUDNN_RNN_CUDA", _extension.EXTENSION.library)
+    extension = _native.NativeExtension(
+        _extension.EXTENSION.name,
+        _extension.EXTENSION.what,
+        "CUDA",
+        _extension.BUILD_HINT,
+        "JAX_CUDNN_RNN_CUDA",
+        _extension.EXTENSION.library,
+    )
     monkeypatch.setattr(extension, "available", lambda: available)
     monkeypatch.setattr(_native, "build_skip_reason", lambda option: skip_reason)
     monkeypatch.setattr(_native.importlib, "import_module", importer)
@@ -351,13 +424,16 @@ def test_build_skip_reason_reaches_extension_error(monkeypatch):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
-    _load_with(monkeypatch, missing, skip_reason="no C++ compiler was found (install a C++17 compiler)",
-               available=False)
+    _load_with(
+        monkeypatch, missing, skip_reason="no C++ compiler was found (install a C++17 compiler)", available=False
+    )
     assert not _extension.extension_loaded()
-    assert _extension.extension_error() == ("the cuDNN extension was not built when this package was installed: no "
-                                            "C++ compiler was found (install a C++17 compiler). Reinstall after "
-                                            "fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
-                                            "error)")
+    assert _extension.extension_error() == (
+        "the cuDNN extension was not built when this package was installed: no "
+        "C++ compiler was found (install a C++17 compiler). Reinstall after "
+        "fixing that (JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
+        "error)"
+    )
 
 
 def test_missing_libcudnn_says_what_to_install(monkeypatch):
@@ -378,6 +454,7 @@ def test_loaded_module_records_its_build(native):
 
 def test_importing_the_source_checkout_says_so(monkeypatch):
     """`python -c "import jax_cudnn_rnn"` in the repository imports the uncompiled source tree, not the install."""
+
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 

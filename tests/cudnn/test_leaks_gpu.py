@@ -14,8 +14,12 @@ SCRIPT = pathlib.Path(__file__).parents[2] / "benchmarks" / "leak_check.py"
 
 
 def test_cudnn_calls_do_not_grow_memory():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--calls", "3000", "--implementation", "cudnn"],
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--calls", "3000", "--implementation", "cudnn"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     host = re.search(r"resident memory: .* \(\+([-\d.]+)\)", result.stdout)
     device = re.search(r"device memory in use: .* \(\+([-\d.]+)\)", result.stdout)

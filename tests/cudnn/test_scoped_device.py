@@ -25,9 +25,24 @@ def test_the_guard_restores_what_the_thread_had(tmp_path):
     if not compiler:
         skip_or_fail("no C++ compiler to build tests/cpp/scoped_device_test.cc with", REQUIRE_EXTENSION)
     binary = tmp_path / "scoped_device_test"
-    build = subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", os.path.join(ROOT, "cuda"),
-                            os.path.join(ROOT, "tests", "cpp", "scoped_device_test.cc"), "-o", str(binary)],
-                           capture_output=True, text=True, timeout=120, check=False)
+    build = subprocess.run(
+        [
+            compiler,
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            os.path.join(ROOT, "cuda"),
+            os.path.join(ROOT, "tests", "cpp", "scoped_device_test.cc"),
+            "-o",
+            str(binary),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0 and run.stdout.endswith("0 of 40 checks failed\n"), run.stdout + run.stderr
@@ -50,17 +65,17 @@ def test_the_modules_questions_hold_the_guard_before_borrowing_a_handle():
     Read from the sources: running them needs a GPU."""
     with open(os.path.join(ROOT, "cuda", "module.cc"), encoding="utf-8") as f:
         module = f.read()
-    borrow = module[module.index("BorrowedHandle BorrowHandleOrThrow("):]
-    borrow = borrow[:borrow.index("\n}\n")]
+    borrow = module[module.index("BorrowedHandle BorrowHandleOrThrow(") :]
+    borrow = borrow[: borrow.index("\n}\n")]
     activate = borrow.index("ThrowIfError(scoped_device->Activate(device));")
     assert activate < borrow.index("BorrowForDevice(scoped_device->device(), &handle)")
     assert "if (device >= 0)" not in borrow
     for question in ("py::dict WeightParams(", "std::pair<size_t, size_t> TempSpaceSizes("):
-        body = module[module.index(question):]
-        body = body[:body.index("\n}\n")]
+        body = module[module.index(question) :]
+        body = body[: body.index("\n}\n")]
         assert body.index("ScopedDevice scoped_device;") < body.index("BorrowHandleOrThrow("), question
     with open(os.path.join(ROOT, "cuda", "handle_pool.cc"), encoding="utf-8") as f:
         pool = f.read()
-    for_device = pool[pool.index("HandlePool::BorrowForDevice("):]
-    for_device = for_device[:for_device.index("\n}\n")]
+    for_device = pool[pool.index("HandlePool::BorrowForDevice(") :]
+    for_device = for_device[: for_device.index("\n}\n")]
     assert "cudaGetDevice" not in for_device and "InvalidArgument" in for_device

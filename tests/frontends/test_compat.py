@@ -28,9 +28,10 @@ def test_signatures_are_jax_experimental_rnns():
     for name in ("lstm", "init_lstm_weight", "unpack_lstm_weights", "get_num_params_in_lstm"):
         theirs = inspect.signature(getattr(jax_rnn, name)).parameters
         ours = inspect.signature(getattr(compat, name)).parameters
-        assert [(p.name, p.kind, p.default) for p in theirs.values()] == \
-            [(p.name, p.kind, p.default) for p in ours.values()][:len(theirs)], name
-        assert all(p.kind is p.KEYWORD_ONLY for p in list(ours.values())[len(theirs):]), name  # extras: keyword only
+        assert [(p.name, p.kind, p.default) for p in theirs.values()] == [
+            (p.name, p.kind, p.default) for p in ours.values()
+        ][: len(theirs)], name
+        assert all(p.kind is p.KEYWORD_ONLY for p in list(ours.values())[len(theirs) :]), name  # extras: keyword only
 
 
 @pytest.mark.parametrize("num_layers, bidirectional", CASES)
@@ -39,16 +40,18 @@ def test_weights_are_the_same_bytes(num_layers, bidirectional):
     assert compat.get_num_params_in_lstm(*args) == jax_rnn.get_num_params_in_lstm(*args)
     weights = compat.init_lstm_weight(jax.random.key(0), *args)
     np.testing.assert_array_equal(np.asarray(weights), np.asarray(jax_rnn.init_lstm_weight(jax.random.key(0), *args)))
-    for ours, theirs in zip(compat.unpack_lstm_weights(weights, *args), jax_rnn.unpack_lstm_weights(weights, *args),
-                            strict=True):
+    for ours, theirs in zip(
+        compat.unpack_lstm_weights(weights, *args), jax_rnn.unpack_lstm_weights(weights, *args), strict=True
+    ):
         assert ours.keys() == theirs.keys()
         for p in ours:
             np.testing.assert_array_equal(np.asarray(ours[p]), np.asarray(theirs[p]))
     # and they mean the same to this library: W_ih of pseudo-layer 0 holds its canonical input matrices i, f, g, o
     config = jcr.RNNConfig("lstm", num_layers, H, I, "bidirectional" if bidirectional else "unidirectional")
     matrices, _ = jcr.params_to_canonical(weights, config)
-    np.testing.assert_array_equal(np.asarray(jnp.concatenate(matrices[:4])),
-                                  np.asarray(jax_rnn.unpack_lstm_weights(weights, *args)[0][0]))
+    np.testing.assert_array_equal(
+        np.asarray(jnp.concatenate(matrices[:4])), np.asarray(jax_rnn.unpack_lstm_weights(weights, *args)[0][0])
+    )
 
 
 @pytest.mark.parametrize("num_layers, bidirectional", CASES)
@@ -61,8 +64,9 @@ def test_lstm_equals_lstm_ref_in_values_and_gradients(num_layers, bidirectional)
         return compat.lstm(x, h_0, c_0, weights, LENGTHS, *args[:3], 0.0, bidirectional)
 
     def theirs(x, h_0, c_0, weights):
-        return jax_rnn.lstm_ref(x, h_0, c_0, *jax_rnn.unpack_lstm_weights(weights, *args), LENGTHS, *args[:3], 0.0,
-                                bidirectional)
+        return jax_rnn.lstm_ref(
+            x, h_0, c_0, *jax_rnn.unpack_lstm_weights(weights, *args), LENGTHS, *args[:3], 0.0, bidirectional
+        )
 
     got, want = jax.jit(ours)(x, h_0, c_0, weights), theirs(x, h_0, c_0, weights)
     for a, b in zip(got, want, strict=True):
@@ -73,7 +77,8 @@ def test_lstm_equals_lstm_ref_in_values_and_gradients(num_layers, bidirectional)
     def loss(run):
         def value(*arrays):
             y, h_n, c_n = run(*arrays)
-            return jnp.sum(y ** 2) + jnp.sum(jnp.sin(h_n)) + jnp.sum(c_n)
+            return jnp.sum(y**2) + jnp.sum(jnp.sin(h_n)) + jnp.sum(c_n)
+
         return value
 
     grads = jax.grad(loss(ours), argnums=(0, 1, 2, 3))(x, h_0, c_0, weights)
@@ -90,16 +95,20 @@ def test_dropout_applies_with_a_key_and_is_refused_without_one():
     key = jax.random.key(4)
     dropped = compat.lstm(x, h_0, c_0, weights, LENGTHS, I, H, 2, 0.5, True, dropout_key=key)
     config = jcr.RNNConfig("lstm", 2, H, I, "bidirectional", dropout=0.5)
-    want = jcr.rnn(weights, jnp.swapaxes(x, 0, 1), h_0, c_0, config, seq_lengths=LENGTHS, is_training=True,
-                   dropout_key=key)
+    want = jcr.rnn(
+        weights, jnp.swapaxes(x, 0, 1), h_0, c_0, config, seq_lengths=LENGTHS, is_training=True, dropout_key=key
+    )
     np.testing.assert_allclose(np.asarray(dropped[0]), np.asarray(jnp.swapaxes(want[0], 0, 1)), atol=1e-6)
     assert not np.allclose(np.asarray(dropped[0]), np.asarray(plain[0]))
     with pytest.raises(ValueError, match=r"dropout is 0.5 between 2 layers but dropout_key is None"):
         compat.lstm(x, h_0, c_0, weights, LENGTHS, I, H, 2, 0.5, True)
     one_layer = compat.init_lstm_weight(jax.random.key(3), I, H, 1, False)  # nothing between layers: no effect
     x1, h1, c1 = _inputs(1, False)
-    for a, b in zip(compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.5, False),
-                    compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.0, False), strict=True):
+    for a, b in zip(
+        compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.5, False),
+        compat.lstm(x1, h1, c1, one_layer, LENGTHS, I, H, 1, 0.0, False),
+        strict=True,
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -121,31 +130,69 @@ def test_precision_follows_jax_experimental_rnn():
 def test_errors_name_the_argument():
     weights = compat.init_lstm_weight(jax.random.key(6), I, H, 2, True)
     x, h_0, c_0 = _inputs(2, True)
-    good = dict(x=x, h_0=h_0, c_0=c_0, weights=weights, seq_lengths=LENGTHS, input_size=I, hidden_size=H,
-                num_layers=2, dropout=0.0, bidirectional=True)
+    good = dict(
+        x=x,
+        h_0=h_0,
+        c_0=c_0,
+        weights=weights,
+        seq_lengths=LENGTHS,
+        input_size=I,
+        hidden_size=H,
+        num_layers=2,
+        dropout=0.0,
+        bidirectional=True,
+    )
     cases = [
-        (dict(x=x[0]), ValueError, r"x has shape \(5, 4\); expected rank 3 \(batch, max_seq_length, input_size\) = "
-                                   r"\(B, T, 4\)"),
-        (dict(x=x[..., :3]), ValueError, r"x has shape \(3, 5, 3\); expected \(B, T, 4\): its last axis must be "
-                                         r"input_size"),
+        (
+            dict(x=x[0]),
+            ValueError,
+            r"x has shape \(5, 4\); expected rank 3 \(batch, max_seq_length, input_size\) = "
+            r"\(B, T, 4\)",
+        ),
+        (
+            dict(x=x[..., :3]),
+            ValueError,
+            r"x has shape \(3, 5, 3\); expected \(B, T, 4\): its last axis must be "
+            r"input_size",
+        ),
         (dict(x=x.astype(jnp.int32)), TypeError, r"x has dtype int32; expected one of"),
-        (dict(x=jnp.swapaxes(x, 0, 1)), ValueError, r"x has shape \(5, 3, 4\) and h_0 \(4, 3, 6\): .* lstm\(\) takes "
-                                                     r"batch-major x \[B, T, input_size\]; x looks time-major"),
+        (
+            dict(x=jnp.swapaxes(x, 0, 1)),
+            ValueError,
+            r"x has shape \(5, 3, 4\) and h_0 \(4, 3, 6\): .* lstm\(\) takes "
+            r"batch-major x \[B, T, input_size\]; x looks time-major",
+        ),
         (dict(x=np.zeros((B, 0, I), np.float32)), ValueError, r"max_seq_length and batch must be at least 1"),
-        (dict(h_0=h_0[:2]), ValueError, r"h_0 has shape \(2, 3, 6\); expected \(4, 3, 6\) = \(num_directions \* "
-                                        r"num_layers, batch, hidden_size\)"),
+        (
+            dict(h_0=h_0[:2]),
+            ValueError,
+            r"h_0 has shape \(2, 3, 6\); expected \(4, 3, 6\) = \(num_directions \* "
+            r"num_layers, batch, hidden_size\)",
+        ),
         (dict(c_0=jnp.swapaxes(c_0, 0, 1)), ValueError, r"c_0 has shape \(3, 4, 6\); expected \(4, 3, 6\)"),
-        (dict(c_0=None), ValueError, r"c_0 is None; mode 'lstm' needs an initial cell state of shape \(4, 3, 6\) = "
-                                     r"\(num_directions \* num_layers, batch, hidden_size\)"),
+        (
+            dict(c_0=None),
+            ValueError,
+            r"c_0 is None; mode 'lstm' needs an initial cell state of shape \(4, 3, 6\) = "
+            r"\(num_directions \* num_layers, batch, hidden_size\)",
+        ),
         (dict(h_0=h_0.astype(jnp.float16)), TypeError, r"h_0 has dtype float16; expected float32 \(x's dtype\)"),
-        (dict(weights=weights[:-1]), ValueError, r"weights has shape \(1535,\); expected \(1536,\) = "
-                                                 r"\(get_num_params_in_lstm\(input_size=4, hidden_size=6, "
-                                                 r"num_layers=2, bidirectional=True\),\)"),
+        (
+            dict(weights=weights[:-1]),
+            ValueError,
+            r"weights has shape \(1535,\); expected \(1536,\) = "
+            r"\(get_num_params_in_lstm\(input_size=4, hidden_size=6, "
+            r"num_layers=2, bidirectional=True\),\)",
+        ),
         (dict(weights=weights.astype(jnp.bfloat16)), TypeError, r"weights has dtype bfloat16; expected float32"),
         (dict(seq_lengths=LENGTHS[:2]), ValueError, r"seq_lengths has shape \(2,\); expected \(3,\) = \(batch,\)"),
         (dict(seq_lengths=LENGTHS.astype(jnp.float32)), TypeError, r"seq_lengths has dtype float32; expected int32"),
-        (dict(seq_lengths=jnp.array([5, 6, 1], jnp.int32)), ValueError, r"seq_lengths\[1\] is 6; every length must "
-                                                                        r"be in \[0, 5\]"),
+        (
+            dict(seq_lengths=jnp.array([5, 6, 1], jnp.int32)),
+            ValueError,
+            r"seq_lengths\[1\] is 6; every length must "
+            r"be in \[0, 5\]",
+        ),
         (dict(seq_lengths=[5, 2, 1]), TypeError, r"seq_lengths must be an array, got list"),
         (dict(input_size=4.0), TypeError, r"input_size must be an int, got float 4.0"),
         (dict(hidden_size=0), ValueError, r"hidden_size must be >= 1, got 0"),

@@ -86,8 +86,13 @@ def test_modules_equal_a_scan_over_equinox_cells(cls, num_layers, bidirectional)
     # Equinox's own cells (Equinox draws its biases too) -> a module, and back.
     cell_class = eqx.nn.LSTMCell if cls is je.LSTM else eqx.nn.GRUCell
     keys = iter(jax.random.split(jax.random.key(3), 4))
-    cells = [[cell_class(I if layer == 0 else (2 if bidirectional else 1) * H, H, key=next(keys))
-              for _ in range(2 if bidirectional else 1)] for layer in range(num_layers)]
+    cells = [
+        [
+            cell_class(I if layer == 0 else (2 if bidirectional else 1) * H, H, key=next(keys))
+            for _ in range(2 if bidirectional else 1)
+        ]
+        for layer in range(num_layers)
+    ]
     ported = cls.from_cells(cells)
     assert ported.config.num_layers == num_layers and ported.config.num_directions == (2 if bidirectional else 1)
     _close(_call(ported, x, state), _scan_cells(cells, x, state))
@@ -189,8 +194,14 @@ def test_dropout_between_layers_follows_the_key_and_inference_mode():
     x = jax.random.normal(jax.random.key(17), (T, I))
     key = jax.random.key(18)
     y, _ = model(x, key=key)
-    want, _, _ = jcr.rnn(model.params, x[:, None], *(jnp.zeros((3, 1, H)),) * 2, is_training=True, dropout_key=key,
-                         implementation="reference")
+    want, _, _ = jcr.rnn(
+        model.params,
+        x[:, None],
+        *(jnp.zeros((3, 1, H)),) * 2,
+        is_training=True,
+        dropout_key=key,
+        implementation="reference",
+    )
     np.testing.assert_allclose(np.asarray(y), np.asarray(want[:, 0]), atol=1e-5)
     quiet = eqx.nn.inference_mode(model)
     assert quiet.inference and not np.allclose(np.asarray(quiet(x)[0]), np.asarray(y))
@@ -230,13 +241,22 @@ def test_call_errors_name_the_argument():
     x = jnp.zeros((T, I))
     h = jnp.zeros((2, H))
     cases = [
-        (lstm, dict(x=jnp.zeros((2, T, I))), ValueError,
-         r"x has shape \(2, 6, 3\); expected rank 2 \(time, input_size\) = \(T, 3\) \(unbatched: jax.vmap"),
+        (
+            lstm,
+            dict(x=jnp.zeros((2, T, I))),
+            ValueError,
+            r"x has shape \(2, 6, 3\); expected rank 2 \(time, input_size\) = \(T, 3\) \(unbatched: jax.vmap",
+        ),
         (lstm, dict(x=jnp.zeros((T, I + 1))), ValueError, r"x has shape \(6, 4\); expected \(T, 3\)"),
         (lstm, dict(x=jnp.zeros((T, I), jnp.float16)), TypeError, r"x has dtype float16; expected float32"),
         (lstm, dict(x=[[0.0] * I] * T), TypeError, r"x must be an array, got list"),
-        (lstm, dict(state=h), TypeError, r"state must be a tuple \(h, c\) for an LSTM, each \(2, 4\) = "
-                                         r"\(num_layers\*num_directions, hidden_size\); got a ArrayImpl"),
+        (
+            lstm,
+            dict(state=h),
+            TypeError,
+            r"state must be a tuple \(h, c\) for an LSTM, each \(2, 4\) = "
+            r"\(num_layers\*num_directions, hidden_size\); got a ArrayImpl",
+        ),
         (lstm, dict(state=(h,)), TypeError, r"state must be a tuple \(h, c\) .*got a tuple of 1"),
         (lstm, dict(state=(h[:1], h)), ValueError, r"state\[0\] \(h\) has shape \(1, 4\); expected \(2, 4\)"),
         (lstm, dict(state=(h, h[None])), ValueError, r"state\[1\] \(c\) has shape \(1, 2, 4\); expected \(2, 4\)"),
@@ -254,7 +274,9 @@ def test_call_errors_name_the_argument():
 
 
 def test_importing_the_modules_imports_neither_keras_nor_flax():
-    code = ("import sys, jax_cudnn_rnn; bad = [m for m in ('keras', 'equinox', 'flax') if m in sys.modules]; "
-            "assert not bad, ('jax_cudnn_rnn', bad); import jax_cudnn_rnn.equinox; "
-            "bad = [m for m in ('keras', 'flax') if m in sys.modules]; assert not bad, ('equinox', bad)")
+    code = (
+        "import sys, jax_cudnn_rnn; bad = [m for m in ('keras', 'equinox', 'flax') if m in sys.modules]; "
+        "assert not bad, ('jax_cudnn_rnn', bad); import jax_cudnn_rnn.equinox; "
+        "bad = [m for m in ('keras', 'flax') if m in sys.modules]; assert not bad, ('equinox', bad)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -155,8 +155,9 @@ def test_modules_pass_the_algorithm_to_rnn():
     x = jax.random.normal(jax.random.key(0), (B, T, I))
     good = jcr_flax.LSTM(num_units=H, algorithm="autotune", implementation="xla")
     variables = good.init(jax.random.key(1), x)
-    np.testing.assert_allclose(good.apply(variables, x),
-                               jcr_flax.LSTM(num_units=H, implementation="xla").apply(variables, x))
+    np.testing.assert_allclose(
+        good.apply(variables, x), jcr_flax.LSTM(num_units=H, implementation="xla").apply(variables, x)
+    )
     with pytest.raises(ValueError, match="algorithm is 'fastest'"):
         jcr_flax.LSTM(num_units=H, algorithm="fastest").apply(variables, x)
     with pytest.raises(ValueError, match="algorithm is 'fastest'"):

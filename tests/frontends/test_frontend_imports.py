@@ -19,8 +19,11 @@ def upward_imports(source: str) -> list[str]:
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name == "jax_cudnn_rnn"]
         elif isinstance(node, ast.ImportFrom) and node.module == "jax_cudnn_rnn" and node.level == 0:
-            found += [f"from jax_cudnn_rnn import {a.name}" for a in node.names
-                      if importlib.util.find_spec(f"jax_cudnn_rnn.{a.name}") is None]
+            found += [
+                f"from jax_cudnn_rnn import {a.name}"
+                for a in node.names
+                if importlib.util.find_spec(f"jax_cudnn_rnn.{a.name}") is None
+            ]
     return found
 
 

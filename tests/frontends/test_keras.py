@@ -24,8 +24,12 @@ from jax_cudnn_rnn import keras as jk  # noqa: E402
 
 B, T, I, H = 3, 6, 4, 5
 # (ours, Keras's, constructor arguments): the three layers, SimpleRNN with both of cuDNN's activations.
-LAYERS = [(jk.LSTM, keras.layers.LSTM, {}), (jk.GRU, keras.layers.GRU, {}),
-          (jk.SimpleRNN, keras.layers.SimpleRNN, {}), (jk.SimpleRNN, keras.layers.SimpleRNN, {"activation": "relu"})]
+LAYERS = [
+    (jk.LSTM, keras.layers.LSTM, {}),
+    (jk.GRU, keras.layers.GRU, {}),
+    (jk.SimpleRNN, keras.layers.SimpleRNN, {}),
+    (jk.SimpleRNN, keras.layers.SimpleRNN, {"activation": "relu"}),
+]
 IDS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((B, T, I)).astype(np.float32)
@@ -76,16 +80,22 @@ def _states(layer_class):
 def test_lstm_equals_keras_for_every_mask_direction_and_masked_output():
     for go_backwards in (False, True):
         for zero_output in (False, True):
-            ours, theirs = _pair(jk.LSTM, keras.layers.LSTM, {}, return_sequences=True, return_state=True,
-                                 go_backwards=go_backwards, zero_output_for_mask=zero_output)
+            ours, theirs = _pair(
+                jk.LSTM,
+                keras.layers.LSTM,
+                {},
+                return_sequences=True,
+                return_state=True,
+                go_backwards=go_backwards,
+                zero_output_for_mask=zero_output,
+            )
             _compare(ours, theirs, [m for m in MASKS.values() if m is not None], [_states(jk.LSTM)])
     _compare(ours, theirs, [None], [None])  # unmasked, zero initial states
 
 
 @pytest.mark.parametrize("ours_class, theirs_class, kwargs", LAYERS, ids=IDS)
 def test_every_layer_equals_keras(ours_class, theirs_class, kwargs):
-    ours, theirs = _pair(ours_class, theirs_class, kwargs, return_sequences=True, return_state=True,
-                         go_backwards=True)
+    ours, theirs = _pair(ours_class, theirs_class, kwargs, return_sequences=True, return_state=True, go_backwards=True)
     assert ours.get_weights()[0].shape == (I, {"lstm": 4, "gru": 3}.get(ours._mode, 1) * H)
     _compare(ours, theirs, [MASKS["holes"], MASKS["right-padded"]], [_states(ours_class)])
     ours, theirs = _pair(ours_class, theirs_class, kwargs, return_state=True, zero_output_for_mask=True)
@@ -96,8 +106,11 @@ def test_every_layer_equals_keras(ours_class, theirs_class, kwargs):
     _assert_same(ours(X), theirs(X))
 
 
-@pytest.mark.parametrize("ours_class, theirs_class", [(jk.LSTM, keras.layers.LSTM), (jk.GRU, keras.layers.GRU),
-                                                       (jk.SimpleRNN, keras.layers.SimpleRNN)], ids=IDS[:3])
+@pytest.mark.parametrize(
+    "ours_class, theirs_class",
+    [(jk.LSTM, keras.layers.LSTM), (jk.GRU, keras.layers.GRU), (jk.SimpleRNN, keras.layers.SimpleRNN)],
+    ids=IDS[:3],
+)
 def test_without_biases(ours_class, theirs_class):
     ours, theirs = _pair(ours_class, theirs_class, {}, use_bias=False, return_sequences=True)
     assert len(ours.get_weights()) == 2 and ours.cell.bias is None
@@ -113,6 +126,7 @@ def test_gradients_through_a_masked_backward_layer_equal_keras():
             fixed = [v.value for v in layer.non_trainable_variables]
             out, _ = layer.stateless_call(trainable, fixed, x, initial_state=state, mask=MASKS["holes"])
             return jnp.sum(jnp.sin(out))
+
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))([v.value for v in layer.trainable_variables], X, state)
 
     _assert_same(jax.tree_util.tree_leaves(grads(ours)), jax.tree_util.tree_leaves(grads(theirs)), atol=1e-5)
@@ -140,9 +154,15 @@ def test_bidirectional_runs_our_layers_and_equals_keras():
 
 def _model(layer_class, **options):
     keras.utils.set_random_seed(1)
-    return keras.Sequential([keras.Input((T, I)), keras.layers.Masking(0.0),
-                             keras.layers.Bidirectional(layer_class(H, return_sequences=True, **options)),
-                             layer_class(H, **options), keras.layers.Dense(2)])
+    return keras.Sequential(
+        [
+            keras.Input((T, I)),
+            keras.layers.Masking(0.0),
+            keras.layers.Bidirectional(layer_class(H, return_sequences=True, **options)),
+            layer_class(H, **options),
+            keras.layers.Dense(2),
+        ]
+    )
 
 
 def test_fit_one_epoch_equals_keras_and_a_keras_file_restores_the_model(tmp_path):
@@ -169,12 +189,23 @@ def test_fit_one_epoch_equals_keras_and_a_keras_file_restores_the_model(tmp_path
 
 
 def test_get_config_round_trip_keeps_the_extras():
-    layer = jk.LSTM(H, return_sequences=True, go_backwards=True, implementation="reference", precision="float32",
-                    kernel_regularizer="l2", use_bias=False)
+    layer = jk.LSTM(
+        H,
+        return_sequences=True,
+        go_backwards=True,
+        implementation="reference",
+        precision="float32",
+        kernel_regularizer="l2",
+        use_bias=False,
+    )
     clone = jk.LSTM.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
-    assert (clone.implementation, clone.precision, clone.go_backwards, clone.use_bias) == \
-        ("reference", "float32", True, False)
+    assert (clone.implementation, clone.precision, clone.go_backwards, clone.use_bias) == (
+        "reference",
+        "float32",
+        True,
+        False,
+    )
     # use_cudnn maps onto implementation and is then False on the layer (Keras's fused path stays away).
     assert jk.GRU(H, use_cudnn=False).implementation == "xla"
     assert jk.GRU(H, use_cudnn=True).implementation == "cudnn"
@@ -249,41 +280,63 @@ def test_malformed_inputs_states_and_masks_are_named(layer_class):
     with pytest.raises(ValueError, match=r"inputs has shape \(3, 4\); expected rank 3 \(batch, timesteps, "):
         layer(X[:, 0])  # an unbuilt layer checks before it builds
     layer(X)
-    with pytest.raises(ValueError, match=r"inputs has shape \(3, 6, 2\); expected \(B, T, 4\): its last axis must be "
-                                         r"the number of features the layer was built for"):
+    with pytest.raises(
+        ValueError,
+        match=r"inputs has shape \(3, 6, 2\); expected \(B, T, 4\): its last axis must be "
+        r"the number of features the layer was built for",
+    ):
         layer(X[..., :2])
     names = ["h", "c"] if layer_class is jk.LSTM else ["h"]
     good = [np.zeros((B, H), np.float32) for _ in names]
-    with pytest.raises(ValueError, match=rf"initial_state has {len(names) + 1} tensors; expected {len(names)}: "
-                                         rf"\[{', '.join(names)}\], each \(batch, units\) = \(3, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"initial_state has {len(names) + 1} tensors; expected {len(names)}: "
+        rf"\[{', '.join(names)}\], each \(batch, units\) = \(3, 5\)",
+    ):
         layer(X, initial_state=good + good[:1])
     for i, name in enumerate(names):
         bad = list(good)
         bad[i] = np.zeros((B + 1, H), np.float32)
-        with pytest.raises(ValueError, match=rf"initial_state\[{i}\] \({name}\) has shape \(4, 5\); expected "
-                                             rf"\(3, 5\) = \(batch, units\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"initial_state\[{i}\] \({name}\) has shape \(4, 5\); expected "
+            rf"\(3, 5\) = \(batch, units\)",
+        ):
             layer(X, initial_state=bad)
-    with pytest.raises(ValueError, match=r"inputs has shape \(6, 3, 4\) and initial_state\[0\] \(h\) \(3, 5\): .* "
-                                         r"The layer takes batch-major inputs \[B, T, features\]; inputs looks "
-                                         r"time-major \[T, B, features\]: pass keras.ops.swapaxes\(inputs, 0, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"inputs has shape \(6, 3, 4\) and initial_state\[0\] \(h\) \(3, 5\): .* "
+        r"The layer takes batch-major inputs \[B, T, features\]; inputs looks "
+        r"time-major \[T, B, features\]: pass keras.ops.swapaxes\(inputs, 0, 1\)",
+    ):
         layer(np.swapaxes(X, 0, 1), initial_state=good)  # the state's batch is the time-major inputs' second axis
     with pytest.raises(TypeError, match=r"initial_state\[0\] must be an array, got str"):
         layer(X, initial_state=["zeros"] * len(names))  # (Keras itself refuses arrays mixed with non-arrays)
-    with pytest.raises(ValueError, match=r"mask has shape \(3, 5\); expected \(3, 6\) = \(batch, timesteps\) of "
-                                         r"inputs"):
+    with pytest.raises(
+        ValueError,
+        match=r"mask has shape \(3, 5\); expected \(3, 6\) = \(batch, timesteps\) of "
+        r"inputs",
+    ):
         layer(X, mask=np.ones((B, T - 1), bool))
 
 
 def test_importing_the_keras_layers_imports_neither_flax_nor_equinox_and_sets_nothing():
-    code = ("import os, sys; before = dict(os.environ); import jax_cudnn_rnn.keras; "
-            "bad = [m for m in ('flax', 'equinox') if m in sys.modules]; assert not bad, bad; "
-            "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}; "
-            "assert changed <= {'TF_CPP_MIN_LOG_LEVEL', 'TPU_SKIP_MDS_QUERY'}, changed")  # what jax itself sets
+    code = (
+        "import os, sys; before = dict(os.environ); import jax_cudnn_rnn.keras; "
+        "bad = [m for m in ('flax', 'equinox') if m in sys.modules]; assert not bad, bad; "
+        "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}; "
+        "assert changed <= {'TF_CPP_MIN_LOG_LEVEL', 'TPU_SKIP_MDS_QUERY'}, changed"
+    )  # what jax itself sets
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=120)
 
 
 def test_keras_on_another_backend_is_a_clear_import_error():
     code = "import keras, jax_cudnn_rnn.keras"
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "KERAS_BACKEND": "numpy"})
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KERAS_BACKEND": "numpy"},
+    )
     assert run.returncode != 0 and "Set the environment variable KERAS_BACKEND=jax" in run.stderr, run.stderr[-2000:]

@@ -41,8 +41,10 @@ def test_other_module_settings_name_only_the_differing_fields(lstm):
     _, variables = lstm
     with pytest.raises(ValueError) as error:  # noqa: PT011 - the assert below checks the whole message
         LSTM(num_units=H, num_layers=2, direction="bidirectional").apply(variables, jnp.ones((B, T, I)))
-    assert str(error.value) == ("rnn_params does not match this module: the parameters have direction="
-                                "'unidirectional' (module: 'bidirectional')")
+    assert str(error.value) == (
+        "rnn_params does not match this module: the parameters have direction="
+        "'unidirectional' (module: 'bidirectional')"
+    )
 
 
 @pytest.mark.parametrize("lengths", [[5.0, 2.7], np.array([5, 2], np.float32)], ids=["list", "float32"])
@@ -107,14 +109,21 @@ BAD_CARRIES = [  # (module, initial_carry, error, message): the issue's case and
     ("linen lstm", H0, TypeError, "initial_carry is an array of shape (2, 2, 4); mode 'lstm' carries a pair (h, c)"),
     ("nnx lstm", (H0,), TypeError, "initial_carry is a tuple of 1; mode 'lstm' carries a pair (h, c)"),
     ("linen gru", (H0, C0), TypeError, "initial_carry is a tuple of 2; mode 'gru' carries h alone"),
-    ("linen lstm", (H0, None), ValueError, "initial_carry[1] is None; mode 'lstm' needs an initial cell state of "
-                                           "shape (2, 2, 4)"),
+    (
+        "linen lstm",
+        (H0, None),
+        ValueError,
+        "initial_carry[1] is None; mode 'lstm' needs an initial cell state of shape (2, 2, 4)",
+    ),
     ("nnx lstm", ([[0.0]], C0), TypeError, "initial_carry[0] must be an array, got list"),
 ]
 
 
-@pytest.mark.parametrize("kind, carry, error, message", BAD_CARRIES,
-                         ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, message in BAD_CARRIES])
+@pytest.mark.parametrize(
+    "kind, carry, error, message",
+    BAD_CARRIES,
+    ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, message in BAD_CARRIES],
+)
 def test_a_bad_initial_carry_is_named_as_passed(lstm, gru, nnx_lstm, kind, carry, error, message):
     with pytest.raises(error, match=re.escape(message)):
         _apply(kind, lstm, gru, nnx_lstm)(jnp.ones((B, T, I)), initial_carry=carry)
@@ -124,27 +133,60 @@ BAD_INPUTS = [  # (module, x, kwargs, error, message)
     ("linen lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
     ("nnx lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
     ("linen lstm", jnp.ones(()), {}, ValueError, "x has shape (); expected rank 3 (batch, time, features)"),
-    ("nnx lstm", jnp.ones((T, I)), {}, ValueError, "x has shape (5, 3); expected rank 3 (batch, time, features) = "
-                                                   "(B, T, 3)"),
+    (
+        "nnx lstm",
+        jnp.ones((T, I)),
+        {},
+        ValueError,
+        "x has shape (5, 3); expected rank 3 (batch, time, features) = (B, T, 3)",
+    ),
     ("nnx lstm", jnp.ones((B, 0, I)), {}, ValueError, "x has shape (2, 0, 3); time and batch must be at least 1"),
     # x given time-major to a batch-major module: x is blamed, not the carry that matches the batch
-    ("linen lstm", jnp.ones((T, B, I)), {"initial_carry": (H0, C0)}, ValueError,
-     "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The "
-     "module takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), "
-     "or build the module with time_major=True"),
-    ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 2, 3])}, ValueError,
-     "seq_lengths has shape (3,); expected (2,) = (batch,)"),
-    ("nnx lstm", jnp.ones((B, T, I)), {"seq_lengths": jnp.array([1, 9])}, ValueError,
-     "seq_lengths[1] is 9; every length must be in [0, 5] = [0, time]"),
-    ("linen gru", jnp.ones((B, T, I)), {"resets": jnp.zeros((T, B), bool)}, ValueError,
-     "resets has shape (5, 2); expected (2, 5) = (batch, time), the first two axes of x"),
-    ("nnx lstm", jnp.ones((B, T, I)), {"resets": jnp.zeros((B, T), jnp.float32)}, TypeError,
-     "resets has dtype float32; expected bool"),
+    (
+        "linen lstm",
+        jnp.ones((T, B, I)),
+        {"initial_carry": (H0, C0)},
+        ValueError,
+        "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The "
+        "module takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), "
+        "or build the module with time_major=True",
+    ),
+    (
+        "nnx lstm",
+        jnp.ones((B, T, I)),
+        {"seq_lengths": jnp.array([1, 2, 3])},
+        ValueError,
+        "seq_lengths has shape (3,); expected (2,) = (batch,)",
+    ),
+    (
+        "nnx lstm",
+        jnp.ones((B, T, I)),
+        {"seq_lengths": jnp.array([1, 9])},
+        ValueError,
+        "seq_lengths[1] is 9; every length must be in [0, 5] = [0, time]",
+    ),
+    (
+        "linen gru",
+        jnp.ones((B, T, I)),
+        {"resets": jnp.zeros((T, B), bool)},
+        ValueError,
+        "resets has shape (5, 2); expected (2, 5) = (batch, time), the first two axes of x",
+    ),
+    (
+        "nnx lstm",
+        jnp.ones((B, T, I)),
+        {"resets": jnp.zeros((B, T), jnp.float32)},
+        TypeError,
+        "resets has dtype float32; expected bool",
+    ),
 ]
 
 
-@pytest.mark.parametrize("kind, x, kwargs, error, message", BAD_INPUTS,
-                         ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, _, message in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "kind, x, kwargs, error, message",
+    BAD_INPUTS,
+    ids=[f"{kind}-{message.split(';')[0]}" for kind, _, _, _, message in BAD_INPUTS],
+)
 def test_a_bad_input_is_named_as_passed(lstm, gru, nnx_lstm, kind, x, kwargs, error, message):
     with pytest.raises(error, match=re.escape(message)):
         _apply(kind, lstm, gru, nnx_lstm)(x, **kwargs)
@@ -154,9 +196,14 @@ def test_time_major_module_blames_a_batch_major_x():
     module = LSTM(num_units=H, time_major=True)
     variables = module.init(jax.random.key(0), jnp.ones((T, B, I)))
     carry = (jnp.zeros((1, B, H)), jnp.zeros((1, B, H)))
-    with pytest.raises(ValueError, match=re.escape("x's first axis. The module takes time-major x [T, B, features]; x "
-                                                   "looks batch-major [B, T, features]: pass jnp.swapaxes(x, 0, 1), or "
-                                                   "build the module with time_major=False")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "x's first axis. The module takes time-major x [T, B, features]; x "
+            "looks batch-major [B, T, features]: pass jnp.swapaxes(x, 0, 1), or "
+            "build the module with time_major=False"
+        ),
+    ):
         module.apply(variables, jnp.ones((B, T, I)), initial_carry=carry)
 
 
@@ -167,13 +214,18 @@ def test_valid_calls_with_every_argument_still_run(lstm, gru, nnx_lstm):
     carry = (jnp.full((2, B, H), 0.1), jnp.full((2, B, H), -0.2))
     lengths, resets = [T, 2], [[False] * T, [False, False, True, False, False]]
     for kind in ("linen lstm", "nnx lstm"):
-        new_carry, y = _apply(kind, lstm, gru, nnx_lstm)(x.astype(jnp.float16), initial_carry=carry,
-                                                       seq_lengths=np.array(lengths, np.int64), resets=resets,
-                                                       return_carry=True)
+        new_carry, y = _apply(kind, lstm, gru, nnx_lstm)(
+            x.astype(jnp.float16),
+            initial_carry=carry,
+            seq_lengths=np.array(lengths, np.int64),
+            resets=resets,
+            return_carry=True,
+        )
         assert y.shape == (B, T, H) and y.dtype == jnp.float32 and new_carry[1].shape == (2, B, H)
         assert np.all(np.isfinite(np.asarray(y))) and np.all(np.asarray(y[1, 2:]) == 0)
-    carry, y = _apply("linen gru", lstm, gru, nnx_lstm)(x, initial_carry=jnp.zeros((2, B, H), jnp.bfloat16),
-                                                       return_carry=True)
+    carry, y = _apply("linen gru", lstm, gru, nnx_lstm)(
+        x, initial_carry=jnp.zeros((2, B, H), jnp.bfloat16), return_carry=True
+    )
     assert carry.shape == (2, B, H) and y.shape == (B, T, H)
 
 
@@ -196,6 +248,7 @@ def test_dropout_without_rng_stream_names_it():
 
 def test_nnx_wrong_feature_size():
     model = NNXRNN(in_features=I, mode="gru", num_units=H, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=re.escape("x has shape (2, 5, 6); expected (B, T, 3): its last axis must be "
-                                                   "in_features")):
+    with pytest.raises(
+        ValueError, match=re.escape("x has shape (2, 5, 6); expected (B, T, 3): its last axis must be in_features")
+    ):
         model(jnp.ones((B, T, 6)))

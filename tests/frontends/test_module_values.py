@@ -70,8 +70,13 @@ def test_linen_module_matches_the_oracle(mode, implementation):
     variables = time_major.init(jax.random.key(1), jnp.zeros((T, B, I)))
     buffer = variables["params"]["rnn_params"].buffer
     assert variables["params"]["rnn_params"].config == cfg
-    _check_carry_run(cfg, buffer, lambda x, n, carry: time_major.apply(variables, x, n, initial_carry=carry,
-                                                                       return_carry=True), implementation, seed=2)
+    _check_carry_run(
+        cfg,
+        buffer,
+        lambda x, n, carry: time_major.apply(variables, x, n, initial_carry=carry, return_carry=True),
+        implementation,
+        seed=2,
+    )
     batch_major = jcr_flax.RNN(**kwargs)
     _check_batch_major(cfg, buffer, lambda x: batch_major.apply(variables, x), implementation, seed=3)
 
@@ -84,8 +89,13 @@ def test_nnx_module_matches_the_oracle(mode, implementation):
     time_major = jcr_nnx.RNN(I, H, time_major=True, rngs=nnx.Rngs(4), **kwargs)
     buffer = time_major.params.buffer
     assert time_major.params.config == cfg
-    _check_carry_run(cfg, buffer, lambda x, n, carry: time_major(x, n, initial_carry=carry, return_carry=True),
-                     implementation, seed=5)
+    _check_carry_run(
+        cfg,
+        buffer,
+        lambda x, n, carry: time_major(x, n, initial_carry=carry, return_carry=True),
+        implementation,
+        seed=5,
+    )
     batch_major = jcr_nnx.RNN(I, H, rngs=nnx.Rngs(4), **kwargs)
     np.testing.assert_array_equal(batch_major.params.buffer, buffer)  # same seed, same buffer
     _check_batch_major(cfg, buffer, batch_major, implementation, seed=6)
@@ -114,23 +124,26 @@ def _dropout_problem(seed):
 def _check_dropout(cfg, buffer, y, key, xs, lengths, implementation, what):
     zeros = np.zeros(cfg.state_shape(B), np.float32)
     masks = None if key is None else documented_dropout_masks(key, cfg, (T, B, cfg.output_size))
-    want = oracle(cfg, buffer, xs, zeros, zeros if cfg.has_cell_state else None, seq_lengths=lengths,
-                  dropout_masks=masks)[0]
+    want = oracle(
+        cfg, buffer, xs, zeros, zeros if cfg.has_cell_state else None, seq_lengths=lengths, dropout_masks=masks
+    )[0]
     _close(np.swapaxes(np.asarray(y), 0, 1), want, implementation, what)
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_linen_dropout_uses_the_drawn_key(dropout_keys, implementation):
     cfg = RNNConfig("lstm", 3, H, I, direction="bidirectional", dropout=0.4)
-    module = jcr_flax.LSTM(num_units=H, num_layers=3, direction="bidirectional", dropout=0.4,
-                           implementation=implementation)
+    module = jcr_flax.LSTM(
+        num_units=H, num_layers=3, direction="bidirectional", dropout=0.4, implementation=implementation
+    )
     x, xs, lengths = _dropout_problem(7)
     variables = module.init(jax.random.key(0), jnp.asarray(x))
     buffer = variables["params"]["rnn_params"].buffer
     dropout_keys.clear()
-    y = module.apply(variables, jnp.asarray(x), jnp.asarray(lengths), deterministic=False,
-                     rngs={"dropout": jax.random.key(8)})
-    (training, key), = dropout_keys
+    y = module.apply(
+        variables, jnp.asarray(x), jnp.asarray(lengths), deterministic=False, rngs={"dropout": jax.random.key(8)}
+    )
+    ((training, key),) = dropout_keys
     assert training and key is not None
     _check_dropout(cfg, buffer, y, key, xs, lengths, implementation, "dropout")
     y = module.apply(variables, jnp.asarray(x), jnp.asarray(lengths))  # deterministic by default
@@ -141,8 +154,9 @@ def test_linen_dropout_uses_the_drawn_key(dropout_keys, implementation):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_nnx_dropout_and_seq_lengths(dropout_keys, implementation):
     cfg = RNNConfig("gru", 3, H, I, dropout=0.4)
-    model = jcr_nnx.GRU(I, H, num_layers=3, dropout=0.4, deterministic=False, implementation=implementation,
-                        rngs=nnx.Rngs(0, dropout=3))
+    model = jcr_nnx.GRU(
+        I, H, num_layers=3, dropout=0.4, deterministic=False, implementation=implementation, rngs=nnx.Rngs(0, dropout=3)
+    )
     buffer = model.params.buffer
     x, xs, lengths = _dropout_problem(9)
     first = model(jnp.asarray(x), jnp.asarray(lengths))

@@ -54,8 +54,9 @@ def test_outputs_match_the_oracle(mode, implementation):
     lengths = np.array(LENGTHS, np.int32)
     got = _call(model, params, x, h0, c0, is_training=False, implementation=implementation)
     _assert_matches_oracle(got, oracle(cfg, params, x, h0, c0), implementation)
-    got = _call(model, params, x, h0, c0, is_training=False, seq_lengths=jnp.asarray(lengths),
-                implementation=implementation)
+    got = _call(
+        model, params, x, h0, c0, is_training=False, seq_lengths=jnp.asarray(lengths), implementation=implementation
+    )
     _assert_matches_oracle(got, oracle(cfg, params, x, h0, c0, seq_lengths=lengths), implementation, "seq_lengths")
 
 
@@ -68,8 +69,15 @@ def test_dropout_key_defaults_to_the_seed(implementation):
     shape = (T, B, cfg.output_size)
     # is_training defaults to True, as in tf.contrib.cudnn_rnn
     got = _call(model, params, x, h0, c0, seq_lengths=jnp.asarray(lengths), implementation=implementation)
-    want = oracle(cfg, params, x, h0, c0, seq_lengths=lengths,
-                  dropout_masks=documented_dropout_masks(jax.random.key(5), cfg, shape))
+    want = oracle(
+        cfg,
+        params,
+        x,
+        h0,
+        c0,
+        seq_lengths=lengths,
+        dropout_masks=documented_dropout_masks(jax.random.key(5), cfg, shape),
+    )
     _assert_matches_oracle(got, want, implementation, "default key")
     got = _call(model, params, x, h0, c0, dropout_key=jax.random.key(9), implementation=implementation)
     want = oracle(cfg, params, x, h0, c0, dropout_masks=documented_dropout_masks(jax.random.key(9), cfg, shape))

@@ -52,7 +52,7 @@ def stream(call, x, carry, lengths, resets):
 
 
 def loss_of(carry, y):
-    return jnp.sum(jnp.sin(y)) + sum(jnp.sum(leaf ** 2) for leaf in jax.tree_util.tree_leaves(carry))
+    return jnp.sum(jnp.sin(y)) + sum(jnp.sum(leaf**2) for leaf in jax.tree_util.tree_leaves(carry))
 
 
 def assert_stream_equals_one_call(call, params, x, carry0, lengths, resets):
@@ -99,8 +99,15 @@ def test_linen_lstm_streams_across_calls(with_lengths, with_resets):
     (h_n, c_n), y = assert_stream_equals_one_call(call, variables["params"], x, carry0, lengths, resets)
     # The one long call is rnn() itself, resets transposed to time-major.
     buffer = variables["params"]["rnn_params"].buffer
-    want = jcr.rnn(buffer, jnp.swapaxes(x, 0, 1), *carry0, variables["params"]["rnn_params"].config,
-                   seq_lengths=lengths, resets=None if resets is None else resets.T, implementation="reference")
+    want = jcr.rnn(
+        buffer,
+        jnp.swapaxes(x, 0, 1),
+        *carry0,
+        variables["params"]["rnn_params"].config,
+        seq_lengths=lengths,
+        resets=None if resets is None else resets.T,
+        implementation="reference",
+    )
     for a, b in zip((jnp.swapaxes(y, 0, 1), h_n, c_n), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -125,12 +132,21 @@ def test_time_major_module_takes_time_major_resets():
     variables = module.init(jax.random.key(1), x)
     params = variables["params"]["rnn_params"]
     carry, y = module.apply(variables, x, return_carry=True, resets=jnp.asarray(RESETS.T))
-    want = jcr.rnn(params.buffer, x, jnp.zeros((1, B, H)), None, params.config, resets=jnp.asarray(RESETS.T),
-                   implementation="reference")
+    want = jcr.rnn(
+        params.buffer,
+        x,
+        jnp.zeros((1, B, H)),
+        None,
+        params.config,
+        resets=jnp.asarray(RESETS.T),
+        implementation="reference",
+    )
     np.testing.assert_allclose(y, want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(carry, want[1], rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=re.escape(f"resets has shape ({B}, {T}); expected ({T}, {B}) = "
-                                                   "(time, batch), the first two axes of x")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"resets has shape ({B}, {T}); expected ({T}, {B}) = (time, batch), the first two axes of x"),
+    ):
         module.apply(variables, x, resets=jnp.asarray(RESETS))
 
 
@@ -138,8 +154,9 @@ def test_resets_in_the_wrong_layout_or_dtype_name_the_argument():
     x = jnp.ones((B, T, I))
     module = jcr_flax.GRU(num_units=H)
     variables = module.init(jax.random.key(1), x)
-    with pytest.raises(ValueError, match=re.escape(f"resets has shape ({T}, {B}); expected ({B}, {T}) = "
-                                                   "(batch, time)")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"resets has shape ({T}, {B}); expected ({B}, {T}) = (batch, time)")
+    ):
         module.apply(variables, x, resets=jnp.asarray(RESETS.T))
     with pytest.raises(TypeError, match="resets has dtype int32; expected bool"):
         module.apply(variables, x, resets=jnp.asarray(RESETS, jnp.int32))
@@ -152,12 +169,25 @@ def test_resets_in_the_wrong_layout_or_dtype_name_the_argument():
 def test_initialize_carry_shapes_and_dtypes(time_major):
     """Zero carries shaped as rnn()'s states: [L*D, B, hidden] (hidden = proj_size when projected), c [L*D, B, H]."""
     shape = (T, B, I) if time_major else (B, T, I)
-    linen = jcr_flax.LSTM(num_units=5, num_layers=2, direction="bidirectional", proj_size=3, dtype=jnp.bfloat16,
-                          time_major=time_major)
-    model = jcr_nnx.LSTM(I, 5, num_layers=2, direction="bidirectional", proj_size=3, dtype=jnp.bfloat16,
-                         time_major=time_major, rngs=nnx.Rngs(0))
-    for h, c in (linen.initialize_carry(jax.random.key(0), shape), linen.initialize_carry(None, (B, I)),
-                 model.initialize_carry(shape), model.initialize_carry((B, I))):
+    linen = jcr_flax.LSTM(
+        num_units=5, num_layers=2, direction="bidirectional", proj_size=3, dtype=jnp.bfloat16, time_major=time_major
+    )
+    model = jcr_nnx.LSTM(
+        I,
+        5,
+        num_layers=2,
+        direction="bidirectional",
+        proj_size=3,
+        dtype=jnp.bfloat16,
+        time_major=time_major,
+        rngs=nnx.Rngs(0),
+    )
+    for h, c in (
+        linen.initialize_carry(jax.random.key(0), shape),
+        linen.initialize_carry(None, (B, I)),
+        model.initialize_carry(shape),
+        model.initialize_carry((B, I)),
+    ):
         assert h.shape == (4, B, 3) and c.shape == (4, B, 5)
         assert h.dtype == c.dtype == jnp.bfloat16
         assert not np.any(np.asarray(h, np.float32)) and not np.any(np.asarray(c, np.float32))

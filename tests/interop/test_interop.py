@@ -18,8 +18,13 @@ from support import assert_outputs_close, import_or_skip, run_xla, torch_module
 
 T, B, I, H = 5, 3, 4, 6
 # Every mode and both directions, without the full product (each case compiles several scans on a small CPU).
-CASES = [("lstm", "unidirectional"), ("lstm", "bidirectional"), ("gru", "bidirectional"),
-         ("rnn_tanh", "unidirectional"), ("rnn_relu", "bidirectional")]
+CASES = [
+    ("lstm", "unidirectional"),
+    ("lstm", "bidirectional"),
+    ("gru", "bidirectional"),
+    ("rnn_tanh", "unidirectional"),
+    ("rnn_relu", "bidirectional"),
+]
 
 
 def _inputs(config, seed=0):
@@ -31,6 +36,7 @@ def _inputs(config, seed=0):
 
 
 # ------------------------------------------------------------------------------------------------------- PyTorch
+
 
 def _torch_run(module, config, x, h0, c0):
     torch = import_or_skip("torch")
@@ -92,8 +98,9 @@ def test_torch_bfloat16_tensors_both_ways():
     """bfloat16 torch tensors, which NumPy cannot hold natively, come back as bfloat16 canonical arrays bit for bit,
     and go back to torch bit for bit; rnn in bfloat16 on them agrees with torch's float32 run of the same weights."""
     torch = import_or_skip("torch")
-    config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional",
-                       dtype=ml_dtypes.bfloat16)
+    config = RNNConfig(
+        "lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional", dtype=ml_dtypes.bfloat16
+    )
     module = torch_module(config, seed=6).to(torch.bfloat16)
     tensors = module.state_dict()
     weights, biases = interop.torch_to_canonical(tensors, config)
@@ -101,8 +108,9 @@ def test_torch_bfloat16_tensors_both_ways():
     back = interop.canonical_to_torch(weights, biases, config)
     assert list(back) == list(tensors)
     for key, tensor in tensors.items():
-        np.testing.assert_array_equal(back[key].view(np.uint16), tensor.view(torch.int16).numpy().view(np.uint16),
-                                      err_msg=key)
+        np.testing.assert_array_equal(
+            back[key].view(np.uint16), tensor.view(torch.int16).numpy().view(np.uint16), err_msg=key
+        )
     params = layout.canonical_to_params(weights, biases, config)
     x, h0, c0 = _inputs(config, seed=7)
     x, h0, c0 = (a.astype(ml_dtypes.bfloat16) for a in (x, h0, c0))
@@ -116,25 +124,33 @@ def test_torch_errors_name_the_problem():
     weights, biases = layout.params_to_canonical(layout.init_params(jax.random.key(0), config), config)
     state = interop.canonical_to_torch(weights, biases, config)
     with pytest.raises(ValueError, match=r"missing \['bias_hh_l1'\], unexpected \['bias_hh_l9'\]"):
-        interop.torch_to_canonical({**{k: v for k, v in state.items() if k != "bias_hh_l1"},
-                                    "bias_hh_l9": state["bias_hh_l0"]}, config)
+        interop.torch_to_canonical(
+            {**{k: v for k, v in state.items() if k != "bias_hh_l1"}, "bias_hh_l9": state["bias_hh_l0"]}, config
+        )
     with pytest.raises(ValueError, match=r"state_dict\['weight_ih_l0'\] has shape \(24, 5\); expected \(24, 4\)"):
         interop.torch_to_canonical({**state, "weight_ih_l0": np.zeros((24, 5), np.float32)}, config)
     with pytest.raises(ValueError, match=r"skip_input.*no PyTorch equivalent"):
         interop.canonical_to_torch([], [], RNNConfig("gru", 1, H, H, input_mode="skip_input"))
-    with pytest.raises(ValueError, match=r"weights\[1\] \(layer_0/forward/w_input/f\) has shape \(6, 3\); "
-                                         r"expected \(6, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"weights\[1\] \(layer_0/forward/w_input/f\) has shape \(6, 3\); "
+        r"expected \(6, 4\)",
+    ):
         interop.canonical_to_torch([weights[0], np.zeros((6, 3)), *weights[2:]], biases, config)
 
 
 # ---------------------------------------------------------------------------------------------------------- Flax
 
+
 def _flax_run(params, config, x, h0, c0, seq_lengths=None):
     model = FlaxCellStack(**interop.flax_stack_kwargs(config), time_major=True)
-    y, (h_n, c_n) = model.apply({"params": params}, jnp.asarray(x),
-                                seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths),
-                                initial_state=(jnp.asarray(h0), None if c0 is None else jnp.asarray(c0)),
-                                return_state=True)
+    y, (h_n, c_n) = model.apply(
+        {"params": params},
+        jnp.asarray(x),
+        seq_lengths=None if seq_lengths is None else jnp.asarray(seq_lengths),
+        initial_state=(jnp.asarray(h0), None if c0 is None else jnp.asarray(c0)),
+        return_state=True,
+    )
     return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
 
 
@@ -148,15 +164,21 @@ def test_flax_both_ways(mode, direction):
     params = layout.init_params(jax.random.key(2), config)
     flax_params = interop.canonical_to_flax(*layout.params_to_canonical(params, config), config)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(flax_params, config, x, h0, c0))
-    assert_outputs_close(run_xla(params, config, x, h0, c0, lengths),
-                          _flax_run(flax_params, config, x, h0, c0, lengths))
+    assert_outputs_close(
+        run_xla(params, config, x, h0, c0, lengths), _flax_run(flax_params, config, x, h0, c0, lengths)
+    )
 
     # Flax's own initialisation -> ours (biases made non-zero so the bias path is exercised)
     model = FlaxCellStack(**interop.flax_stack_kwargs(config), time_major=True)
     init = model.init(jax.random.key(5), jnp.asarray(x))["params"]
     init = jax.tree_util.tree_map_with_path(
-        lambda path, v: v + 0.1 * jax.random.normal(jax.random.key(len(str(path))), v.shape)
-        if "bias" in jax.tree_util.keystr(path) else v, init)
+        lambda path, v: (
+            v + 0.1 * jax.random.normal(jax.random.key(len(str(path))), v.shape)
+            if "bias" in jax.tree_util.keystr(path)
+            else v
+        ),
+        init,
+    )
     w, b = interop.flax_to_canonical({"params": init}, config)
     params = layout.canonical_to_params(w, b, config)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _flax_run(init, config, x, h0, c0))
@@ -187,7 +209,8 @@ def test_flax_skip_input_and_single_bias():
 def test_flax_errors_name_the_problem():
     config = RNNConfig("gru", num_layers=2, num_units=H, input_size=I, direction="bidirectional")
     flax_params = interop.canonical_to_flax(
-        *layout.params_to_canonical(layout.init_params(jax.random.key(0), config), config), config)
+        *layout.params_to_canonical(layout.init_params(jax.random.key(0), config), config), config
+    )
     broken = jax.tree_util.tree_map(lambda v: v, flax_params)
     del broken["layer_1"]["backward_rnn"]["cell"]["hz"]
     with pytest.raises(ValueError, match=r"missing \['layer_1/backward_rnn/cell/hz/kernel'\]"):

@@ -19,8 +19,12 @@ eqx = import_or_skip("equinox")
 
 T, B, I, H = 5, 3, 4, 6
 # Both modes Equinox has (it has no vanilla tanh/relu cell), both directions, one and two layers.
-CASES = [("lstm", "unidirectional", 2), ("lstm", "bidirectional", 1), ("gru", "unidirectional", 1),
-         ("gru", "bidirectional", 2)]
+CASES = [
+    ("lstm", "unidirectional", 2),
+    ("lstm", "bidirectional", 1),
+    ("gru", "unidirectional", 1),
+    ("gru", "bidirectional", 2),
+]
 
 
 def _inputs(config, seed):
@@ -67,8 +71,9 @@ def test_equinox_both_ways(mode, direction, num_layers):
     params = layout.init_params(jax.random.key(2), config)
     weights, biases = layout.params_to_canonical(params, config)
     cells = interop.canonical_to_equinox(weights, biases, config)
-    assert [[type(c).__name__ for c in row] for row in cells] == \
-        [[{"lstm": "LSTMCell", "gru": "GRUCell"}[mode]] * config.num_directions] * num_layers
+    assert [[type(c).__name__ for c in row] for row in cells] == [
+        [{"lstm": "LSTMCell", "gru": "GRUCell"}[mode]] * config.num_directions
+    ] * num_layers
     assert_outputs_close(run_xla(params, config, x, h0, c0), _equinox_run(cells, config, x, h0, c0))
     # and back: one summed bias per gate, but GRU's gate n keeps b_W (in bias) and b_R (bias_n) apart
     w, b = interop.equinox_to_canonical(cells, config)
@@ -79,8 +84,13 @@ def test_equinox_both_ways(mode, direction, num_layers):
     # Equinox's own initialisation (its biases are random too) -> ours, and back exactly.
     keys = jax.random.split(jax.random.key(7), num_layers * config.num_directions)
     cell_class = eqx.nn.LSTMCell if mode == "lstm" else eqx.nn.GRUCell
-    theirs = [[cell_class(config.layer_input_size(layer), H, key=keys[layer * config.num_directions + d])
-               for d in range(config.num_directions)] for layer in range(num_layers)]
+    theirs = [
+        [
+            cell_class(config.layer_input_size(layer), H, key=keys[layer * config.num_directions + d])
+            for d in range(config.num_directions)
+        ]
+        for layer in range(num_layers)
+    ]
     w, b = interop.equinox_to_canonical(theirs, config)
     params = layout.canonical_to_params(w, b, config)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _equinox_run(theirs, config, x, h0, c0))
@@ -101,8 +111,15 @@ def test_equinox_skip_input_bias_modes_and_dtype():
     np.testing.assert_array_equal(np.asarray(back), np.asarray(params))
 
     # one bias: LSTM's summed bias is that bias; in bfloat16 the cells hold bfloat16.
-    config = RNNConfig("lstm", num_layers=1, num_units=H, input_size=I, bias_mode="single_recurrent",
-                       direction="bidirectional", dtype="bfloat16")
+    config = RNNConfig(
+        "lstm",
+        num_layers=1,
+        num_units=H,
+        input_size=I,
+        bias_mode="single_recurrent",
+        direction="bidirectional",
+        dtype="bfloat16",
+    )
     params = layout.init_params(jax.random.key(4), config)
     cells = interop.canonical_to_equinox(*layout.params_to_canonical(params, config), config)
     assert {leaf.dtype for leaf in _leaves(cells)} == {jnp.dtype(jnp.bfloat16)}
@@ -124,9 +141,13 @@ def test_equinox_errors_name_the_problem():
 
     config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=I, direction="bidirectional")
     cells = interop.canonical_to_equinox(
-        *layout.params_to_canonical(layout.init_params(jax.random.key(0), config), config), config)
-    with pytest.raises(ValueError, match=r"cells must hold num_layers = 2 lists \[forward, backward\] of "
-                                         r"eqx.nn.LSTMCell, got 1 entries"):
+        *layout.params_to_canonical(layout.init_params(jax.random.key(0), config), config), config
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"cells must hold num_layers = 2 lists \[forward, backward\] of "
+        r"eqx.nn.LSTMCell, got 1 entries",
+    ):
         interop.equinox_to_canonical(cells[:1], config)
     with pytest.raises(ValueError, match=r"cells\[1\] must be \[forward, backward\] \(bidirectional\), got 1 cells"):
         interop.equinox_to_canonical([cells[0], cells[1][:1]], config)
@@ -134,8 +155,11 @@ def test_equinox_errors_name_the_problem():
     with pytest.raises(TypeError, match=r"cells\[0\]\[1\] is a GRUCell; expected eqx.nn.LSTMCell for mode 'lstm'"):
         interop.equinox_to_canonical([[cells[0][0], gru], cells[1]], config)
     unbiased = eqx.nn.LSTMCell(I, H, use_bias=False, key=jax.random.key(1))
-    with pytest.raises(ValueError, match=r"cells\[0\]\[0\] has use_bias=False; bias_mode 'double' needs "
-                                         r"use_bias=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"cells\[0\]\[0\] has use_bias=False; bias_mode 'double' needs "
+        r"use_bias=True",
+    ):
         interop.equinox_to_canonical([[unbiased, cells[0][1]], cells[1]], config)
     wide = eqx.nn.LSTMCell(I + 1, H, key=jax.random.key(1))
     with pytest.raises(ValueError, match=r"cells\[0\]\[1\].weight_ih has shape \(24, 5\); expected \(24, 4\)"):
@@ -143,12 +167,18 @@ def test_equinox_errors_name_the_problem():
 
     skip = RNNConfig("gru", num_layers=1, num_units=H, input_size=H, input_mode="skip_input", bias_mode="single_input")
     theirs = [[eqx.nn.GRUCell(H, H, key=jax.random.key(2))]]
-    with pytest.raises(ValueError, match=r"cells\[0\]\[0\].weight_ih\[0:6\] \(gate r\) is not representable: skip "
-                                         r"input needs an identity input kernel"):
+    with pytest.raises(
+        ValueError,
+        match=r"cells\[0\]\[0\].weight_ih\[0:6\] \(gate r\) is not representable: skip "
+        r"input needs an identity input kernel",
+    ):
         interop.equinox_to_canonical(theirs, skip)
     theirs = [[eqx.tree_at(lambda c: c.weight_ih, theirs[0][0], jnp.tile(jnp.eye(H), (3, 1)))]]
-    with pytest.raises(ValueError, match=r"cells\[0\]\[0\].bias_n is not representable: bias_mode 'single_input' has "
-                                         r"no b_recurrent"):
+    with pytest.raises(
+        ValueError,
+        match=r"cells\[0\]\[0\].bias_n is not representable: bias_mode 'single_input' has "
+        r"no b_recurrent",
+    ):
         interop.equinox_to_canonical(theirs, skip)
     theirs = [[eqx.tree_at(lambda c: c.bias_n, theirs[0][0], jnp.zeros(H))]]
     w, b = interop.equinox_to_canonical(theirs, skip)  # representable once bias_n is zero

@@ -23,9 +23,14 @@ if keras.backend.backend() != "jax":  # imported earlier with another backend: t
 T, B, I, H = 5, 3, 4, 6
 # Every mode, both directions, one and two layers, without the full product (Keras builds and runs slowly); with a
 # mask (seq_lengths) where it matters: a unidirectional layer (Keras's zero_output_for_mask) and bidirectional ones.
-CASES = [("lstm", "unidirectional", 2, True), ("lstm", "bidirectional", 2, False),
-         ("gru", "unidirectional", 1, False), ("gru", "bidirectional", 2, True),
-         ("rnn_tanh", "bidirectional", 1, True), ("rnn_relu", "unidirectional", 2, False)]
+CASES = [
+    ("lstm", "unidirectional", 2, True),
+    ("lstm", "bidirectional", 2, False),
+    ("gru", "unidirectional", 1, False),
+    ("gru", "bidirectional", 2, True),
+    ("rnn_tanh", "bidirectional", 1, True),
+    ("rnn_relu", "unidirectional", 2, False),
+]
 LENGTHS = np.array([T, 2, 4], np.int32)
 
 
@@ -89,8 +94,9 @@ def test_keras_both_ways(mode, direction, num_layers, masked):
         layer.set_weights(arrays)
     assert_outputs_close(run_xla(params, config, x, h0, c0), _keras_run(layers, config, x, h0, c0))
     if masked:
-        assert_outputs_close(run_xla(params, config, x, h0, c0, LENGTHS),
-                             _keras_run(layers, config, x, h0, c0, LENGTHS))
+        assert_outputs_close(
+            run_xla(params, config, x, h0, c0, LENGTHS), _keras_run(layers, config, x, h0, c0, LENGTHS)
+        )
     # and back: GRU's two biases each have a place in Keras, the others come back summed
     w, b = interop.keras_to_canonical(keras_weights, config)
     want_biases = summed_biases(config, biases, config.gate_names if mode == "gru" else ())
@@ -98,8 +104,10 @@ def test_keras_both_ways(mode, direction, num_layers, masked):
         np.testing.assert_array_equal(got, want)
 
     # Keras -> ours: Keras's own initial kernels with random nonzero biases (Keras initialises them to 0 and 1).
-    keras_weights = [[rng.normal(0, 0.5, a.shape).astype(a.dtype) if k % 3 == 2 else a for k, a in enumerate(arrays)]
-                     for arrays in initial]
+    keras_weights = [
+        [rng.normal(0, 0.5, a.shape).astype(a.dtype) if k % 3 == 2 else a for k, a in enumerate(arrays)]
+        for arrays in initial
+    ]
     for layer, arrays in zip(layers, keras_weights, strict=True):
         layer.set_weights(arrays)
     w, b = interop.keras_to_canonical(layers, config)  # the layers themselves are accepted too
@@ -110,8 +118,15 @@ def test_keras_both_ways(mode, direction, num_layers, masked):
 
 def test_keras_skip_input_and_bias_modes():
     # skip input: identity kernels both ways; a single bias mode: its bias is Keras's bias, exactly.
-    config = RNNConfig("lstm", num_layers=2, num_units=H, input_size=H, input_mode="skip_input",
-                       direction="bidirectional", bias_mode="single_recurrent")
+    config = RNNConfig(
+        "lstm",
+        num_layers=2,
+        num_units=H,
+        input_size=H,
+        input_mode="skip_input",
+        direction="bidirectional",
+        bias_mode="single_recurrent",
+    )
     rng = np.random.default_rng(7)
     x, h0, c0 = _inputs(config, rng)
     weights, biases = _random_canonical(config, rng)
@@ -127,8 +142,10 @@ def test_keras_skip_input_and_bias_modes():
     np.testing.assert_array_equal(np.asarray(back), np.asarray(params))
 
     # no bias: use_bias=False layers, two arrays per direction; a GRU whose recurrent biases are absent.
-    for config in (RNNConfig("gru", num_layers=2, num_units=H, input_size=I, bias_mode="none"),
-                   RNNConfig("gru", num_layers=1, num_units=H, input_size=I, bias_mode="single_input")):
+    for config in (
+        RNNConfig("gru", num_layers=2, num_units=H, input_size=I, bias_mode="none"),
+        RNNConfig("gru", num_layers=1, num_units=H, input_size=I, bias_mode="single_input"),
+    ):
         x, h0, c0 = _inputs(config, rng)
         weights, biases = _random_canonical(config, rng)
         params = layout.canonical_to_params(weights, biases, config)
@@ -143,8 +160,7 @@ def test_keras_skip_input_and_bias_modes():
 
 
 def test_keras_half_precision_uses_a_mixed_policy():
-    config = RNNConfig("gru", num_layers=1, num_units=H, input_size=I, direction="bidirectional",
-                       dtype="bfloat16")
+    config = RNNConfig("gru", num_layers=1, num_units=H, input_size=I, direction="bidirectional", dtype="bfloat16")
     layers = interop.keras_layers(config, return_state=True)
     assert layers[0].forward_layer.dtype_policy.name == "mixed_bfloat16"
     rng = np.random.default_rng(8)
@@ -179,34 +195,50 @@ def test_keras_errors_name_the_problem():
         interop.keras_to_canonical({"layer_0": keras_weights[0]}, config)
     with pytest.raises(ValueError, match="layer_weights has 1 entries; expected num_layers = 2"):
         interop.keras_to_canonical(keras_weights[:1], config)
-    with pytest.raises(ValueError, match=r"layer_weights\[1\] has 5 arrays; expected 6: kernel, recurrent_kernel, "
-                                         r"bias \(forward, then backward\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_weights\[1\] has 5 arrays; expected 6: kernel, recurrent_kernel, "
+        r"bias \(forward, then backward\)",
+    ):
         interop.keras_to_canonical([keras_weights[0], keras_weights[1][:5]], config)
     broken = [list(keras_weights[0]), list(keras_weights[1])]
     broken[1][4] = np.zeros((H, 2 * H), np.float32)
-    with pytest.raises(ValueError, match=r"layer_weights\[1\]\[4\] \(backward recurrent_kernel\) has shape \(6, 12\); "
-                                         r"expected \(6, 18\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_weights\[1\]\[4\] \(backward recurrent_kernel\) has shape \(6, 12\); "
+        r"expected \(6, 18\)",
+    ):
         interop.keras_to_canonical(broken, config)
 
     # A Keras GRU with Keras's old default reset_after=False is not cuDNN's GRU.
     classic = keras.layers.GRU(H, reset_after=False)
     classic.build((None, None, I))
     one_layer = RNNConfig("gru", num_layers=1, num_units=H, input_size=I)
-    with pytest.raises(ValueError, match=r"layer_weights\[0\]\[2\] \(forward bias\) has shape \(18,\); expected "
-                                         r"\(2, 18\) \(a Keras GRU must have reset_after=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_weights\[0\]\[2\] \(forward bias\) has shape \(18,\); expected "
+        r"\(2, 18\) \(a Keras GRU must have reset_after=True",
+    ):
         interop.keras_to_canonical([classic.get_weights()], one_layer)
 
     # Values the canonical form has no room for.
     skip = RNNConfig("rnn_tanh", num_layers=1, num_units=H, input_size=H, input_mode="skip_input")
-    arrays = interop.canonical_to_keras(*layout.params_to_canonical(layout.init_params(jax.random.key(1), skip),
-                                                                    skip), skip)
+    arrays = interop.canonical_to_keras(
+        *layout.params_to_canonical(layout.init_params(jax.random.key(1), skip), skip), skip
+    )
     arrays[0][0] = 2 * arrays[0][0]
-    with pytest.raises(ValueError, match=r"layer_weights\[0\]\[0\]\[:, 0:6\] \(kernel of gate h\) is not "
-                                         r"representable: skip input needs an identity input kernel"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_weights\[0\]\[0\]\[:, 0:6\] \(kernel of gate h\) is not "
+        r"representable: skip input needs an identity input kernel",
+    ):
         interop.keras_to_canonical(arrays, skip)
     assert interop.keras_to_canonical(arrays, skip, atol=1.0)  # within atol it passes
     single = RNNConfig("gru", num_layers=1, num_units=H, input_size=I, bias_mode="single_input")
     arrays = [list(keras_weights[0][:3])]
-    with pytest.raises(ValueError, match=r"layer_weights\[0\]\[2\]\[1, 12:18\] \(recurrent bias of gate n\) is not "
-                                         r"representable: bias_mode 'single_input' has no b_recurrent"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_weights\[0\]\[2\]\[1, 12:18\] \(recurrent bias of gate n\) is not "
+        r"representable: bias_mode 'single_input' has no b_recurrent",
+    ):
         interop.keras_to_canonical(arrays, single)

@@ -22,18 +22,24 @@ from skips import import_or_skip
 
 torch = import_or_skip("torch")
 
-TORCH_MODES = {"lstm": ("LSTM", {}), "gru": ("GRU", {}), "rnn_tanh": ("RNN", {"nonlinearity": "tanh"}),
-               "rnn_relu": ("RNN", {"nonlinearity": "relu"})}
+TORCH_MODES = {
+    "lstm": ("LSTM", {}),
+    "gru": ("GRU", {}),
+    "rnn_tanh": ("RNN", {"nonlinearity": "tanh"}),
+    "rnn_relu": ("RNN", {"nonlinearity": "relu"}),
+}
 
 
-def torch_module(weights, biases, mode, num_layers, num_units, input_size, bidirectional, skip_input, proj_size=0,
-                 bias_mode="double"):
+def torch_module(
+    weights, biases, mode, num_layers, num_units, input_size, bidirectional, skip_input, proj_size=0, bias_mode="double"
+):
     """A float64 torch RNN module loaded from canonical lists."""
     cls_name, kwargs = TORCH_MODES[mode]
     if proj_size:
         kwargs = dict(kwargs, proj_size=proj_size)
-    module = getattr(torch.nn, cls_name)(input_size, num_units, num_layers=num_layers, bidirectional=bidirectional,
-                                         bias=bias_mode != "none", **kwargs).double()
+    module = getattr(torch.nn, cls_name)(
+        input_size, num_units, num_layers=num_layers, bidirectional=bidirectional, bias=bias_mode != "none", **kwargs
+    ).double()
     G = GATES[mode]
     H = num_units
     D = 2 if bidirectional else 1
@@ -45,9 +51,9 @@ def torch_module(weights, biases, mode, num_layers, num_units, input_size, bidir
                 if skip_input and layer == 0:
                     w_ih = np.concatenate([np.eye(H, input_size)] * G)
                 else:
-                    w_ih = np.concatenate(weights[wi:wi + G])
+                    w_ih = np.concatenate(weights[wi : wi + G])
                     wi += G
-                w_hh = np.concatenate(weights[wi:wi + G])
+                w_hh = np.concatenate(weights[wi : wi + G])
                 wi += G
                 getattr(module, f"weight_ih_{suffix}").copy_(torch.from_numpy(w_ih))
                 getattr(module, f"weight_hh_{suffix}").copy_(torch.from_numpy(w_hh))
@@ -58,12 +64,12 @@ def torch_module(weights, biases, mode, num_layers, num_units, input_size, bidir
                     continue
                 zeros = np.zeros(G * H)
                 if bias_mode in ("double", "single_input"):
-                    b_ih = np.concatenate(biases[bi:bi + G])
+                    b_ih = np.concatenate(biases[bi : bi + G])
                     bi += G
                 else:
                     b_ih = zeros
                 if bias_mode in ("double", "single_recurrent"):
-                    b_hh = np.concatenate(biases[bi:bi + G])
+                    b_hh = np.concatenate(biases[bi : bi + G])
                     bi += G
                 else:
                     b_hh = zeros
@@ -98,13 +104,26 @@ def run_torch(module, mode, x, h0, c0, seq_lengths=None):
     return y.numpy(), hidden.numpy(), None
 
 
-def make_case(seed, mode, num_layers, H, I, bidirectional, skip_input, T=5, B=3, with_lengths=False, proj_size=0,
-              bias_mode="double"):
+def make_case(
+    seed,
+    mode,
+    num_layers,
+    H,
+    I,
+    bidirectional,
+    skip_input,
+    T=5,
+    B=3,
+    with_lengths=False,
+    proj_size=0,
+    bias_mode="double",
+):
     rng = np.random.default_rng(seed)
     D = 2 if bidirectional else 1
     hidden = proj_size or H
-    weights, biases = random_canonical(rng, mode, num_layers, H, I, bidirectional, skip_input, proj_size=proj_size,
-                                       bias_mode=bias_mode)
+    weights, biases = random_canonical(
+        rng, mode, num_layers, H, I, bidirectional, skip_input, proj_size=proj_size, bias_mode=bias_mode
+    )
     x = rng.normal(size=(T, B, I))
     h0 = rng.normal(size=(num_layers * D, B, hidden)) * 0.5
     c0 = rng.normal(size=(num_layers * D, B, H)) * 0.5 if mode == "lstm" else None
@@ -124,22 +143,26 @@ def assert_all_close(ours, theirs, atol=1e-10):
         np.testing.assert_allclose(c, tc, rtol=0, atol=atol)
 
 
-@pytest.mark.parametrize("mode,num_layers,bidirectional,with_lengths",
-                         list(itertools.product(GATES, (1, 2, 3), (False, True), (False, True))))
+@pytest.mark.parametrize(
+    "mode,num_layers,bidirectional,with_lengths",
+    list(itertools.product(GATES, (1, 2, 3), (False, True), (False, True))),
+)
 def test_linear_input_matches_torch(mode, num_layers, bidirectional, with_lengths):
     H, I = 4, 3
-    w, b, x, h0, c0, lengths = make_case(num_layers * 7 + bidirectional, mode, num_layers, H, I, bidirectional, False,
-                                         with_lengths=with_lengths)
+    w, b, x, h0, c0, lengths = make_case(
+        num_layers * 7 + bidirectional, mode, num_layers, H, I, bidirectional, False, with_lengths=with_lengths
+    )
     module = torch_module(w, b, mode, num_layers, H, I, bidirectional, False)
     ours = numpy_rnn(w, b, x, h0, c0, mode, num_layers, H, bidirectional, False, seq_lengths=lengths)
     assert_all_close(ours, run_torch(module, mode, x, h0, c0, lengths))
     if lengths is not None:  # padding really is zero and the packed outputs are not trivially zero
-        assert np.all(ours[0][lengths[0]:, 0] == 0)
+        assert np.all(ours[0][lengths[0] :, 0] == 0)
         assert np.all(np.abs(ours[0][: lengths[0], 0]).max(axis=-1) > 0)
 
 
-@pytest.mark.parametrize("mode,bidirectional,with_lengths",
-                         list(itertools.product(GATES, (False, True), (False, True))))
+@pytest.mark.parametrize(
+    "mode,bidirectional,with_lengths", list(itertools.product(GATES, (False, True), (False, True)))
+)
 def test_skip_input_matches_torch_with_identity_input_matrices(mode, bidirectional, with_lengths):
     H = I = 4
     w, b, x, h0, c0, lengths = make_case(11, mode, 2, H, I, bidirectional, True, with_lengths=with_lengths)
@@ -148,20 +171,30 @@ def test_skip_input_matches_torch_with_identity_input_matrices(mode, bidirection
     assert_all_close(ours, run_torch(module, mode, x, h0, c0, lengths))
 
 
-@pytest.mark.parametrize("bidirectional,with_lengths,num_layers",
-                         [(False, False, 1), (True, True, 2), (True, False, 2)])
+@pytest.mark.parametrize(
+    "bidirectional,with_lengths,num_layers", [(False, False, 1), (True, True, 2), (True, False, 2)]
+)
 def test_lstm_projection_matches_torch(bidirectional, with_lengths, num_layers):
     H, I, P = 5, 3, 2
-    w, b, x, h0, c0, lengths = make_case(3, "lstm", num_layers, H, I, bidirectional, False, with_lengths=with_lengths,
-                                         proj_size=P)
+    w, b, x, h0, c0, lengths = make_case(
+        3, "lstm", num_layers, H, I, bidirectional, False, with_lengths=with_lengths, proj_size=P
+    )
     module = torch_module(w, b, "lstm", num_layers, H, I, bidirectional, False, proj_size=P)
     ours = numpy_rnn(w, b, x, h0, c0, "lstm", num_layers, H, bidirectional, False, seq_lengths=lengths, proj_size=P)
     assert ours[0].shape == (5, 3, (2 if bidirectional else 1) * P)
     assert_all_close(ours, run_torch(module, "lstm", x, h0, c0, lengths))
 
 
-@pytest.mark.parametrize("mode,bias_mode", [("lstm", "none"), ("gru", "single_input"), ("gru", "single_recurrent"),
-                                            ("rnn_tanh", "none"), ("lstm", "single_recurrent")])
+@pytest.mark.parametrize(
+    "mode,bias_mode",
+    [
+        ("lstm", "none"),
+        ("gru", "single_input"),
+        ("gru", "single_recurrent"),
+        ("rnn_tanh", "none"),
+        ("lstm", "single_recurrent"),
+    ],
+)
 def test_bias_modes_match_torch(mode, bias_mode):
     H, I = 4, 3
     w, b, x, h0, c0, lengths = make_case(5, mode, 2, H, I, True, False, with_lengths=True, bias_mode=bias_mode)
@@ -220,11 +253,20 @@ def test_dropout_masks_match_layer_by_layer_torch(mode):
     hs, cs = [], []
     for layer in range(L):
         in_size = I if layer == 0 else 2 * H
-        module = torch_module(w[layer * per_layer_w:(layer + 1) * per_layer_w],
-                              b[layer * per_layer_b:(layer + 1) * per_layer_b], mode, 1, H, in_size, True, False)
+        module = torch_module(
+            w[layer * per_layer_w : (layer + 1) * per_layer_w],
+            b[layer * per_layer_b : (layer + 1) * per_layer_b],
+            mode,
+            1,
+            H,
+            in_size,
+            True,
+            False,
+        )
         sl = slice(2 * layer, 2 * layer + 2)
-        y, h, c = run_torch(module, mode, np.ascontiguousarray(inp), h0[sl].copy(),
-                            None if c0 is None else c0[sl].copy(), lengths)
+        y, h, c = run_torch(
+            module, mode, np.ascontiguousarray(inp), h0[sl].copy(), None if c0 is None else c0[sl].copy(), lengths
+        )
         hs.append(h)
         cs.append(c)
         inp = y * masks[layer] if layer < L - 1 else y
@@ -240,9 +282,10 @@ def segment_bounds(resets_column, length):
     return list(zip(starts, [*starts[1:], length], strict=True))
 
 
-@pytest.mark.parametrize("mode,num_layers,bidirectional",
-                         [("lstm", 2, True), ("gru", 2, False), ("rnn_tanh", 1, True), ("rnn_relu", 3, True),
-                          ("lstm", 1, False)])
+@pytest.mark.parametrize(
+    "mode,num_layers,bidirectional",
+    [("lstm", 2, True), ("gru", 2, False), ("rnn_tanh", 1, True), ("rnn_relu", 3, True), ("lstm", 1, False)],
+)
 def test_resets_match_torch_run_segment_by_segment(mode, num_layers, bidirectional):
     """Each segment is an independent sequence through the whole stack: torch runs it on its own, from h0/c0 for the
     forward direction of the first segment (zero if the row resets at 0), from h0/c0 for the backward direction of the
@@ -250,8 +293,9 @@ def test_resets_match_torch_run_segment_by_segment(mode, num_layers, bidirection
     its length (ignored)."""
     T, B, H, I = 7, 3, 4, 3
     D = 2 if bidirectional else 1
-    w, b, x, h0, c0, _ = make_case(num_layers * 5 + bidirectional, mode, num_layers, H, I, bidirectional, False, T=T,
-                                   B=B)
+    w, b, x, h0, c0, _ = make_case(
+        num_layers * 5 + bidirectional, mode, num_layers, H, I, bidirectional, False, T=T, B=B
+    )
     lengths = np.array([6, 7, 3])
     resets = np.zeros((T, B), bool)
     resets[[2, 3], 0] = True
@@ -271,9 +315,9 @@ def test_resets_match_torch_run_segment_by_segment(mode, num_layers, bidirection
             keep[0::D] = first and not resets[0, row]  # forward entries
             if bidirectional:
                 keep[1::D] = last  # backward entries
-            hs = h0[:, row:row + 1] * keep
-            cs = None if c0 is None else c0[:, row:row + 1] * keep
-            ys, hn, cn = run_torch(module, mode, np.ascontiguousarray(x[start:end, row:row + 1]), hs, cs)
+            hs = h0[:, row : row + 1] * keep
+            cs = None if c0 is None else c0[:, row : row + 1] * keep
+            ys, hn, cn = run_torch(module, mode, np.ascontiguousarray(x[start:end, row : row + 1]), hs, cs)
             y[start:end, row] = ys[:, 0]
             for index in range(num_layers * D):
                 if (index % D == 0 and last) or (index % D == 1 and first):
@@ -292,7 +336,8 @@ def test_zero_length_is_an_empty_sequence():
     assert np.all(ours[0][:, 1] == 0)
     np.testing.assert_array_equal(ours[1][:, 1], h0[:, 1])
     np.testing.assert_array_equal(ours[2][:, 1], c0[:, 1])
-    rest = numpy_rnn(w, b, x[:, [0, 2]], h0[:, [0, 2]], c0[:, [0, 2]], "lstm", 2, 4, True, False,
-                     seq_lengths=np.array([2, 5]))
+    rest = numpy_rnn(
+        w, b, x[:, [0, 2]], h0[:, [0, 2]], c0[:, [0, 2]], "lstm", 2, 4, True, False, seq_lengths=np.array([2, 5])
+    )
     for got, want in zip(ours, rest, strict=True):
         np.testing.assert_array_equal(got[:, [0, 2]], want)

@@ -41,8 +41,15 @@ CASES = [  # (mode, num_layers, bidirectional, with_lengths, extra config)
 
 def setup(mode, num_layers, bidirectional, extra, dtype, seed=0):
     H, I = 4, 3
-    cfg = jcr.RNNConfig(mode=mode, num_layers=num_layers, num_units=H, input_size=I,
-                        direction="bidirectional" if bidirectional else "unidirectional", dtype=dtype, **extra)
+    cfg = jcr.RNNConfig(
+        mode=mode,
+        num_layers=num_layers,
+        num_units=H,
+        input_size=I,
+        direction="bidirectional" if bidirectional else "unidirectional",
+        dtype=dtype,
+        **extra,
+    )
     rng = np.random.default_rng(seed)
     weights = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.layout.param_slots(cfg)[0]]
     biases = [rng.uniform(-0.6, 0.6, s.shape) for s in jcr.layout.param_slots(cfg)[1]]
@@ -52,10 +59,12 @@ def setup(mode, num_layers, bidirectional, extra, dtype, seed=0):
     # round everything to the dtype first so both sides see the same numbers
     rd = lambda a: None if a is None else np.asarray(a).astype(dtype).astype(np.float64)  # noqa: E731
     weights, biases, x, h0, c0 = [rd(w) for w in weights], [rd(b) for b in biases], rd(x), rd(h0), rd(c0)
-    params = jcr.canonical_to_params([jnp.asarray(w, dtype) for w in weights], [jnp.asarray(b, dtype) for b in biases],
-                                     cfg)
-    module = torch_module(weights, biases, mode, num_layers, H, I, bidirectional, False,
-                          proj_size=extra.get("proj_size", 0))
+    params = jcr.canonical_to_params(
+        [jnp.asarray(w, dtype) for w in weights], [jnp.asarray(b, dtype) for b in biases], cfg
+    )
+    module = torch_module(
+        weights, biases, mode, num_layers, H, I, bidirectional, False, proj_size=extra.get("proj_size", 0)
+    )
     return cfg, params, module, x, h0, c0
 
 
@@ -63,11 +72,22 @@ def setup(mode, num_layers, bidirectional, extra, dtype, seed=0):
 def test_forward_matches_torch(mode, num_layers, bidirectional, with_lengths, extra):
     cfg, params, module, x, h0, c0 = setup(mode, num_layers, bidirectional, extra, np.float32)
     lengths = np.array(LENGTHS) if with_lengths else None
-    got = jax.jit(lambda p, x, h0, c0: jcr.rnn(p, x, h0, c0, cfg, implementation="xla",
-                                               seq_lengths=None if lengths is None else jnp.asarray(lengths,
-                                                                                                    jnp.int32)))(
-        params, jnp.asarray(x, jnp.float32), jnp.asarray(h0, jnp.float32),
-        None if c0 is None else jnp.asarray(c0, jnp.float32))
+    got = jax.jit(
+        lambda p, x, h0, c0: jcr.rnn(
+            p,
+            x,
+            h0,
+            c0,
+            cfg,
+            implementation="xla",
+            seq_lengths=None if lengths is None else jnp.asarray(lengths, jnp.int32),
+        )
+    )(
+        params,
+        jnp.asarray(x, jnp.float32),
+        jnp.asarray(h0, jnp.float32),
+        None if c0 is None else jnp.asarray(c0, jnp.float32),
+    )
     want = run_torch(module, mode, x, h0, c0, lengths)
     for g, w in zip(got, want, strict=True):
         if w is None:
@@ -87,8 +107,15 @@ def test_float64_forward_and_input_gradients_match_torch(mode):
         wh = rng.normal(size=cfg.state_shape(B))
 
         def loss(x_, h0_):
-            y, h, _ = jcr.rnn(params, x_, h0_, None if c0 is None else jnp.asarray(c0), cfg,
-                              seq_lengths=jnp.asarray(lengths, jnp.int32), implementation="xla")
+            y, h, _ = jcr.rnn(
+                params,
+                x_,
+                h0_,
+                None if c0 is None else jnp.asarray(c0),
+                cfg,
+                seq_lengths=jnp.asarray(lengths, jnp.int32),
+                implementation="xla",
+            )
             return jnp.sum(y * wy) + jnp.sum(h * wh), y
 
         (value, y), (gx, gh) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(jnp.asarray(x), jnp.asarray(h0))

@@ -76,8 +76,11 @@ def _f32(a):
     return None if a is None else np.asarray(a, np.float32)
 
 
-TORCH_CASES = [(mode, layers, direction) for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
-               for layers, direction in ((1, "unidirectional"), (2, "bidirectional"), (3, "unidirectional"))]
+TORCH_CASES = [
+    (mode, layers, direction)
+    for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+    for layers, direction in ((1, "unidirectional"), (2, "bidirectional"), (3, "unidirectional"))
+]
 
 
 @pytest.mark.parametrize("mode,num_layers,direction", TORCH_CASES, ids=str)
@@ -143,8 +146,12 @@ def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_lay
             np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-BF16_CASES = [("lstm", 2, "bidirectional"), ("gru", 3, "unidirectional"), ("rnn_tanh", 1, "bidirectional"),
-              ("rnn_relu", 2, "unidirectional")]
+BF16_CASES = [
+    ("lstm", 2, "bidirectional"),
+    ("gru", 3, "unidirectional"),
+    ("rnn_tanh", 1, "bidirectional"),
+    ("rnn_relu", 2, "unidirectional"),
+]
 
 
 @pytest.mark.parametrize("mode,num_layers,direction", BF16_CASES, ids=str)
@@ -158,8 +165,9 @@ def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_lay
     outs16, grads16 = _value_and_grads("onednn", cfg16, params, x, h0, c0)
     outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
     assert outs16[0].dtype == jnp.bfloat16 and grads16[0].dtype == jnp.bfloat16
-    for name, got, want in zip(("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16),
-                               (*outs32, *grads32), strict=False):
+    for name, got, want in zip(
+        ("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16), (*outs32, *grads32), strict=False
+    ):
         if want is None:
             assert got is None
             continue
@@ -192,9 +200,12 @@ def test_vmap_folds_the_batch_and_grad_runs_per_element(native):
     grads = jax.vmap(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2)))(xs, h0s)
     for i in range(3):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(xs[i], h0s[i])), rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(grads[i]),
-                                   np.asarray(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2))(xs[i], h0s[i])),
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(grads[i]),
+            np.asarray(jax.grad(lambda x, h0: jnp.sum(run(x, h0) ** 2))(xs[i], h0s[i])),
+            rtol=1e-6,
+            atol=1e-6,
+        )
 
 
 def test_threads_running_jitted_computations_at_once_stay_correct(native):
@@ -204,8 +215,11 @@ def test_threads_running_jitted_computations_at_once_stay_correct(native):
     for i, mode in enumerate(("lstm", "gru", "rnn_tanh", "lstm")):
         cfg = make_config(mode, 1 + i % 2, "bidirectional" if i % 2 else "unidirectional")
         params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(10 + i), steps=4 + i, batch=2 + i)
-        step = jax.jit(jax.value_and_grad(
-            lambda p, x, h0, c0, cfg=cfg: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation="onednn")[0] ** 2)))
+        step = jax.jit(
+            jax.value_and_grad(
+                lambda p, x, h0, c0, cfg=cfg: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation="onednn")[0] ** 2)
+            )
+        )
         jobs.append((step, (params, x, h0, c0)))
     serial = [jax.device_get(step(*args)) for step, args in jobs]
     results, errors = {}, []
@@ -230,12 +244,15 @@ def test_threads_running_jitted_computations_at_once_stay_correct(native):
             np.testing.assert_array_equal(grad, serial[index][1])
 
 
-@pytest.mark.parametrize("extra,seq_lengths,reason", [
-    ({}, True, "seq_lengths"),
-    ({"cell_clip": 1.0}, False, "cell_clip"),
-    ({"dtype": np.float16}, False, "float16"),
-    ({"proj_size": 2, "dtype": BF16}, False, "projection"),
-])
+@pytest.mark.parametrize(
+    "extra,seq_lengths,reason",
+    [
+        ({}, True, "seq_lengths"),
+        ({"cell_clip": 1.0}, False, "cell_clip"),
+        ({"dtype": np.float16}, False, "float16"),
+        ({"proj_size": 2, "dtype": BF16}, False, "projection"),
+    ],
+)
 def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_lengths, reason):
     cfg = make_config("lstm", 1, "unidirectional", **extra)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(5))
@@ -249,8 +266,9 @@ def test_calls_onednn_cannot_run_raise_and_default_to_xla(native, extra, seq_len
 def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
     """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
     "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
-    monkeypatch.setattr(onednn_backend, "CPU_TABLE",
-                        {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))})
+    monkeypatch.setattr(
+        onednn_backend, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))}
+    )
     cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
     assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
     assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008
@@ -280,8 +298,11 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     inference, training = onednn.cpu_choice(cfg, batch)
     call = Call(cfg, 10, batch)
     # The registry picks the oneDNN backend wherever the table puts oneDNN on either side; the backend runs the pair.
-    assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == (
-        "xla" if (inference, training) == ("xla", "xla") else "onednn")
+    assert (
+        jcr.implementation_for("cpu", call)
+        == jcr.implementation_for(jnp.zeros(1), call)
+        == ("xla" if (inference, training) == ("xla", "xla") else "onednn")
+    )
     assert onednn_backend.runs(None, call) == (inference, training)
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
     x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
@@ -296,8 +317,9 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
-@pytest.mark.parametrize("hybrid, undifferentiated, differentiated", [("xla+onednn", "xla", "onednn"),
-                                                                       ("onednn+xla", "onednn", "xla")])
+@pytest.mark.parametrize(
+    "hybrid, undifferentiated, differentiated", [("xla+onednn", "xla", "onednn"), ("onednn+xla", "onednn", "xla")]
+)
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
 def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid, undifferentiated, differentiated):
     """A hybrid is, undifferentiated, exactly one implementation's values, and under jax.grad exactly the other's
@@ -307,20 +329,25 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
     cfg = make_config(mode, 2, "bidirectional", dropout=0.3)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8))
     key = jax.random.key(3)
+
     def run(name, x=x, h0=h0):
         return jcr.rnn(params, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation=name)
 
     for got, want in zip(run(hybrid), run(undifferentiated), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # c_n None for a GRU: both None
     xs, h0s = np.stack([x, 2 * x]), np.stack([h0, -h0])
-    for got, want in zip(jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
-                         jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s), strict=True):
+    for got, want in zip(
+        jax.vmap(lambda x, h0: run(hybrid, x, h0))(xs, h0s),
+        jax.vmap(lambda x, h0: run(undifferentiated, x, h0))(xs, h0s),
+        strict=True,
+    ):
         assert (got is None) == (want is None)
         if want is not None:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
     cfg = make_config(mode, 2, "bidirectional")
-    assert_outputs_close(jcr.rnn(params, x, h0, c0, cfg, implementation=hybrid), oracle(cfg, params, x, h0, c0),
-                         atol=1e-5, rtol=1e-5)
+    assert_outputs_close(
+        jcr.rnn(params, x, h0, c0, cfg, implementation=hybrid), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5
+    )
     outs, grads = _value_and_grads(hybrid, cfg, params, x, h0, c0)
     want_outs, want_grads = _value_and_grads(differentiated, cfg, params, x, h0, c0)
     for got, want in zip((*outs, *grads), (*want_outs, *want_grads), strict=True):
@@ -349,7 +376,7 @@ def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, ch
 
     def loss(params, implementation):
         ys = jax.vmap(lambda x: jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0])(xs)
-        return jnp.sum(ys ** 2)
+        return jnp.sum(ys**2)
 
     assert jcr.implementation_for("cpu", Call(cfg, 6, h0.shape[1])) == "onednn"
     assert onednn_backend.runs(None, Call(cfg, 6, h0.shape[1])) == choice
@@ -395,13 +422,37 @@ def test_scratch_is_reused_and_bounded(native):
 
 def test_buffer_sizes_rejects_bad_arguments(native):
     with pytest.raises(ValueError, match="mode"):
-        native.buffer_sizes(mode="lstmx", num_layers=1, num_units=4, input_size=3, proj_size=0,
-                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
-                            cell_clip=0.0, dtype="float32", max_time=2, batch=1, training=False)
+        native.buffer_sizes(
+            mode="lstmx",
+            num_layers=1,
+            num_units=4,
+            input_size=3,
+            proj_size=0,
+            direction="unidirectional",
+            input_mode="linear_input",
+            bias_mode="double",
+            cell_clip=0.0,
+            dtype="float32",
+            max_time=2,
+            batch=1,
+            training=False,
+        )
     with pytest.raises(ValueError, match="float32 and bfloat16"):
-        native.buffer_sizes(mode="lstm", num_layers=1, num_units=4, input_size=3, proj_size=0,
-                            direction="unidirectional", input_mode="linear_input", bias_mode="double",
-                            cell_clip=0.0, dtype="float16", max_time=2, batch=1, training=False)
+        native.buffer_sizes(
+            mode="lstm",
+            num_layers=1,
+            num_units=4,
+            input_size=3,
+            proj_size=0,
+            direction="unidirectional",
+            input_mode="linear_input",
+            bias_mode="double",
+            cell_clip=0.0,
+            dtype="float16",
+            max_time=2,
+            batch=1,
+            training=False,
+        )
 
 
 def test_without_the_extension_the_package_behaves_as_before():

@@ -30,8 +30,11 @@ def built_wheel(tmp_path_factory) -> str:
     if not (shutil.which("c++") or shutil.which("g++") or os.environ.get("CXX")):
         unavailable("no C++ compiler to build the wheel with")
     out = tmp_path_factory.mktemp("dist")
-    build = run_checked(["bash", os.path.join(ROOT, "scripts", "build_wheel.sh"), str(out)], 1200,
-                        env={**os.environ, "PYTHON": sys.executable})
+    build = run_checked(
+        ["bash", os.path.join(ROOT, "scripts", "build_wheel.sh"), str(out)],
+        1200,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     wheel = build.strip().splitlines()[-1]
     assert os.path.isfile(wheel) and "manylinux" in os.path.basename(wheel), wheel
     return wheel

@@ -19,8 +19,14 @@ pytestmark = pytest.mark.skipif(CMAKE is None, reason="cmake is not on the PATH"
 
 
 def _configure(build_dir, *defines, env=None):
-    result = subprocess.run([CMAKE, "-S", ROOT, "-B", str(build_dir), *defines], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=120, check=False)
+    result = subprocess.run(
+        [CMAKE, "-S", ROOT, "-B", str(build_dir), *defines],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
     # CMake wraps warning text at word boundaries: compare with the whitespace folded.
     return result.returncode, re.sub(r"\s+", " ", result.stdout + result.stderr)
 
@@ -51,8 +57,9 @@ def test_no_compiler_skips_with_the_fix(tmp_path):
 def test_no_cuda_runtime_skips_with_the_fix(tmp_path, bare_python):
     """The CUDA toolkit hidden and no nvidia-cuda-runtime wheel: what an isolated build on a platform without
     NVIDIA's wheels sees."""
-    code, log = _configure(tmp_path, f"-DPython_EXECUTABLE={bare_python}",
-                           "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON")
+    code, log = _configure(
+        tmp_path, f"-DPython_EXECUTABLE={bare_python}", "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON"
+    )
     assert code == 0, log
     reason = _skip_reason(tmp_path)
     assert "CUDA runtime headers and static runtime were not found" in reason
@@ -63,8 +70,12 @@ def test_no_cuda_runtime_skips_with_the_fix(tmp_path, bare_python):
 
 
 def test_on_turns_the_skip_into_an_error(tmp_path, bare_python):
-    code, log = _configure(tmp_path, f"-DPython_EXECUTABLE={bare_python}",
-                           "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON", "-DJAX_CUDNN_RNN_CUDA=ON")
+    code, log = _configure(
+        tmp_path,
+        f"-DPython_EXECUTABLE={bare_python}",
+        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+        "-DJAX_CUDNN_RNN_CUDA=ON",
+    )
     assert code != 0
     assert "JAX_CUDNN_RNN_CUDA=ON but the CUDA runtime headers" in log
 
@@ -91,8 +102,10 @@ def _importable(name):
         return False
 
 
-@pytest.mark.skipif(not (_importable("nvidia.cudnn") and _importable("pybind11")),
-                    reason="this environment lacks nvidia-cudnn-cu13 or pybind11 (an isolated build brings its own)")
+@pytest.mark.skipif(
+    not (_importable("nvidia.cudnn") and _importable("pybind11")),
+    reason="this environment lacks nvidia-cudnn-cu13 or pybind11 (an isolated build brings its own)",
+)
 def test_everything_present_records_no_reason(tmp_path):
     code, log = _configure(tmp_path, f"-DPython_EXECUTABLE={sys.executable}")
     if "CUDA runtime headers and static runtime were not found" in log:
@@ -102,15 +115,20 @@ def test_everything_present_records_no_reason(tmp_path):
     assert _skip_reason(tmp_path) == ""
 
 
-@pytest.mark.skipif(not (_importable("pybind11") and importlib.util.find_spec("jax") is not None
-                         and _distribution_installed("onednn-devel-cpu-tbb")),
-                    reason="this environment lacks onednn-devel-cpu-tbb, jax or pybind11 (an isolated build brings "
-                           "its own)")
+@pytest.mark.skipif(
+    not (
+        _importable("pybind11")
+        and importlib.util.find_spec("jax") is not None
+        and _distribution_installed("onednn-devel-cpu-tbb")
+    ),
+    reason="this environment lacks onednn-devel-cpu-tbb, jax or pybind11 (an isolated build brings its own)",
+)
 def test_onednn_builds_on_tbb_and_records_its_runtime_wheel(tmp_path):
     """oneDNN's TBB build is found through the build Python's onednn-devel-cpu-tbb and tbb-devel wheels, and the
     runtime wheel whose libraries the loader preloads is written into the package."""
-    code, log = _configure(tmp_path, f"-DPython_EXECUTABLE={sys.executable}", "-DJAX_CUDNN_RNN_CUDA=OFF",
-                           "-DJAX_CUDNN_RNN_ONEDNN=ON")
+    code, log = _configure(
+        tmp_path, f"-DPython_EXECUTABLE={sys.executable}", "-DJAX_CUDNN_RNN_CUDA=OFF", "-DJAX_CUDNN_RNN_ONEDNN=ON"
+    )
     assert code == 0, log
     assert re.search(r"building the oneDNN extension \(oneDNN 3\.2\.\d+ \(TBB\)", log), log
     namespace = {}

@@ -61,19 +61,27 @@ def tracked_files() -> list[str]:
     """The repository's files, relative to the root: where this is a checkout, git's, and the new ones it does not
     ignore (a file is read before it is committed); else the tree on disk."""
     try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return [line for line in out.splitlines() if os.path.isfile(os.path.join(ROOT, line))]
     except (OSError, subprocess.CalledProcessError):
-        return [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "**", "*"), recursive=True)
-                if os.path.isfile(p)]
+        return [
+            os.path.relpath(p, ROOT)
+            for p in glob.glob(os.path.join(ROOT, "**", "*"), recursive=True)
+            if os.path.isfile(p)
+        ]
 
 
 FILES = tracked_files()
 TOP_LEVEL = sorted({path.split("/")[0] for path in FILES if "/" in path})
 FILE_NAMES = {os.path.basename(path) for path in FILES + list(GENERATED)}
 # The repository's files and folders: git's files, the folders they are in, and what the build writes (GENERATED).
-ENTRIES = set(FILES) | set(GENERATED) | {path[:m.start()] for path in FILES for m in re.finditer("/", path)}
+ENTRIES = set(FILES) | set(GENERATED) | {path[: m.start()] for path in FILES for m in re.finditer("/", path)}
 
 
 def package_names() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -107,8 +115,30 @@ MODULES, CLASSES = package_names()
 # names: ``flax.linen.LSTMCell``, ``nnx.Param`` may be theirs.
 LIBRARIES = {"flax": "flax", "nnx": "flax.nnx", "keras": "keras", "equinox": "equinox"}
 # What a file name ends with, not an attribute: "out.json" is a file, "ops.py" a file name checked as such.
-FILE_SUFFIXES = {"py", "pyi", "md", "rst", "cc", "h", "hpp", "cu", "sh", "toml", "txt", "json", "png", "in", "cmake",
-                 "so", "cfg", "yaml", "yml", "whl", "log", "a"}
+FILE_SUFFIXES = {
+    "py",
+    "pyi",
+    "md",
+    "rst",
+    "cc",
+    "h",
+    "hpp",
+    "cu",
+    "sh",
+    "toml",
+    "txt",
+    "json",
+    "png",
+    "in",
+    "cmake",
+    "so",
+    "cfg",
+    "yaml",
+    "yml",
+    "whl",
+    "log",
+    "a",
+}
 _FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:py|pyi|cc|h|md|sh))\b")
 _PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(re.escape(t) for t in TOP_LEVEL)})/(?:[\w.-]+/)*[\w.-]*)")
 _RELATIVE = re.compile(r"(?<![\w./$-])(\.\./[\w./-]*[\w/])")
@@ -119,19 +149,28 @@ _DOTTED = re.compile(r"(?<![\w./-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
 def python_texts(source: str, every_string: bool) -> list[tuple[int, str]]:
     """(line, text) of ``source``'s comments and docstrings (a module's, class's or function's, and the string after
     an assignment, which autodoc reads as the attribute's), or of all its strings when ``every_string``."""
-    texts = [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
-             if token.type == tokenize.COMMENT]
+    texts = [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
     tree = ast.parse(source)
     if every_string:
-        return texts + [(node.lineno, node.value) for node in ast.walk(tree)
-                        if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        return texts + [
+            (node.lineno, node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for index, statement in enumerate(node.body):
-            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
-                    and isinstance(statement.value.value, str) \
-                    and (index == 0 or isinstance(node.body[index - 1], (ast.Assign, ast.AnnAssign))):
+            if (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+                and (index == 0 or isinstance(node.body[index - 1], (ast.Assign, ast.AnnAssign)))
+            ):
                 texts.append((statement.lineno, statement.value.value))
     return texts
 
@@ -139,15 +178,21 @@ def python_texts(source: str, every_string: bool) -> list[tuple[int, str]]:
 def c_comments(source: str) -> list[tuple[int, str]]:
     """(line, text) of the ``//`` and ``/* */`` comments of C++ ``source`` (string literals are not parsed: a
     ``//`` in one would read as a comment; this repository's sources have none)."""
-    return [(source.count("\n", 0, m.start()) + 1, m.group(0))
-            for m in re.finditer(r"//[^\n]*|/\*.*?\*/", source, re.DOTALL)]
+    return [
+        (source.count("\n", 0, m.start()) + 1, m.group(0))
+        for m in re.finditer(r"//[^\n]*|/\*.*?\*/", source, re.DOTALL)
+    ]
 
 
 def hash_comments(source: str) -> list[tuple[int, str]]:
     """(line, text) of the ``#`` comments of shell, CMake or TOML ``source``: from a ``#`` at a line's start or after
     a blank to the line's end (``${#array[@]}`` is no comment)."""
-    return [(number, m.group(1)) for number, line in enumerate(source.splitlines(), 1)
-            for m in [re.search(r"(?:^|\s)(#.*)$", line)] if m]
+    return [
+        (number, m.group(1))
+        for number, line in enumerate(source.splitlines(), 1)
+        for m in [re.search(r"(?:^|\s)(#.*)$", line)]
+        if m
+    ]
 
 
 def texts_of(path: str, source: str) -> list[tuple[int, str]]:
@@ -167,10 +212,14 @@ def texts_of(path: str, source: str) -> list[tuple[int, str]]:
 def citations(text: str, folder: str) -> list[tuple[int, str, str]]:
     """(offset in ``text``, "path", "file name" or "name", citation) of what ``text``, read in the repository folder
     ``folder``, cites: a relative path as the path from the root it names."""
-    found = [(m.start(1), "path", m.group(1).rstrip(".")) for m in _PATH.finditer(text)
-             if not text.startswith("<", m.end(1))]  # jax_cudnn_rnn/interop/_<peer>.py: a pattern, not a file
-    found += [(m.start(1), "path", os.path.normpath(os.path.join(folder, m.group(1))))
-              for pattern in (_RELATIVE, _LINK) for m in pattern.finditer(text)]
+    found = [
+        (m.start(1), "path", m.group(1).rstrip(".")) for m in _PATH.finditer(text) if not text.startswith("<", m.end(1))
+    ]  # jax_cudnn_rnn/interop/_<peer>.py: a pattern, not a file
+    found += [
+        (m.start(1), "path", os.path.normpath(os.path.join(folder, m.group(1))))
+        for pattern in (_RELATIVE, _LINK)
+        for m in pattern.finditer(text)
+    ]
     found += [(m.start(1), "file name", m.group(1)) for m in _FILE_NAME.finditer(text)]
     for m in _DOTTED.finditer(text):
         first, last = m.group(1).split(".")[0], m.group(1).rsplit(".", 1)[1]
@@ -210,14 +259,17 @@ def resolve(name: str):
         elif inspect.ismodule(value):
             value = import_module(".".join(parts[:index]))
         else:
-            raise AttributeError(f"{'.'.join(parts[:index - 1])} has no attribute {part!r}")
+            raise AttributeError(f"{'.'.join(parts[: index - 1])} has no attribute {part!r}")
     return value
 
 
 def has_attribute(cls: type, name: str) -> bool:
     """Whether instances of ``cls`` have ``name``: a class attribute, or a field declared without a default."""
-    return hasattr(cls, name) or any(name in vars(c).get("__annotations__", {}) for c in cls.__mro__) or (
-        dataclasses.is_dataclass(cls) and name in {f.name for f in dataclasses.fields(cls)})
+    return (
+        hasattr(cls, name)
+        or any(name in vars(c).get("__annotations__", {}) for c in cls.__mro__)
+        or (dataclasses.is_dataclass(cls) and name in {f.name for f in dataclasses.fields(cls)})
+    )
 
 
 @functools.cache
@@ -253,7 +305,7 @@ def name_resolves(name: str) -> bool:
 
 
 def broken_citations(files: list[str]) -> list[str]:
-    """"file:line: citation" of each citation in ``files`` that does not exist and is not ``KNOWN``."""
+    """ "file:line: citation" of each citation in ``files`` that does not exist and is not ``KNOWN``."""
     found = set()
     for path in files:
         with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as f:
@@ -269,8 +321,9 @@ def broken_citations(files: list[str]) -> list[str]:
 
 def test_every_citation_exists():
     broken = broken_citations(FILES)
-    assert broken == [], "citations of what does not exist (fix them, or add a KNOWN entry with its reason):\n" + \
-        "\n".join(broken)
+    assert broken == [], (
+        "citations of what does not exist (fix them, or add a KNOWN entry with its reason):\n" + "\n".join(broken)
+    )
 
 
 def test_the_known_exceptions_are_still_cited():
@@ -281,24 +334,49 @@ def test_the_known_exceptions_are_still_cited():
 
 
 def test_citations_are_found():
-    text = ("See jax_cudnn_rnn/ops.py, `tests/support.py::draw_inputs`, ../lab/x.md and [a](images/p.png). "
-            "Not jax-ml/jax/docs/ffi.md, site-packages/jax_cudnn_rnn/x.py, tests/test_<name>.py or "
-            "https://x.org/docs/y.\n"
-            "Call ops.resolve_precision(), jcr.rnn, jax_cudnn_rnn.backends.registry.choose, RNNConfig.num_units; "
-            "not jax.config.update, np.dtype or dtype.name; compose.py is a file, config.json too.")
+    text = (
+        "See jax_cudnn_rnn/ops.py, `tests/support.py::draw_inputs`, ../lab/x.md and [a](images/p.png). "
+        "Not jax-ml/jax/docs/ffi.md, site-packages/jax_cudnn_rnn/x.py, tests/test_<name>.py or "
+        "https://x.org/docs/y.\n"
+        "Call ops.resolve_precision(), jcr.rnn, jax_cudnn_rnn.backends.registry.choose, RNNConfig.num_units; "
+        "not jax.config.update, np.dtype or dtype.name; compose.py is a file, config.json too."
+    )
     assert [(kind, cited) for _, kind, cited in citations(text, "docs")] == [
-        ("path", "jax_cudnn_rnn/ops.py"), ("path", "tests/support.py"), ("path", "lab/x.md"),
-        ("path", "docs/images/p.png"), ("file name", "compose.py"), ("name", "ops.resolve_precision"),
-        ("name", "jcr.rnn"), ("name", "jax_cudnn_rnn.backends.registry.choose"), ("name", "RNNConfig.num_units")]
+        ("path", "jax_cudnn_rnn/ops.py"),
+        ("path", "tests/support.py"),
+        ("path", "lab/x.md"),
+        ("path", "docs/images/p.png"),
+        ("file name", "compose.py"),
+        ("name", "ops.resolve_precision"),
+        ("name", "jcr.rnn"),
+        ("name", "jax_cudnn_rnn.backends.registry.choose"),
+        ("name", "RNNConfig.num_units"),
+    ]
 
 
-@pytest.mark.parametrize("cited, exists", [
-    ("jax_cudnn_rnn.backends.registry.choose", True), ("jax_cudnn_rnn.backends.registry.no_such_name", False),
-    ("jcr.rnn", True), ("jcr.algorithm", False), ("ops.resolve_precision", True), ("ops.no_such_name", False),
-    ("native_extension.NativeExtension.load", True), ("native_extension.NativeExtension.no_such_name", False),
-    ("cudnn.export", True), ("cudnn.no_such_name", False), ("config.num_units", True), ("config.no_such", False),
-    ("RNNConfig.num_units", True), ("RNNConfig.dtype.name", True), ("Placement.local_batches", True),
-    ("Placement.no_such_name", False), ("support.draw_inputs", True), ("flax.linen.LSTMCell", True)])
+@pytest.mark.parametrize(
+    "cited, exists",
+    [
+        ("jax_cudnn_rnn.backends.registry.choose", True),
+        ("jax_cudnn_rnn.backends.registry.no_such_name", False),
+        ("jcr.rnn", True),
+        ("jcr.algorithm", False),
+        ("ops.resolve_precision", True),
+        ("ops.no_such_name", False),
+        ("native_extension.NativeExtension.load", True),
+        ("native_extension.NativeExtension.no_such_name", False),
+        ("cudnn.export", True),
+        ("cudnn.no_such_name", False),
+        ("config.num_units", True),
+        ("config.no_such", False),
+        ("RNNConfig.num_units", True),
+        ("RNNConfig.dtype.name", True),
+        ("Placement.local_batches", True),
+        ("Placement.no_such_name", False),
+        ("support.draw_inputs", True),
+        ("flax.linen.LSTMCell", True),
+    ],
+)
 def test_names_resolve_as_they_should(cited, exists):
     assert name_resolves(cited) is exists
 
@@ -318,8 +396,12 @@ def test_a_broken_citation_is_reported(tmp_path, monkeypatch):
     (tmp_path / "jax_cudnn_rnn").mkdir()
     (tmp_path / "jax_cudnn_rnn" / "x.py").write_text(
         '"""Calls ``ops.no_such_name``; see jax_cudnn_rnn/ops.py."""\n\n# docs/no-such-page.md, old_module.py\n'
-        'raise ValueError("jax_cudnn_rnn.algorithm.tuned() lists them")\n')
+        'raise ValueError("jax_cudnn_rnn.algorithm.tuned() lists them")\n'
+    )
     monkeypatch.setitem(globals(), "ROOT", str(tmp_path))  # where the file is read from; what exists is unchanged
     assert broken_citations(["jax_cudnn_rnn/x.py"]) == [
-        "jax_cudnn_rnn/x.py:1: ops.no_such_name", "jax_cudnn_rnn/x.py:3: docs/no-such-page.md",
-        "jax_cudnn_rnn/x.py:3: old_module.py", "jax_cudnn_rnn/x.py:4: jax_cudnn_rnn.algorithm.tuned"]
+        "jax_cudnn_rnn/x.py:1: ops.no_such_name",
+        "jax_cudnn_rnn/x.py:3: docs/no-such-page.md",
+        "jax_cudnn_rnn/x.py:3: old_module.py",
+        "jax_cudnn_rnn/x.py:4: jax_cudnn_rnn.algorithm.tuned",
+    ]

@@ -27,9 +27,27 @@ import jax_cudnn_rnn  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The public modules: the top level's files and the interop folder (backends/, sharding/ and tools/ are the layers
 # behind them). A new public module fails test_every_public_module_is_in_the_reference until the reference has it.
-PUBLIC_MODULES = ["jax_cudnn_rnn"] + [f"jax_cudnn_rnn.{name}" for name in (
-    "config", "layout", "params", "dropout", "ops", "models", "flax", "nnx", "keras", "equinox", "compat", "checkpoint",
-    "interop", "interop.flax_cells", "cudnn", "onednn")]
+PUBLIC_MODULES = ["jax_cudnn_rnn"] + [
+    f"jax_cudnn_rnn.{name}"
+    for name in (
+        "config",
+        "layout",
+        "params",
+        "dropout",
+        "ops",
+        "models",
+        "flax",
+        "nnx",
+        "keras",
+        "equinox",
+        "compat",
+        "checkpoint",
+        "interop",
+        "interop.flax_cells",
+        "cudnn",
+        "onednn",
+    )
+]
 INTERNAL_FOLDERS = {"backends", "cells", "sharding", "tools", "data"}
 # Removed from the documented paths in 0.2.0: aliases that warn until 0.3.0 (CHANGELOG.md), not in the reference.
 DEPRECATED_MODULES = {"jax_cudnn_rnn.xla", "jax_cudnn_rnn.chunking", "jax_cudnn_rnn.flax_cells"}
@@ -38,9 +56,26 @@ DEPRECATED_MODULES = {"jax_cudnn_rnn.xla", "jax_cudnn_rnn.chunking", "jax_cudnn_
 def sphinx_build(out_dir: str) -> subprocess.CompletedProcess:
     """``sphinx-build -E -W --keep-going -b html docs/api out_dir`` over the installed package: every warning (a
     malformed docstring, a name autodoc cannot import, a README section no page shows) fails the build."""
-    return subprocess.run([sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "html",
-                           os.path.join(ROOT, "docs", "api"), out_dir], capture_output=True, text=True, timeout=300,
-                          cwd=out_dir, check=False)  # not the checkout: python -m puts the cwd first on sys.path
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-E",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            os.path.join(ROOT, "docs", "api"),
+            out_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=out_dir,
+        check=False,
+    )  # not the checkout: python -m puts the cwd first on sys.path
 
 
 def documented(inventory_path: str) -> dict[str, str]:
@@ -82,10 +117,16 @@ def test_every_public_name_is_documented(built):
 
 
 def test_every_public_module_is_in_the_reference():
-    found = {f"jax_cudnn_rnn.{m.name}" for m in pkgutil.iter_modules(jax_cudnn_rnn.__path__)
-             if not m.name.startswith("_") and m.name not in INTERNAL_FOLDERS}
-    found |= {f"jax_cudnn_rnn.interop.{m.name}" for m in pkgutil.iter_modules(jax_cudnn_rnn.interop.__path__)
-              if not m.name.startswith("_")}
+    found = {
+        f"jax_cudnn_rnn.{m.name}"
+        for m in pkgutil.iter_modules(jax_cudnn_rnn.__path__)
+        if not m.name.startswith("_") and m.name not in INTERNAL_FOLDERS
+    }
+    found |= {
+        f"jax_cudnn_rnn.interop.{m.name}"
+        for m in pkgutil.iter_modules(jax_cudnn_rnn.interop.__path__)
+        if not m.name.startswith("_")
+    }
     assert found - set(PUBLIC_MODULES) - DEPRECATED_MODULES == set(), "public modules the reference leaves out"
 
 
@@ -102,8 +143,11 @@ def _undocumented(module: types.ModuleType) -> list[str]:
             found.append(f"{module_name}.{name}")
         if not inspect.isclass(value):
             continue
-        own = [c for c in value.__mro__ if c is value or (c.__module__.startswith("jax_cudnn_rnn")
-                                                          and c.__name__.startswith("_"))]
+        own = [
+            c
+            for c in value.__mro__
+            if c is value or (c.__module__.startswith("jax_cudnn_rnn") and c.__name__.startswith("_"))
+        ]
         for cls in own:
             for member, attribute in vars(cls).items():
                 function = getattr(attribute, "__func__", attribute)

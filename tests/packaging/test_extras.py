@@ -44,8 +44,11 @@ def test_expand_follows_the_packages_own_extras():
 def test_the_demo_brings_no_nvidia_library():
     demo = expand("demo", _extras())
     assert {"flax", "optax", "rich", "onednn-cpu-tbb", "tbb", "intel-cmplr-lib-rt"} <= _names(demo), demo
-    nvidia = sorted(r for r in demo if Requirement(r).name.startswith("nvidia")
-                    or any(e.startswith("cuda") for e in Requirement(r).extras))  # jax[cuda13] brings them too
+    nvidia = sorted(
+        r
+        for r in demo
+        if Requirement(r).name.startswith("nvidia") or any(e.startswith("cuda") for e in Requirement(r).extras)
+    )  # jax[cuda13] brings them too
     assert nvidia == [], f"the demo extra pulls NVIDIA libraries into a CPU venv: {nvidia}"
 
 

@@ -55,14 +55,21 @@ def test_the_table_agrees_with_the_running_jaxlib_headers():
     assert native_extension.XLA_FFI_API_OF_JAXLIB[_build_floor()] == (0, 1)
     # The table only ever goes up with the release.
     ordered = sorted(native_extension.XLA_FFI_API_OF_JAXLIB, key=native_extension._release)
-    assert [native_extension.XLA_FFI_API_OF_JAXLIB[r] for r in ordered] == sorted(native_extension.XLA_FFI_API_OF_JAXLIB.values())
+    assert [native_extension.XLA_FFI_API_OF_JAXLIB[r] for r in ordered] == sorted(
+        native_extension.XLA_FFI_API_OF_JAXLIB.values()
+    )
 
 
 def test_without_headers_the_table_answers(monkeypatch):
     """A jaxlib whose wheel ships no headers: the newest listed release at or before it decides."""
     monkeypatch.setattr(native_extension.importlib.util, "find_spec", lambda name: None)
-    for running, want in (("0.9.0", (0, 2)), ("0.9.2", (0, 2)), ("0.11.1.dev20260101", (0, 4)), ("0.13.0", (0, 5)),
-                          ("0.6.0", None)):
+    for running, want in (
+        ("0.9.0", (0, 2)),
+        ("0.9.2", (0, 2)),
+        ("0.11.1.dev20260101", (0, 4)),
+        ("0.13.0", (0, 5)),
+        ("0.6.0", None),
+    ):
         monkeypatch.setattr(native_extension, "_jaxlib_version", lambda running=running: running)
         assert native_extension.running_xla_ffi_api_version() == want, running
 
@@ -83,10 +90,18 @@ def test_a_module_that_records_no_version_is_refused():
     assert "isolated build" in reason
 
 
-@pytest.mark.parametrize("built, running, refused", [
-    ((0, 1), (0, 1), False), ((0, 1), (0, 5), False), ((0, 3), (0, 3), False),
-    ((0, 3), (0, 2), True), ((0, 2), (0, 1), True), ((1, 0), (0, 5), True), ((0, 1), (1, 0), True),
-])
+@pytest.mark.parametrize(
+    "built, running, refused",
+    [
+        ((0, 1), (0, 1), False),
+        ((0, 1), (0, 5), False),
+        ((0, 3), (0, 3), False),
+        ((0, 3), (0, 2), True),
+        ((0, 2), (0, 1), True),
+        ((1, 0), (0, 5), True),
+        ((0, 1), (1, 0), True),
+    ],
+)
 def test_refused_exactly_when_xla_would_refuse(monkeypatch, built, running, refused):
     monkeypatch.setattr(native_extension, "running_xla_ffi_api_version", lambda: running)
     reason = native_extension.ffi_api_refusal("oneDNN extension", "cpu", _Module(built))
@@ -112,8 +127,11 @@ def refused_onednn(monkeypatch):
     built = tuple(onednn.module().XLA_FFI_API_BUILD_VERSION)
     registered = []
     with monkeypatch.context() as patch:
-        patch.setattr(native_extension, "running_xla_ffi_api_version", lambda: (built[0], built[1] - 1) if built[1] else
-                      (built[0] - 1, 99))
+        patch.setattr(
+            native_extension,
+            "running_xla_ffi_api_version",
+            lambda: (built[0], built[1] - 1) if built[1] else (built[0] - 1, 99),
+        )
         patch.setattr(jax.ffi, "register_ffi_target", lambda *args, **kwargs: registered.append(args[0]))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -140,8 +158,11 @@ def test_rnn_falls_back_or_names_the_versions(refused_onednn):
     y, _, _ = jcr.rnn(params, x, h0, h0, cfg)
     want, _, _ = jcr.rnn(params, x, h0, h0, cfg, implementation="xla")
     np.testing.assert_array_equal(np.asarray(y), np.asarray(want))
-    with pytest.raises(RuntimeError, match=r"implementation='onednn' needs the oneDNN extension, which is not "
-                                           r"loaded: .*XLA FFI API"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"implementation='onednn' needs the oneDNN extension, which is not "
+        r"loaded: .*XLA FFI API",
+    ):
         jcr.rnn(params, x, h0, h0, cfg, implementation="onednn")
     assert float(jnp.sum(jnp.ones(3) + 1)) == 6.0
 
@@ -151,8 +172,10 @@ def test_the_loaded_modules_record_an_accepted_build(name):
     """Both modules say what they were compiled against; in CI (an isolated build) that is the pinned floor."""
     extension = cudnn_extension if name == "cudnn" else onednn
     if not extension.extension_loaded():
-        skip_or_fail(f"the {name} extension is not loaded: {extension.extension_error()}",
-                     REQUIRE_EXTENSION if name == "cudnn" else REQUIRE_ONEDNN)
+        skip_or_fail(
+            f"the {name} extension is not loaded: {extension.extension_error()}",
+            REQUIRE_EXTENSION if name == "cudnn" else REQUIRE_ONEDNN,
+        )
     module = extension.module()
     assert tuple(module.XLA_FFI_API_BUILD_VERSION) <= native_extension.running_xla_ffi_api_version()
     if os.environ.get("CI"):

@@ -23,8 +23,14 @@ FLAGS = ("JAX_CUDNN_RNN_REQUIRE_EXTENSION=1", "JAX_CUDNN_RNN_REQUIRE_GPU=1", "PY
 
 def dry_run(*args, **env) -> list[tuple[str, list[str]]]:
     """(stage, command words) for every line the dry run prints."""
-    result = subprocess.run(["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True, timeout=120,
-                            cwd=ROOT, env={**os.environ, "OUT": "/nonexistent/out", "PYTHON": sys.executable, **env})
+    result = subprocess.run(
+        ["bash", SCRIPT, "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "OUT": "/nonexistent/out", "PYTHON": sys.executable, **env},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     commands = []
     for line in result.stdout.splitlines():
@@ -36,7 +42,7 @@ def dry_run(*args, **env) -> list[tuple[str, list[str]]]:
 
 def pytest_args(words: list[str]) -> list[str]:
     """The selection of a printed pytest command: what follows `-m pytest`, without the run-only options."""
-    args = words[words.index("pytest") + 1:]
+    args = words[words.index("pytest") + 1 :]
     selection, skip_next = [], False
     for word in args:
         if skip_next:
@@ -51,9 +57,14 @@ def pytest_args(words: list[str]) -> list[str]:
 def collect(words: list[str]) -> list[str]:
     """The node ids the printed pytest command selects, collected here (the installed package imported, as the
     script's PYTHONSAFEPATH=1 has it, not the checkout's uncompiled copy)."""
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             *pytest_args(words)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                            env={**os.environ, "PYTHONSAFEPATH": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *pytest_args(words)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [line for line in result.stdout.splitlines() if "::" in line]
 
@@ -80,7 +91,7 @@ def test_every_test_command_requires_the_extension_and_a_gpu(runbook_stages):
         if "pytest" not in words:
             continue
         assert words[0] == "env", (stage, words)
-        environment = words[1:words.index(sys.executable)]
+        environment = words[1 : words.index(sys.executable)]
         assert all(flag in environment for flag in FLAGS), (stage, words)
     memcheck = [words for stage, words in runbook_stages if stage == "memcheck"]
     # The log records the kernel and the sanitizer's version; then one run under XLA's platform allocator, so that the
@@ -90,7 +101,7 @@ def test_every_test_command_requires_the_extension_and_a_gpu(runbook_stages):
     sanitizer = run.index("compute-sanitizer")
     assert run[:1] == ["env"] and all(flag in run[:sanitizer] for flag in FLAGS)
     assert "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in run[:sanitizer]
-    assert run[sanitizer:sanitizer + 3] == ["compute-sanitizer", "--tool", "memcheck"]
+    assert run[sanitizer : sanitizer + 3] == ["compute-sanitizer", "--tool", "memcheck"]
     bench = [words for stage, words in runbook_stages if stage == "bench-f"]
     assert "extension_loaded()" in bench[0][-1] and bench[1][-9:-6] == ["bench", "--configs", "F"]
 
@@ -110,20 +121,31 @@ def test_the_stages_select_what_the_runbook_promises(collected):
     assert "tests/cudnn/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn" in collected["load"]
     assert len(names("load", "test_loaded_means_no_error")) == 1
     core = {node.split("::")[1].split("[")[0] for node in collected["core"]}
-    assert {"test_trace_time_queries_go_to_the_named_device",
-            "test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space",
-            "test_cpu_placed_calls_on_a_gpu_host_run_the_xla_implementation", "test_the_recipes_export_runs_on_the_gpu",
-            "test_threads_cudnn", "test_cudnn_bit_identical_across_processes",
-            "test_batch_sharded_over_local_gpus_matches_unsharded"} <= core
+    assert {
+        "test_trace_time_queries_go_to_the_named_device",
+        "test_eager_vjp_twice_reuses_then_rewrites_the_reserve_space",
+        "test_cpu_placed_calls_on_a_gpu_host_run_the_xla_implementation",
+        "test_the_recipes_export_runs_on_the_gpu",
+        "test_threads_cudnn",
+        "test_cudnn_bit_identical_across_processes",
+        "test_batch_sharded_over_local_gpus_matches_unsharded",
+    } <= core
     matrix = names("core", "test_matches_xla")
     assert len(matrix) == 32 and all("-float32-" in node for node in matrix)
     features = collected["features"]
-    assert {"tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[None]",
-            "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[ragged]",
-            "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_in_one_call_and_one_more_chunked",
-            "tests/backends/test_fuzz.py::test_cudnn_matches_the_oracle_and_the_xla_gradients"} <= set(features)
-    for prefix, n in (("test_resets", 10), ("test_options_match_xla", 6), ("test_persist_static_matches_xla", 9),
-                      ("test_dropout_matches_xla", 2), ("test_sequences_longer_than_max_time_steps", 4)):
+    assert {
+        "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[None]",
+        "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_with_gradients_under_the_heuristic_match_xla[ragged]",
+        "tests/cudnn/test_cudnn_gpu.py::test_max_time_steps_in_one_call_and_one_more_chunked",
+        "tests/backends/test_fuzz.py::test_cudnn_matches_the_oracle_and_the_xla_gradients",
+    } <= set(features)
+    for prefix, n in (
+        ("test_resets", 10),
+        ("test_options_match_xla", 6),
+        ("test_persist_static_matches_xla", 9),
+        ("test_dropout_matches_xla", 2),
+        ("test_sequences_longer_than_max_time_steps", 4),
+    ):
         assert len(names("features", prefix)) == n, prefix
     assert len(collected["memcheck"]) == 4
     assert len(names("matrix", "test_matches_xla")) == 96 and len(names("matrix", "test_half_gradients")) == 16
@@ -147,8 +169,9 @@ def test_the_runbook_leaves_out_only_the_leak_check(collected):
 def test_quoting_survives_and_knobs_can_be_empty():
     command = [words for stage, words in dry_run("memcheck", "--", "-k", "lstm or gru")][-1]
     assert command[-2:] == ["-k", "lstm or gru"]
-    first, _ = [words for stage, words in
-                dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')]
+    first, _ = [
+        words for stage, words in dry_run("tests", PYTEST_EXTRA='-k "lstm or gru" tests/cudnn/test_cudnn_gpu.py')
+    ]
     assert first[-3:] == ["-k", "lstm or gru", "tests/cudnn/test_cudnn_gpu.py"]
     (only,) = [words for stage, words in dry_run("tests", PYTEST_EXTRA="", PYTEST_WHOLE="", PYTEST_SELECT="")]
     assert only[-3:] == ["-m", "", "--continue-on-collection-errors"]
@@ -163,15 +186,31 @@ def test_a_carried_wheel_is_installed_instead_of_building(tmp_path):
     for name in (f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl", f"jax_cudnn_rnn-0.1.0-{other}-{other}-any.whl"):
         (tmp_path / name).write_bytes(b"")
     commands = dry_run("--wheel", str(tmp_path), "load", "core")
-    assert commands[0] == ("install", [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
-                                       "--force-reinstall", str(tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-"
-                                                                            "linux_x86_64.whl")])
+    assert commands[0] == (
+        "install",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            str(tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl"),
+        ],
+    )
     assert not any("wheel" in words or "-e" in words for stage, words in commands[1:])
     # A directory without a wheel for this Python stops the run before any stage, saying what to do.
     (tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl").unlink()
     out = tmp_path / "out"
-    result = subprocess.run(["bash", SCRIPT, "--wheel", str(tmp_path), "load"], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT, env={**os.environ, "OUT": str(out), "PYTHON": sys.executable})
+    result = subprocess.run(
+        ["bash", SCRIPT, "--wheel", str(tmp_path), "load"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "OUT": str(out), "PYTHON": sys.executable},
+    )
     assert result.returncode == 1
     assert f"no jax_cudnn_rnn wheel for {tag}" in result.stderr and "wheel stage" in result.stderr
     assert sorted(os.listdir(out)) == ["install.log"]
@@ -179,8 +218,9 @@ def test_a_carried_wheel_is_installed_instead_of_building(tmp_path):
 
 def test_unknown_stages_and_options_are_refused():
     for args, message in ((["nope"], "unknown stage 'nope'"), (["--nope"], "unknown option --nope")):
-        result = subprocess.run(["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True, timeout=60,
-                                cwd=ROOT)
+        result = subprocess.run(
+            ["bash", SCRIPT, "--dry-run", *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
         assert result.returncode == 2 and message in result.stderr
 
 
@@ -188,8 +228,8 @@ def runbook_rows() -> list[tuple[str, str]]:
     """(device command, expected duration) of each numbered row of lab/gpu-verification.md's runbook."""
     with open(os.path.join(ROOT, "lab", "gpu-verification.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text[text.index("## Runbook"):]
-    section = section[:section.index("\n## ", 1)]
+    section = text[text.index("## Runbook") :]
+    section = section[: section.index("\n## ", 1)]
     rows = re.findall(r"^\| (\d) \| `([^`]+)`[^|]*\|([^|]*)\|([^|]*)\|", section, re.MULTILINE)
     assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1))
     return [(command, duration.strip()) for _, command, duration, _ in rows]

@@ -43,7 +43,9 @@ def test_every_jax_floor_agrees():
 def test_the_between_jax_is_between():
     floor = declared()
     table = native_extension.XLA_FFI_API_OF_JAXLIB
-    assert native_extension._release(floor) < native_extension._release(BETWEEN) and table[floor] < table[BETWEEN] < max(table.values())
+    assert native_extension._release(floor) < native_extension._release(BETWEEN) and table[floor] < table[
+        BETWEEN
+    ] < max(table.values())
 
 
 @pytest.mark.floor
@@ -54,10 +56,33 @@ def test_declared_jax_runs_the_isolated_build(built_wheel, tmp_path, jax_version
     run_checked([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = str(venv / "bin" / "python")
     # The cudnn extra too: the cuDNN extension must register its CUDA targets with this jax as well.
-    run_checked([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-                 f"{built_wheel}[cudnn,onednn]", f"jax=={version}", f"jaxlib=={version}"], timeout=900)
-    out = run_checked([python, str(ROOT / "tests" / "floor_smoke.py"), version], timeout=600, cwd=tmp_path,
-                      env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")})
-    for line in ("jnp after import ok", "every implementation ok", "xla jit grad ok",
-                 "custom_partitioning per shard ok", "cuda lowering ok", "platform choice ok"):
+    run_checked(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            f"{built_wheel}[cudnn,onednn]",
+            f"jax=={version}",
+            f"jaxlib=={version}",
+        ],
+        timeout=900,
+    )
+    out = run_checked(
+        [python, str(ROOT / "tests" / "floor_smoke.py"), version],
+        timeout=600,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")},
+    )
+    for line in (
+        "jnp after import ok",
+        "every implementation ok",
+        "xla jit grad ok",
+        "custom_partitioning per shard ok",
+        "cuda lowering ok",
+        "platform choice ok",
+    ):
         assert line in out.splitlines(), out

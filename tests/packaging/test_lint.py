@@ -83,15 +83,19 @@ def test_a_missing_tool_fails_in_ci_and_skips_elsewhere(monkeypatch):
 def test_ruff_check_finds_nothing():
     ruff = _tool("ruff")
     run = _run([ruff, "check", "--no-cache", "--output-format", "concise", "."])
-    assert run.returncode == 0, (f"ruff check found problems ({_version_note(ruff, 'ruff')}); fix them, or run "
-                                 f"`ruff check --fix .` and review its changes:\n{run.stdout}{run.stderr}")
+    assert run.returncode == 0, (
+        f"ruff check found problems ({_version_note(ruff, 'ruff')}); fix them, or run "
+        f"`ruff check --fix .` and review its changes:\n{run.stdout}{run.stderr}"
+    )
 
 
 def test_ruff_format_changes_nothing():
     ruff = _tool("ruff")
     run = _run([ruff, "format", "--no-cache", "--check", "--output-format", "concise", "."])
-    assert run.returncode == 0, (f"ruff format would change these files ({_version_note(ruff, 'ruff')}); run "
-                                 f"`ruff format .`:\n{run.stdout}{run.stderr}")
+    assert run.returncode == 0, (
+        f"ruff format would change these files ({_version_note(ruff, 'ruff')}); run "
+        f"`ruff format .`:\n{run.stdout}{run.stderr}"
+    )
 
 
 def test_cpp_files_are_found():
@@ -106,5 +110,7 @@ def test_clang_format_changes_nothing():
     files = cpp_files()
     style = os.path.join(ROOT, ".clang-format")
     run = _run([clang_format, f"--style=file:{style}", "--dry-run", "--Werror", *files])
-    assert run.returncode == 0, (f"clang-format would change the C++ ({_version_note(clang_format, 'clang-format')}); "
-                                 f"run `clang-format -i` on the files it names:\n{run.stdout}{run.stderr}")
+    assert run.returncode == 0, (
+        f"clang-format would change the C++ ({_version_note(clang_format, 'clang-format')}); "
+        f"run `clang-format -i` on the files it names:\n{run.stdout}{run.stderr}"
+    )

@@ -13,8 +13,10 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 def python_blocks(text):
     """(line number, source) of each fenced block whose info string is ``python``."""
-    return [(text.count("\n", 0, match.start()) + 1, match.group(1))
-            for match in re.finditer(r"^```python[ \t]*\n(.*?)^```[ \t]*$", text, re.MULTILINE | re.DOTALL)]
+    return [
+        (text.count("\n", 0, match.start()) + 1, match.group(1))
+        for match in re.finditer(r"^```python[ \t]*\n(.*?)^```[ \t]*$", text, re.MULTILINE | re.DOTALL)
+    ]
 
 
 with open(README, encoding="utf-8") as _f:
@@ -33,6 +35,7 @@ def test_block_extraction():
 @pytest.mark.parametrize("line, source", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
 def test_readme_block_runs(line, source, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", source], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=600, env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", source], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env, check=False
+    )
     assert result.returncode == 0, f"README.md block at line {line} failed:\n{result.stderr[-3000:]}"

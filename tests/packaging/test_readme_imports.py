@@ -56,16 +56,20 @@ def resolve(path: str):
 
 with open(README, encoding="utf-8") as _f:
     _TEXT = _f.read()
-PATHS = sorted({path for _, source in python_blocks(_TEXT) for path in imported_paths(source)} |
-               set(named_paths(_TEXT)))
+PATHS = sorted(
+    {path for _, source in python_blocks(_TEXT) for path in imported_paths(source)} | set(named_paths(_TEXT))
+)
 
 
 def test_paths_are_found():
-    source = ("import jax, jax_cudnn_rnn as jcr\nfrom jax_cudnn_rnn import checkpoint\n"
-              "from jax_cudnn_rnn.flax import LSTM\n")
+    source = (
+        "import jax, jax_cudnn_rnn as jcr\nfrom jax_cudnn_rnn import checkpoint\nfrom jax_cudnn_rnn.flax import LSTM\n"
+    )
     assert imported_paths(source) == ["jax_cudnn_rnn", "jax_cudnn_rnn.checkpoint", "jax_cudnn_rnn.flax.LSTM"]
     assert named_paths("`jcr.rnn(...)`, `jax_cudnn_rnn.cudnn.export`, jax_cudnn_rnn/ops.py") == [
-        "jax_cudnn_rnn.rnn", "jax_cudnn_rnn.cudnn.export"]
+        "jax_cudnn_rnn.rnn",
+        "jax_cudnn_rnn.cudnn.export",
+    ]
     assert len(PATHS) >= 10 and "jax_cudnn_rnn.cudnn.export" in PATHS and "jax_cudnn_rnn.flax.LSTM" in PATHS
 
 

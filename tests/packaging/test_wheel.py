@@ -100,8 +100,12 @@ def installed_wheel(built_wheel, tmp_path_factory):
     # Nothing but the new environment on the PATH: no compiler, CMake or nvcc can be found, and none is needed.
     env = {**os.environ, "PATH": bin_dir, "CC": "/nonexistent/cc", "CXX": "/nonexistent/c++"}
     env.pop("PYTHONPATH", None)
-    run_checked([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:", f"{wheel}[cudnn,onednn]"], 900,
-                env=env, cwd=tmp_path)
+    run_checked(
+        [os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:", f"{wheel}[cudnn,onednn]"],
+        900,
+        env=env,
+        cwd=tmp_path,
+    )
     return wheel, bin_dir, env, tmp_path
 
 
@@ -116,8 +120,12 @@ def test_wheel_loads_with_an_older_cudnn_runtime(installed_wheel):
     on, here one older than the newest; then the smoke run still passes on it."""
     _, bin_dir, env, cwd = installed_wheel
     python = os.path.join(bin_dir, "python")
-    run_checked([os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:",
-                 f"nvidia-cudnn-cu13=={OLDER_CUDNN}"], 900, env=env, cwd=cwd)
+    run_checked(
+        [os.path.join(bin_dir, "pip"), "install", "-q", "--only-binary=:all:", f"nvidia-cudnn-cu13=={OLDER_CUDNN}"],
+        900,
+        env=env,
+        cwd=cwd,
+    )
     major, minor, patch = map(int, OLDER_CUDNN.split(".")[:3])
     out = run_checked([python, "-c", OLDER_RUNTIME, str(major * 10000 + minor * 100 + patch)], 300, env=env, cwd=cwd)
     assert "older runtime OK" in out

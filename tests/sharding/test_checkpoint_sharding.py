@@ -38,8 +38,11 @@ def eight_devices():
 def _host_state() -> dict:
     rng = np.random.default_rng(0)
     buffer = lambda config: rng.uniform(-1, 1, layout.params_size(config)).astype(np.float32)  # noqa: E731
-    return {"rows": jcr.RNNParams(buffer(ROWS), ROWS), "mixed": jcr.RNNParams(buffer(MIXED), MIXED),
-            "dense": rng.normal(size=(8, 4)).astype(np.float32)}
+    return {
+        "rows": jcr.RNNParams(buffer(ROWS), ROWS),
+        "mixed": jcr.RNNParams(buffer(MIXED), MIXED),
+        "dense": rng.normal(size=(8, 4)).astype(np.float32),
+    }
 
 
 def _placements() -> dict:
@@ -48,9 +51,13 @@ def _placements() -> dict:
 
     devices = np.array(jax.devices())
     line, grid = Mesh(devices, ("batch",)), Mesh(devices.reshape(4, 2), ("data", "model"))
-    return {"replicated": NamedSharding(line, P()), "split": NamedSharding(line, P("batch")),
-            "split_2d": NamedSharding(grid, P(("data", "model"))), "split_model": NamedSharding(grid, P("model")),
-            "device_5": jax.sharding.SingleDeviceSharding(devices[5])}
+    return {
+        "replicated": NamedSharding(line, P()),
+        "split": NamedSharding(line, P("batch")),
+        "split_2d": NamedSharding(grid, P(("data", "model"))),
+        "split_model": NamedSharding(grid, P("model")),
+        "device_5": jax.sharding.SingleDeviceSharding(devices[5]),
+    }
 
 
 def _check(restored, host, sharding, where: str) -> None:
@@ -72,24 +79,33 @@ def _round_trips(directory: str):
     for index, name in enumerate(names):
         state = jax.device_put(host, placements[name])
         canonical, _ = ckpt.to_canonical_tree(state)
-        specs = {f"{rnn}/{tensor}": tuple(getattr(leaf.sharding, "spec", ("single device",)))
-                 for rnn in ("rows", "mixed") for tensor, leaf in layout.flatten_tree(canonical[rnn]).items()}
+        specs = {
+            f"{rnn}/{tensor}": tuple(getattr(leaf.sharding, "spec", ("single device",)))
+            for rnn in ("rows", "mixed")
+            for tensor, leaf in layout.flatten_tree(canonical[rnn]).items()
+        }
         hlo = sharded_canonical._to_tree(MIXED, state["mixed"].buffer.sharding).lower(state["mixed"].buffer).compile()
         collectives = {op: hlo.as_text().count(f"{op}(") for op in ("all-gather", "collective-permute", "all-to-all")}
         checkpointer.save(f"{directory}/{name}", args=ckpt.CanonicalSave(state))
 
         target_name = names[(index + 1) % len(names)]
-        target = jax.tree.map(lambda a, sharding=placements[target_name]: jax.ShapeDtypeStruct(a.shape, a.dtype,
-                                                                                                 sharding=sharding),
-                              host)
+        target = jax.tree.map(
+            lambda a, sharding=placements[target_name]: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), host
+        )
         restored = checkpointer.restore(f"{directory}/{name}", args=ckpt.CanonicalRestore(target))
         _check(restored, host, placements[target_name], f"saved {name}, restored {target_name}:")
         # without shardings in the target, an RNN buffer goes back where it was saved, if that was a NamedSharding
-        restored = checkpointer.restore(f"{directory}/{name}", args=ckpt.CanonicalRestore(
-            {**jax.eval_shape(lambda: host), "dense": target["dense"]}))
+        restored = checkpointer.restore(
+            f"{directory}/{name}",
+            args=ckpt.CanonicalRestore({**jax.eval_shape(lambda: host), "dense": target["dense"]}),
+        )
         recorded = placements[name] if name != "device_5" else jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        _check({k: restored[k] for k in ("rows", "mixed")}, {k: host[k] for k in ("rows", "mixed")}, recorded,
-               f"saved {name}, restored without a sharding:")
+        _check(
+            {k: restored[k] for k in ("rows", "mixed")},
+            {k: host[k] for k in ("rows", "mixed")},
+            recorded,
+            f"saved {name}, restored without a sharding:",
+        )
         report[name] = {"specs": specs, "collectives": collectives}
     return report
 
@@ -105,19 +121,26 @@ def test_every_placement_restores_into_every_other(round_trips):
     assert sorted(report) == ["device_5", "replicated", "split", "split_2d", "split_model"]
 
 
-@pytest.mark.parametrize("name, rows, w_input, rest", [
-    ("replicated", (), (), ()),
-    ("split", ("batch",), (None, "batch"), ()),  # MIXED's recurrent matrices [6, 6] and biases [6]: 8 divides neither
-    ("split_2d", (("data", "model"),), (None, ("data", "model")), ()),
-    ("split_model", ("model",), ("model",), ("model",)),  # 2 divides every first axis
-    ("device_5", ("single device",), ("single device",), ("single device",)),
-])
+@pytest.mark.parametrize(
+    "name, rows, w_input, rest",
+    [
+        ("replicated", (), (), ()),
+        (
+            "split",
+            ("batch",),
+            (None, "batch"),
+            (),
+        ),  # MIXED's recurrent matrices [6, 6] and biases [6]: 8 divides neither
+        ("split_2d", (("data", "model"),), (None, ("data", "model")), ()),
+        ("split_model", ("model",), ("model",), ("model",)),  # 2 divides every first axis
+        ("device_5", ("single device",), ("single device",), ("single device",)),
+    ],
+)
 def test_canonical_tensors_are_saved_split_like_their_buffer(round_trips, name, rows, w_input, rest):
     specs = round_trips[1][name]["specs"]
     assert {spec for tensor, spec in specs.items() if tensor.startswith("rows/")} == {rows}
     assert {spec for tensor, spec in specs.items() if tensor.startswith("mixed/layer_0/forward/w_input")} == {w_input}
-    assert {spec for tensor, spec in specs.items()
-            if tensor.startswith("mixed/") and "w_input" not in tensor} == {rest}
+    assert {spec for tensor, spec in specs.items() if tensor.startswith("mixed/") and "w_input" not in tensor} == {rest}
 
 
 def test_saving_a_split_buffer_gathers_it_once_and_never_exchanges_slices(round_trips):
@@ -136,10 +159,13 @@ def test_a_checkpoint_from_8_devices_restores_on_one(round_trips):
     host = _host_state()
     local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     for name in ("split", "split_2d"):
-        target = {**jax.eval_shape(lambda: host),
-                  "dense": jax.ShapeDtypeStruct(host["dense"].shape, host["dense"].dtype, sharding=local)}
+        target = {
+            **jax.eval_shape(lambda: host),
+            "dense": jax.ShapeDtypeStruct(host["dense"].shape, host["dense"].dtype, sharding=local),
+        }
         restored = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler()).restore(
-            directory / name, args=ckpt.CanonicalRestore(target))
+            directory / name, args=ckpt.CanonicalRestore(target)
+        )
         _check(restored, host, local, f"saved {name}, restored on one device:")
 
 
@@ -158,8 +184,10 @@ def _edge_cases(directory: str):
     assert set(meta["custom_metadata"]["jax_cudnn_rnn"].pop("buffer_shardings")) == {"rows", "mixed"}
     with open(meta_file, "w") as f:
         json.dump(meta, f)
-    target = {**jax.eval_shape(lambda: host), "dense": jax.ShapeDtypeStruct((8, 4), np.float32,
-                                                                            sharding=placements["replicated"])}
+    target = {
+        **jax.eval_shape(lambda: host),
+        "dense": jax.ShapeDtypeStruct((8, 4), np.float32, sharding=placements["replicated"]),
+    }
     restored = checkpointer.restore(f"{directory}/unrecorded", args=ckpt.CanonicalRestore(target))
     for name in ("rows", "mixed"):
         assert restored[name].buffer.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -170,8 +198,12 @@ def _edge_cases(directory: str):
     checkpointer.save(f"{directory}/odd", args=ckpt.CanonicalSave(odd))
     split = NamedSharding(placements["split"].mesh, P("batch"))
     try:
-        checkpointer.restore(f"{directory}/odd", args=ckpt.CanonicalRestore(
-            {"odd": jcr.RNNParams(jax.ShapeDtypeStruct((165,), np.float32, sharding=split), ODD)}))
+        checkpointer.restore(
+            f"{directory}/odd",
+            args=ckpt.CanonicalRestore(
+                {"odd": jcr.RNNParams(jax.ShapeDtypeStruct((165,), np.float32, sharding=split), ODD)}
+            ),
+        )
     except ValueError as e:
         refused = str(e)
     else:

@@ -78,8 +78,11 @@ def test_a_failure_or_a_timeout_is_an_error_with_every_process_story_never_a_han
     assert cluster.run(_whoami) == [(0, 2, 8, 4), (1, 2, 8, 4)]
     monkeypatch.setattr(cluster, "grace", 3)
     started = time.monotonic()
-    with pytest.raises(multiprocess.ClusterError, match=r"(?s)process 0 did not answer in time \(killed\).*"
-                                                         r"process 1 raised:.*ValueError: planted failure"):
+    with pytest.raises(
+        multiprocess.ClusterError,
+        match=r"(?s)process 0 did not answer in time \(killed\).*"
+        r"process 1 raised:.*ValueError: planted failure",
+    ):
         cluster.run(_raise_in_process_1_while_process_0_hangs, timeout=120)
     assert time.monotonic() - started < 60  # process 0 was killed after the grace period, not after 120 s
     with pytest.raises(multiprocess.ClusterError, match=r"(?s)_sleep failed.*process 0 did not answer in time"):
@@ -92,7 +95,7 @@ def test_a_failure_or_a_timeout_is_an_error_with_every_process_story_never_a_han
 # ------------------------------------------------------------------------------------------------ rnn() step
 def _rnn_loss(params, x, h0, c0, lengths):
     y, h_n, c_n = jcr.rnn(params, x, h0, c0, ENCODER, seq_lengths=lengths)
-    return jnp.mean(y ** 2) + jnp.mean(h_n * c_n)
+    return jnp.mean(y**2) + jnp.mean(h_n * c_n)
 
 
 def _sharded_rnn_step():
@@ -104,17 +107,26 @@ def _sharded_rnn_step():
     x, h0, c0, lengths = _batch()
     step = jax.jit(jax.value_and_grad(_rnn_loss))
     batch = _sharding(P(None, "batch"))
-    args = (multiprocess.global_array(params, _sharding(P())), multiprocess.global_array(x, batch),
-            multiprocess.global_array(h0, batch), multiprocess.global_array(c0, batch),
-            multiprocess.global_array(lengths, _sharding(P("batch"))))
+    args = (
+        multiprocess.global_array(params, _sharding(P())),
+        multiprocess.global_array(x, batch),
+        multiprocess.global_array(h0, batch),
+        multiprocess.global_array(c0, batch),
+        multiprocess.global_array(lengths, _sharding(P("batch"))),
+    )
     loss, grad = step(*args)
     assert grad.sharding.is_fully_replicated, grad.sharding
     hlo = step.lower(*args).compile().as_text()
     local_loss, local_grad = step(params, x, h0, c0, lengths)
     assert len(local_grad.devices()) == 1
-    return {"loss": multiprocess.local_copy(loss), "grad": multiprocess.local_copy(grad),
-            "one_device_loss": np.asarray(local_loss), "one_device_grad": np.asarray(local_grad), "params": params,
-            "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")}}
+    return {
+        "loss": multiprocess.local_copy(loss),
+        "grad": multiprocess.local_copy(grad),
+        "one_device_loss": np.asarray(local_loss),
+        "one_device_grad": np.asarray(local_grad),
+        "params": params,
+        "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")},
+    }
 
 
 def test_batch_sharded_rnn_step_equals_one_process(cluster):
@@ -128,7 +140,7 @@ def test_batch_sharded_rnn_step_equals_one_process(cluster):
     # the loss against the float64 oracle, which knows nothing of sharding or of the opaque buffer
     x, h0, c0, lengths = _batch()
     y, h_n, c_n = oracle(ENCODER, first["params"], x, h0, c0, seq_lengths=lengths)
-    np.testing.assert_allclose(first["loss"], np.mean(y ** 2) + np.mean(h_n * c_n), rtol=1e-5)
+    np.testing.assert_allclose(first["loss"], np.mean(y**2) + np.mean(h_n * c_n), rtol=1e-5)
     assert np.abs(first["grad"]).max() > 1e-3
     # each device ran its own rows: no activation crossed devices, only the weight gradient's partial sums did
     assert first["collectives"]["all-gather"] == first["collectives"]["all-to-all"] == 0, first["collectives"]
@@ -168,16 +180,24 @@ def _cudnn_path_with_stand_ins():
 
         def loss(algorithm, p, x, h, c):
             y, h_n, c_n = jcr.rnn(p, x, h, c, ENCODER, implementation="cudnn", algorithm=algorithm)
-            return jnp.sum(y ** 2) + jnp.sum(h_n * c_n)
+            return jnp.sum(y**2) + jnp.sum(h_n * c_n)
 
         batch = _sharding(P(None, "batch"))
-        args = (multiprocess.global_array(params, _sharding(P())), multiprocess.global_array(x, batch),
-                multiprocess.global_array(h0, batch), multiprocess.global_array(c0, batch))
+        args = (
+            multiprocess.global_array(params, _sharding(P())),
+            multiprocess.global_array(x, batch),
+            multiprocess.global_array(h0, batch),
+            multiprocess.global_array(c0, batch),
+        )
         grad = jax.jit(jax.grad(lambda *a: loss("heuristic", *a), argnums=(0, 1, 2, 3)))
         hlo = grad.lower(*args).compile().as_text()
         got = grad(*args)
-        want = jax.grad(lambda p, x, h, c: jnp.sum((lambda y, h_n, c_n: jnp.sum(y ** 2) + jnp.sum(h_n * c_n))(
-            *xla.rnn_xla(p, x, h, c, ENCODER))), argnums=(0, 1, 2, 3))(params, x, h0, c0)
+        want = jax.grad(
+            lambda p, x, h, c: jnp.sum(
+                (lambda y, h_n, c_n: jnp.sum(y**2) + jnp.sum(h_n * c_n))(*xla.rnn_xla(p, x, h, c, ENCODER))
+            ),
+            argnums=(0, 1, 2, 3),
+        )(params, x, h0, c0)
         np.testing.assert_allclose(multiprocess.local_copy(got[0]), want[0], rtol=1e-5, atol=2e-6)
         for array, expected in zip(got[1:], want[1:], strict=True):  # dx, dh0, dc0: this process's rows
             for shard in array.addressable_shards:
@@ -190,9 +210,12 @@ def _cudnn_path_with_stand_ins():
     finally:
         stand_in.__exit__()
         plan.target_device = target_device
-    return {"plans": sorted({(p.algorithm, p.row_bytes, p.local_batches) for p in stand_in.plans}),
-            "local_batch": min(stand_in.batches), "refused": refused,
-            "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")}}
+    return {
+        "plans": sorted({(p.algorithm, p.row_bytes, p.local_batches) for p in stand_in.plans}),
+        "local_batch": min(stand_in.batches),
+        "refused": refused,
+        "collectives": {op: hlo.count(f"{op}(") for op in ("all-gather", "all-to-all", "all-reduce")},
+    }
 
 
 def test_cudnn_path_plans_alike_in_every_process_and_runs_per_shard(cluster):
@@ -253,8 +276,11 @@ def _flax_training(num_steps: int):
     replicated, rows = _sharding(P()), _sharding(P("batch"))
     sharded_state = jax.tree.map(lambda a: multiprocess.global_array(a, replicated), state)
     sharded_step = jax.jit(step, out_shardings=(jax.tree.map(lambda _: replicated, state), replicated))
-    sharded_args = (multiprocess.global_array(x, rows), multiprocess.global_array(labels, rows),
-                    multiprocess.global_array(lengths, rows))
+    sharded_args = (
+        multiprocess.global_array(x, rows),
+        multiprocess.global_array(labels, rows),
+        multiprocess.global_array(lengths, rows),
+    )
     local_step = jax.jit(step)
     losses, local_losses = [], []
     for _ in range(num_steps):
@@ -262,8 +288,12 @@ def _flax_training(num_steps: int):
         state, local_loss = local_step(state, x, labels, lengths)
         losses.append(multiprocess.local_copy(loss))
         local_losses.append(np.asarray(local_loss))
-    return {"params": jax.tree.map(multiprocess.local_copy, sharded_state[0]), "losses": np.array(losses),
-            "one_device_params": jax.tree.map(np.asarray, state[0]), "one_device_losses": np.array(local_losses)}
+    return {
+        "params": jax.tree.map(multiprocess.local_copy, sharded_state[0]),
+        "losses": np.array(losses),
+        "one_device_params": jax.tree.map(np.asarray, state[0]),
+        "one_device_losses": np.array(local_losses),
+    }
 
 
 def test_flax_module_trained_with_optax_across_processes(cluster):
@@ -275,8 +305,9 @@ def test_flax_module_trained_with_optax_across_processes(cluster):
     assert first["losses"][-1] < first["losses"][0]  # it trains
     rnn_params = first["params"]["params"]["LSTM_0"]["rnn_params"]
     assert isinstance(rnn_params, jcr.RNNParams) and rnn_params.config.num_units == 8
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), first["params"],
-                 first["one_device_params"])
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), first["params"], first["one_device_params"]
+    )
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -288,19 +319,25 @@ def _host_state():
 
     @jax.jit  # one compilation instead of an eager dispatch per optax operation
     def make():
-        params = {"encoder": jcr.RNNParams.init(jax.random.key(0), ENCODER),
-                  "decoder": jcr.RNNParams.init(jax.random.key(1), DECODER),
-                  "dense": jnp.linspace(-1, 1, 2 * ENCODER.num_units * DECODER.input_size).reshape(16, 4)}
+        params = {
+            "encoder": jcr.RNNParams.init(jax.random.key(0), ENCODER),
+            "decoder": jcr.RNNParams.init(jax.random.key(1), DECODER),
+            "dense": jnp.linspace(-1, 1, 2 * ENCODER.num_units * DECODER.input_size).reshape(16, 4),
+        }
         grads = jax.tree.map(jnp.cos, params)
         updates, opt_state = OPTIMIZER.update(grads, OPTIMIZER.init(params), params)
-        return {"params": optax.apply_updates(params, updates), "opt_state": opt_state, "step": jnp.int32(1),
-                "carry": (jnp.asarray(h0), jnp.asarray(c0))}
+        return {
+            "params": optax.apply_updates(params, updates),
+            "opt_state": opt_state,
+            "step": jnp.int32(1),
+            "carry": (jnp.asarray(h0), jnp.asarray(c0)),
+        }
 
     return jax.tree.map(np.asarray, make())
 
 
 def _state_shardings(state, layout: str):
-    """"replicated": every leaf on every device. "sharded": the carry split along its batch axis, every other array
+    """ "replicated": every leaf on every device. "sharded": the carry split along its batch axis, every other array
     along its first axis where 8 divides it (params and Adam moments ZeRO-style), replicated where not."""
     from jax.sharding import PartitionSpec as P
 
@@ -327,8 +364,9 @@ def _check_placed(restored, host, shardings) -> int:
     process holds; returns the number of shards checked."""
     assert jax.tree.structure(restored) == jax.tree.structure(host)
     checked = 0
-    for (path, got), want, sharding in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host),
-                                           jax.tree.leaves(shardings), strict=True):
+    for (path, got), want, sharding in zip(
+        jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(host), jax.tree.leaves(shardings), strict=True
+    ):
         where = jax.tree_util.keystr(path)
         assert got.sharding.is_equivalent_to(sharding, np.ndim(want)), (where, got.sharding, sharding)
         assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
@@ -349,8 +387,11 @@ def _checkpoint_round_trip(directory: str, layout: str):
     host = _host_state()
     state = _placed(host, layout)
     canonical, _ = ckpt.to_canonical_tree(state)
-    specs = {path: tuple(leaf.sharding.spec) for path, leaf in buffer_layout.flatten_tree(canonical["params"]).items()
-             if isinstance(leaf, jax.Array)}
+    specs = {
+        path: tuple(leaf.sharding.spec)
+        for path, leaf in buffer_layout.flatten_tree(canonical["params"]).items()
+        if isinstance(leaf, jax.Array)
+    }
     checkpointer = ocp.Checkpointer(ckpt.CanonicalCheckpointHandler())
     checkpointer.save(directory, args=ckpt.CanonicalSave(state))
 
@@ -394,26 +435,31 @@ def test_train_state_round_trips_through_the_handler_in_every_process(cluster, t
 
 def _train_step(state, x, lengths):
     """One Adam step of encoder -> dense -> decoder, carrying the encoder's final state into the next step."""
+
     def loss_fn(params):
         h0, c0 = state["carry"]
         y, h_n, c_n = jcr.rnn(params["encoder"], x, h0, c0, seq_lengths=lengths)
         z = jnp.tanh(y @ params["dense"])
-        y, _, _ = jcr.rnn(params["decoder"], z, jnp.zeros(DECODER.state_shape(x.shape[1])), None,
-                          seq_lengths=lengths)
-        return jnp.mean(y ** 2), (h_n, c_n)
+        y, _, _ = jcr.rnn(params["decoder"], z, jnp.zeros(DECODER.state_shape(x.shape[1])), None, seq_lengths=lengths)
+        return jnp.mean(y**2), (h_n, c_n)
 
     (loss, carry), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
     updates, opt_state = OPTIMIZER.update(grads, state["opt_state"], state["params"])
-    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
-            "step": state["step"] + 1, "carry": jax.lax.stop_gradient(carry)}, loss
+    return {
+        "params": optax.apply_updates(state["params"], updates),
+        "opt_state": opt_state,
+        "step": state["step"] + 1,
+        "carry": jax.lax.stop_gradient(carry),
+    }, loss
 
 
 def _assert_same_shards(got, want):
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True):
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (jax.tree_util.keystr(path), a.sharding, b.sharding)
         for shard_a, shard_b in zip(a.addressable_shards, b.addressable_shards, strict=True):
-            np.testing.assert_array_equal(np.asarray(shard_a.data), np.asarray(shard_b.data),
-                                          err_msg=jax.tree_util.keystr(path))
+            np.testing.assert_array_equal(
+                np.asarray(shard_a.data), np.asarray(shard_b.data), err_msg=jax.tree_util.keystr(path)
+            )
 
 
 def _checkpoint_manager_steps(directory: str, num_steps: int):
@@ -428,8 +474,10 @@ def _checkpoint_manager_steps(directory: str, num_steps: int):
     shardings = _state_shardings(host, "sharded")
     state = _placed(host, "sharded")
     x, _, _, lengths = _batch(seed=2)
-    x, lengths = (multiprocess.global_array(x, _sharding(P(None, "batch"))),
-                  multiprocess.global_array(lengths, _sharding(P("batch"))))
+    x, lengths = (
+        multiprocess.global_array(x, _sharding(P(None, "batch"))),
+        multiprocess.global_array(lengths, _sharding(P("batch"))),
+    )
     step = jax.jit(_train_step, out_shardings=(shardings, _sharding(P())))
     options = ocp.CheckpointManagerOptions(max_to_keep=2)
     states, losses = {}, []
@@ -444,8 +492,12 @@ def _checkpoint_manager_steps(directory: str, num_steps: int):
 
     with ocp.CheckpointManager(directory, options=options) as manager:
         kept = manager.all_steps()
-        restored = {number: manager.restore(number, args=ocp.args.Composite(
-            state=ckpt.CanonicalRestore(_abstract(states[number]))))["state"] for number in kept}
+        restored = {
+            number: manager.restore(
+                number, args=ocp.args.Composite(state=ckpt.CanonicalRestore(_abstract(states[number])))
+            )["state"]
+            for number in kept
+        }
     for number, state in restored.items():
         _assert_same_shards(state, states[number])
     resumed, _ = step(restored[kept[0]], x, lengths)  # training goes on from a restored step exactly as it went

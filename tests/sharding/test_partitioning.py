@@ -168,8 +168,13 @@ def sharded_run(request):
     """The script's run, shared by the tests below; each case in it reports its own lines (or its failure), so one
     failing case fails one test, and a crash of the whole script fails each test with the script's stderr."""
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return subprocess.run([sys.executable, "-c", SCRIPT, request.param, tests],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, request.param, tests],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
 
 
 def _assert_reported(run, case, *expected):
@@ -185,8 +190,13 @@ def _assert_reported(run, case, *expected):
 def test_cudnn_path_runs_per_batch_shard_without_gathering_activations(sharded_run, mesh, local):
     """Forward and gradient: each device runs the kernels on its own rows; the only collective is the weight
     gradient's all-reduce (the forward has none)."""
-    _assert_reported(sharded_run, mesh, f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0",
-                     f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1", f"{mesh} values equal")
+    _assert_reported(
+        sharded_run,
+        mesh,
+        f"{mesh} forward local {local} all-gather 0 all-to-all 0 all-reduce 0",
+        f"{mesh} grad local {local} all-gather 0 all-to-all 0 all-reduce 1",
+        f"{mesh} values equal",
+    )
 
 
 def test_dropout_path_runs_per_batch_shard(sharded_run):
@@ -209,12 +219,15 @@ def test_the_script_ran_to_its_end(sharded_run):
     assert sharded_run.returncode == 0, sharded_run.stderr[-4000:]
 
 
-@pytest.mark.parametrize("where, local_batches", [
-    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), (2, 4, 8, 16)),  # jit, automatic axes
-    (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=("data",)), (4, 16)),  # the split is known
-    (Placement(mesh_axes=(("batch", 8),), batch_axes=()), (16,)),  # known unsplit: no padding for other splits
-    (Placement(), (16,)),  # nothing known (a jit over single-device arrays)
-])
+@pytest.mark.parametrize(
+    "where, local_batches",
+    [
+        (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=None), (2, 4, 8, 16)),  # jit, automatic axes
+        (Placement(mesh_axes=(("data", 4), ("model", 2)), batch_axes=("data",)), (4, 16)),  # the split is known
+        (Placement(mesh_axes=(("batch", 8),), batch_axes=()), (16,)),  # known unsplit: no padding for other splits
+        (Placement(), (16,)),  # nothing known (a jit over single-device arrays)
+    ],
+)
 def test_reserve_rows_fit_the_local_batches_the_placement_allows(monkeypatch, where, local_batches):
     """[B, row_bytes] holds cuDNN's buffer for every local batch the call may run with, and no more: an unsharded
     call wastes less than a byte per row whatever the number of devices."""

@@ -21,8 +21,18 @@ CPU_CONFIGS = {"cpu-lstm", "cpu-gru"}
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     paths = {"json": out / "bench.json", "plot": out / "bench.png", "markdown": out / "bench.md"}
-    code = cli.main(["bench", "--quick", "--json", str(paths["json"]), "--plot", str(paths["plot"]),
-                     "--markdown", str(paths["markdown"])])
+    code = cli.main(
+        [
+            "bench",
+            "--quick",
+            "--json",
+            str(paths["json"]),
+            "--plot",
+            str(paths["plot"]),
+            "--markdown",
+            str(paths["markdown"]),
+        ]
+    )
     return code, paths
 
 
@@ -70,7 +80,8 @@ def test_unavailable_contenders_are_skipped_with_reasons(quick_run):
         skipped = {s["contender"]: s["reason"] for s in data["skipped"]}
         assert skipped["jcr-cudnn"] in (
             "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
-            f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}")
+            f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}",
+        )
     assert all(s["reason"] for s in data["skipped"])
 
 
@@ -92,13 +103,16 @@ def test_unknown_config_is_an_error_naming_the_known_ones(capsys):
     assert all(name in err for name in ("cpu-lstm", "cpu-gru", "A", "F"))
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--warmup-seconds", "-0.5", "must be >= 0.0, got -0.5"),
-    ("--warmup-seconds", "nan", "must be >= 0.0, got nan"),
-    ("--warmup-seconds", "soon", "'soon' is not a number"),
-    ("--repeats", "0", "must be >= 1, got 0"),
-    ("--warmup", "1.5", "'1.5' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--warmup-seconds", "-0.5", "must be >= 0.0, got -0.5"),
+        ("--warmup-seconds", "nan", "must be >= 0.0, got nan"),
+        ("--warmup-seconds", "soon", "'soon' is not a number"),
+        ("--repeats", "0", "must be >= 1, got 0"),
+        ("--warmup", "1.5", "'1.5' is not an integer"),
+    ],
+)
 def test_bad_timing_options_are_errors_naming_the_option(capsys, option, value, message):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["bench", option, value])
@@ -108,8 +122,10 @@ def test_bad_timing_options_are_errors_naming_the_option(capsys, option, value, 
 
 
 def test_ratios():
-    records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms}
-               for name, ms in (("torch", 2.0), ("flax", 4.0), ("jcr-xla", 1.0))]
+    records = [
+        {"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms}
+        for name, ms in (("torch", 2.0), ("flax", 4.0), ("jcr-xla", 1.0))
+    ]
     records.append({"config": "c", "dtype": "bfloat16", "contender": "jcr-xla", "measurement": "fwd", "ms": 1.0})
     measure.add_ratios(records)
     assert [r["ratio_to_torch"] for r in records] == [1.0, 2.0, 0.5, None]
@@ -134,12 +150,18 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
     def step():
         state["peak"] = max(state["peak"], state["allocated"] + 250)
 
-    runner = contenders.Runner(forward=step, train=None, reset_peak=lambda: state.update(peak=state["allocated"]),
-                               peak_bytes=lambda: state["peak"], allocated_bytes=lambda: state["allocated"])
+    runner = contenders.Runner(
+        forward=step,
+        train=None,
+        reset_peak=lambda: state.update(peak=state["allocated"]),
+        peak_bytes=lambda: state["peak"],
+        allocated_bytes=lambda: state["allocated"],
+    )
     measured = measure.measure(runner, contenders.FWD, measure.Timing(repeats=2, warmup=1))
     assert measured["op_bytes"] == 250 and measured["peak_bytes"] == 350 and measured["ms"] >= 0
-    analysed = measure.measure(contenders.Runner(forward=step, train=None, op_bytes={contenders.FWD: 7}),
-                           contenders.FWD, measure.Timing(1, 0))
+    analysed = measure.measure(
+        contenders.Runner(forward=step, train=None, op_bytes={contenders.FWD: 7}), contenders.FWD, measure.Timing(1, 0)
+    )
     assert analysed["op_bytes"] == 7  # no allocator to ask: the analysis' figure
 
 
@@ -173,7 +195,7 @@ def test_table_fits_100_columns_and_every_column_has_a_legend_line():
     report.print_table(console, _widest_rows(), "title")
     lines = console.export_text().splitlines()
     header = next(line for line in lines if line.startswith("config"))
-    table = lines[lines.index(header) - 1:lines.index(header) + 3]  # title, header, rule, row
+    table = lines[lines.index(header) - 1 : lines.index(header) + 3]  # title, header, rule, row
     assert max(len(line.rstrip()) for line in table) <= 100
     assert "12345.67" in "\n".join(lines) and "…" not in "\n".join(lines)  # nothing cut
     legend = " ".join(report.LEGEND)
@@ -181,15 +203,17 @@ def test_table_fits_100_columns_and_every_column_has_a_legend_line():
         assert f"{column}:" in legend or f"{column}," in legend, column
 
 
-@pytest.mark.parametrize("value, text", [(0.4213, "0.42"), (1.0, "1.00"), (12.34, "12.3"), (435.2, "435"),
-                                         (0.000359, "0.00"), (None, "-")])
+@pytest.mark.parametrize(
+    "value, text", [(0.4213, "0.42"), (1.0, "1.00"), (12.34, "12.3"), (435.2, "435"), (0.000359, "0.00"), (None, "-")]
+)
 def test_ratios_never_in_scientific_notation(value, text):
     assert report.ratio_text(value) == text
 
 
 def test_timing_header_reads_as_a_sentence():
     assert measure.describe_timing(measure.Timing(repeats=20, warmup=3, warmup_seconds=0.25)) == (
-        "median of 20 timed runs, after 3 warm-up runs lasting at least 0.25 s")
+        "median of 20 timed runs, after 3 warm-up runs lasting at least 0.25 s"
+    )
     assert measure.describe_timing(measure.Timing(repeats=3, warmup=1)) == "median of 3 timed runs, after 1 warm-up run"
 
 
@@ -197,10 +221,12 @@ def test_skip_reasons_are_plain_sentences():
     if contenders.on_gpu():
         pytest.skip("checks the CPU skip reasons")
     assert contenders.jax_exp_unavailable() == (
-        "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'")
+        "jax.experimental.rnn runs only on a GPU, and JAX's backend here is 'cpu'"
+    )
     assert contenders.implementation_unavailable("cudnn")() in (
         "implementation='cudnn' needs the arrays on a CUDA device, but this call runs on CPU",
-        f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}")
+        f"implementation='cudnn' needs the cuDNN extension, which is not loaded: {jcr.extension_error()}",
+    )
 
 
 def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars():
@@ -209,10 +235,16 @@ def test_plot_panel_is_linear_from_zero_with_the_line_at_one_and_values_on_bars(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [{"config": "A", "dtype": "float32", "contender": "jcr-xla", "measurement": contenders.FWD,
-                "ratio_to_torch": 0.65},
-               {"config": "A", "dtype": "float32", "contender": "flax", "measurement": contenders.FWD,
-                "ratio_to_torch": 1.05}]
+    records = [
+        {
+            "config": "A",
+            "dtype": "float32",
+            "contender": "jcr-xla",
+            "measurement": contenders.FWD,
+            "ratio_to_torch": 0.65,
+        },
+        {"config": "A", "dtype": "float32", "contender": "flax", "measurement": contenders.FWD, "ratio_to_torch": 1.05},
+    ]
     fig, ax = plt.subplots()
     report.plot_panel(ax, records, contenders.FWD)
     assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 1.05
@@ -275,8 +307,22 @@ def test_roofline_fractions(quick_run):
 
 def test_same_process_runs_every_contender_here(tmp_path):
     path = tmp_path / "same.json"
-    assert cli.main(["bench", "--quick", "--same-process", "--configs", "cpu-gru", "--contenders",
-                     "jcr-xla,flax", "--json", str(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--quick",
+                "--same-process",
+                "--configs",
+                "cpu-gru",
+                "--contenders",
+                "jcr-xla,flax",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     data = json.loads(path.read_text())
     assert data["machine"]["isolation"] == "one process" and data["neighbour"] == []
     assert {r["contender"] for r in data["records"]} == {"jcr-xla", "flax"}
@@ -284,8 +330,11 @@ def test_same_process_runs_every_contender_here(tmp_path):
 
 
 def test_rounds_keep_the_middle_round_for_everyone():
-    records = [{"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms, "round": i}
-               for name, times in (("torch", (3.0, 1.0, 2.0)), ("jcr-xla", (5.0, 4.0))) for i, ms in enumerate(times)]
+    records = [
+        {"config": "c", "dtype": "float32", "contender": name, "measurement": "fwd", "ms": ms, "round": i}
+        for name, times in (("torch", (3.0, 1.0, 2.0)), ("jcr-xla", (5.0, 4.0)))
+        for i, ms in enumerate(times)
+    ]
     combined = {r["contender"]: r for r in measure.combine_rounds(records)}
     assert combined["torch"]["ms"] == 2.0 and combined["torch"]["round"] == 2
     assert combined["torch"]["ms_rounds"] == [3.0, 1.0, 2.0]

@@ -22,9 +22,28 @@ from support import saves_in_flight, wait_for_a_save_in_flight
 
 def test_demo_cli_short_run(tmp_path, capsys):
     handler = signal.getsignal(signal.SIGINT)
-    code = cli.main(["demo", "--steps", "5", "--num-units", "16", "--seq-len", "16", "--batch-size", "4",
-                     "--save-every", "2", "--sample-length", "10", "--output-dir", str(tmp_path / "out"),
-                     "--no-progress", "--tolerance", "1e-5"])
+    code = cli.main(
+        [
+            "demo",
+            "--steps",
+            "5",
+            "--num-units",
+            "16",
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "4",
+            "--save-every",
+            "2",
+            "--sample-length",
+            "10",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--tolerance",
+            "1e-5",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert signal.getsignal(signal.SIGINT) is handler  # the demo's Ctrl-C handler lives only while it trains
@@ -46,8 +65,19 @@ def test_cli_help_and_unknown_command(capsys):
     assert cli.main([]) == 2
 
 
-_SMALL = ["--num-units", "16", "--seq-len", "16", "--batch-size", "4", "--save-every", "2", "--sample-length", "5",
-          "--no-progress"]
+_SMALL = [
+    "--num-units",
+    "16",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--save-every",
+    "2",
+    "--sample-length",
+    "5",
+    "--no-progress",
+]
 
 
 def _demo(capsys, out_dir, *flags):
@@ -96,8 +126,11 @@ def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
     assert code == 0, out
     if jcr.extension_loaded() and jax.default_backend() == "gpu":
         expected = "cuDNN"
-    elif jax.default_backend() == "cpu" and onednn.extension_loaded() and onednn.cpu_choice(
-            jcr.RNNConfig("lstm", 1, 128, 128), 32)[1] == "onednn":
+    elif (
+        jax.default_backend() == "cpu"
+        and onednn.extension_loaded()
+        and onednn.cpu_choice(jcr.RNNConfig("lstm", 1, 128, 128), 32)[1] == "onednn"
+    ):
         expected = "oneDNN (implementation 'onednn'"  # the demo's LSTM, where oneDNN trains faster on the CPU
     else:
         expected = "pure JAX (implementation 'xla')"
@@ -105,16 +138,32 @@ def test_demo_says_which_implementation_trained_it(tmp_path, capsys):
 
 
 # A model small enough that a step takes milliseconds, so that the run spends its time saving (every step).
-_TINY = ["--num-units", "8", "--seq-len", "8", "--batch-size", "2", "--embed-size", "4", "--sample-length", "2",
-         "--save-every", "1", "--no-progress"]
+_TINY = [
+    "--num-units",
+    "8",
+    "--seq-len",
+    "8",
+    "--batch-size",
+    "2",
+    "--embed-size",
+    "4",
+    "--sample-length",
+    "2",
+    "--save-every",
+    "1",
+    "--no-progress",
+]
 _TIMEOUT = 60  # seconds for any one demo process; each takes about 10 on 2 CPU cores
 
 
 def _start_demo(out_dir, log, *flags):
     """The demo in its own process, through the command line's module, its output in the file ``log``."""
     with open(log, "w") as output:
-        return subprocess.Popen([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir",
-                                 str(out_dir), *flags], stdout=output, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY, "--output-dir", str(out_dir), *flags],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _complete_steps(out_dir):
@@ -134,9 +183,22 @@ def test_a_run_killed_during_a_save_resumes_from_the_last_complete_step(tmp_path
     last = _complete_steps(out_dir)[-1]
     assert last >= 2 and all(int(name.split(".")[0]) > last for name in interrupted)
 
-    rerun = subprocess.run([sys.executable, "-m", "jax_cudnn_rnn.tools.cli", "demo", *_TINY,
-                            "--output-dir", str(out_dir), "--steps", str(last + 2)],
-                           capture_output=True, text=True, timeout=_TIMEOUT)
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jax_cudnn_rnn.tools.cli",
+            "demo",
+            *_TINY,
+            "--output-dir",
+            str(out_dir),
+            "--steps",
+            str(last + 2),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+    )
     out = re.sub(r"\s+", " ", rerun.stdout)  # rich wraps long lines at the console's width
     assert rerun.returncode == 0, out + rerun.stderr[-3000:]
     assert f"resuming the run in {out_dir} from its checkpoint at step {last} (same settings)" in out
@@ -160,7 +222,8 @@ def test_ctrl_c_stops_after_the_save_in_flight_and_exits_130(tmp_path):
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     assert saves_in_flight(out_dir) == []  # the save that Ctrl-C interrupted was completed, not left half-written
     last = _complete_steps(out_dir)[-1]
-    match = re.search(r"stopped by Ctrl-C at step (\d+); step (\d+) is saved: run the same command to resume from it",
-                      out)
+    match = re.search(
+        r"stopped by Ctrl-C at step (\d+); step (\d+) is saved: run the same command to resume from it", out
+    )
     assert match, out[-3000:]
     assert int(match.group(2)) == last and int(match.group(1)) >= last >= 2

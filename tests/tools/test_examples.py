@@ -9,8 +9,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _run_example(name, *args):
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -54,14 +55,35 @@ def test_data_parallel_example_trains_on_two_processes_and_resumes_on_one(tmp_pa
     env.pop("XLA_FLAGS", None)
     coordinator = f"127.0.0.1:{multiprocess.free_port()}"
     outputs = multiprocess.run_commands(
-        [[sys.executable, script, "--cpu-devices", "4", "--coordinator", coordinator, "--num-processes", "2",
-          "--process-id", str(i), "--steps", "3", "--checkpoint-dir", run] for i in range(2)], timeout=300, env=env)
+        [
+            [
+                sys.executable,
+                script,
+                "--cpu-devices",
+                "4",
+                "--coordinator",
+                coordinator,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--steps",
+                "3",
+                "--checkpoint-dir",
+                run,
+            ]
+            for i in range(2)
+        ],
+        timeout=300,
+        env=env,
+    )
     losses = [[line.split()[-1] for line in out.splitlines() if " loss " in line] for out in outputs]
     assert len(losses[0]) == 3 and losses[0] == losses[1]  # both processes hold the same replicated loss
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["2", "3"]
 
-    (output,) = multiprocess.run_commands([[sys.executable, script, "--cpu-devices", "8", "--steps", "5",
-                                            "--checkpoint-dir", run]], timeout=300, env=env)
+    (output,) = multiprocess.run_commands(
+        [[sys.executable, script, "--cpu-devices", "8", "--steps", "5", "--checkpoint-dir", run]], timeout=300, env=env
+    )
     assert "process 0: resumed from step 3" in output
     resumed = [line for line in output.splitlines() if " loss " in line]
     assert [line.split()[3] for line in resumed] == ["4", "5"], output

@@ -37,7 +37,8 @@ def test_json_report_matches_this_process(capsys):
         build = _extension.build_versions(_extension.module())
         assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
         assert report["extension"]["cudnn_runtime"] == _extension.format_cudnn_version(
-            _extension.module().cudnn_version())
+            _extension.module().cudnn_version()
+        )
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
@@ -58,8 +59,7 @@ def test_the_picked_implementation_is_what_rnn_runs(mode):
 
 def test_text_report_says_why_the_extension_is_not_loaded(capsys, monkeypatch):
     monkeypatch.setattr(_extension.EXTENSION, "_module", None)
-    monkeypatch.setattr(_extension.EXTENSION, "_error",
-                        "the cuDNN extension was not built: no C++ compiler was found")
+    monkeypatch.setattr(_extension.EXTENSION, "_error", "the cuDNN extension was not built: no C++ compiler was found")
     out = _report(capsys)
     assert "cuDNN extension: not loaded" in out
     assert "why: the cuDNN extension was not built: no C++ compiler was found" in out

@@ -62,8 +62,13 @@ class DeviceInfo:
 @functools.cache
 def _facts(device: jax.Device) -> DeviceInfo:
     major, _, minor = str(getattr(device, "compute_capability", "0.0")).partition(".")
-    return DeviceInfo(int(major or 0), int(minor or 0), int(getattr(device, "core_count", 0) or 0),
-                      str(device.device_kind), _ordinal(device))
+    return DeviceInfo(
+        int(major or 0),
+        int(minor or 0),
+        int(getattr(device, "core_count", 0) or 0),
+        str(device.device_kind),
+        _ordinal(device),
+    )
 
 
 def _ordinal(device: jax.Device) -> int:
@@ -109,8 +114,10 @@ def unsupported_reason(algorithm: str, problem: Problem) -> str | None:
     if algorithm == PERSIST_STATIC_SMALL_H:
         limit = _small_h_limit(config, problem.training)
         if config.num_units > limit:
-            return (f"{PERSIST_STATIC_SMALL_H} runs {config.mode} with num_units <= {limit} "
-                    f"({'forward and backward' if problem.training else 'inference'}), got {config.num_units}")
+            return (
+                f"{PERSIST_STATIC_SMALL_H} runs {config.mode} with num_units <= {limit} "
+                f"({'forward and backward' if problem.training else 'inference'}), got {config.num_units}"
+            )
     return None
 
 
@@ -123,15 +130,22 @@ def _persist_static_wins(problem: Problem, device: DeviceInfo) -> bool:
     """PyTorch's use_persist_common_heuristics and use_persist_device_heuristics (aten/src/ATen/native/cudnn/RNN.cpp),
     which it applies to float16 only."""
     config, batch = problem.config, problem.batch
-    if not (config.num_layers == 1 and config.num_directions == 1 and config.num_units <= 1024
-            and config.num_units % 128 == 0 and config.input_size % 128 == 0):
+    if not (
+        config.num_layers == 1
+        and config.num_directions == 1
+        and config.num_units <= 1024
+        and config.num_units % 128 == 0
+        and config.input_size % 128 == 0
+    ):
         return False
     if device.major == 7:
         if device.minor == 5:
             return False
-        return (((batch % 16 == 0 and batch not in (80, 112)) or batch == 8)
-                and ((problem.max_time >= 40 and batch <= 128) or (problem.max_time >= 20 and batch <= 96)
-                     or (problem.max_time >= 10 and batch <= 32)))
+        return ((batch % 16 == 0 and batch not in (80, 112)) or batch == 8) and (
+            (problem.max_time >= 40 and batch <= 128)
+            or (problem.max_time >= 20 and batch <= 96)
+            or (problem.max_time >= 10 and batch <= 32)
+        )
     if device.major >= 8 and device.sm_count >= 98 and device.minor != 6:
         if config.mode == "gru":
             return False
@@ -148,8 +162,11 @@ def heuristic(problem: Problem, device: DeviceInfo) -> str:
         return STANDARD
     if unsupported_reason(PERSIST_STATIC_SMALL_H, problem) is None:
         return PERSIST_STATIC_SMALL_H
-    if (problem.config.dtype.name == "float16" and unsupported_reason(PERSIST_STATIC, problem) is None
-            and _persist_static_wins(problem, device)):
+    if (
+        problem.config.dtype.name == "float16"
+        and unsupported_reason(PERSIST_STATIC, problem) is None
+        and _persist_static_wins(problem, device)
+    ):
         return PERSIST_STATIC
     return STANDARD
 
@@ -201,9 +218,11 @@ def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2,
     ``warmup_seconds`` have passed since the first call returned: that call may compile, and a GPU left idle meanwhile
     clocks down and needs sustained work to clock up again."""
     calls, started = 0, None
+
     def warming() -> bool:
-        return calls < warmup or (warmup_seconds > 0 and (started is None
-                                                           or time.perf_counter() - started < warmup_seconds))
+        return calls < warmup or (
+            warmup_seconds > 0 and (started is None or time.perf_counter() - started < warmup_seconds)
+        )
 
     while warming():
         run()
@@ -243,7 +262,8 @@ def choose(requested: str, problem: Problem, seconds: Callable[[str], float], de
                 "its own GPU and might choose another algorithm, but every process must run the same program. Use "
                 "algorithm=None (the heuristic, the same in every process on the same GPU model) or an explicit "
                 "algorithm, e.g. one that algorithm='autotune' chose in a single-process run "
-                "(jax_cudnn_rnn.backends.cudnn.algorithm.tuned() lists them).")
+                "(jax_cudnn_rnn.backends.cudnn.algorithm.tuned() lists them)."
+            )
         return autotune(problem, seconds, device)
     reason = unsupported_reason(requested, problem)
     if reason is not None:

@@ -88,8 +88,16 @@ def _time_algorithm(problem: algorithm.Problem, chosen: str, device: jax.Device 
 
 
 def _plan(static: Static, x_shape, seq_lengths, training: bool) -> plan.Plan:
-    return plan.plan(static.config, x_shape, seq_lengths is not None, static.allow_tf32, static.algorithm,
-                     static.placement, training, _time_algorithm)
+    return plan.plan(
+        static.config,
+        x_shape,
+        seq_lengths is not None,
+        static.allow_tf32,
+        static.algorithm,
+        static.placement,
+        training,
+        _time_algorithm,
+    )
 
 
 def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, call_plan: plan.Plan | None = None):
@@ -104,20 +112,23 @@ def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, cal
 
     def call(*operands):
         this_plan = call_plan or _plan(static, operands[0].shape, seq_lengths, training=False)
-        local = functools.partial(kernels.forward, plan=this_plan, config=config, allow_tf32=static.allow_tf32,
-                                  training=training)
+        local = functools.partial(
+            kernels.forward, plan=this_plan, config=config, allow_tf32=static.allow_tf32, training=training
+        )
         # The training forward splits the batch as its reserve space is split, which the backward call follows.
         follow = ("out", len(out_axes) - 1) if training else None
-        return partitioning.batch_partitioned(local, batch_axes, out_axes, follow,
-                                              this_plan.local_batches if training else None)(*operands)
+        return partitioning.batch_partitioned(
+            local, batch_axes, out_axes, follow, this_plan.local_batches if training else None
+        )(*operands)
 
     outputs = exporting.guard(*convention.vmapped(call, batch_axes, lstm, training)(*operands))
     y, h_n, c_n, space = convention.forward_outputs(outputs, lstm, training)
     return y, h_n, c_n, (Reserve(space, call_plan) if training else None)
 
 
-def _backward_sharded(params, x, h0, y, dy, dh_n, space, c0, dc_n, seq_lengths, *, static: Static,
-                      call_plan: plan.Plan):
+def _backward_sharded(
+    params, x, h0, y, dy, dh_n, space, c0, dc_n, seq_lengths, *, static: Static, call_plan: plan.Plan
+):
     """The backward passes of one call, per batch shard: (dparams, dx, dh0, dc0 or None, reserve space)."""
     lstm = static.config.has_cell_state
     operands, batch_axes = [params, x, h0, y, dy, dh_n, space], [None, 1, 1, 1, 1, 1, 0]
@@ -131,8 +142,9 @@ def _backward_sharded(params, x, h0, y, dy, dh_n, space, c0, dc_n, seq_lengths, 
     # dparams sums over the batch: per shard a partial sum, added up across the shards. The split follows the
     # reserve space's under the forward's rule (only into planned local batches): where the forward ran whole
     # against XLA's propagated split, the backward then asks for the whole buffer back instead of slices of it.
-    sharded = partitioning.batch_partitioned(local, batch_axes, [None, 1, 1] + [1] * lstm + [0], follow=("in", 6),
-                                             local_batches=call_plan.local_batches)
+    sharded = partitioning.batch_partitioned(
+        local, batch_axes, [None, 1, 1] + [1] * lstm + [0], follow=("in", 6), local_batches=call_plan.local_batches
+    )
     dparams, dx, dh0, *rest = sequential_vmap(sharded)(*operands)
     return dparams, dx, dh0, (rest[0] if lstm else None), rest[-1]
 
@@ -155,8 +167,20 @@ def _backward(static: Static, res: vjp.Residuals, dy, dh_n, dc_n):
             # This vjp function ran before and its backward consumed the reserve space: write it again.
             space = _forward(res.params, res.x, res.h0, res.c0, res.seq_lengths, static, True, call_plan)[3].space
         backward = _backward_donating
-    dparams, dx, dh0, dc0, _ = backward(res.params, res.x, res.h0, res.y, dy, dh_n, space, res.c0, dc_n,
-                                        res.seq_lengths, static=static, call_plan=call_plan)
+    dparams, dx, dh0, dc0, _ = backward(
+        res.params,
+        res.x,
+        res.h0,
+        res.y,
+        dy,
+        dh_n,
+        space,
+        res.c0,
+        dc_n,
+        res.seq_lengths,
+        static=static,
+        call_plan=call_plan,
+    )
     return dparams, dx, dh0, dc0
 
 
@@ -165,8 +189,9 @@ _rnn = vjp.fused_rnn(_forward, _backward)
 
 def kernel_for(call: Call) -> compose.Kernel:
     """cuDNN as the fused kit's kernel for ``call``'s options: its precision, requested algorithm and placement."""
-    static = dict(allow_tf32=call.precision == "tensorfloat32", algorithm=call.cudnn.algorithm,
-                  placement=call.placement)
+    static = dict(
+        allow_tf32=call.precision == "tensorfloat32", algorithm=call.cudnn.algorithm, placement=call.placement
+    )
 
     def run(params, x, h0, c0, config: RNNConfig, seq_lengths):
         return _rnn(params, x, h0, c0, seq_lengths, Static(config, **static))
@@ -177,8 +202,14 @@ def kernel_for(call: Call) -> compose.Kernel:
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on cuDNN, with the xla implementation for resets beyond max_segments."""
     fallback = functools.partial(xla.rnn_xla, precision=call.precision)
-    return compose.run(kernel_for(call), call, inputs, max_time_steps=MAX_TIME_STEPS, fallback=fallback,
-                       max_segments=call.cudnn.max_segments)
+    return compose.run(
+        kernel_for(call),
+        call,
+        inputs,
+        max_time_steps=MAX_TIME_STEPS,
+        fallback=fallback,
+        max_segments=call.cudnn.max_segments,
+    )
 
 
 def unavailable() -> str | None:
@@ -187,9 +218,11 @@ def unavailable() -> str | None:
         return f"the cuDNN extension, which is not loaded: {extension.extension_error()}"
     if not any(placement.lowering_platform(d) == "cuda" for d in jax.local_devices()):
         # Tracing a differentiated call asks cuDNN for its reserve-space size, which needs a live GPU.
-        return (f"a CUDA GPU, but this process sees none (JAX's devices: "
-                f"{', '.join(sorted({d.platform for d in jax.local_devices()}))}); install jax[cuda13] on a machine "
-                "with an NVIDIA GPU, or use implementation='xla'")
+        return (
+            f"a CUDA GPU, but this process sees none (JAX's devices: "
+            f"{', '.join(sorted({d.platform for d in jax.local_devices()}))}); install jax[cuda13] on a machine "
+            "with an NVIDIA GPU, or use implementation='xla'"
+        )
     return None
 
 
@@ -225,24 +258,34 @@ def unsupported(call: Call) -> str | None:
     version = extension.cudnn_version()
     if version is not None and version < BFLOAT16_CUDNN_VERSION:
         wanted = extension.format_cudnn_version(BFLOAT16_CUDNN_VERSION)
-        return (f"cuDNN >= {wanted} for bfloat16 RNNs, but the loaded libcudnn is "
-                f"{extension.format_cudnn_version(version)}: install a newer one (`pip install "
-                f"\"nvidia-cudnn-cu13>={wanted}\"`), or {use_instead}")
+        return (
+            f"cuDNN >= {wanted} for bfloat16 RNNs, but the loaded libcudnn is "
+            f"{extension.format_cudnn_version(version)}: install a newer one (`pip install "
+            f'"nvidia-cudnn-cu13>={wanted}"`), or {use_instead}'
+        )
     for device in plan.planning_devices(call.placement):
         capability = _compute_capability(device)
         if capability is not None and capability < BFLOAT16_COMPUTE_CAPABILITY:
-            return (f"a GPU of compute capability >= {'.'.join(map(str, BFLOAT16_COMPUTE_CAPABILITY))} for bfloat16 "
-                    f"RNNs (Ampere or newer, as PyTorch's supportsBFloat16RNNWithCuDNN), but "
-                    f"{device.device_kind} (CUDA device {algorithm.device_info(device).ordinal}), where this call "
-                    f"may run, has compute capability {'.'.join(map(str, capability))}: {use_instead}")
+            return (
+                f"a GPU of compute capability >= {'.'.join(map(str, BFLOAT16_COMPUTE_CAPABILITY))} for bfloat16 "
+                f"RNNs (Ampere or newer, as PyTorch's supportsBFloat16RNNWithCuDNN), but "
+                f"{device.device_kind} (CUDA device {algorithm.device_info(device).ordinal}), where this call "
+                f"may run, has compute capability {'.'.join(map(str, capability))}: {use_instead}"
+            )
     return None
 
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 """The cells cuDNN's RNN kernels run (cudnnRNNMode_t); another mode is refused by name before any kernel."""
 
-registry.register(registry.Backend(
-    "cudnn", ("cuda",), priority=30,
-    supports=registry.Supports("cuDNN's RNN kernels", modes=MODES, other=lambda call: unsupported(call)),
-    unavailable=lambda: unavailable(), run=rnn,
-    passed_over=lambda call: fallback.passed_over(call, unavailable, unsupported)))
+registry.register(
+    registry.Backend(
+        "cudnn",
+        ("cuda",),
+        priority=30,
+        supports=registry.Supports("cuDNN's RNN kernels", modes=MODES, other=lambda call: unsupported(call)),
+        unavailable=lambda: unavailable(),
+        run=rnn,
+        passed_over=lambda call: fallback.passed_over(call, unavailable, unsupported),
+    )
+)

@@ -28,8 +28,10 @@ _export_guard_p.def_impl(lambda *args: args)
 _export_guard_p.def_abstract_eval(lambda *avals: avals)
 jax_batching.primitive_batchers[_export_guard_p] = lambda args, dims: (_export_guard_p.bind(*args), dims)
 
-EXPORT_ADVICE = ("use implementation='xla' (it exports for every platform), or jax_cudnn_rnn.cudnn.export(...) for "
-                 "a single-device cuDNN function (docs/lowering.md)")
+EXPORT_ADVICE = (
+    "use implementation='xla' (it exports for every platform), or jax_cudnn_rnn.cudnn.export(...) for "
+    "a single-device cuDNN function (docs/lowering.md)"
+)
 
 
 def _export_guard_lowering(ctx, *args):
@@ -40,13 +42,15 @@ def _export_guard_lowering(ctx, *args):
             raise ValueError(
                 f"jax.export of a cuDNN RNN call over {len(devices)} devices is not supported: its batch "
                 "partitioning is a custom_partitioning callback that exists only in this process; export the "
-                f"per-device function (inside jax.shard_map), or {EXPORT_ADVICE}")
+                f"per-device function (inside jax.shard_map), or {EXPORT_ADVICE}"
+            )
         if not getattr(_exporting, "allowed", False):
             raise ValueError(
                 "jax.export of a cuDNN RNN call: its FFI targets (jax_cudnn_rnn_forward, ..._backward_data, "
                 "..._backward_weights) are not among the custom calls JAX guarantees to stay compatible, and a "
                 "differentiated call's reserve-space size was asked of this machine's GPU and cuDNN; "
-                f"{EXPORT_ADVICE}")
+                f"{EXPORT_ADVICE}"
+            )
     return args
 
 
@@ -63,9 +67,13 @@ def export(fn, *, platforms: Sequence[str] = ("cuda",), disabled_checks: Sequenc
 
     Returns the function that ``jax.export.export`` returns (call it with the arguments or their shapes).
     """
-    checks = [*disabled_checks, *(jax.export.DisabledSafetyCheck.custom_call(target)
-                                  for target in (extension.FORWARD_TARGET, extension.BACKWARD_DATA_TARGET,
-                                                 extension.BACKWARD_WEIGHTS_TARGET))]
+    checks = [
+        *disabled_checks,
+        *(
+            jax.export.DisabledSafetyCheck.custom_call(target)
+            for target in (extension.FORWARD_TARGET, extension.BACKWARD_DATA_TARGET, extension.BACKWARD_WEIGHTS_TARGET)
+        ),
+    ]
     exporter = jax.export.export(fn, platforms=platforms, disabled_checks=checks, **kwargs)
 
     def run(*args, **call_kwargs):

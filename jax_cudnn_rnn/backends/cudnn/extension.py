@@ -31,15 +31,25 @@ FORWARD_TARGET = "jax_cudnn_rnn_forward"
 BACKWARD_DATA_TARGET = "jax_cudnn_rnn_backward_data"
 BACKWARD_WEIGHTS_TARGET = "jax_cudnn_rnn_backward_weights"
 
-BUILD_HINT = ("build it with `pip install .` on Linux with a C++17 compiler (the isolated build brings cuDNN and the "
-              "CUDA runtime headers from their wheels), or with `pip install --no-build-isolation -e .` in an "
-              "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
-              "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
-              "error instead of a skip")
+BUILD_HINT = (
+    "build it with `pip install .` on Linux with a C++17 compiler (the isolated build brings cuDNN and the "
+    "CUDA runtime headers from their wheels), or with `pip install --no-build-isolation -e .` in an "
+    "environment with jax, pybind11, nvidia-cudnn-cu13 and the CUDA 13 runtime headers (a CUDA toolkit, "
+    "or nvidia-cuda-runtime and nvidia-cuda-crt); JAX_CUDNN_RNN_CUDA=ON makes a missing dependency a build "
+    "error instead of a skip"
+)
 EXTENSION = native_extension.NativeExtension(
-    "jax_cudnn_rnn._cudnn_rnn", "cuDNN extension", "CUDA", BUILD_HINT, "JAX_CUDNN_RNN_CUDA",
-    library=("libcudnn", "the extension needs cuDNN 9's libcudnn.so.9: `pip install \"jax-cudnn-rnn[cudnn]\"` or "
-                         "`pip install nvidia-cudnn-cu13` brings it"))
+    "jax_cudnn_rnn._cudnn_rnn",
+    "cuDNN extension",
+    "CUDA",
+    BUILD_HINT,
+    "JAX_CUDNN_RNN_CUDA",
+    library=(
+        "libcudnn",
+        'the extension needs cuDNN 9\'s libcudnn.so.9: `pip install "jax-cudnn-rnn[cudnn]"` or '
+        "`pip install nvidia-cudnn-cu13` brings it",
+    ),
+)
 _cudnn_path: str | None = None
 # The cuDNN an isolated build compiles against (pyproject.toml's pin of nvidia-cudnn-cu13, the first cuDNN for CUDA 13),
 # as cudnnGetVersion() reads it: the oldest run-time cuDNN such a build loads with.
@@ -74,34 +84,45 @@ def _distribution_version(name: str) -> str | None:
 
 def runtime_versions(native: ModuleType | None = None) -> dict[str, Any]:
     """What runs now: jax, jaxlib, their XLA FFI API version, and (given the native module) the cuDNN library."""
-    return {"jax": _distribution_version("jax"), "jaxlib": _distribution_version("jaxlib"),
-            "xla_ffi_api": native_extension.running_xla_ffi_api_version(),
-            "cudnn": int(native.cudnn_version()) if native is not None else None}
+    return {
+        "jax": _distribution_version("jax"),
+        "jaxlib": _distribution_version("jaxlib"),
+        "xla_ffi_api": native_extension.running_xla_ffi_api_version(),
+        "cudnn": int(native.cudnn_version()) if native is not None else None,
+    }
 
 
 def build_versions(native: ModuleType) -> dict[str, Any]:
     """What ``native`` was compiled against; "unknown"/None for a module built before these were recorded."""
     ffi_api = getattr(native, "XLA_FFI_API_BUILD_VERSION", None)
-    return {"jaxlib": getattr(native, "JAXLIB_BUILD_VERSION", "unknown"),
-            "xla_ffi_api": tuple(ffi_api) if ffi_api is not None else None,
-            "cudnn": int(native.CUDNN_BUILD_VERSION)}
+    return {
+        "jaxlib": getattr(native, "JAXLIB_BUILD_VERSION", "unknown"),
+        "xla_ffi_api": tuple(ffi_api) if ffi_api is not None else None,
+        "cudnn": int(native.CUDNN_BUILD_VERSION),
+    }
 
 
-def check_versions(build: dict[str, Any], runtime: dict[str, Any], cudnn_path: str | None = None
-                   ) -> tuple[str | None, str | None]:
+def check_versions(
+    build: dict[str, Any], runtime: dict[str, Any], cudnn_path: str | None = None
+) -> tuple[str | None, str | None]:
     """Compares ``build_versions`` with ``runtime_versions``: (why the extension must not load, or None; a note on a
     mismatch it can live with, or None). The XLA FFI API versions are compared before this, for both extensions
     (``native_extension.ffi_api_refusal``)."""
     if runtime["cudnn"] is not None and runtime["cudnn"] < build["cudnn"]:
         where = f" ({cudnn_path})" if cudnn_path else ""
         # A --no-build-isolation build against a newer cuDNN than the one running: an isolated build would load.
-        rebuild = (f", or reinstall the extension from an isolated build (`pip install .` or the binary wheel), which "
-                   f"compiles against cuDNN {format_cudnn_version(CUDNN_FLOOR)} and loads with any newer cuDNN 9"
-                   if runtime["cudnn"] >= CUDNN_FLOOR else "")
-        return (f"the cuDNN extension was built against cuDNN {format_cudnn_version(build['cudnn'])} but the cuDNN "
-                f"library loaded at run time{where} is {format_cudnn_version(runtime['cudnn'])}, which is older and "
-                f"may lack functions or fixes the extension uses; install a newer one with `pip install "
-                f"\"nvidia-cudnn-cu13>={format_cudnn_version(build['cudnn'])}\"`{rebuild}"), None
+        rebuild = (
+            f", or reinstall the extension from an isolated build (`pip install .` or the binary wheel), which "
+            f"compiles against cuDNN {format_cudnn_version(CUDNN_FLOOR)} and loads with any newer cuDNN 9"
+            if runtime["cudnn"] >= CUDNN_FLOOR
+            else ""
+        )
+        return (
+            f"the cuDNN extension was built against cuDNN {format_cudnn_version(build['cudnn'])} but the cuDNN "
+            f"library loaded at run time{where} is {format_cudnn_version(runtime['cudnn'])}, which is older and "
+            f"may lack functions or fixes the extension uses; install a newer one with `pip install "
+            f'"nvidia-cudnn-cu13>={format_cudnn_version(build["cudnn"])}"`{rebuild}'
+        ), None
     return None, None
 
 

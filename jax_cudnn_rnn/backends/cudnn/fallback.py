@@ -18,8 +18,9 @@ class CudnnFallbackWarning(UserWarning):
     the call there): the xla implementation runs instead. Pass ``implementation="xla"`` to choose it on purpose."""
 
 
-def passed_over(call: Call, unavailable: Callable[[], str | None], unsupported: Callable[[Call], str | None]
-                ) -> CudnnFallbackWarning | None:
+def passed_over(
+    call: Call, unavailable: Callable[[], str | None], unsupported: Callable[[Call], str | None]
+) -> CudnnFallbackWarning | None:
     """What to tell a user whose ``call`` with implementation=None runs the xla implementation when lowered for CUDA,
     or None when this process sees no GPU (lowering for CUDA is then an export, not a fallback on the user's GPU).
     ``unavailable``/``unsupported``: the cuDNN backend's own answers."""
@@ -27,12 +28,15 @@ def passed_over(call: Call, unavailable: Callable[[], str | None], unsupported: 
         return CudnnFallbackWarning(
             f"rnn(implementation=None) runs the xla implementation on CUDA, not cuDNN, because the cuDNN extension is "
             f"not loaded: {extension.extension_error()}. To run cuDNN, fix that as it says (the README's GPU install: "
-            f"`pip install \"jax[cuda13]\"`, then this package with its `cuda` extra; `jax-cudnn-rnn info` shows the "
-            f"result); to run the xla implementation on purpose, pass implementation='xla'. Said once per process.")
+            f'`pip install "jax[cuda13]"`, then this package with its `cuda` extra; `jax-cudnn-rnn info` shows the '
+            f"result); to run the xla implementation on purpose, pass implementation='xla'. Said once per process."
+        )
     if unavailable() is not None:
         return None
     reason = unsupported(call)
     if reason is None:
         return None
-    return CudnnFallbackWarning(f"rnn(implementation=None) runs the xla implementation on CUDA for this call, not "
-                                f"cuDNN, which needs {reason}. Said once per process.")
+    return CudnnFallbackWarning(
+        f"rnn(implementation=None) runs the xla implementation on CUDA for this call, not "
+        f"cuDNN, which needs {reason}. Said once per process."
+    )

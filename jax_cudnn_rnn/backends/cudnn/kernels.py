@@ -29,7 +29,8 @@ def forward(x, h0, params, *rest, plan, config: RNNConfig, allow_tf32: bool, tra
     batch = x.shape[1]
     out_types = convention.output_types(config, x, h0, batch * plan.row_bytes if training else None)
     outs = jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
-        x, h0, params, *rest, training=np.bool_(training), **attributes(config, allow_tf32, plan.algorithm))
+        x, h0, params, *rest, training=np.bool_(training), **attributes(config, allow_tf32, plan.algorithm)
+    )
     if training:
         outs = (*outs[:-1], outs[-1].reshape(batch, plan.row_bytes))
     return tuple(outs)
@@ -46,26 +47,46 @@ def backward(params, x, h0, y, dy, dh_n, reserve_space, *rest, plan, config: RNN
     attrs = attributes(config, allow_tf32, plan.algorithm)
     rows = reserve_space.shape
     reserve_space = reserve_space.reshape(-1)
-    out_types = [jax.ShapeDtypeStruct(x.shape, y.dtype), jax.ShapeDtypeStruct(h0.shape, y.dtype),
-                 jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype)]
+    out_types = [
+        jax.ShapeDtypeStruct(x.shape, y.dtype),
+        jax.ShapeDtypeStruct(h0.shape, y.dtype),
+        jax.ShapeDtypeStruct(reserve_space.shape, reserve_space.dtype),
+    ]
     if lstm:
         out_types.append(jax.ShapeDtypeStruct(c0.shape, y.dtype))
     dx, dh0, reserve_space, *dc0 = jax.ffi.ffi_call(
-        extension.BACKWARD_DATA_TARGET, out_types, input_output_aliases={5: 2})(
-        y, dy, h0, dh_n, params, reserve_space, *([c0, dc_n] if lstm else []), *seq_lengths, **attrs)
+        extension.BACKWARD_DATA_TARGET, out_types, input_output_aliases={5: 2}
+    )(y, dy, h0, dh_n, params, reserve_space, *([c0, dc_n] if lstm else []), *seq_lengths, **attrs)
     dparams, reserve_space = jax.ffi.ffi_call(
         extension.BACKWARD_WEIGHTS_TARGET,
         [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(reserve_space.shape, jnp.uint8)],
-        input_output_aliases={3: 1})(x, h0, y, reserve_space, *seq_lengths, **attrs)
+        input_output_aliases={3: 1},
+    )(x, h0, y, reserve_space, *seq_lengths, **attrs)
     return (dparams, dx, dh0, *dc0, reserve_space.reshape(rows))
 
 
-def temp_space_sizes(config: RNNConfig, max_time: int, batch: int, padded: bool, training: bool, allow_tf32: bool,
-                     algorithm: str, device: int = -1) -> tuple[int, int]:
+def temp_space_sizes(
+    config: RNNConfig,
+    max_time: int,
+    batch: int,
+    padded: bool,
+    training: bool,
+    allow_tf32: bool,
+    algorithm: str,
+    device: int = -1,
+) -> tuple[int, int]:
     """(workspace bytes, reserve-space bytes) cuDNN asks for a forward of ``config`` over [max_time, batch]
     full-length sequences under ``algorithm``, asked on CUDA device ``device`` of this process (-1: the current one).
     Needs a GPU."""
     workspace, reserve = extension.module().temp_space_sizes(
-        **convention.config_attributes(config), dtype=config.dtype.name, allow_tf32=allow_tf32, algorithm=algorithm,
-        max_time=max_time, batch=batch, padded=padded, training=training, device=device)
+        **convention.config_attributes(config),
+        dtype=config.dtype.name,
+        allow_tf32=allow_tf32,
+        algorithm=algorithm,
+        max_time=max_time,
+        batch=batch,
+        padded=padded,
+        training=training,
+        device=device,
+    )
     return int(workspace), int(reserve)

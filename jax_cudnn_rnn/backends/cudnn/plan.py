@@ -55,8 +55,16 @@ def temp_space_sizes(problem: algorithm.Problem, chosen: str, device: int = -1) 
     training forward when ``problem.training``, whose workspace also serves both backward passes; the reserve is 0 for
     inference), for full-length sequences, on CUDA device ``device`` of this process (-1: the current one). Needs a
     GPU; cached."""
-    return kernels.temp_space_sizes(problem.config, problem.max_time, problem.batch, problem.padded, problem.training,
-                                    problem.allow_tf32, chosen, device)
+    return kernels.temp_space_sizes(
+        problem.config,
+        problem.max_time,
+        problem.batch,
+        problem.padded,
+        problem.training,
+        problem.allow_tf32,
+        chosen,
+        device,
+    )
 
 
 def reserve_space_size(problem: algorithm.Problem, chosen: str, device: int = -1) -> int:
@@ -118,13 +126,23 @@ def check_processes_agree() -> None:
         return
     kinds = sorted({device.device_kind for device in jax.devices() if device.platform == "gpu"})
     if len(kinds) > 1:
-        raise ValueError(f"implementation='cudnn' with {jax.process_count()} JAX processes needs one GPU model in all "
-                         f"of them (each process plans the call for its own GPU, and every process must run the same "
-                         f"program), but the processes have {', '.join(kinds)}; use implementation='xla'")
+        raise ValueError(
+            f"implementation='cudnn' with {jax.process_count()} JAX processes needs one GPU model in all "
+            f"of them (each process plans the call for its own GPU, and every process must run the same "
+            f"program), but the processes have {', '.join(kinds)}; use implementation='xla'"
+        )
 
 
-def plan(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, requested: str, where: placement.Placement,
-         training: bool, seconds: Timer) -> Plan:
+def plan(
+    config: RNNConfig,
+    x_shape,
+    padded: bool,
+    allow_tf32: bool,
+    requested: str,
+    where: placement.Placement,
+    training: bool,
+    seconds: Timer,
+) -> Plan:
     """The call's plan: the algorithm ``requested`` resolves to for the batch one device is expected to run
     (``where.local_batches``), on the call's device (``seconds`` times one algorithm, for autotune); for training also
     the reserve rows, sized for every local batch the call may run with. When tracing does not know the call's GPU and
@@ -135,25 +153,31 @@ def plan(config: RNNConfig, x_shape, padded: bool, allow_tf32: bool, requested: 
     infos = [algorithm.device_info(device) for device in devices]
     local_batches = where.local_batches(int(x_shape[1]))
     local = problem(config, (x_shape[0], local_batches[0]), padded, allow_tf32, training)
-    choices = {algorithm.choose(requested, local, lambda candidate, device=device: seconds(local, candidate, device),
-                                info) for device, info in zip(devices, infos, strict=True)}
+    choices = {
+        algorithm.choose(requested, local, lambda candidate, device=device: seconds(local, candidate, device), info)
+        for device, info in zip(devices, infos, strict=True)
+    }
     chosen = choices.pop() if len(choices) == 1 else algorithm.STANDARD
     if not training:
         return Plan(chosen, infos[0].ordinal)
     row_bytes, fitting = 0, set(local_batches)
     for info in infos:
-        rows, fits = reserve_row_bytes(problem(config, x_shape, padded, allow_tf32, True), chosen, local_batches,
-                                       info.ordinal)
+        rows, fits = reserve_row_bytes(
+            problem(config, x_shape, padded, allow_tf32, True), chosen, local_batches, info.ordinal
+        )
         row_bytes, fitting = max(row_bytes, rows), fitting & set(fits)
     if not fitting:
-        raise ValueError(f"implementation='cudnn' cannot plan this call for every GPU model of this process: cuDNN "
-                         f"refuses each of the local batches {local_batches} on one of them; commit the arrays to a "
-                         f"NamedSharding or set jax.default_device so that tracing knows the call's GPU")
+        raise ValueError(
+            f"implementation='cudnn' cannot plan this call for every GPU model of this process: cuDNN "
+            f"refuses each of the local batches {local_batches} on one of them; commit the arrays to a "
+            f"NamedSharding or set jax.default_device so that tracing knows the call's GPU"
+        )
     return Plan(chosen, infos[0].ordinal, row_bytes, tuple(b for b in local_batches if b in fitting))
 
 
-def reserve_row_bytes(whole: algorithm.Problem, chosen: str, local_batches: tuple[int, ...],
-                      device: int = -1) -> tuple[int, tuple[int, ...]]:
+def reserve_row_bytes(
+    whole: algorithm.Problem, chosen: str, local_batches: tuple[int, ...], device: int = -1
+) -> tuple[int, tuple[int, ...]]:
     """(bytes per batch row of the reserve-space array [B, row_bytes] of ``whole``'s training forward, the local
     batches those rows fit).
 

@@ -30,18 +30,19 @@ def _fold(array: jax.Array, batched: bool, axis: int, size: int) -> jax.Array:
         array = jnp.broadcast_to(array, (size, *array.shape))
     array = jnp.moveaxis(array, 0, axis)
     shape = array.shape
-    return array.reshape(*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2:])
+    return array.reshape(*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :])
 
 
 def _unfold(array: jax.Array, axis: int, size: int) -> jax.Array:
     """[..., N*B, ...] -> [N, ..., B, ...]."""
     shape = array.shape
-    array = array.reshape(*shape[:axis], size, shape[axis] // size, *shape[axis + 1:])
+    array = array.reshape(*shape[:axis], size, shape[axis] // size, *shape[axis + 1 :])
     return jnp.moveaxis(array, axis, 0)
 
 
-def fold_vmap(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | None],
-              out_axes: Sequence[int]) -> Callable[..., tuple[jax.Array, ...]]:
+def fold_vmap(
+    fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | None], out_axes: Sequence[int]
+) -> Callable[..., tuple[jax.Array, ...]]:
     """Wraps ``fn(*arrays) -> tuple of arrays`` so that ``jax.vmap`` folds the mapped axis into the batch.
 
     Args:
@@ -62,8 +63,10 @@ def fold_vmap(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | No
     def rule(size: int, in_batched: Sequence[bool], *args: jax.Array) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
         if any(batched and axis is None for batched, axis in zip(in_batched, in_axes, strict=True)):
             return _per_element(call, in_batched, args)
-        folded = [arg if axis is None else _fold(arg, batched, axis, size)
-                  for arg, batched, axis in zip(args, in_batched, in_axes, strict=True)]
+        folded = [
+            arg if axis is None else _fold(arg, batched, axis, size)
+            for arg, batched, axis in zip(args, in_batched, in_axes, strict=True)
+        ]
         outs = call(*folded)
         unfolded = tuple(_unfold(out, axis, size) for out, axis in zip(outs, out_axes, strict=True))
         return unfolded, (True,) * len(out_axes)
@@ -71,8 +74,9 @@ def fold_vmap(fn: Callable[..., Sequence[jax.Array]], in_axes: Sequence[int | No
     return call
 
 
-def _per_element(call: Callable[..., tuple[jax.Array, ...]], in_batched: Sequence[bool],
-                 args: Sequence[jax.Array]) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
+def _per_element(
+    call: Callable[..., tuple[jax.Array, ...]], in_batched: Sequence[bool], args: Sequence[jax.Array]
+) -> tuple[tuple[jax.Array, ...], tuple[bool, ...]]:
     """``call`` once per mapped element (``jax.lax.map``), unmapped arguments shared: a custom_vmap rule's result."""
     mapped = [i for i, batched in enumerate(in_batched) if batched]
 

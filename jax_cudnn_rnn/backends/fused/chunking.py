@@ -67,8 +67,17 @@ def _chunk_lengths(seq_lengths: Array | None, start: int, stop: int) -> Array | 
     return None if seq_lengths is None else jnp.clip(seq_lengths - start, 0, stop - start).astype(jnp.int32)
 
 
-def _forward_chunks(run: Runner, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
-                    dropout_masks: Sequence[Array] | None):
+def _forward_chunks(
+    run: Runner,
+    max_steps: int,
+    params,
+    x,
+    h0,
+    c0,
+    config: RNNConfig,
+    seq_lengths,
+    dropout_masks: Sequence[Array] | None,
+):
     """A unidirectional stack over consecutive chunks of ``x``, the state of every layer carried."""
     run = allow_empty(run)
     ys, h, c = [], h0, c0
@@ -80,8 +89,17 @@ def _forward_chunks(run: Runner, max_steps: int, params, x, h0, c0, config: RNNC
     return jnp.concatenate(ys), h, c
 
 
-def _bidirectional_chunks(run: Runner, max_steps: int, params, x, h0, c0, config: RNNConfig, seq_lengths,
-                          dropout_masks: Sequence[Array] | None):
+def _bidirectional_chunks(
+    run: Runner,
+    max_steps: int,
+    params,
+    x,
+    h0,
+    c0,
+    config: RNNConfig,
+    seq_lengths,
+    dropout_masks: Sequence[Array] | None,
+):
     """Layer by layer (``stacking.rnn_with_masks``), each direction of a layer a unidirectional one-layer network over
     its own slice of the buffer, run as ``_forward_chunks``; the backward one over the rows reversed."""
 
@@ -91,8 +109,16 @@ def _bidirectional_chunks(run: Runner, max_steps: int, params, x, h0, c0, config
             states = slice(direction, direction + 1)
             inputs = x if direction == 0 else reverse_rows(x, seq_lengths)
             y, h_last, c_last = _forward_chunks(
-                run, max_steps, layout.sub_params(params, single, 0, direction), inputs, h0[states],
-                None if c0 is None else c0[states], layout.sub_config(single, 0, direction), seq_lengths, None)
+                run,
+                max_steps,
+                layout.sub_params(params, single, 0, direction),
+                inputs,
+                h0[states],
+                None if c0 is None else c0[states],
+                layout.sub_config(single, 0, direction),
+                seq_lengths,
+                None,
+            )
             outputs.append(y if direction == 0 else reverse_rows(y, seq_lengths))
             h_n.append(h_last)
             c_n.append(c_last)
@@ -101,8 +127,17 @@ def _bidirectional_chunks(run: Runner, max_steps: int, params, x, h0, c0, config
     return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
 
 
-def run_chunked(run: Runner, max_steps: int, params: Array, x: Array, h0: Array, c0: Array | None,
-                config: RNNConfig, seq_lengths: Array | None = None, dropout_masks: Sequence[Array] | None = None):
+def run_chunked(
+    run: Runner,
+    max_steps: int,
+    params: Array,
+    x: Array,
+    h0: Array,
+    c0: Array | None,
+    config: RNNConfig,
+    seq_lengths: Array | None = None,
+    dropout_masks: Sequence[Array] | None = None,
+):
     """``run(params, x, h0, c0, config, seq_lengths, dropout_masks)``, as time chunks of at most ``max_steps`` steps
     when x is longer (see the module docstring); lengths may be 0 (an empty sequence).
 
@@ -116,4 +151,3 @@ def run_chunked(run: Runner, max_steps: int, params: Array, x: Array, h0: Array,
         return allow_empty(run)(params, x, h0, c0, config, seq_lengths, dropout_masks)
     chunks = _forward_chunks if config.num_directions == 1 else _bidirectional_chunks
     return chunks(run, max_steps, params, x, h0, c0, config, seq_lengths, dropout_masks)
-

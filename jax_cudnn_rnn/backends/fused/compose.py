@@ -39,9 +39,15 @@ def with_masks(kernel: Kernel) -> Runner:
     return run
 
 
-def run(kernel: Kernel, call: Call, inputs: Inputs, *, max_time_steps: int | None = None,
-        fallback: Callable[..., tuple[Any, Any, Any]] | None = None, max_segments: int | None = None
-        ) -> tuple[Any, Any, Any]:
+def run(
+    kernel: Kernel,
+    call: Call,
+    inputs: Inputs,
+    *,
+    max_time_steps: int | None = None,
+    fallback: Callable[..., tuple[Any, Any, Any]] | None = None,
+    max_segments: int | None = None,
+) -> tuple[Any, Any, Any]:
     """``call`` on ``kernel`` (see the module docstring). ``fallback(params, x, h0, c0, config, seq_lengths,
     dropout_masks, resets=...)`` runs a batch with resets that has more segments than ``max_segments`` (None: twice
     the batch)."""
@@ -57,5 +63,6 @@ def run(kernel: Kernel, call: Call, inputs: Inputs, *, max_time_steps: int | Non
         return chunked(params, x, h0, c0, call.config, seq_lengths, dropout_masks)
     if fallback is None:
         raise ValueError("resets on a fused kernel need a fallback implementation with resets of its own")
-    return segments.rnn_segmented(chunked, fallback, params, x, h0, c0, call.config, seq_lengths, resets,
-                                  dropout_masks, max_segments)
+    return segments.rnn_segmented(
+        chunked, fallback, params, x, h0, c0, call.config, seq_lengths, resets, dropout_masks, max_segments
+    )

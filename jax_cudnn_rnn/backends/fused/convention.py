@@ -33,10 +33,17 @@ time chunks and the reset segments compose, and what they fall back to (the xla 
 def config_attributes(config: RNNConfig) -> dict[str, Any]:
     """The network as both native extensions take it, in the FFI attributes of every handler and as the first keywords
     of their modules' functions (common/rnn_config.h RnnConfigAttrs), with the types the C++ side decodes."""
-    return dict(mode=config.mode, num_layers=np.int64(config.num_layers), num_units=np.int64(config.num_units),
-                input_size=np.int64(config.input_size), proj_size=np.int64(config.proj_size),
-                direction=config.direction, input_mode=config.input_mode, bias_mode=config.bias_mode,
-                cell_clip=np.float64(config.cell_clip or 0.0))  # 0 means no clipping (cell_clip=None)
+    return dict(
+        mode=config.mode,
+        num_layers=np.int64(config.num_layers),
+        num_units=np.int64(config.num_units),
+        input_size=np.int64(config.input_size),
+        proj_size=np.int64(config.proj_size),
+        direction=config.direction,
+        input_mode=config.input_mode,
+        bias_mode=config.bias_mode,
+        cell_clip=np.float64(config.cell_clip or 0.0),
+    )  # 0 means no clipping (cell_clip=None)
 
 
 def forward_operands(x, h0, params, c0, seq_lengths) -> tuple[list[jax.Array], list[int | None]]:
@@ -58,8 +65,10 @@ def output_types(config: RNNConfig, x, h0, reserve_bytes: int | None) -> list[ja
     """The types of a fused forward's outputs: y, h_n, [c_n: lstm], [the reserve space, ``reserve_bytes`` bytes:
     training (``reserve_bytes`` given)]."""
     num_steps, batch, _ = x.shape
-    types = [jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
-             jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    types = [
+        jax.ShapeDtypeStruct((num_steps, batch, config.output_size), x.dtype),
+        jax.ShapeDtypeStruct(h0.shape, x.dtype),
+    ]
     if config.has_cell_state:
         types.append(jax.ShapeDtypeStruct(config.cell_shape(batch), x.dtype))
     if reserve_bytes is not None:
@@ -67,8 +76,9 @@ def output_types(config: RNNConfig, x, h0, reserve_bytes: int | None) -> list[ja
     return types
 
 
-def vmapped(kernel: Callable[..., Sequence[jax.Array]], batch_axes: Sequence[int | None], lstm: bool,
-            training: bool) -> Callable[..., tuple[jax.Array, ...]]:
+def vmapped(
+    kernel: Callable[..., Sequence[jax.Array]], batch_axes: Sequence[int | None], lstm: bool, training: bool
+) -> Callable[..., tuple[jax.Array, ...]]:
     """``kernel`` under ``jax.vmap``: the inference forward folds the mapped axis into its batch (one call,
     ``fold_vmap``); the training forward runs once per mapped element (``sequential_vmap``), since the weight gradient
     its reserve space leads to must stay per element."""

@@ -122,9 +122,19 @@ def _final_states(packed: Array, initial: Array, plan: SegmentPlan, seq_lengths:
     return jnp.where((seq_lengths > 0)[None, :, None], gathered, initial)
 
 
-def rnn_segmented(run: Runner, fallback: Callable[..., tuple[Array, Array, Array | None]], params: Array, x: Array,
-                  h0: Array, c0: Array | None, config: RNNConfig, seq_lengths: Array | None, resets: Array,
-                  dropout_masks: Sequence[Array] | None = None, max_segments: int | None = None):
+def rnn_segmented(
+    run: Runner,
+    fallback: Callable[..., tuple[Array, Array, Array | None]],
+    params: Array,
+    x: Array,
+    h0: Array,
+    c0: Array | None,
+    config: RNNConfig,
+    seq_lengths: Array | None,
+    resets: Array,
+    dropout_masks: Sequence[Array] | None = None,
+    max_segments: int | None = None,
+):
     """``rnn`` with ``resets`` through a fused backend that has no resets of its own (see the module docstring).
 
     Args:
@@ -143,18 +153,25 @@ def rnn_segmented(run: Runner, fallback: Callable[..., tuple[Array, Array, Array
     """
     num_steps, batch, _ = x.shape
     max_segments = default_max_segments(batch) if max_segments is None else max_segments
-    lengths = jnp.full((batch,), num_steps, jnp.int32) if seq_lengths is None else jnp.clip(seq_lengths, 0,
-                                                                                               num_steps)
+    lengths = jnp.full((batch,), num_steps, jnp.int32) if seq_lengths is None else jnp.clip(seq_lengths, 0, num_steps)
     plan = plan_segments(resets, lengths, max_segments)
     directions = config.num_directions
 
     def packed_run(params, x, h0, c0, dropout_masks):
-        y, h_n, c_n = run(params, pack(x, plan), _packed_states(h0, plan, resets, lengths, directions),
-                          None if c0 is None else _packed_states(c0, plan, resets, lengths, directions), config,
-                          jnp.maximum(plan.length, 1),
-                          None if dropout_masks is None else [pack(mask, plan) for mask in dropout_masks])
-        return (unpack(y, plan), _final_states(h_n, h0, plan, lengths, directions),
-                None if c_n is None else _final_states(c_n, c0, plan, lengths, directions))
+        y, h_n, c_n = run(
+            params,
+            pack(x, plan),
+            _packed_states(h0, plan, resets, lengths, directions),
+            None if c0 is None else _packed_states(c0, plan, resets, lengths, directions),
+            config,
+            jnp.maximum(plan.length, 1),
+            None if dropout_masks is None else [pack(mask, plan) for mask in dropout_masks],
+        )
+        return (
+            unpack(y, plan),
+            _final_states(h_n, h0, plan, lengths, directions),
+            None if c_n is None else _final_states(c_n, c0, plan, lengths, directions),
+        )
 
     def fallback_run(params, x, h0, c0, dropout_masks):
         return fallback(params, x, h0, c0, config, seq_lengths, dropout_masks, resets=resets)

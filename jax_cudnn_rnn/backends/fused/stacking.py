@@ -31,12 +31,16 @@ def rnn_with_masks(run_layer: LayerFn, params, x, h0, c0, config: RNNConfig, mas
     layer_input, h_n, c_n = x, [], []
     for layer in range(config.num_layers):
         states = slice(layer * directions, (layer + 1) * directions)
-        y, h_last, c_last = run_layer(layout.sub_params(params, config, layer), layer_input, h0[states],
-                                      None if c0 is None else c0[states], layout.sub_config(config, layer))
+        y, h_last, c_last = run_layer(
+            layout.sub_params(params, config, layer),
+            layer_input,
+            h0[states],
+            None if c0 is None else c0[states],
+            layout.sub_config(config, layer),
+        )
         h_n.append(h_last)
         c_n.append(c_last)
         if masks and layer < config.num_layers - 1:
             y = (y.astype(compute_dtype) * masks[layer]).astype(config.dtype)
         layer_input = y
     return layer_input, jnp.concatenate(h_n), (jnp.concatenate(c_n) if config.has_cell_state else None)
-

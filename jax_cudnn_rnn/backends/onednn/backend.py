@@ -51,8 +51,15 @@ def _projection_rule(call: Call) -> str | None:
     return None
 
 
-SUPPORTS = registry.Supports("oneDNN's RNN primitives", modes=MODES, dtypes=DTYPES, seq_lengths=False, resets=False,
-                             cell_clip=False, other=_projection_rule)
+SUPPORTS = registry.Supports(
+    "oneDNN's RNN primitives",
+    modes=MODES,
+    dtypes=DTYPES,
+    seq_lengths=False,
+    resets=False,
+    cell_clip=False,
+    other=_projection_rule,
+)
 """What oneDNN runs: the rest stays on the xla implementation (the registry asks ``SUPPORTS.why_not``)."""
 
 
@@ -79,9 +86,11 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
 # An Intel Xeon (family 6 model 207, AVX-512 with AVX512-BF16, no AMX) measured on 2026-11-23 favoured xla far more
 # (oneDNN 1.2-25x slower in bfloat16), but under the GNU OpenMP runtime with OMP_WAIT_POLICY=PASSIVE, which cost
 # oneDNN milliseconds per call (issue 30), and with the per-call scratch: not comparable, and not re-measured.
-TABLE_MEASURED = ("2026-11-24 on this project's 2-core AMD EPYC (Zen 4: family 25 model 17, AVX-512 with AVX512-BF16), "
-                  "nothing else running, oneDNN 3.2 on oneTBB, jax 0.10.2, each shape, dtype and implementation in a "
-                  "process of its own")
+TABLE_MEASURED = (
+    "2026-11-24 on this project's 2-core AMD EPYC (Zen 4: family 25 model 17, AVX-512 with AVX512-BF16), "
+    "nothing else running, oneDNN 3.2 on oneTBB, jax 0.10.2, each shape, dtype and implementation in a "
+    "process of its own"
+)
 CPU_TABLE: dict[tuple[str, str], tuple[tuple[float, str, str], ...]] = {
     ("lstm", "float32"): ((math.inf, "onednn", "onednn"),),
     ("lstm", "bfloat16"): ((math.inf, "onednn", "onednn"),),
@@ -118,7 +127,8 @@ def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n):
     lstm = config.has_cell_state
     call = functools.partial(kernels.backward, config=config)
     dparams, dx, dh0, *dc0 = sequential_vmap(call)(
-        res.params, res.x, res.h0, res.y, res.h_n, dy, dh_n, res.reserve, *([res.c0, res.c_n, dc_n] if lstm else []))
+        res.params, res.x, res.h0, res.y, res.h_n, dy, dh_n, res.reserve, *([res.c0, res.c_n, dc_n] if lstm else [])
+    )
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
@@ -206,15 +216,35 @@ def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """What ``rnn(implementation=None)`` runs when it chose oneDNN: oneDNN throughout, or the hybrid the table gives
     (its forward and its training step measured separately)."""
     variant = variant_for(call)
-    return rnn(call, inputs) if variant == ("onednn", "onednn") else compose.run(_as_kernel(_HYBRIDS[variant]), call,
-                                                                                 inputs)
+    return (
+        rnn(call, inputs)
+        if variant == ("onednn", "onednn")
+        else compose.run(_as_kernel(_HYBRIDS[variant]), call, inputs)
+    )
 
 
-registry.register(registry.Backend(
-    "onednn", ("cpu",), priority=20, supports=SUPPORTS, unavailable=lambda: unavailable(), run=rnn,
-    prefers=lambda call: variant_for(call) != ("xla", "xla"), run_default=run_default))
+registry.register(
+    registry.Backend(
+        "onednn",
+        ("cpu",),
+        priority=20,
+        supports=SUPPORTS,
+        unavailable=lambda: unavailable(),
+        run=rnn,
+        prefers=lambda call: variant_for(call) != ("xla", "xla"),
+        run_default=run_default,
+    )
+)
 # The hybrids by name, for tests and the bench that measure them alone; undocumented (the default picks them).
 for _variant, _name in ((("xla", "onednn"), "xla+onednn"), (("onednn", "xla"), "onednn+xla")):
-    registry.register(registry.Backend(
-        _name, ("cpu",), priority=None, supports=SUPPORTS, unavailable=lambda: unavailable(),
-        run=functools.partial(compose.run, _as_kernel(_HYBRIDS[_variant])), public=False))
+    registry.register(
+        registry.Backend(
+            _name,
+            ("cpu",),
+            priority=None,
+            supports=SUPPORTS,
+            unavailable=lambda: unavailable(),
+            run=functools.partial(compose.run, _as_kernel(_HYBRIDS[_variant])),
+            public=False,
+        )
+    )

@@ -17,25 +17,38 @@ from jax_cudnn_rnn.backends import native_extension
 # Targets are registered under these names for platform "cpu"; jax_cudnn_rnn/backends/onednn/kernels.py calls them.
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
 BACKWARD_TARGET = "jax_cudnn_rnn_onednn_backward"
-BUILD_HINT = ("install the package with its `onednn` extra (`pip install \".[onednn]\"`: the isolated build brings "
-              "oneDNN's headers from the onednn-devel-cpu-tbb and tbb-devel wheels on Linux x86_64 with a C++17 "
-              "compiler), or build it with `pip install --no-build-isolation -e .` in an environment with jax, "
-              "pybind11, onednn-devel-cpu-tbb==2023.2.0 and tbb-devel==2021.13.1; JAX_CUDNN_RNN_ONEDNN=ON makes a "
-              "missing oneDNN a build error instead of a skip")
+BUILD_HINT = (
+    'install the package with its `onednn` extra (`pip install ".[onednn]"`: the isolated build brings '
+    "oneDNN's headers from the onednn-devel-cpu-tbb and tbb-devel wheels on Linux x86_64 with a C++17 "
+    "compiler), or build it with `pip install --no-build-isolation -e .` in an environment with jax, "
+    "pybind11, onednn-devel-cpu-tbb==2023.2.0 and tbb-devel==2021.13.1; JAX_CUDNN_RNN_ONEDNN=ON makes a "
+    "missing oneDNN a build error instead of a skip"
+)
 
 EXTENSION = native_extension.NativeExtension(
-    "jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", BUILD_HINT, "JAX_CUDNN_RNN_ONEDNN",
-    library=("cannot open shared object file",
-             "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler runtime "
-             "(libimf.so, libintlc.so.5): `pip install \"jax-cudnn-rnn[onednn]\"` brings them (onednn-cpu-tbb, tbb, "
-             "intel-cmplr-lib-rt)"))
+    "jax_cudnn_rnn._onednn_rnn",
+    "oneDNN extension",
+    "cpu",
+    BUILD_HINT,
+    "JAX_CUDNN_RNN_ONEDNN",
+    library=(
+        "cannot open shared object file",
+        "the extension needs oneDNN 3.2's libdnnl.so.3 on oneTBB (libtbb.so.12) with Intel's compiler runtime "
+        '(libimf.so, libintlc.so.5): `pip install "jax-cudnn-rnn[onednn]"` brings them (onednn-cpu-tbb, tbb, '
+        "intel-cmplr-lib-rt)",
+    ),
+)
 
 # The shared libraries loaded before the extension, per runtime wheel: (distribution, file name), in load order.
 # The TBB wheel's libdnnl.so.3 has no RUNPATH: it finds oneTBB and Intel's compiler runtime (libimf, libintlc, which
 # its wheel does not declare) only when they are already loaded.
 PRELOADS = {
-    "onednn-cpu-tbb": (("tbb", "libtbb.so.12"), ("intel-cmplr-lib-rt", "libintlc.so.5"),
-                       ("intel-cmplr-lib-rt", "libimf.so"), ("onednn-cpu-tbb", "libdnnl.so.3")),
+    "onednn-cpu-tbb": (
+        ("tbb", "libtbb.so.12"),
+        ("intel-cmplr-lib-rt", "libintlc.so.5"),
+        ("intel-cmplr-lib-rt", "libimf.so"),
+        ("onednn-cpu-tbb", "libdnnl.so.3"),
+    ),
     "onednn-cpu-gomp": (("onednn-cpu-gomp", "libdnnl.so.3"),),
 }
 

@@ -47,8 +47,15 @@ def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -
     """Bytes of the reserve space and of the forward's and backward's scratch (from the extension's pool) for one
     call (asked of the extension, which builds and caches the call's primitives: the first call of a shape takes
     milliseconds)."""
-    return dict(extension.module().buffer_sizes(**convention.config_attributes(config), dtype=config.dtype.name,
-                                                max_time=max_time, batch=batch, training=training))
+    return dict(
+        extension.module().buffer_sizes(
+            **convention.config_attributes(config),
+            dtype=config.dtype.name,
+            max_time=max_time,
+            batch=batch,
+            training=training,
+        )
+    )
 
 
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
@@ -56,15 +63,24 @@ def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
     num_steps, batch, _ = x.shape
     reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"] if training else None
     out_types = convention.output_types(config, x, h0, reserve_bytes)
-    return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
-        x, h0, params, *c0, training=np.bool_(training), **attributes(config)))
+    return tuple(
+        jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
+            x, h0, params, *c0, training=np.bool_(training), **attributes(config)
+        )
+    )
 
 
 def backward(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig):
     """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
-    out_types = [jax.ShapeDtypeStruct(params.shape, params.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype),
-                 jax.ShapeDtypeStruct(h0.shape, x.dtype)]
+    out_types = [
+        jax.ShapeDtypeStruct(params.shape, params.dtype),
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(h0.shape, x.dtype),
+    ]
     if lstm_args:
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
-    return tuple(jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
-        params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config)))
+    return tuple(
+        jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
+            params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config)
+        )
+    )

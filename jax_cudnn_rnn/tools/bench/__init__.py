@@ -33,12 +33,14 @@ GEMM_SIZE, QUICK_GEMM_SIZE = 2048, 256
 
 def _names(kind: str, known: Sequence[str]) -> Callable[[str], list[str]]:
     """An argparse ``type`` for a comma-separated list of names from ``known``."""
+
     def parse(text: str) -> list[str]:
         names = [name.strip() for name in text.split(",") if name.strip()]
         unknown = [name for name in names if name not in known]
         if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {kind} {', '.join(map(repr, unknown)) or '(none given)'}; "
-                                             f"known {kind}s: {', '.join(known)}")
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {', '.join(map(repr, unknown)) or '(none given)'}; known {kind}s: {', '.join(known)}"
+            )
         return names
 
     return parse
@@ -46,6 +48,7 @@ def _names(kind: str, known: Sequence[str]) -> Callable[[str], list[str]]:
 
 def _at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[str], Any]:
     """An argparse ``type`` for a ``kind`` (int or float) >= ``minimum``."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -59,42 +62,83 @@ def _at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--configs", type=_names("config", list(CONFIGS)), default=None,
-                        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-F on a GPU, the CPU "
-                             f"ones otherwise: {', '.join(c.name for c in CPU_CONFIGS)})")
-    parser.add_argument("--dtypes", type=_names("dtype", DTYPES), default=None,
-                        help="comma-separated dtypes (default: float32,bfloat16)")
-    parser.add_argument("--contenders", type=_names("contender", list(CONTENDERS)), default=None,
-                        help=f"comma-separated contenders from {', '.join(CONTENDERS)} (default: all)")
-    parser.add_argument("--repeats", type=_at_least(1), default=None,
-                        help=f"timed runs per measurement; the median is kept (default: {DEFAULT_TIMING.repeats}, "
-                             f"{QUICK_TIMING.repeats} with --quick)")
-    parser.add_argument("--warmup", type=_at_least(0), default=None,
-                        help=f"untimed runs before timing (default: {DEFAULT_TIMING.warmup}, "
-                             f"{QUICK_TIMING.warmup} with --quick)")
-    parser.add_argument("--warmup-seconds", type=_at_least(0.0, float), default=None,
-                        help="keep warming up until this many seconds have passed since the first untimed run "
-                             f"returned (default: {DEFAULT_TIMING.warmup_seconds}, {QUICK_TIMING.warmup_seconds} with "
-                             "--quick): a GPU that idled while the step compiled clocks up again before timing")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"CI smoke run: the configs shrunk to at most T={QUICK_SIZES['time']} "
-                             f"B={QUICK_SIZES['batch']} I=H={QUICK_SIZES['hidden']} (default selection: cpu-lstm and "
-                             f"cpu-gru, float32), {QUICK_TIMING.repeats} repeats, {QUICK_TIMING.warmup} warm-up")
-    parser.add_argument("--same-process", action="store_true",
-                        help="time every contender in this one process (the default gives each contender, config "
-                             "and dtype a fresh process, so that none slows or speeds another: threads, settings, "
-                             "caches) and skip the neighbour ratio")
-    parser.add_argument("--rounds", type=_at_least(1), default=1,
-                        help="run the whole grid this many times (each contender in fresh processes each time) and "
-                             "keep each measurement's middle round: a process that ran slow or fast for reasons of "
-                             "its own moves no result (default 1)")
-    parser.add_argument("--neighbour-rounds", type=_at_least(0), default=None,
-                        help="on the CPU, rounds of PyTorch's LSTM forward in a fresh process alone and after this "
-                             "package ran (alternating; the ratio of the medians is reported; 0 skips it; default 2, "
-                             "1 with --quick)")
-    parser.add_argument("--precision", choices=("float32", "tensorfloat32"), default="float32",
-                        help="float32 matmul precision for every contender: strict float32 (default) or TF32 tensor "
-                             "cores (GPU only; PyTorch's own default for cuDNN RNNs is TF32)")
+    parser.add_argument(
+        "--configs",
+        type=_names("config", list(CONFIGS)),
+        default=None,
+        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-F on a GPU, the CPU "
+        f"ones otherwise: {', '.join(c.name for c in CPU_CONFIGS)})",
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=_names("dtype", DTYPES),
+        default=None,
+        help="comma-separated dtypes (default: float32,bfloat16)",
+    )
+    parser.add_argument(
+        "--contenders",
+        type=_names("contender", list(CONTENDERS)),
+        default=None,
+        help=f"comma-separated contenders from {', '.join(CONTENDERS)} (default: all)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=_at_least(1),
+        default=None,
+        help=f"timed runs per measurement; the median is kept (default: {DEFAULT_TIMING.repeats}, "
+        f"{QUICK_TIMING.repeats} with --quick)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_at_least(0),
+        default=None,
+        help=f"untimed runs before timing (default: {DEFAULT_TIMING.warmup}, {QUICK_TIMING.warmup} with --quick)",
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=_at_least(0.0, float),
+        default=None,
+        help="keep warming up until this many seconds have passed since the first untimed run "
+        f"returned (default: {DEFAULT_TIMING.warmup_seconds}, {QUICK_TIMING.warmup_seconds} with "
+        "--quick): a GPU that idled while the step compiled clocks up again before timing",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"CI smoke run: the configs shrunk to at most T={QUICK_SIZES['time']} "
+        f"B={QUICK_SIZES['batch']} I=H={QUICK_SIZES['hidden']} (default selection: cpu-lstm and "
+        f"cpu-gru, float32), {QUICK_TIMING.repeats} repeats, {QUICK_TIMING.warmup} warm-up",
+    )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="time every contender in this one process (the default gives each contender, config "
+        "and dtype a fresh process, so that none slows or speeds another: threads, settings, "
+        "caches) and skip the neighbour ratio",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_at_least(1),
+        default=1,
+        help="run the whole grid this many times (each contender in fresh processes each time) and "
+        "keep each measurement's middle round: a process that ran slow or fast for reasons of "
+        "its own moves no result (default 1)",
+    )
+    parser.add_argument(
+        "--neighbour-rounds",
+        type=_at_least(0),
+        default=None,
+        help="on the CPU, rounds of PyTorch's LSTM forward in a fresh process alone and after this "
+        "package ran (alternating; the ratio of the medians is reported; 0 skips it; default 2, "
+        "1 with --quick)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "tensorfloat32"),
+        default="float32",
+        help="float32 matmul precision for every contender: strict float32 (default) or TF32 tensor "
+        "cores (GPU only; PyTorch's own default for cuDNN RNNs is TF32)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write machine facts and one record per measurement here")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as Markdown here")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar plot of the ratios to PyTorch here")
@@ -128,8 +172,13 @@ def _logger(console: Any) -> Callable[[str, str], None]:
     return log
 
 
-def _neighbour(args: argparse.Namespace, configs: Sequence[contenders.BenchConfig], timing: Timing,
-               log: Callable[[str, str], None], results: measure.Results) -> None:
+def _neighbour(
+    args: argparse.Namespace,
+    configs: Sequence[contenders.BenchConfig],
+    timing: Timing,
+    log: Callable[[str, str], None],
+    results: measure.Results,
+) -> None:
     """The neighbour ratio on every LSTM config in float32, on the CPU, where PyTorch is installed."""
     rounds = args.neighbour_rounds if args.neighbour_rounds is not None else (1 if args.quick else 2)
     torch_missing = contenders.CONTENDERS[contenders.TORCH].unavailable()
@@ -154,15 +203,19 @@ def run(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Timing) if getattr(args, f.name) is not None}
     timing = dataclasses.replace(QUICK_TIMING if args.quick else DEFAULT_TIMING, **overrides)
     facts = report.machine_facts(isolated)
-    log("info", f"{facts['processor']}, {facts['cpu_count']} CPUs, load average {facts['loadavg_start']}; jax "
-                f"{facts['versions']['jax']} on {facts['jax_backend']} ({facts['jax_device_kind']}); "
-                f"{facts['isolation']}; {measure.describe_timing(timing)}")
+    log(
+        "info",
+        f"{facts['processor']}, {facts['cpu_count']} CPUs, load average {facts['loadavg_start']}; jax "
+        f"{facts['versions']['jax']} on {facts['jax_backend']} ({facts['jax_device_kind']}); "
+        f"{facts['isolation']}; {measure.describe_timing(timing)}",
+    )
     for c in configs:
         log("info", f"  {c.name}: {c.describe()}")
     if isolated and not contenders.on_gpu():  # the CPU's roofline; its worker processes keep it from the timings
         frameworks = ["jax"] + ([] if contenders.CONTENDERS[contenders.TORCH].unavailable() else ["torch"])
-        facts["gemm_gflops"] = measure.gemm_throughput(dtypes, QUICK_GEMM_SIZE if args.quick else GEMM_SIZE, timing,
-                                                    frameworks, log)
+        facts["gemm_gflops"] = measure.gemm_throughput(
+            dtypes, QUICK_GEMM_SIZE if args.quick else GEMM_SIZE, timing, frameworks, log
+        )
     results = measure.run_all(configs, dtypes, chosen, timing, log, isolated, args.precision, args.rounds)
     _neighbour(args, configs, timing, log, results)
     report.add_roofline(results.records, facts.get("gemm_gflops") or {})
@@ -170,14 +223,26 @@ def run(args: argparse.Namespace) -> int:
     rows = report.table_rows(results.records)
     report.print_table(console, rows, f"milliseconds, {measure.describe_timing(timing)}, {facts['isolation']}")
     if facts.get("gemm_gflops"):
-        report.print_table(console, report.roofline_rows(results.records),
-                           f"roofline: GEMM throughput {facts['gemm_gflops']} GFLOP/s", report.ROOFLINE_COLUMNS, ())
+        report.print_table(
+            console,
+            report.roofline_rows(results.records),
+            f"roofline: GEMM throughput {facts['gemm_gflops']} GFLOP/s",
+            report.ROOFLINE_COLUMNS,
+            (),
+        )
     for line in report.neighbour_lines(results.neighbour):
         log("info", line)
     log("info", f"load average {facts['loadavg_start']} at the start, {facts['loadavg_end']} at the end")
-    settings = {"configs": [dataclasses.asdict(c) for c in configs], "dtypes": dtypes,
-                "contenders": [c.name for c in chosen], **dataclasses.asdict(timing), "quick": args.quick,
-                "precision": args.precision, "isolation": facts["isolation"], "rounds": args.rounds}
+    settings = {
+        "configs": [dataclasses.asdict(c) for c in configs],
+        "dtypes": dtypes,
+        "contenders": [c.name for c in chosen],
+        **dataclasses.asdict(timing),
+        "quick": args.quick,
+        "precision": args.precision,
+        "isolation": facts["isolation"],
+        "rounds": args.rounds,
+    }
     if args.json:
         report.write_json(args.json, facts, settings, results)
     if args.markdown:

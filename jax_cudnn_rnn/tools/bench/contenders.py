@@ -50,15 +50,25 @@ class BenchConfig:
     def rnn_config(self, dtype: str) -> Any:
         import jax_cudnn_rnn as jcr
 
-        return jcr.RNNConfig(mode=self.mode, num_layers=self.num_layers, num_units=self.hidden,
-                             input_size=self.input_size, direction=self.direction, dtype=dtype)
+        return jcr.RNNConfig(
+            mode=self.mode,
+            num_layers=self.num_layers,
+            num_units=self.hidden,
+            input_size=self.input_size,
+            direction=self.direction,
+            dtype=dtype,
+        )
 
     def describe(self) -> str:
         layers = f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}"
-        extras = [layers] + (["bidirectional"] if self.bidirectional else []) + (
-            ["inference only"] if self.inference_only else [])
-        return (f"{self.mode.upper()} T={self.time} B={self.batch} I={self.input_size} H={self.hidden}, "
-                + ", ".join(extras))
+        extras = (
+            [layers]
+            + (["bidirectional"] if self.bidirectional else [])
+            + (["inference only"] if self.inference_only else [])
+        )
+        return f"{self.mode.upper()} T={self.time} B={self.batch} I={self.input_size} H={self.hidden}, " + ", ".join(
+            extras
+        )
 
     def shrunk(self) -> BenchConfig:
         """The ``--quick`` form: the same network shape with tiny sizes."""
@@ -72,8 +82,9 @@ class BenchConfig:
         total = 0.0
         for layer in range(self.num_layers):
             layer_input = self.input_size if layer == 0 else directions * self.hidden
-            total += directions * 2.0 * self.time * self.batch * self.num_gates * self.hidden * (
-                layer_input + self.hidden)
+            total += (
+                directions * 2.0 * self.time * self.batch * self.num_gates * self.hidden * (layer_input + self.hidden)
+            )
         return total if measurement == FWD else 3 * total
 
 
@@ -134,8 +145,13 @@ def _memory_analysis(fn: Any, *args: Any) -> Any:
         return None
 
 
-def _jax_runner(forward: Callable[..., Any], loss: Callable[..., Any], args: tuple[Any, ...],
-                inference_only: bool, extra_bytes: dict[str, int | None] | None = None) -> Runner:
+def _jax_runner(
+    forward: Callable[..., Any],
+    loss: Callable[..., Any],
+    args: tuple[Any, ...],
+    inference_only: bool,
+    extra_bytes: dict[str, int | None] | None = None,
+) -> Runner:
     """Jits ``forward(*args)`` and the gradient of ``loss(*args)`` with respect to its first two arguments.
     ``extra_bytes``: per measurement, device memory the step takes outside XLA's buffers (cuDNN's workspace)."""
     import jax
@@ -145,7 +161,7 @@ def _jax_runner(forward: Callable[..., Any], loss: Callable[..., Any], args: tup
     runner = Runner(forward=lambda: jax.block_until_ready(fwd(*args)), train=None, peak_bytes=_jax_peak_bytes)
     if not inference_only:
         runner.train = lambda: jax.block_until_ready(grad(*args))
-    for measurement, fn in ((FWD, fwd), (TRAIN, grad))[:1 if inference_only else 2]:
+    for measurement, fn in ((FWD, fwd), (TRAIN, grad))[: 1 if inference_only else 2]:
         stats = _memory_analysis(fn, *args)
         if stats is None:
             continue
@@ -189,8 +205,11 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
 
     call = Call(cfg, bc.time, bc.batch)
     picked = implementation or registry.implementation_for(x, call)
-    extra = {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)} \
-        if picked == "cudnn" else onednn_scratch(bc, cfg, implementation, call)
+    extra = (
+        {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)}
+        if picked == "cudnn"
+        else onednn_scratch(bc, cfg, implementation, call)
+    )
     runner = _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only, extra)
     if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
         runner.notes["implementation"] = picked
@@ -250,6 +269,7 @@ def implementation_unsupported(name: str) -> Callable[[BenchConfig, str], str | 
 def _module_missing(module: str) -> Callable[[], str | None]:
     """Whether ``module`` is installed, asked without importing it (the process that asks times nothing; the one
     that times it reports a failed import as a skip)."""
+
     def check() -> str | None:
         try:
             found = importlib.util.find_spec(module) is not None
@@ -297,16 +317,27 @@ def _build_jax_exp(bc: BenchConfig, dtype: str) -> Runner:
     from jax.experimental import rnn as exp_rnn
 
     bidirectional = bc.bidirectional
-    weights = exp_rnn.init_lstm_weight(jax.random.key(0), bc.input_size, bc.hidden, bc.num_layers,
-                                       bidirectional).astype(dtype)
+    weights = exp_rnn.init_lstm_weight(
+        jax.random.key(0), bc.input_size, bc.hidden, bc.num_layers, bidirectional
+    ).astype(dtype)
     x = jnp.asarray(np.swapaxes(inputs(bc), 0, 1), dtype=dtype)
     state_shape = (bc.num_layers * (2 if bidirectional else 1), bc.batch, bc.hidden)
     h0, c0 = jnp.zeros(state_shape, dtype), jnp.zeros(state_shape, dtype)
     lengths = jnp.full((bc.batch,), bc.time, jnp.int32)
 
     def forward(weights: Any, x: Any) -> Any:
-        return exp_rnn.lstm(x, h0, c0, weights, lengths, input_size=bc.input_size, hidden_size=bc.hidden,
-                            num_layers=bc.num_layers, dropout=0.0, bidirectional=bidirectional)[0]
+        return exp_rnn.lstm(
+            x,
+            h0,
+            c0,
+            weights,
+            lengths,
+            input_size=bc.input_size,
+            hidden_size=bc.hidden,
+            num_layers=bc.num_layers,
+            dropout=0.0,
+            bidirectional=bidirectional,
+        )[0]
 
     return _jax_runner(forward, lambda w, x: _sum_squares(forward(w, x)), (weights, x), bc.inference_only)
 
@@ -323,8 +354,20 @@ def jax_exp_unavailable() -> str | None:
 
         weights = exp_rnn.init_lstm_weight(jax.random.key(0), 2, 2, 1, False)
         zeros = jnp.zeros((1, 1, 2))
-        jax.block_until_ready(exp_rnn.lstm(zeros, zeros, zeros, weights, jnp.ones((1,), jnp.int32), input_size=2,
-                                           hidden_size=2, num_layers=1, dropout=0.0, bidirectional=False))
+        jax.block_until_ready(
+            exp_rnn.lstm(
+                zeros,
+                zeros,
+                zeros,
+                weights,
+                jnp.ones((1,), jnp.int32),
+                input_size=2,
+                hidden_size=2,
+                num_layers=1,
+                dropout=0.0,
+                bidirectional=False,
+            )
+        )
     except Exception as e:  # noqa: BLE001 - any failure means it does not run on this backend
         return f"jax.experimental.rnn failed on a tiny probe call here ({short(e)})"
     return None
@@ -357,11 +400,14 @@ def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
         sync()
 
     on_cuda = device.type == "cuda"
-    return Runner(forward=forward, train=None if bc.inference_only else train,
-                  reset_peak=torch.cuda.reset_peak_memory_stats if on_cuda else (lambda: None),
-                  peak_bytes=torch.cuda.max_memory_allocated if on_cuda else (lambda: None),
-                  allocated_bytes=torch.cuda.memory_allocated if on_cuda else (lambda: None),
-                  notes={"torch_num_threads": torch.get_num_threads()})
+    return Runner(
+        forward=forward,
+        train=None if bc.inference_only else train,
+        reset_peak=torch.cuda.reset_peak_memory_stats if on_cuda else (lambda: None),
+        peak_bytes=torch.cuda.max_memory_allocated if on_cuda else (lambda: None),
+        allocated_bytes=torch.cuda.memory_allocated if on_cuda else (lambda: None),
+        notes={"torch_num_threads": torch.get_num_threads()},
+    )
 
 
 def set_torch_precision(precision: str) -> None:
@@ -397,18 +443,33 @@ class Contender:
     framework: str = "jax"
 
 
-CONTENDERS = {c.name: c for c in (
-    Contender("jcr-cudnn", lambda bc, dt: _build_jcr(bc, dt, "cudnn"), implementation_unavailable("cudnn"),
-              implementation_unsupported("cudnn"), ours=True, imports_package=True),
-    Contender("jcr-onednn", lambda bc, dt: _build_jcr(bc, dt, "onednn"), implementation_unavailable("onednn"),
-              implementation_unsupported("onednn"), ours=True, imports_package=True),
-    Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
-    # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
-    Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True, imports_package=True),
-    Contender(FLAX, _build_flax, _module_missing("flax")),
-    Contender("jax-exp-rnn", _build_jax_exp, jax_exp_unavailable, _lstm_only),
-    Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
-)}
+CONTENDERS = {
+    c.name: c
+    for c in (
+        Contender(
+            "jcr-cudnn",
+            lambda bc, dt: _build_jcr(bc, dt, "cudnn"),
+            implementation_unavailable("cudnn"),
+            implementation_unsupported("cudnn"),
+            ours=True,
+            imports_package=True,
+        ),
+        Contender(
+            "jcr-onednn",
+            lambda bc, dt: _build_jcr(bc, dt, "onednn"),
+            implementation_unavailable("onednn"),
+            implementation_unsupported("onednn"),
+            ours=True,
+            imports_package=True,
+        ),
+        Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
+        # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
+        Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True, imports_package=True),
+        Contender(FLAX, _build_flax, _module_missing("flax")),
+        Contender("jax-exp-rnn", _build_jax_exp, jax_exp_unavailable, _lstm_only),
+        Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
+    )
+}
 
 
 def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:

@@ -34,6 +34,7 @@ else:  # run by path as a worker: this folder is sys.path[0], and this package s
 class Timing:
     """How each measurement is timed: the median of ``repeats`` runs after at least ``warmup`` untimed runs and at
     least ``warmup_seconds`` of them (``median_seconds``)."""
+
     repeats: int
     warmup: int
     warmup_seconds: float = 0.0
@@ -57,8 +58,9 @@ def median_seconds(run: Callable[[], object], timing: Timing) -> float:
     ``timing.warmup`` runs and then more until ``timing.warmup_seconds`` have passed since the first one returned
     (that one may compile; a GPU left idle meanwhile clocks down and needs sustained work to clock up again)."""
     calls, started = 0, None
-    while calls < timing.warmup or (timing.warmup_seconds > 0 and (
-            started is None or time.perf_counter() - started < timing.warmup_seconds)):
+    while calls < timing.warmup or (
+        timing.warmup_seconds > 0 and (started is None or time.perf_counter() - started < timing.warmup_seconds)
+    ):
         run()
         calls += 1
         started = time.perf_counter() if started is None else started
@@ -83,8 +85,12 @@ def process_facts() -> dict[str, Any]:
     """The running process's threads, PyTorch's thread counts where PyTorch is imported, whether this package is
     imported, and the load average."""
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
-    facts: dict[str, Any] = {"pid": os.getpid(), "threads": threads, "package_imported": C.PACKAGE in sys.modules,
-                             "loadavg": loadavg()}
+    facts: dict[str, Any] = {
+        "pid": os.getpid(),
+        "threads": threads,
+        "package_imported": C.PACKAGE in sys.modules,
+        "loadavg": loadavg(),
+    }
     torch = sys.modules.get("torch")
     if torch is not None:
         facts["torch_num_threads"] = torch.get_num_threads()
@@ -123,9 +129,18 @@ def run_one(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timin
         if measurement == C.TRAIN and runner.train is None:
             continue
         start_load = loadavg()
-        records.append({"config": bc.name, "dtype": dtype, "contender": contender.name, "measurement": measurement,
-                        **measure(runner, measurement, timing), "gflop": bc.gemm_flops(measurement) / 1e9,
-                        "loadavg_1min": start_load[0] if start_load else None, **runner.notes})
+        records.append(
+            {
+                "config": bc.name,
+                "dtype": dtype,
+                "contender": contender.name,
+                "measurement": measurement,
+                **measure(runner, measurement, timing),
+                "gflop": bc.gemm_flops(measurement) / 1e9,
+                "loadavg_1min": start_load[0] if start_load else None,
+                **runner.notes,
+            }
+        )
     return records
 
 
@@ -139,8 +154,14 @@ def _outcome(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timi
 
 def _in_worker(job: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
     """Runs ``job`` in a fresh Python process (this file as a worker) and returns its result."""
-    worker = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker"], input=json.dumps(job),
-                            capture_output=True, text=True, timeout=timeout, check=False)
+    worker = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--worker"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     lines = worker.stdout.strip().splitlines()
     if worker.returncode != 0 or not lines:
         tail = (worker.stderr or worker.stdout).strip().splitlines()[-3:]
@@ -148,10 +169,17 @@ def _in_worker(job: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def _contender_job(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timing,
-                   precision: str) -> dict[str, Any]:
-    return {"kind": "contender", "contender": contender.name, "config": dataclasses.asdict(bc), "dtype": dtype,
-            "timing": dataclasses.asdict(timing), "precision": precision}
+def _contender_job(
+    contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timing, precision: str
+) -> dict[str, Any]:
+    return {
+        "kind": "contender",
+        "contender": contender.name,
+        "config": dataclasses.asdict(bc),
+        "dtype": dtype,
+        "timing": dataclasses.asdict(timing),
+        "precision": precision,
+    }
 
 
 def _with_precision(precision: str, contender: C.Contender, fn: Callable[[], Any]) -> Any:
@@ -166,8 +194,16 @@ def _with_precision(precision: str, contender: C.Contender, fn: Callable[[], Any
         return fn()
 
 
-def run_guarded(results: Results, log: Callable[[str, str], None], contender: C.Contender, bc: C.BenchConfig,
-                dtype: str, timing: Timing, isolated: bool, precision: str) -> None:
+def run_guarded(
+    results: Results,
+    log: Callable[[str, str], None],
+    contender: C.Contender,
+    bc: C.BenchConfig,
+    dtype: str,
+    timing: Timing,
+    isolated: bool,
+    precision: str,
+) -> None:
     """Times ``contender`` (in a worker process when ``isolated``) and stores its records, skip or error."""
     where = f"{bc.name} {dtype} {contender.name}"
     entry = {"config": bc.name, "dtype": dtype, "contender": contender.name}
@@ -193,9 +229,16 @@ def run_guarded(results: Results, log: Callable[[str, str], None], contender: C.
         log("ok", f"{where}: " + ", ".join(f"{r['measurement']} {r['ms']:.3f} ms" for r in records))
 
 
-def run_all(configs: Sequence[C.BenchConfig], dtypes: Sequence[str], contenders: Sequence[C.Contender],
-            timing: Timing, log: Callable[[str, str], None], isolated: bool = True,
-            precision: str = "float32", rounds: int = 1) -> Results:
+def run_all(
+    configs: Sequence[C.BenchConfig],
+    dtypes: Sequence[str],
+    contenders: Sequence[C.Contender],
+    timing: Timing,
+    log: Callable[[str, str], None],
+    isolated: bool = True,
+    precision: str = "float32",
+    rounds: int = 1,
+) -> Results:
     """Runs every contender on every config and dtype, each in a process of its own when ``isolated``, ``rounds``
     times over the whole grid; ``log(kind, text)`` gets one line per result ("ok"), skip ("skip") or error ("error").
     Each measurement's record is its middle round's (``combine_rounds``)."""
@@ -237,6 +280,7 @@ def combine_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def add_ratios(records: list[dict[str, Any]]) -> None:
     """Sets ``ratio_to_torch`` and ``ratio_to_flax``: ms / the peer's ms for the same config, dtype, measurement."""
+
     def key(record: dict[str, Any]) -> tuple[str, str, str]:
         return record["config"], record["dtype"], record["measurement"]
 
@@ -274,16 +318,22 @@ def _neighbour_outcome(bc: C.BenchConfig, dtype: str, timing: Timing, with_packa
     return {"ms": ms, "ran": ran}
 
 
-def neighbour(bc: C.BenchConfig, dtype: str, timing: Timing, rounds: int,
-              log: Callable[[str, str], None]) -> dict[str, Any]:
+def neighbour(
+    bc: C.BenchConfig, dtype: str, timing: Timing, rounds: int, log: Callable[[str, str], None]
+) -> dict[str, Any]:
     """PyTorch's forward on ``bc`` in a fresh process alone and in one that ran this package first, ``rounds`` times
     each, alternating; the ratio of the medians (target: within 1.15)."""
     times: dict[str, list[float]] = {"alone": [], "after_package": []}
     ran: list[str] = []
     for _ in range(rounds):
         for key in times:
-            job = {"kind": "neighbour", "config": dataclasses.asdict(bc), "dtype": dtype,
-                   "timing": dataclasses.asdict(timing), "with_package": key == "after_package"}
+            job = {
+                "kind": "neighbour",
+                "config": dataclasses.asdict(bc),
+                "dtype": dtype,
+                "timing": dataclasses.asdict(timing),
+                "with_package": key == "after_package",
+            }
             outcome = _in_worker(job)
             if "error" in outcome:
                 log("error", f"neighbour {bc.name} {dtype} ({key}): {outcome['error']}")
@@ -291,25 +341,42 @@ def neighbour(bc: C.BenchConfig, dtype: str, timing: Timing, rounds: int,
             times[key].append(outcome["ms"])
             ran = outcome["ran"] or ran
     alone, after = statistics.median(times["alone"]), statistics.median(times["after_package"])
-    result = {"config": bc.name, "dtype": dtype, "torch_fwd_ms_alone": times["alone"],
-              "torch_fwd_ms_after_package": times["after_package"], "ratio": after / alone,
-              "package_ran": ran, "loadavg": loadavg()}
-    log("ok", f"neighbour {bc.name} {dtype}: PyTorch's forward {alone:.3f} ms alone, {after:.3f} ms after this "
-              f"package ran {', '.join(ran)}: {after / alone:.2f}x")
+    result = {
+        "config": bc.name,
+        "dtype": dtype,
+        "torch_fwd_ms_alone": times["alone"],
+        "torch_fwd_ms_after_package": times["after_package"],
+        "ratio": after / alone,
+        "package_ran": ran,
+        "loadavg": loadavg(),
+    }
+    log(
+        "ok",
+        f"neighbour {bc.name} {dtype}: PyTorch's forward {alone:.3f} ms alone, {after:.3f} ms after this "
+        f"package ran {', '.join(ran)}: {after / alone:.2f}x",
+    )
     return result
 
 
 # ------------------------------------------------------------------------------------------------ the roofline
 
 
-def gemm_throughput(dtypes: Sequence[str], size: int, timing: Timing, frameworks: Sequence[str],
-                    log: Callable[[str, str], None]) -> dict[str, float]:
+def gemm_throughput(
+    dtypes: Sequence[str], size: int, timing: Timing, frameworks: Sequence[str], log: Callable[[str, str], None]
+) -> dict[str, float]:
     """{dtype: the best GFLOP/s of a [size, size] x [size, size] product over ``frameworks``}, each framework in a
     worker process of its own: the roofline's ceiling on this machine."""
     best: dict[str, float] = {}
     for framework in frameworks:
-        outcome = _in_worker({"kind": "gemm", "framework": framework, "dtypes": list(dtypes), "size": size,
-                              "timing": dataclasses.asdict(timing)})
+        outcome = _in_worker(
+            {
+                "kind": "gemm",
+                "framework": framework,
+                "dtypes": list(dtypes),
+                "size": size,
+                "timing": dataclasses.asdict(timing),
+            }
+        )
         if "error" in outcome:
             log("skip", f"GEMM throughput in {framework}: {outcome['error']}")
             continue

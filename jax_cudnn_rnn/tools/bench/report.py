@@ -63,15 +63,18 @@ def cpu_model() -> str:
     info = _cpuinfo()
     if not info:
         return ""
-    return (f"{info.get('model name', '')} ({info.get('vendor_id', '?')} family {info.get('cpu family', '?')} "
-            f"model {info.get('model', '?')})")
+    return (
+        f"{info.get('model name', '')} ({info.get('vendor_id', '?')} family {info.get('cpu family', '?')} "
+        f"model {info.get('model', '?')})"
+    )
 
 
 def cpu_features() -> list[str]:
     """The CPU features that decide the GEMM kernels: AVX2, AVX-512, its bfloat16 and VNNI extensions, AMX."""
     flags = set(_cpuinfo().get("flags", "").split())
-    return sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16",
-                           "amx_tile"})
+    return sorted(
+        flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_tile"}
+    )
 
 
 def machine_facts(isolated: bool) -> dict[str, Any]:
@@ -93,8 +96,10 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "loadavg_start": M.loadavg(),
         "python": platform.python_version(),
-        "versions": {name: _version(name) for name in ("jax", "jaxlib", "flax", "torch", "numpy", "jax-cudnn-rnn",
-                                                       "onednn-cpu-tbb", "tbb")},
+        "versions": {
+            name: _version(name)
+            for name in ("jax", "jaxlib", "flax", "torch", "numpy", "jax-cudnn-rnn", "onednn-cpu-tbb", "tbb")
+        },
         "jax_backend": jax.default_backend(),
         "jax_device_kind": device.device_kind,
         "jax_device_count": jax.device_count(),
@@ -144,8 +149,18 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.3g}"
 
 
-TABLE_COLUMNS = ("config", "dtype", "contender", "fwd ms", "fwd/pt", "fwd/flax", "train ms", "train/pt",
-                 "train/flax", "op MiB")
+TABLE_COLUMNS = (
+    "config",
+    "dtype",
+    "contender",
+    "fwd ms",
+    "fwd/pt",
+    "fwd/flax",
+    "train ms",
+    "train/pt",
+    "train/flax",
+    "op MiB",
+)
 # One line per column, printed under the table and the Markdown.
 LEGEND = (
     "config, dtype: the benchmark problem (listed above) and its dtype; contender: what ran (jcr-* are this library's "
@@ -184,8 +199,12 @@ def roofline_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
     GEMM throughput)."""
     rows = []
     for (config, dtype, contender), by_measurement in _by_row(records).items():
-        cells = [config, dtype, contender, next((r["implementation"] for r in by_measurement.values()
-                                                 if r.get("implementation")), "")]
+        cells = [
+            config,
+            dtype,
+            contender,
+            next((r["implementation"] for r in by_measurement.values() if r.get("implementation")), ""),
+        ]
         for measurement in C.MEASUREMENTS:
             r = by_measurement.get(measurement, {})
             fraction = r.get("roofline_fraction")
@@ -197,15 +216,21 @@ def roofline_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
 ROOFLINE_COLUMNS = ("config", "dtype", "contender", "picked", "fwd GF/s", "fwd peak", "train GF/s", "train peak")
 
 
-def print_table(console: Any, rows: Sequence[Sequence[str]], title: str,
-                columns: Sequence[str] = TABLE_COLUMNS, legend: Sequence[str] = LEGEND) -> None:
+def print_table(
+    console: Any,
+    rows: Sequence[Sequence[str]],
+    title: str,
+    columns: Sequence[str] = TABLE_COLUMNS,
+    legend: Sequence[str] = LEGEND,
+) -> None:
     """The rows under ``columns`` (a table that fits 100 columns for the configs and contenders here), then the
     legend."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), title_justify="left", show_edge=False,
-                  pad_edge=False)
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), title_justify="left", show_edge=False, pad_edge=False
+    )
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i < 3 else "right", no_wrap=True)
     for row in rows:
@@ -215,37 +240,51 @@ def print_table(console: Any, rows: Sequence[Sequence[str]], title: str,
         console.print(line, highlight=False)
 
 
-def markdown_table(rows: Sequence[Sequence[str]], columns: Sequence[str] = TABLE_COLUMNS,
-                   legend: Sequence[str] = LEGEND) -> str:
+def markdown_table(
+    rows: Sequence[Sequence[str]], columns: Sequence[str] = TABLE_COLUMNS, legend: Sequence[str] = LEGEND
+) -> str:
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + ("\n\n" + "\n".join(f"* {line}" for line in legend) if legend else "") + "\n"
 
 
 def neighbour_lines(neighbour: Sequence[dict[str, Any]]) -> list[str]:
-    return [f"neighbour {n['config']} {n['dtype']}: PyTorch's forward "
-            f"{'/'.join(f'{v:.2f}' for v in n['torch_fwd_ms_alone'])} ms alone, "
-            f"{'/'.join(f'{v:.2f}' for v in n['torch_fwd_ms_after_package'])} ms after this package ran "
-            f"{', '.join(n['package_ran'])}: ratio {n['ratio']:.2f}" for n in neighbour if "ratio" in n]
+    return [
+        f"neighbour {n['config']} {n['dtype']}: PyTorch's forward "
+        f"{'/'.join(f'{v:.2f}' for v in n['torch_fwd_ms_alone'])} ms alone, "
+        f"{'/'.join(f'{v:.2f}' for v in n['torch_fwd_ms_after_package'])} ms after this package ran "
+        f"{', '.join(n['package_ran'])}: ratio {n['ratio']:.2f}"
+        for n in neighbour
+        if "ratio" in n
+    ]
 
 
-def markdown_report(rows: Sequence[Sequence[str]], configs: Sequence[C.BenchConfig], facts: dict[str, Any],
-                    settings: dict[str, Any], results: M.Results) -> str:
+def markdown_report(
+    rows: Sequence[Sequence[str]],
+    configs: Sequence[C.BenchConfig],
+    facts: dict[str, Any],
+    settings: dict[str, Any],
+    results: M.Results,
+) -> str:
     """A context paragraph, the results table, the roofline table, the neighbour ratios and the configurations'
     sizes, ready to paste into Markdown."""
     versions = ", ".join(f"{k} {v}" for k, v in facts["versions"].items() if v)
     load = facts.get("loadavg_start"), facts.get("loadavg_end")
     timing = M.Timing(settings["repeats"], settings["warmup"], settings["warmup_seconds"])
-    context = (f"{facts['date_utc']}, {facts['processor']} ({facts['cpu_count']} CPUs; "
-               f"{' '.join(facts['cpu_features'])}), {facts['jax_backend']} ({facts['jax_device_kind']}), "
-               f"{versions}; oneDNN {facts['onednn_version']} on {facts['onednn_cpu_runtime']}; "
-               f"{facts['isolation']}; {M.describe_timing(timing)}; "
-               f"load average {load[0]} at the start, {load[1]} at the end; ms; ratios < 1 are faster than the "
-               f"peer.\n")
+    context = (
+        f"{facts['date_utc']}, {facts['processor']} ({facts['cpu_count']} CPUs; "
+        f"{' '.join(facts['cpu_features'])}), {facts['jax_backend']} ({facts['jax_device_kind']}), "
+        f"{versions}; oneDNN {facts['onednn_version']} on {facts['onednn_cpu_runtime']}; "
+        f"{facts['isolation']}; {M.describe_timing(timing)}; "
+        f"load average {load[0]} at the start, {load[1]} at the end; ms; ratios < 1 are faster than the "
+        f"peer.\n"
+    )
     parts = [context, markdown_table(rows)]
     if facts.get("gemm_gflops"):
-        parts.append(f"GEMM throughput (GFLOP/s): {facts['gemm_gflops']}\n\n"
-                     + markdown_table(roofline_rows(results.records), ROOFLINE_COLUMNS, ()))
+        parts.append(
+            f"GEMM throughput (GFLOP/s): {facts['gemm_gflops']}\n\n"
+            + markdown_table(roofline_rows(results.records), ROOFLINE_COLUMNS, ())
+        )
     parts += [f"* {line}\n" for line in neighbour_lines(results.neighbour)]
     config_lines = ["| config | network |", "| --- | --- |"] + [f"| {c.name} | {c.describe()} |" for c in configs]
     return "\n".join(parts) + "\n" + "\n".join(config_lines) + "\n"
@@ -263,8 +302,11 @@ def plot_panel(ax: Any, rated: Sequence[dict[str, Any]], measurement: str) -> No
     width = 0.8 / max(1, len(contenders))
     highest = 1.0
     for i, contender in enumerate(contenders):
-        ratios = {_group(r): r["ratio_to_torch"] for r in rated
-                  if r["contender"] == contender and r["measurement"] == measurement}
+        ratios = {
+            _group(r): r["ratio_to_torch"]
+            for r in rated
+            if r["contender"] == contender and r["measurement"] == measurement
+        }
         xs = [g + (i - (len(contenders) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, [ratios.get(g, math.nan) for g in groups], width, label=contender)
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
@@ -289,8 +331,9 @@ def write_plot(records: Sequence[dict[str, Any]], path: str) -> None:
 
     rated = [r for r in records if r.get("ratio_to_torch") is not None and r["contender"] != C.TORCH]
     num_groups = len({_group(r) for r in rated})
-    fig, axes = plt.subplots(1, len(C.MEASUREMENTS), figsize=(max(8.0, 1.2 * num_groups * len(C.MEASUREMENTS)), 4.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(C.MEASUREMENTS), figsize=(max(8.0, 1.2 * num_groups * len(C.MEASUREMENTS)), 4.5), squeeze=False
+    )
     for ax, measurement in zip(axes[0], C.MEASUREMENTS, strict=True):
         plot_panel(ax, rated, measurement)
     fig.suptitle("time / PyTorch's time for the same config, dtype and measurement (< 1 is faster)")
@@ -300,8 +343,15 @@ def write_plot(records: Sequence[dict[str, Any]], path: str) -> None:
 
 
 def write_json(path: str, facts: dict[str, Any], settings: dict[str, Any], results: M.Results) -> None:
-    payload = {"machine": facts, "settings": settings, "notes": list(NOTES), "records": results.records,
-               "skipped": results.skipped, "errors": results.errors, "neighbour": results.neighbour}
+    payload = {
+        "machine": facts,
+        "settings": settings,
+        "notes": list(NOTES),
+        "records": results.records,
+        "skipped": results.skipped,
+        "errors": results.errors,
+        "neighbour": results.neighbour,
+    }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2)
         f.write("\n")
