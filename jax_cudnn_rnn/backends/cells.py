@@ -31,12 +31,18 @@ def _sigmoid(x: Array) -> Array:
     return 0.5 * jnp.tanh(0.5 * x) + 0.5
 
 
+def leading(a: Array, ndim: int) -> Array:
+    """``a`` with unit axes in front up to rank ``ndim``: a bias [N] as [1, N] to add to [B, N]. Broadcasts are
+    spelled out, so that the package runs under ``jax_numpy_rank_promotion="raise"`` (JAX's own tests' setting)."""
+    return a.reshape((1,) * (ndim - a.ndim) + a.shape)
+
+
 def _lstm_activations(pre: Array) -> Array:
     """sigmoid on the i, f, o blocks and tanh on g, as one tanh over all four blocks."""
     hidden = pre.shape[-1] // 4
     half = jnp.full((hidden,), 0.5, pre.dtype)
-    scale = jnp.concatenate([half, half, jnp.ones((hidden,), pre.dtype), half])
-    shift = jnp.concatenate([half, half, jnp.zeros((hidden,), pre.dtype), half])
+    scale = leading(jnp.concatenate([half, half, jnp.ones((hidden,), pre.dtype), half]), pre.ndim)
+    shift = leading(jnp.concatenate([half, half, jnp.zeros((hidden,), pre.dtype), half]), pre.ndim)
     return jnp.tanh(pre * scale) * scale + shift
 
 
@@ -130,7 +136,8 @@ def zeroed(reset_t: Array | None, state: Array | None) -> Array | None:
 
 
 def add_bias(a: Array, b: Array | None) -> Array:
-    return a if b is None else a + b
+    """a + b, a bias b [N] broadcast over a's leading axes (``leading``); b None adds nothing."""
+    return a if b is None else a + leading(b, a.ndim)
 
 
 def project(h_full: Array, w_proj: Array | None) -> Array:

@@ -66,7 +66,7 @@ def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
 
 def _scan_cells(mode, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
-    b_ins = None if b_in is None else cells.gate_inputs(mode, b_in)
+    b_ins = None if b_in is None else cells.gate_inputs(mode, b_in[None])  # [1, G*H]: added to each step's [B, G*H]
 
     def step(carry, inputs):
         xps_t, mask_t, reset_t = inputs
