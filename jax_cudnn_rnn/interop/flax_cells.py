@@ -122,7 +122,7 @@ class FlaxCellStack(nn.Module):
                 finals = [final]
             if seq_lengths is not None:
                 # nn.RNN computes on the padding too; the fused op writes zeros there.
-                steps = jnp.arange(num_steps)
+                steps = jnp.arange(num_steps, dtype=seq_lengths.dtype)  # int64 under jax_enable_x64 otherwise
                 valid = (
                     steps[:, None] < seq_lengths[None, :] if self.time_major else steps[None, :] < seq_lengths[:, None]
                 )

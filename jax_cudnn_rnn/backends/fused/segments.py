@@ -113,7 +113,7 @@ def _final_states(packed: Array, initial: Array, plan: SegmentPlan, seq_lengths:
     """Final states [L*D, B, ...] from the packed ones [L*D, S, ...]: forward entries from each row's last segment,
     backward entries from its first; a row without segments (length 0) keeps its initial state."""
     max_segments = packed.shape[1]
-    rows = jnp.arange(plan.segment_of.shape[1])
+    rows = jnp.arange(plan.segment_of.shape[1], dtype=jnp.int32)
     last_step = jnp.clip(seq_lengths - 1, 0, plan.segment_of.shape[0] - 1)
     first = jnp.clip(plan.segment_of[0], 0, max_segments - 1)
     last = jnp.clip(plan.segment_of[last_step, rows], 0, max_segments - 1)
