@@ -35,8 +35,8 @@ endfunction()
 # newer than its own, and the refusal takes JAX's whole backend down. So they come from the jaxlib that the build
 # requirements pin to the oldest jax the package declares (pyproject.toml), found without importing jax or jaxlib;
 # the module records that jaxlib and its FFI API version (JAXLIB_BUILD_VERSION, XLA_FFI_API_BUILD_VERSION), which the
-# Python loader compares with the running jaxlib's before registering anything (jax_cudnn_rnn/backends/fused/
-# loader.py). A --no-build-isolation build uses the environment's jaxlib instead and loads with that one or newer.
+# Python loader compares with the running jaxlib's before registering anything
+# (jax_cudnn_rnn/backends/native_extension.py). A --no-build-isolation build uses the environment's jaxlib instead and loads with that one or newer.
 function(jcr_add_ffi_extension name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "DESCRIPTION;INSTALL_RPATH"
                         "SOURCES;SYSTEM_INCLUDE_DIRS;LINK_LIBRARIES;DEFINITIONS")
