@@ -1,37 +1,51 @@
 """Flax NNX modules over ``ops.rnn``: ``RNN`` (every mode), ``LSTM`` and ``GRU``.
 
-NNX creates parameters eagerly, so the input size is a constructor argument (``in_features``, as in ``nnx.Linear``).
-The parameter is the opaque buffer itself, ``self.rnn_params = nnx.Param(buffer)``, with the config a static attribute:
-nnx's Optimizer does not accept a custom pytree inside a Variable (flax 0.12), so ``model.params`` gives the
-``RNNParams`` view (for ``to_tree()``, interop or the checkpoint handler). The math is ``flax.apply_rnn``'s, and so is
-the streaming contract (``initial_carry``/``return_carry``, ``resets``, ``initialize_carry``: see
-jax_cudnn_rnn/flax.py).
+Built as ``nnx.LSTMCell`` is, sizes first: ``LSTM(in_features, num_units, *, rngs)`` (``hidden_features=``, nnx's
+name, works too); NNX creates parameters eagerly, so the input size is a constructor argument.
+
+The parameters are the canonical tensors themselves, one ``nnx.Param`` each, under ``self.rnn_params`` as the
+canonical named tree (``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``,
+``layout.params_to_tree``'s form), with the config a static attribute. So ``nnx.state(model)`` is that named tree: a
+plain ``ocp.StandardCheckpointer`` writes and reads named canonical tensors, an optimizer's state mirrors them, and
+optax masks can tell weights from biases by path. Each call packs them into the opaque buffer (``model.params``, the
+``RNNParams`` view): under ``jax.jit`` that is one concatenation of the parameters (its cost is measured in
+CHANGELOG.md's entry). The math is ``flax.apply_rnn``'s, and so is the streaming contract (``initial_carry``/
+``return_carry``, ``resets``, ``initialize_carry``: see jax_cudnn_rnn/flax.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jax_cudnn_rnn.flax import apply_rnn, carry_batch, make_config, zero_carry
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.flax import apply_rnn, carry_batch, init_canonical, make_config, module_size, zero_carry
 from jax_cudnn_rnn.params import RNNParams
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
+# flax >= 0.12 wants a container attribute that holds Variables marked as data; earlier versions took it as it is.
+_data = getattr(nnx, "data", lambda value: value)
+
 
 class RNN(nnx.Module):
-    """A stacked LSTM/GRU/RNN layer; arguments as the linen ``jax_cudnn_rnn.flax.RNN`` fields, plus ``in_features``
-    and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws dropout masks when not deterministic)."""
+    """A stacked LSTM/GRU/RNN layer: ``RNN(in_features, num_units, *, mode="lstm", ..., rngs)``; arguments as the
+    linen ``jax_cudnn_rnn.flax.RNN`` fields (``kernel_init``, ``recurrent_kernel_init`` and ``bias_init`` included),
+    plus ``in_features`` and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws dropout masks when not
+    deterministic); ``hidden_features`` is nnx's name for ``num_units``."""
+
+    #: The mode a subclass stands for (LSTM, GRU); None: any.
+    fixed_mode: ClassVar[str | None] = None
 
     def __init__(
         self,
         in_features: int,
-        num_units: int,
+        num_units: int | None = None,
         *,
-        mode: str = "lstm",
+        mode: str | None = None,
         num_layers: int = 1,
         direction: str = "unidirectional",
         input_mode: str = "linear_input",
@@ -46,8 +60,17 @@ class RNN(nnx.Module):
         time_major: bool = False,
         implementation: str | None = None,
         deterministic: bool = True,
+        kernel_init: Any = None,
+        recurrent_kernel_init: Any = None,
+        bias_init: Any = None,
+        hidden_features: int | None = None,
         rngs: nnx.Rngs,
     ):
+        if mode is None:
+            mode = self.fixed_mode or "lstm"
+        num_units = module_size(
+            type(self).__name__, num_units, "hidden_features", hidden_features, mode, self.fixed_mode, "in_features, "
+        )
         self.config = make_config(
             mode,
             num_units,
@@ -63,7 +86,8 @@ class RNN(nnx.Module):
         )
         self.precision = precision
         self.algorithm = algorithm
-        self.rnn_params = nnx.Param(RNNParams.init(rngs.params(), self.config).buffer)
+        tree = init_canonical(rngs.params(), self.config, kernel_init, recurrent_kernel_init, bias_init)
+        self.rnn_params = _data(jax.tree_util.tree_map(nnx.Param, tree))
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.time_major = time_major
@@ -73,8 +97,9 @@ class RNN(nnx.Module):
 
     @property
     def params(self) -> RNNParams:
-        """The buffer with its config."""
-        return RNNParams.tree_unflatten(self.config, [self.rnn_params[...]])
+        """The parameters packed into the opaque buffer, with its config (what ``rnn`` runs)."""
+        values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
+        return RNNParams.from_tree(layout.unflatten_tree(values), self.config)
 
     def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:
         """The zero carry (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
@@ -124,12 +149,10 @@ class RNN(nnx.Module):
 class LSTM(RNN):
     """``RNN`` with ``mode="lstm"``: ``LSTM(in_features, num_units, **RNN's keyword arguments)``."""
 
-    def __init__(self, in_features: int, num_units: int, **kwargs):
-        super().__init__(in_features, num_units, mode="lstm", **kwargs)
+    fixed_mode: ClassVar[str | None] = "lstm"
 
 
 class GRU(RNN):
     """``RNN`` with ``mode="gru"``: ``GRU(in_features, num_units, **RNN's keyword arguments)``."""
 
-    def __init__(self, in_features: int, num_units: int, **kwargs):
-        super().__init__(in_features, num_units, mode="gru", **kwargs)
+    fixed_mode: ClassVar[str | None] = "gru"

@@ -7,6 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
+import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import flax as jcr_flax
 from jax_cudnn_rnn import nnx as jcr_nnx
 from jax_cudnn_rnn.config import RNNConfig
@@ -105,8 +106,8 @@ def test_nnx_values_gradients_and_training_step():
     def loss_fn(m):
         return jnp.sum(jnp.sin(m(x)))
 
-    grads = nnx.grad(loss_fn)(model)
-    grad_buffer = jax.tree_util.tree_leaves(grads)[0]
+    grads = nnx.grad(loss_fn)(model)  # one gradient per canonical tensor, named as the parameters are
+    grad_buffer = jcr.tree_to_params(nnx.to_pure_dict(grads)["rnn_params"], config)
     expected = jax.grad(lambda b: jnp.sum(jnp.sin(_reference(b, config, x)[0])))(buffer)
     np.testing.assert_allclose(grad_buffer, expected, atol=1e-5)
 
