@@ -141,6 +141,10 @@ def init_canonical(
       RNN: the input biases, plus GRU's recurrent bias of the new-memory gate); the other bias of the pair is zero,
       so every gate adds exactly ``bias_init``'s value, as in Flax.
 
+    These are linen's cells' conventions, which ``nnx.LSTMCell`` and ``nnx.SimpleCell`` share; ``nnx.GRUCell`` differs
+    (one draw for the three gates' kernels together, no recurrent bias on the new-memory gate), and the NNX modules
+    follow linen's ``GRUCell`` too.
+
     Each may also be a dict {gate name: initializer} (``config.gate_names``, e.g. LSTM's "i", "f", "g", "o"; the
     projection's key is "projection"), the gates left out keeping the default: ``bias_init={"f": nn.initializers.
     ones}`` gives an LSTM a forget-gate bias of 1.
@@ -208,10 +212,10 @@ def zero_carry(source: Any, batch: int, dtype: Any = None) -> Any:
             if isinstance(leaf, RNNParams)
         ]
         if len(found) != 1:
-            where = f"{len(found)}, at {[p for p, _ in found]}" if found else "none"
+            where = f" (at {', '.join(p for p, _ in found)})" if found else ""
             raise ValueError(
-                f"source holds {where} RNNParams; expected an RNNConfig, an RNNParams or a tree holding exactly "
-                "one (pass the one you mean, e.g. variables['params']['LSTM_0'])"
+                f"source holds {len(found)} RNNParams{where}; expected an RNNConfig, an RNNParams or a tree "
+                "holding exactly one (pass the one you mean, e.g. variables['params']['LSTM_0'])"
             )
         config = found[0][1].config
     batch = check_int("batch", batch, 1)

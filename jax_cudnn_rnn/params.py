@@ -20,7 +20,7 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RNNParams", "is_rnn_params"]
+__all__ = ["RNNParams", "bias_mask", "is_rnn_params", "param_labels"]
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -128,3 +128,39 @@ class RNNParams:
 def is_rnn_params(value: Any) -> bool:
     """``is_leaf`` for tree walks that must stop at RNNParams."""
     return isinstance(value, RNNParams)
+
+
+def _config_of(source: Any) -> RNNConfig:
+    if isinstance(source, RNNConfig):
+        return source
+    if isinstance(source, RNNParams):
+        return source.config
+    raise TypeError(f"expected an RNNConfig or an RNNParams, got {type(source).__name__}")
+
+
+def param_labels(source: RNNConfig | RNNParams) -> np.ndarray:
+    """What each entry of the opaque buffer is: a NumPy string array of ``params_size(config)`` entries, each its
+    tensor's canonical name (``ParamSlot.name``: ``layer_1/backward/w_recurrent/f``, ``layer_0/forward/b_input/i``,
+    ``layer_0/forward/w_projection``), computed from the layout alone (no buffer, no conversion).
+
+    Optax masks and labels are per leaf and the buffer is one leaf, so select entries with these labels and use the
+    mask elementwise, e.g. weight decay on the matrices alone: ``optax.add_decayed_weights(wd * ~bias_mask(config))``
+    over the buffer (inside ``optax.multi_transform`` or ``optax.masked`` when the tree holds other parameters); a
+    per-gate choice is ``np.char.endswith(param_labels(config), "/f")``.
+    """
+    config = _config_of(source)
+    weights, biases = layout.param_slots(config)
+    slots = weights + biases
+    labels = np.full(layout.params_size(config), "", dtype=f"<U{max(len(s.name(config)) for s in slots)}")
+    for slot in slots:
+        labels[slot.offset : slot.offset + slot.size] = slot.name(config)
+    return labels
+
+
+def bias_mask(source: RNNConfig | RNNParams) -> np.ndarray:
+    """A NumPy bool array over the opaque buffer's entries: True on biases, False on matrices (``param_labels``)."""
+    config = _config_of(source)
+    mask = np.zeros(layout.params_size(config), bool)
+    for slot in layout.param_slots(config)[1]:
+        mask[slot.offset : slot.offset + slot.size] = True
+    return mask
