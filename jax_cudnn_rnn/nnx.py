@@ -10,8 +10,8 @@ plain ``ocp.StandardCheckpointer`` writes and reads named canonical tensors, an 
 optax masks can tell weights from biases by path. Each call packs them into the opaque buffer (``model.params``, the
 ``RNNParams`` view): under ``jax.jit`` that is one concatenation of the parameters, free next to the call, but on the
 CPU's xla implementation a gradient step measured ~1.4x slower than over a stored buffer (CHANGELOG.md, issue 40's
-entry, has the numbers and the cause found in the HLO). The math is ``flax.apply_rnn``'s, and so is the streaming contract (``initial_carry``/
-``return_carry``, ``resets``, ``initialize_carry``: see jax_cudnn_rnn/flax.py).
+entry, has the numbers and the cause found in the HLO). The math is ``flax.apply_rnn``'s, and so is the streaming
+contract (``initial_carry``/``return_carry``, ``resets``, ``initialize_carry``: see jax_cudnn_rnn/flax.py).
 """
 
 from __future__ import annotations
