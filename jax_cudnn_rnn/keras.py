@@ -121,7 +121,7 @@ def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str
         if implementation not in _KERAS_IMPLEMENTATIONS:
             raise ValueError(
                 f"implementation is {implementation!r}; expected None, one of rnn()'s implementations "
-                f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 1 or 2"
+                f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 0, 1 or 2"
             )
         kwargs["implementation"] = int(implementation)
         implementation = None
@@ -446,11 +446,9 @@ _SWAPPED = {"LSTM": LSTM, "GRU": GRU, "SimpleRNN": SimpleRNN}
 class Swap:
     """One of Keras's ``LSTM``/``GRU``/``SimpleRNN`` layers that ``swap_layers`` met.
 
-    path: where it is, as the names in the saved configuration: the enclosing models' and wrappers', then its own
-      ("functional/bidirectional/forward_lstm").
-    class_name: "LSTM", "GRU" or "SimpleRNN".
-    kept: None when ours took its place; else why Keras's layer stays (what our constructor refuses in its
-      configuration).
+    ``path`` is where it is, as the names in the saved configuration: the enclosing models' and wrappers', then its
+    own ("functional/bidirectional/forward_lstm"); ``class_name`` is "LSTM", "GRU" or "SimpleRNN"; ``kept`` is None
+    when ours took its place, else why Keras's layer stays (what our constructor refuses in its configuration).
     """
 
     path: str
@@ -459,6 +457,7 @@ class Swap:
 
     @property
     def replaced(self) -> bool:
+        """Whether ours took the layer's place (``kept`` is None)."""
         return self.kept is None
 
     def __str__(self) -> str:

@@ -1,13 +1,12 @@
 """A pytest plugin for the child run of tests/frontends/test_keras_own_tests.py: Keras's own test files for LSTM, GRU
 and SimpleRNN run with jax_cudnn_rnn.keras's classes in place of Keras's.
 
-The test files call ``layers.LSTM(...)`` (``from keras.src import layers``) when each test runs, so replacing the
-three names on ``keras.src.layers`` (and ``keras.layers``) before collection substitutes ours everywhere the files
-build a layer; collection checks that each file sees ours. ``EXPECTED_FAILURES`` are the cases that need what the
-core does not run yet (issue 40 item 1): strict xfails that must raise the ValueError our constructors give, so each
-one fails the run the day it passes. The outcome of every case goes to the JSON file named by
-``JAX_CUDNN_RNN_KERAS_OUTCOMES`` for the parent test to check.
-"""
+The test files call ``keras.src.layers.LSTM(...)`` (imported as ``from keras.src import layers``) when each test runs,
+so replacing the three names on ``keras.src.layers`` (and ``keras.layers``) before collection substitutes ours
+everywhere the files build a layer; collection checks that each file sees ours. ``EXPECTED_FAILURES`` are the cases that
+need what the core does not run yet (issue 40 item 1): strict xfails that must raise the ValueError our constructors
+give, so each one fails the run the day it passes. The outcome of every case goes to the JSON file named by
+``JAX_CUDNN_RNN_KERAS_OUTCOMES`` for the parent test to check."""
 
 from __future__ import annotations
 

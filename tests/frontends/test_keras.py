@@ -378,22 +378,27 @@ def test_keras_on_another_backend_is_a_clear_import_error():
 
 
 def _keras_model():
-    """A Keras model with its RNN layers nested: a nested Sequential holding a masked Bidirectional LSTM and two GRUs
-    (one with Keras 2's reset_after=False), a TimeDistributed SimpleRNN on a second branch; trained one step."""
+    """A Keras model with its RNN layers nested (named: the report's paths are the names): a nested Sequential holding
+    a masked Bidirectional LSTM and two GRUs (one with Keras 2's reset_after=False), a TimeDistributed SimpleRNN on a
+    second branch; trained one step."""
     keras.utils.set_random_seed(2)
     inner = keras.Sequential(
         [
             keras.Input((T, I)),
             keras.layers.Masking(0.0),
-            keras.layers.Bidirectional(keras.layers.LSTM(H, return_sequences=True)),
-            keras.layers.GRU(H, return_sequences=True),
+            keras.layers.Bidirectional(keras.layers.LSTM(H, return_sequences=True, name="lstm"), name="bidirectional"),
+            keras.layers.GRU(H, return_sequences=True, name="gru"),
             keras.layers.GRU(H, reset_after=False, name="gru_before"),
         ],
         name="inner",
     )
     inputs = keras.Input((T, I))
     b = keras.layers.Reshape((T, 2, I // 2))(inputs)
-    b = keras.layers.Flatten()(keras.layers.TimeDistributed(keras.layers.SimpleRNN(3, activation="relu"))(b))
+    b = keras.layers.Flatten()(
+        keras.layers.TimeDistributed(
+            keras.layers.SimpleRNN(3, activation="relu", name="simple_rnn"), name="time_distributed"
+        )(b)
+    )
     outputs = keras.layers.Dense(2)(keras.layers.Concatenate()([inner(inputs), b]))
     model = keras.Model(inputs, outputs, name="outer")
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")

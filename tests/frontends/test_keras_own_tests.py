@@ -1,8 +1,9 @@
-"""Keras's own tests for LSTM, GRU and SimpleRNN (keras/src/layers/rnn/{lstm,gru,simple_rnn}_test.py, shipped in the
-Keras wheel) pass with jax_cudnn_rnn.keras's classes in their place: one child pytest (KERAS_BACKEND=jax) on the
-installed Keras's files, with tests/frontends/keras_substitution.py substituting the classes (its EXPECTED_FAILURES:
-the cases that need what the core does not run yet, strict xfails). Every case must pass, be one of those, or be one
-of Keras's own skips for another backend (``KERAS_SKIPS``): nothing else is skipped. About a minute."""
+"""Keras's own tests for LSTM, GRU and SimpleRNN (keras/src/layers/rnn/lstm_test.py, keras/src/layers/rnn/gru_test.py
+and keras/src/layers/rnn/simple_rnn_test.py, shipped in the Keras wheel) pass with jax_cudnn_rnn.keras's classes in
+their place: one child pytest (KERAS_BACKEND=jax) on the installed Keras's files, with
+tests/frontends/keras_substitution.py substituting the classes (its EXPECTED_FAILURES: the cases that need what the core
+does not run yet, strict xfails). Every case must pass, be one of those, or be one of Keras's own skips for another
+backend (``KERAS_SKIPS``): nothing else is skipped. About a minute."""
 
 import json
 import os
