@@ -439,7 +439,7 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
 
 # ------------------------------------------------------------------------------------------ swapping into a model
 
-_SWAPPED = {"LSTM": LSTM, "GRU": GRU, "SimpleRNN": SimpleRNN}
+_SWAPPED = ("LSTM", "GRU", "SimpleRNN")  # Keras's classes, and ours registered as "jax_cudnn_rnn>" + the name
 
 
 @dataclasses.dataclass(frozen=True)
