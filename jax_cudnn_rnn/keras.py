@@ -20,19 +20,32 @@ Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests
   is the fused call with ``seq_lengths`` plus two identity gathers; left padding (``pad_sequences``'s default) and
   holes cost nothing more. Nothing depends on the mask's values at trace time, so masks work under ``jit``.
 * ``go_backwards`` reads the steps last to first and returns the outputs in that order (Keras's "reversed sequence").
+* ``unroll=True``: Keras unrolls its Python loop over the steps instead of a scan, the same arithmetic, which these
+  run fused as ever. What differs is Keras's: its unrolled loop gives a masked step the previous output (zeros, not
+  h0, before the first valid step) and ignores ``zero_output_for_mask``; these do the same.
 * ``dropout`` (Keras's input dropout: one mask per sequence, reused at every step) multiplies the input before the
   fused call, as Keras's own cuDNN path does; it draws the mask from the cell's seed generator like Keras.
+* ``use_cudnn`` (LSTM, GRU) is Keras's: ``"auto"`` runs the best implementation available (``rnn``'s
+  ``implementation=None``), ``False`` never cuDNN (the xla implementation, Keras's own loop's place), ``True`` cuDNN.
+  Where cuDNN cannot run a call with ``use_cudnn=True`` (no CUDA device, or a configuration it lacks), Keras's LSTM
+  raises a ValueError at the call, and so does ours, naming ``use_cudnn`` and why; Keras's GRU on JAX runs its own
+  loop off a CUDA device, and ours runs what ``"auto"`` would there. The layer's ``use_cudnn`` attribute is False,
+  which keeps Keras's ``Bidirectional`` from replacing these layers with its own fused LSTM; the request is
+  ``cudnn_requested`` and in ``get_config``.
 
 Refused with a ValueError naming the argument, at construction: ``recurrent_dropout > 0`` (a new mask on h inside the
 recurrence, which a fused kernel cannot apply), ``dropout`` with ``implementation=1`` (one input mask per gate),
 activations other than cuDNN's (LSTM/GRU: ``activation="tanh"``, ``recurrent_activation="sigmoid"``; SimpleRNN:
-``"tanh"`` or ``"relu"``), ``unroll=True``, and a GRU with ``reset_after=False``.
+``"tanh"`` or ``"relu"``), and a GRU with ``reset_after=False``.
 
 Extra constructor arguments: ``implementation`` (``rnn``'s: None, "cudnn", "onednn", "xla" or "reference"; Keras's
-legacy ``implementation=1``/``2``, which only reorder the same arithmetic, are accepted and mean None) and
-``precision`` (``rnn``'s, as a string). Keras's ``use_cudnn`` maps onto ``implementation``: ``True`` is "cudnn",
-``False`` "xla", ``"auto"`` None; the layer's ``use_cudnn`` attribute is then False, which keeps Keras's
-``Bidirectional`` from replacing these layers with its own fused LSTM. Both extras are in ``get_config``.
+legacy ``implementation=0``/``1``/``2``, which only reorder the same arithmetic, are accepted and mean None) and
+``precision`` (``rnn``'s, as a string). Both are in ``get_config``.
+
+``swap_layers(model_or_path)`` puts these layers in place of Keras's in an existing model or saved ``.keras`` file
+(inside ``Bidirectional``, ``TimeDistributed`` and nested models too) with the weights, and reports each layer it met
+(``Swap``): replaced, or kept as Keras's with the reason (a configuration refused above).
+``keras.models.load_model(path, custom_objects={"LSTM": LSTM})`` does not swap: Keras resolves its own layers first.
 
 Importing this module imports Keras, which must run on JAX: set ``KERAS_BACKEND=jax`` before Keras is first imported
 (this package changes no environment variable); Keras on any other backend is an ImportError. Loading a saved model
@@ -41,6 +54,12 @@ needs ``import jax_cudnn_rnn.keras`` first (it registers the classes as ``jax_cu
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,10 +77,11 @@ if keras.backend.backend() != "jax":
         f"first imported"
     )
 
-__all__ = ["GRU", "LSTM", "SimpleRNN"]
+__all__ = ["GRU", "LSTM", "SimpleRNN", "Swap", "swap_layers"]
 
-# Keras's legacy `implementation` values (LSTMCell/GRUCell): they order the same arithmetic differently.
-_KERAS_IMPLEMENTATIONS = (1, 2)
+# Keras's legacy `implementation` values (LSTMCell/GRUCell): they order the same arithmetic differently (0, from old
+# configs, computes as 2).
+_KERAS_IMPLEMENTATIONS = (0, 1, 2)
 
 
 def _activation_name(function: Any) -> str:
@@ -94,13 +114,14 @@ def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNCon
 
 
 def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str, Any]) -> str | None:
-    """``rnn``'s implementation from the constructor's ``implementation`` and ``use_cudnn``; Keras's legacy integer
+    """``rnn``'s implementation from the constructor's ``implementation`` and ``use_cudnn`` (None for
+    ``use_cudnn=True``: the layer decides at each call, ``_Fused._cudnn_or_refuse``); Keras's legacy integer
     ``implementation`` goes back into ``kwargs`` for the cell."""
     if isinstance(implementation, (int, np.integer)) and not isinstance(implementation, bool):
         if implementation not in _KERAS_IMPLEMENTATIONS:
             raise ValueError(
                 f"implementation is {implementation!r}; expected None, one of rnn()'s implementations "
-                f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 1 or 2"
+                f"('cudnn', 'onednn', 'xla', 'reference'), or Keras's legacy 0, 1 or 2"
             )
         kwargs["implementation"] = int(implementation)
         implementation = None
@@ -110,13 +131,13 @@ def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str
         raise ValueError(f"use_cudnn is {use_cudnn!r}; expected 'auto', True or False")
     if use_cudnn == "auto":
         return implementation
-    wanted = "cudnn" if use_cudnn is True else "xla"
     if implementation is not None and (implementation == "cudnn") != (use_cudnn is True):
+        meaning = "cuDNN where it can run the call" if use_cudnn is True else "implementation='xla'"
         raise ValueError(
             f"use_cudnn={use_cudnn} contradicts implementation={implementation!r}; pass one of them "
-            f"(use_cudnn={use_cudnn} means implementation={wanted!r})"
+            f"(use_cudnn={use_cudnn} means {meaning})"
         )
-    return implementation or wanted
+    return None if use_cudnn is True else implementation or "xla"
 
 
 def _shape(value: Any, argument: str) -> tuple[Any, ...]:
@@ -155,7 +176,7 @@ class _Fused:
 
     _mode: str  # "lstm" or "gru"; SimpleRNN's depends on its activation
 
-    def _setup(self, implementation: str | None, precision: Any) -> None:
+    def _setup(self, implementation: str | None, precision: Any, use_cudnn: Any = "auto") -> None:
         if precision is not None and not isinstance(precision, str):
             raise TypeError(
                 f"precision must be None or a str (it is saved with the layer's config), got "
@@ -163,6 +184,9 @@ class _Fused:
             )
         self.implementation = implementation
         self.precision = precision
+        # Keras's `use_cudnn` attribute is False on these layers (Keras's Bidirectional would otherwise put its own
+        # fused LSTM in their place); what the caller asked for is kept here, and in get_config.
+        self.cudnn_requested = use_cudnn
         self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
         cell = self.cell
         if cell.recurrent_dropout:
@@ -176,11 +200,6 @@ class _Fused:
             raise ValueError(
                 f"dropout={cell.dropout} with Keras's implementation=1 draws one input mask per gate, "
                 f"which a fused kernel cannot apply; use implementation=None (Keras's 2: one mask)"
-            )
-        if self.unroll:
-            raise ValueError(
-                "unroll is True; the fused kernel runs the whole sequence in one call, there is no "
-                "Python loop to unroll: pass unroll=False"
             )
         self._check_activations()
 
@@ -212,10 +231,27 @@ class _Fused:
         )
 
     def get_config(self) -> dict[str, Any]:
-        """Keras's config of the layer plus this package's ``implementation`` and ``precision``."""
+        """Keras's config of the layer plus this package's ``implementation`` and ``precision``, and ``use_cudnn``
+        (LSTM, GRU; Keras does not save it)."""
         config = super().get_config()
         config.update(implementation=self.implementation, precision=self.precision)
+        if self._mode in ("lstm", "gru"):
+            config.update(use_cudnn=self.cudnn_requested)
         return config
+
+    def _cudnn_or_refuse(self, config: RNNConfig, xs: Any, masked: bool) -> str | None:
+        """The implementation for ``use_cudnn=True``, Keras's: cuDNN when it can run this call; where it cannot, Keras's
+        LSTM raises a ValueError naming ``use_cudnn``, and Keras's GRU (on JAX) runs its own loop off a CUDA device,
+        as ours then runs what ``use_cudnn="auto"`` would."""
+        platform, reason = ops.where_and_why_not("cudnn", config, xs, seq_lengths=masked)
+        if reason is None:
+            return "cudnn"
+        if self._mode == "gru" and platform != "cuda":
+            return None
+        raise ValueError(
+            f"use_cudnn=True was specified, but cuDNN cannot run this call: it needs {reason}. Pass "
+            f"use_cudnn='auto' to run the best implementation available (as Keras's {type(self).__name__} says)"
+        )
 
     # ------------------------------------------------------------------------------------------------- checks
 
@@ -294,7 +330,10 @@ class _Fused:
         xs = jnp.swapaxes(x, 0, 1)  # time-major [T, B, I]
         if self.go_backwards:
             xs = xs[::-1]
-        run = dict(implementation=self.implementation, precision=self.precision)
+        implementation = self.implementation
+        if self.cudnn_requested is True:
+            implementation = self._cudnn_or_refuse(config, xs, mask is not None)
+        run = dict(implementation=implementation, precision=self.precision)
         if mask is None:
             outputs, h_n, c_n = ops.rnn(params, xs, h0, c0, config, **run)
         else:
@@ -305,10 +344,11 @@ class _Fused:
             order = jnp.argsort(~valid, axis=0, stable=True)  # each sequence's valid steps first, in order
             packed = jnp.take_along_axis(xs, order[..., None], axis=0)
             y, h_n, c_n = ops.rnn(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
-            # A masked step keeps the state: its output is the latest valid step's (h0 before the first one).
+            # A masked step keeps the state: its output is the latest valid step's, before the first one h0 (Keras's
+            # scan) or zeros (Keras's unrolled loop, which carries its previous output and has no zero_output_for_mask).
             latest = jnp.take_along_axis(y, jnp.maximum(rank, 0)[..., None], axis=0)
-            outputs = jnp.where((rank >= 0)[..., None], latest, h0)
-            if self.zero_output_for_mask:
+            outputs = jnp.where((rank >= 0)[..., None], latest, jnp.zeros((), dtype) if self.unroll else h0)
+            if self.zero_output_for_mask and not self.unroll:
                 outputs = jnp.where(valid[..., None], outputs, jnp.zeros((), dtype))
         finals = [h_n[0], c_n[0]] if self._mode == "lstm" else [h_n[0]]
         return outputs[-1], jnp.swapaxes(outputs, 0, 1), finals
@@ -337,7 +377,7 @@ class LSTM(_Fused, keras.layers.LSTM):
     ):
         chosen = _choose_implementation(implementation, use_cudnn, kwargs)
         super().__init__(units, *args, use_cudnn=False, **kwargs)
-        self._setup(chosen, precision)
+        self._setup(chosen, precision, use_cudnn)
 
 
 @keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
@@ -364,7 +404,7 @@ class GRU(_Fused, keras.layers.GRU):
                 "reset_after is False; cuDNN's GRU applies the reset gate after the recurrent matrix "
                 "(Keras's reset_after=True, its default): pass reset_after=True"
             )
-        self._setup(chosen, precision)
+        self._setup(chosen, precision, use_cudnn)
 
     def _bias_mode(self) -> str:
         return "double" if self.cell.use_bias else "none"
@@ -395,3 +435,104 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
                 f"activation is {_activation_name(self.cell.activation)!r}; cuDNN's vanilla RNN uses "
                 f"tanh or relu: pass activation='tanh' or 'relu'"
             )
+
+
+# ------------------------------------------------------------------------------------------ swapping into a model
+
+_SWAPPED = ("LSTM", "GRU", "SimpleRNN")  # Keras's classes, and ours registered as "jax_cudnn_rnn>" + the name
+
+
+@dataclasses.dataclass(frozen=True)
+class Swap:
+    """One of Keras's ``LSTM``/``GRU``/``SimpleRNN`` layers that ``swap_layers`` met.
+
+    ``path`` is where it is, as the names in the saved configuration: the enclosing models' and wrappers', then its
+    own ("functional/bidirectional/forward_lstm"); ``class_name`` is "LSTM", "GRU" or "SimpleRNN"; ``kept`` is None
+    when ours took its place, else why Keras's layer stays (what our constructor refuses in its configuration).
+    """
+
+    path: str
+    class_name: str
+    kept: str | None = None
+
+    @property
+    def replaced(self) -> bool:
+        """Whether ours took the layer's place (``kept`` is None)."""
+        return self.kept is None
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.class_name} " + ("replaced" if self.replaced else f"kept ({self.kept})")
+
+
+def _swap_configs(node: Any, path: tuple[str, ...], swaps: list[Swap]) -> None:
+    """Points every serialized ``keras.layers`` LSTM/GRU/SimpleRNN under ``node`` (a saved model's config, as JSON)
+    at ours where ours takes its configuration, in place, and notes each in ``swaps``."""
+    if isinstance(node, list):
+        for item in node:
+            _swap_configs(item, path, swaps)
+        return
+    if not isinstance(node, dict):
+        return
+    config = node.get("config")
+    if isinstance(config, dict) and isinstance(node.get("class_name"), str):
+        path = (*path, str(config.get("name", node["class_name"])))
+        name = node["class_name"]
+        if node.get("module") == "keras.layers" and name in _SWAPPED and node.get("registered_name") in (None, name):
+            ours = {**node, "module": __name__, "registered_name": f"jax_cudnn_rnn>{name}"}
+            try:  # our constructor decides: what it refuses stays Keras's
+                keras.saving.deserialize_keras_object(ours)
+            except (ValueError, TypeError) as error:
+                swaps.append(Swap("/".join(path), name, str(error)))
+            else:
+                node.update(ours)
+                swaps.append(Swap("/".join(path), name))
+    for value in node.values():
+        _swap_configs(value, path, swaps)
+
+
+def swap_layers(
+    model: Any, *, custom_objects: dict[str, Any] | None = None, compile: bool = True, safe_mode: bool = True
+) -> tuple[Any, list[Swap]]:
+    """Puts this module's LSTM, GRU and SimpleRNN in place of Keras's in an existing model, with its weights.
+
+    ``model``: a ``keras.Model``, or the path of a saved model (a ``.keras`` file, or whatever
+    ``keras.models.load_model`` reads). Every ``keras.layers.LSTM``/``GRU``/``SimpleRNN`` is replaced wherever it is:
+    at the top, inside ``Bidirectional`` (both directions), ``TimeDistributed`` or nested models. A layer whose
+    configuration ours do not take stays Keras's, and the report says why; nothing is refused. ``custom_objects``,
+    ``compile`` and ``safe_mode`` are ``keras.models.load_model``'s.
+
+    Returns ``(new_model, swaps)``: a new model (``model`` is left as it is) with the same configuration otherwise,
+    the same weights and, when compiled, the same optimizer and its state; and one ``Swap`` per Keras RNN layer met,
+    in the configuration's order (``swap.replaced``, ``swap.path``, ``swap.kept``: the reason).
+
+    The model goes through Keras's own saving: its configuration is rewritten to name our classes and Keras loads
+    the weights into them, by their place in the model. (``load_model(path, custom_objects={"LSTM": ...})`` does not
+    do this: Keras resolves its own layers before custom objects.)
+    """
+    if not isinstance(model, (keras.Model, str, os.PathLike)):
+        raise TypeError(f"model must be a keras.Model or the path of a saved model, got {type(model).__name__}")
+    if compile not in (True, False) or safe_mode not in (True, False):
+        raise TypeError(f"compile and safe_mode must be bools, got compile={compile!r}, safe_mode={safe_mode!r}")
+    with tempfile.TemporaryDirectory() as folder:
+        saved = os.path.join(folder, "model.keras")
+        if isinstance(model, keras.Model):
+            model.save(saved)
+        elif str(model).endswith(".keras") and zipfile.is_zipfile(model):
+            saved = os.fspath(model)
+        else:  # a legacy .h5 file or another format Keras reads: loaded, then saved as .keras
+            keras.models.load_model(model, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode).save(
+                saved
+            )
+        swapped = os.path.join(folder, "swapped.keras")
+        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(swapped, "w", zipfile.ZIP_DEFLATED) as target:
+            for info in source.infolist():
+                if info.filename == "config.json":
+                    config = json.loads(source.read(info))
+                    swaps: list[Swap] = []
+                    _swap_configs(config, (), swaps)
+                    target.writestr(info, json.dumps(config))
+                else:
+                    with source.open(info) as reading, target.open(info, "w") as writing:
+                        shutil.copyfileobj(reading, writing)
+        loaded = keras.models.load_model(swapped, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode)
+    return loaded, swaps

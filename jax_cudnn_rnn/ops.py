@@ -30,6 +30,18 @@ def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None
     return registry.why_not(implementation, None, Call(config, seq_lengths=True))
 
 
+def where_and_why_not(
+    implementation: str, config: RNNConfig, x: Any, seq_lengths: bool = False
+) -> tuple[str, str | None]:
+    """(the platform a call of ``config`` on ``x`` runs on, why ``implementation`` cannot run it there or None): x's
+    platform when tracing knows it, else JAX's default device's, and the registry's answer. For a frontend argument
+    that asks for an implementation in its own words (Keras's ``use_cudnn=True``) and names itself in the error."""
+    platform = placement.of_arrays([x], [None]).platform
+    if platform is None:
+        platform = placement.lowering_platform(jax.config.jax_default_device or jax.devices()[0])
+    return platform, registry.why_not(implementation, platform, Call(config, seq_lengths=seq_lengths))
+
+
 _PRECISIONS = {
     "float32": "float32",
     "highest": "float32",

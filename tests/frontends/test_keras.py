@@ -206,10 +206,46 @@ def test_get_config_round_trip_keeps_the_extras():
         True,
         False,
     )
-    # use_cudnn maps onto implementation and is then False on the layer (Keras's fused path stays away).
+    # use_cudnn=False is the xla implementation; True is decided per call (test_use_cudnn_behaves_as_keras); Keras's
+    # use_cudnn attribute is False on the layer (Keras's fused path stays away), and get_config keeps the request.
     assert jk.GRU(H, use_cudnn=False).implementation == "xla"
-    assert jk.GRU(H, use_cudnn=True).implementation == "cudnn"
-    assert jk.LSTM(H, implementation=1).implementation is None and jk.LSTM(H, implementation=1).cell.implementation == 1
+    layer = jk.LSTM(H, use_cudnn=True)
+    assert (layer.implementation, layer.cudnn_requested, layer.use_cudnn) == (None, True, False)
+    assert jk.LSTM.from_config(layer.get_config()).cudnn_requested is True
+    for legacy in (0, 1, 2):  # Keras's legacy implementation argument (0: old configs, computes as 2)
+        layer = jk.LSTM(H, implementation=legacy)
+        assert layer.implementation is None and layer.cell.implementation == legacy
+
+
+@pytest.mark.parametrize("ours_class, theirs_class", [(jk.LSTM, keras.layers.LSTM), (jk.GRU, keras.layers.GRU)])
+def test_use_cudnn_behaves_as_keras(ours_class, theirs_class):
+    # use_cudnn=True where cuDNN cannot run the call: Keras's LSTM raises a ValueError at the call, its GRU runs its own
+    # loop (off a GPU); where it can, both run cuDNN. Ours does what Keras's does on this machine.
+    ours, theirs = _pair(ours_class, theirs_class, {}, use_cudnn=True, return_sequences=True)
+    try:
+        want, refusal = theirs(X), None
+    except ValueError as error:
+        want, refusal = None, str(error)
+    if refusal is None:
+        _assert_same(ours(X), want, atol=1e-5)
+    else:
+        assert "use_cudnn=True" in refusal
+        with pytest.raises(ValueError, match=r"use_cudnn=True was specified, but cuDNN cannot run this call: it "):
+            ours(X)
+    ours, theirs = _pair(ours_class, theirs_class, {}, use_cudnn=False, return_sequences=True)
+    assert ours.implementation == "xla"
+    _assert_same(ours(X, mask=MASKS["holes"]), theirs(X, mask=MASKS["holes"]))
+
+
+@pytest.mark.parametrize("ours_class, theirs_class, kwargs", LAYERS[:3], ids=IDS[:3])
+def test_unroll_computes_what_keras_computes(ours_class, theirs_class, kwargs):
+    # Keras unrolls its Python loop over the steps instead of a scan: the same arithmetic, which ours runs fused, but
+    # a masked step outputs the previous output (zeros before the first valid step, not h0), zero_output_for_mask or
+    # not.
+    for go_backwards in (False, True):
+        options = dict(return_sequences=True, return_state=True, go_backwards=go_backwards, unroll=True)
+        ours, theirs = _pair(ours_class, theirs_class, kwargs, zero_output_for_mask=go_backwards, **options)
+        _compare(ours, theirs, [None, MASKS["holes"], MASKS["left-padded"]], [_states(ours_class)])
 
 
 def test_stateful_calls_carry_the_state_like_keras():
@@ -256,7 +292,6 @@ def test_refused_arguments_are_named():
         (dict(dropout=0.2, implementation=1), ValueError, r"dropout=0.2 with Keras's implementation=1"),
         (dict(activation="relu"), ValueError, r"activation is 'relu'; cuDNN's LSTM uses tanh"),
         (dict(recurrent_activation="hard_sigmoid"), ValueError, r"recurrent_activation is 'hard_sigmoid'"),
-        (dict(unroll=True), ValueError, r"unroll is True"),
         (dict(use_cudnn="yes"), ValueError, r"use_cudnn is 'yes'; expected 'auto', True or False"),
         (dict(use_cudnn=True, implementation="xla"), ValueError, r"use_cudnn=True contradicts implementation='xla'"),
         (dict(implementation=3), ValueError, r"implementation is 3; expected None, one of rnn\(\)'s"),
@@ -340,3 +375,71 @@ def test_keras_on_another_backend_is_a_clear_import_error():
         env={**os.environ, "KERAS_BACKEND": "numpy"},
     )
     assert run.returncode != 0 and "Set the environment variable KERAS_BACKEND=jax" in run.stderr, run.stderr[-2000:]
+
+
+def _keras_model():
+    """A Keras model with its RNN layers nested (named: the report's paths are the names): a nested Sequential holding
+    a masked Bidirectional LSTM and two GRUs (one with Keras 2's reset_after=False), a TimeDistributed SimpleRNN on a
+    second branch; trained one step."""
+    keras.utils.set_random_seed(2)
+    inner = keras.Sequential(
+        [
+            keras.Input((T, I)),
+            keras.layers.Masking(0.0),
+            keras.layers.Bidirectional(keras.layers.LSTM(H, return_sequences=True, name="lstm"), name="bidirectional"),
+            keras.layers.GRU(H, return_sequences=True, name="gru"),
+            keras.layers.GRU(H, reset_after=False, name="gru_before"),
+        ],
+        name="inner",
+    )
+    inputs = keras.Input((T, I))
+    b = keras.layers.Reshape((T, 2, I // 2))(inputs)
+    b = keras.layers.Flatten()(
+        keras.layers.TimeDistributed(
+            keras.layers.SimpleRNN(3, activation="relu", name="simple_rnn"), name="time_distributed"
+        )(b)
+    )
+    outputs = keras.layers.Dense(2)(keras.layers.Concatenate()([inner(inputs), b]))
+    model = keras.Model(inputs, outputs, name="outer")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    return model
+
+
+def test_swap_layers_puts_ours_into_a_saved_model_with_its_weights(tmp_path):
+    x = RNG.standard_normal((B, T, I)).astype(np.float32)
+    x[1, 4:] = 0  # masked by the Masking layer
+    model = _keras_model()
+    model.train_on_batch(x, RNG.standard_normal((B, 2)).astype(np.float32))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    try:  # what our GRU says of reset_after=False, until the core runs it
+        jk.GRU(H, reset_after=False)
+        before_kept = None
+    except ValueError as error:
+        before_kept = str(error)
+    expected = [
+        ("outer/inner/bidirectional/forward_lstm", "LSTM", None),
+        ("outer/inner/bidirectional/backward_lstm", "LSTM", None),
+        ("outer/inner/gru", "GRU", None),
+        ("outer/inner/gru_before", "GRU", before_kept),
+        ("outer/time_distributed/simple_rnn", "SimpleRNN", None),
+    ]
+    for source in (str(path), model):
+        swapped, swaps = jk.swap_layers(source)
+        assert sorted((s.path, s.class_name, s.kept) for s in swaps) == sorted(expected), [str(s) for s in swaps]
+        inner = swapped.get_layer("inner")
+        bidirectional = inner.get_layer("bidirectional")
+        assert type(bidirectional.forward_layer) is jk.LSTM and type(bidirectional.backward_layer) is jk.LSTM
+        assert type(inner.get_layer("gru")) is jk.GRU
+        assert type(inner.get_layer("gru_before")) is (keras.layers.GRU if before_kept else jk.GRU)
+        assert type(swapped.get_layer("time_distributed").layer) is jk.SimpleRNN
+        for ours, theirs in zip(swapped.get_weights(), model.get_weights(), strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+        for ours, theirs in zip(swapped.optimizer.variables, model.optimizer.variables, strict=True):
+            np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+        if source is model:  # the same route once saved: its outputs are the file's
+            _assert_same(swapped.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-5)
+    # The original is untouched.
+    assert type(model.get_layer("inner").get_layer("bidirectional").forward_layer) is keras.layers.LSTM
+    with pytest.raises(TypeError, match=r"model must be a keras.Model or the path of a saved model, got int"):
+        jk.swap_layers(3)
