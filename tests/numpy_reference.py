@@ -40,7 +40,7 @@ def _softplus(v):
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 _erf = np.vectorize(math.erf)
 
-#: Keras 3's elementwise activations (keras.io/api/layers/activations), float64.
+#: Keras 3's elementwise activations, as its documentation of keras.activations defines them, in float64.
 ACTIVATIONS = {
     "celu": lambda v: np.maximum(v, 0.0) + np.expm1(np.minimum(v, 0.0)),
     "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0.0))),

@@ -115,8 +115,8 @@ def test_reset_before_gru_differs_from_cudnns_gru():
 
 
 def test_every_named_activation_runs_on_both_implementations():
-    """Each activation of RNNConfig.ACTIVATIONS as the candidate and as the gates' activation of a GRU, against the
-    oracle's own definition of it."""
+    """Each activation of jax_cudnn_rnn.config.ACTIVATIONS as the candidate and as the gates' activation of a GRU,
+    against the oracle's own definition of it."""
     names = jcr.config.ACTIVATIONS
     assert set(names) == set(ACTIVATIONS)  # the oracle defines every one independently
     # exp as both would overflow: it is the candidate with sigmoid gates, and the gates' with a tanh candidate
