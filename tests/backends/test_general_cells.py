@@ -105,6 +105,35 @@ def test_values_match_numpy(implementation, index):
         assert np.abs(y_default - np.asarray(plain[0], np.float64)).max() > 1e-2
 
 
+DTYPE_CASES = [  # (dtype, tolerance as tests/backends/test_xla_vs_numpy.py's)
+    (np.float16, 2e-3),
+    ("bfloat16", 1.6e-2),
+    (np.float64, 1e-12),
+]
+
+
+@pytest.mark.parametrize("dtype,tol", DTYPE_CASES, ids=["float16", "bfloat16", "float64"])
+def test_other_dtypes_match_numpy(dtype, tol):
+    """Half precision computes in float32 and rounds; float64 stays float64 (under x64), recurrent dropout included."""
+    with jax.enable_x64(dtype == np.float64):
+        cfgs = [
+            make_config("gru_reset_before", 2, "bidirectional", dtype=dtype),
+            make_config("lstm", 1, "unidirectional", dtype=dtype, activation="softsign", recurrent_dropout=0.3),
+        ]
+        inputs = [draw_inputs(cfg, np.random.default_rng(50 + i)) for i, cfg in enumerate(cfgs)]
+        key = jax.random.key(6)
+        lengths = jnp.array(LENGTHS, jnp.int32)
+        for impl in IMPLEMENTATIONS:
+            for cfg, (p, x, h0, c0) in zip(cfgs, inputs, strict=True):
+                got = jcr.rnn(
+                    p, x, h0, c0, cfg, seq_lengths=lengths, is_training=True, dropout_key=key, implementation=impl
+                )
+                assert got[0].dtype == cfg.dtype
+                masks = documented_recurrent_masks(key, cfg, B) if cfg.recurrent_dropout else None
+                want = oracle(cfg, p, x, h0, c0, seq_lengths=np.array(LENGTHS), recurrent_masks=masks)
+                _assert_close(got, want, tol, f"{cfg.dtype} {impl}")
+
+
 def test_reset_before_gru_differs_from_cudnns_gru():
     """Same weights, the reset gate before or after R: different values (and each its own oracle's, above)."""
     cfg = make_config("gru_reset_before", 1, "unidirectional")
