@@ -1,5 +1,6 @@
 """implementation="reference": the textbook version, one ``lax.scan`` step per time step doing both GEMMs through the
-cell's ``general_step`` (every cell, activation and recurrent-dropout mask), differentiated by JAX itself. Slower than the fast path (jax_cudnn_rnn/backends/xla.py), but it supports every
+cell's ``general_step`` (every cell, activation and recurrent-dropout mask), differentiated by JAX itself. Slower
+than the fast path (jax_cudnn_rnn/backends/xla.py), but it supports every
 transformation, forward mode (``jax.jvp``, ``jax.jacfwd``, Hessians) included, which a custom_vjp cannot.
 """
 
