@@ -7,6 +7,7 @@ function of this object, so it is frozen and hashable and can be a static argume
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -14,8 +15,10 @@ import ml_dtypes
 import numpy as np
 
 from jax_cudnn_rnn import cells
+from jax_cudnn_rnn.cells import activations
 
 __all__ = [
+    "ACTIVATIONS",
     "BIAS_MODES",
     "DIRECTIONS",
     "GATE_NAMES",
@@ -27,8 +30,11 @@ __all__ = [
     "canonical_dtype",
 ]
 
-#: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four).
+#: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four, then "gru_reset_before").
 MODES = cells.MODES
+#: The activations ``RNNConfig.activation`` and ``recurrent_activation`` take by name: Keras 3's elementwise ones
+#: (jax_cudnn_rnn/cells/activations.py), besides their aliases "swish" and "hard_swish".
+ACTIVATIONS = tuple(sorted(activations.ACTIVATIONS))
 #: The values of ``RNNConfig.direction`` (D = 1, 2).
 DIRECTIONS = ("unidirectional", "bidirectional")
 #: The values of ``RNNConfig.input_mode`` ("auto_select" is resolved on construction).
@@ -82,8 +88,33 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 
 #: Fields of RNNConfig that decide which canonical tensors exist and their shapes (and so the buffer's layout); the
-#: others (dtype, dropout, cell_clip) change how the weights are stored or used, not which weights there are.
+#: others (dtype, dropout, cell_clip, the activations, recurrent_dropout) change how the weights are stored or used,
+#: not which weights there are.
 LAYOUT_FIELDS = ("mode", "num_layers", "num_units", "input_size", "direction", "input_mode", "proj_size", "bias_mode")
+
+#: Fields added after checkpoints of format version 1 were first written, with their defaults: ``to_json`` writes one
+#: only where it differs from its default, so that a checkpoint of a config an earlier version knows stays readable
+#: by that version.
+_LATER_FIELDS = {"activation": None, "recurrent_activation": None, "recurrent_dropout": 0.0}
+
+Activation = str | Callable[[Any], Any] | None
+
+
+def _check_activation(name: str, value: Any) -> Activation:
+    """None, a known name (aliases resolved) or a callable; TypeError/ValueError naming ``name`` otherwise."""
+    if value is None or callable(value):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be None, an activation's name or a callable, got {type(value).__name__}")
+    return activations.canonical_name(value, name)
+
+
+def _check_rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    if not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +122,8 @@ class RNNConfig:
     """A stacked RNN as cuDNN sees it.
 
     Attributes:
-      mode: "lstm", "gru", "rnn_tanh" or "rnn_relu".
+      mode: "lstm", "gru", "rnn_tanh", "rnn_relu" or "gru_reset_before" (the GRU that applies the reset gate
+        before R: Keras's ``GRU(reset_after=False)``; jax_cudnn_rnn/cells/gru_reset_before.py).
       num_layers: number of stacked layers L >= 1.
       num_units: hidden size H.
       input_size: feature size I of the input x.
@@ -112,6 +144,22 @@ class RNNConfig:
         stored state (TensorFlow's LSTMCell) whenever c0 lies within the bound.
       bias_mode: "double" (separate input and recurrent biases, the default), "single_input", "single_recurrent" or
         "none"; absent biases have no storage and are absent from the canonical lists.
+      activation: the candidate activation (LSTM: of g and of c' in h' = o * act(c'); GRU: of n; vanilla RNN: of
+        h'): None for the cell's own (tanh; relu for "rnn_relu"), one of ``ACTIVATIONS`` by name (Keras 3's
+        definitions; "swish"/"hard_swish" are read as "silu"/"hard_silu"), or a callable applied elementwise (it
+        must be traceable by JAX and is a static part of the config, compared and hashed by identity; a checkpoint
+        cannot record it). The cell's own name is stored as None; for the vanilla RNN, "tanh" and "relu" select the
+        mode ("rnn_tanh" with activation "relu" is stored as mode "rnn_relu"), as cuDNN's modes do. Note: Keras's
+        ``activation=None`` means "linear" here.
+      recurrent_activation: the gates' activation (LSTM i, f, o; GRU r, z): None for sigmoid, or as ``activation``.
+        Only for the gated modes; the vanilla RNN has none.
+      recurrent_dropout: Keras's recurrent (variational) dropout, in [0, 1), applied only in training: per layer and
+        direction, each gate's recurrent product reads h_{t-1} times a mask drawn once per sequence (the same at
+        every step), each entry 0 with probability ``recurrent_dropout`` or 1/(1 - recurrent_dropout); the state
+        itself (GRU's z * h) is not masked (jax_cudnn_rnn/dropout.py).
+
+    Non-default activations, mode "gru_reset_before" and recurrent dropout in training run on the pure-JAX
+    implementations ("xla", "reference"); the fused backends refuse them (``implementation_for`` says why).
     """
 
     mode: str
@@ -125,9 +173,30 @@ class RNNConfig:
     proj_size: int = 0
     cell_clip: float | None = None
     bias_mode: str = "double"
+    activation: Activation = None
+    recurrent_activation: Activation = None
+    recurrent_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
+        activation = _check_activation("activation", self.activation)
+        recurrent_activation = _check_activation("recurrent_activation", self.recurrent_activation)
+        mode = self.mode
+        if mode in ("rnn_tanh", "rnn_relu") and activation in ("tanh", "relu"):
+            mode = f"rnn_{activation}"
+        cell = cells.CELLS[mode]
+        if activation == cell.activation:
+            activation = None
+        if cell.recurrent_activation is None and recurrent_activation is not None:
+            raise ValueError(
+                f"recurrent_activation is {recurrent_activation!r}; mode {mode!r} has no gates, so it takes None"
+            )
+        if recurrent_activation == cell.recurrent_activation:
+            recurrent_activation = None
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "activation", activation)
+        object.__setattr__(self, "recurrent_activation", recurrent_activation)
+        object.__setattr__(self, "recurrent_dropout", _check_rate("recurrent_dropout", self.recurrent_dropout))
         check_int("num_layers", self.num_layers, 1)
         check_int("num_units", self.num_units, 1)
         check_int("input_size", self.input_size, 1)
@@ -141,10 +210,7 @@ class RNNConfig:
                 f"input_mode 'skip_input' needs input_size == num_units, got input_size "
                 f"{self.input_size} and num_units {self.num_units}"
             )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float, np.floating)):
-            raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__} {self.dropout!r}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        _check_rate("dropout", self.dropout)
         check_int("proj_size", self.proj_size, 0)
         if self.proj_size and self.mode != "lstm":
             raise ValueError(
@@ -180,6 +246,22 @@ class RNNConfig:
     def cell(self) -> cells.Cell:
         """The mode's cell (jax_cudnn_rnn/cells/): its gates, state and step."""
         return cells.CELLS[self.mode]
+
+    @property
+    def default_activations(self) -> bool:
+        """Whether the cell runs with its own activations (``activation`` and ``recurrent_activation`` None), the
+        only ones the fused backends run."""
+        return self.activation is None and self.recurrent_activation is None
+
+    @property
+    def activation_functions(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None]:
+        """(candidate activation, gates' activation or None for the vanilla RNN) as functions."""
+        cell = self.cell
+        gates = self.recurrent_activation or cell.recurrent_activation
+        return (
+            activations.resolve(self.activation or cell.activation),
+            None if gates is None else activations.resolve(gates),
+        )
 
     @property
     def num_gates(self) -> int:
@@ -239,9 +321,21 @@ class RNNConfig:
         return (self.num_layers * self.num_directions, batch_size, self.num_units)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict from which ``from_json`` rebuilds an equal config."""
+        """A JSON-serialisable dict from which ``from_json`` rebuilds an equal config; the fields added later
+        (activations, recurrent_dropout) only where they differ from their defaults. TypeError for an activation
+        given as a callable, which JSON cannot record."""
+        for name in ("activation", "recurrent_activation"):
+            value = getattr(self, name)
+            if callable(value):
+                raise TypeError(
+                    f"{name} is {activations.activation_name(value)}, which a checkpoint or JSON cannot record; "
+                    f"use one of the named activations ({', '.join(ACTIVATIONS)}) to save this config"
+                )
         fields = dataclasses.asdict(self)
         fields["dtype"] = self.dtype.name
+        for name, default in _LATER_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
         return fields
 
     @classmethod

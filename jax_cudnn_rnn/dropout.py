@@ -1,5 +1,6 @@
-"""Inter-layer dropout masks, drawn from a JAX key so that every implementation (and every device) applies the same
-mask for the same key."""
+"""Dropout masks, drawn from a JAX key so that every implementation (and every device) applies the same mask for the
+same key: between layers (``RNNConfig.dropout``, cuDNN's: a new mask at every step) and on the recurrent input
+(``RNNConfig.recurrent_dropout``, Keras's: one mask per gate, layer and direction for the whole sequence)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["compute_dtype", "dropout_masks", "masks_for"]
+__all__ = ["RECURRENT_STREAM", "compute_dtype", "dropout_masks", "masks_for", "recurrent_masks"]
+
+#: The recurrent masks are drawn from ``jax.random.fold_in(key, RECURRENT_STREAM)``, a stream apart from the
+#: inter-layer masks' ``fold_in(key, l)`` (l < num_layers - 1 < 2**31 - 1).
+RECURRENT_STREAM = 2**31 - 1
 
 
 def compute_dtype(dtype: Any) -> Any:
@@ -37,3 +42,26 @@ def masks_for(key: jax.Array, config: RNNConfig, x_shape: tuple[int, ...]) -> li
     """``dropout_masks`` for a call on x of shape [T, B, ...]: masks [T, B, D*hidden] in ``compute_dtype``, what every
     implementation multiplies each layer's output with."""
     return dropout_masks(key, config, (x_shape[0], x_shape[1], config.output_size), compute_dtype(config.dtype))
+
+
+def recurrent_masks(key: jax.Array, config: RNNConfig, batch: int, dtype=None) -> jax.Array:
+    """Keras's recurrent-dropout masks for a batch of ``batch`` sequences: [L*D, G, B, hidden] in ``dtype``
+    (default ``compute_dtype(config.dtype)``), already scaled by 1/(1-recurrent_dropout).
+
+    ``masks[l*D + d, k]`` multiplies the state h_{t-1} [B, hidden] where gate k's recurrent product R_k h_{t-1} of
+    layer l, direction d reads it, at every step of the sequence (Keras's LSTM, GRU and SimpleRNN cells with
+    ``recurrent_dropout``: one mask per gate, drawn once per call); it is
+    ``jax.random.bernoulli(fold_in(fold_in(key, RECURRENT_STREAM), l*D + d), 1 - recurrent_dropout, [G, B, hidden])``
+    divided by 1 - recurrent_dropout.
+    """
+    dtype = compute_dtype(config.dtype) if dtype is None else dtype
+    keep = 1.0 - config.recurrent_dropout
+    stream = jax.random.fold_in(key, RECURRENT_STREAM)
+    shape = (config.num_gates, batch, config.hidden_size)
+    return jnp.stack(
+        [
+            jax.random.bernoulli(jax.random.fold_in(stream, index), keep, shape).astype(dtype)
+            / jnp.asarray(keep, dtype)
+            for index in range(config.num_layers * config.num_directions)
+        ]
+    )

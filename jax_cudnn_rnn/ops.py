@@ -103,8 +103,10 @@ def rnn(
         semantics). A length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed
         sequence has no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
         acts as 0, and one above T acts as T in the xla implementations and fails the cuDNN call at run time.
-      is_training: applies inter-layer dropout when ``config.dropout > 0``.
-      dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere.
+      is_training: applies inter-layer dropout when ``config.dropout > 0`` and recurrent dropout when
+        ``config.recurrent_dropout > 0`` (False: neither; the result is exactly that of no dropout).
+      dropout_key: a JAX PRNG key, required when dropout applies; the same key gives the same masks everywhere
+        (jax_cudnn_rnn/dropout.py: the inter-layer masks and the recurrent ones come from separate streams of it).
       implementation: None (the best implementation available for the platform the computation is lowered for,
         as jax_cudnn_rnn/backends/registry.py decides and ``implementation_for`` reports: "cudnn" on CUDA when the
         extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16 needs cuDNN >= 9.13 and
@@ -175,10 +177,11 @@ def rnn(
             f"is_training must be a Python bool (it selects the computation), got {type(is_training).__name__}"
         )
     apply_dropout = bool(is_training) and config.dropout > 0 and config.num_layers > 1
-    if apply_dropout and dropout_key is None:
+    apply_recurrent_dropout = bool(is_training) and config.recurrent_dropout > 0
+    if (apply_dropout or apply_recurrent_dropout) and dropout_key is None:
+        which = f"dropout={config.dropout}" if apply_dropout else f"recurrent_dropout={config.recurrent_dropout}"
         raise ValueError(
-            f"dropout_key is None; is_training=True with config.dropout={config.dropout} needs a JAX "
-            "PRNG key (jax.random.key(seed))"
+            f"dropout_key is None; is_training=True with config.{which} needs a JAX PRNG key (jax.random.key(seed))"
         )
     call = Call(
         config,
@@ -190,8 +193,10 @@ def rnn(
         resolve_precision(precision),
         placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]),
         CudnnOptions(check_algorithm(algorithm), max_segments),
+        apply_recurrent_dropout,
     )
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
+    recurrent_masks = dropout.recurrent_masks(dropout_key, config, x.shape[1]) if apply_recurrent_dropout else None
     inputs = Inputs(
         params,
         x,
@@ -200,5 +205,6 @@ def rnn(
         None if seq_lengths is None else jnp.asarray(seq_lengths),
         None if resets is None else jnp.asarray(resets),
         masks,
+        recurrent_masks,
     )
     return registry.run(implementation, call, inputs)

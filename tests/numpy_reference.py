@@ -11,49 +11,95 @@ Canonical order, per layer l, per direction (forward then backward):
            then, for a projected LSTM, the projection matrix [P, H];
   biases:  G input biases [H] (absent when bias_mode is "single_recurrent" or "none"), then G recurrent biases [H]
            (absent when bias_mode is "single_input" or "none").
-Gate order: LSTM i, f, g, o; GRU r, z, n; RNN one gate.
+Gate order: LSTM i, f, g, o; GRU r, z, n (both GRUs); RNN one gate.
+
+Modes: cuDNN's four, and "gru_reset_before", the GRU that applies the reset gate before the recurrent matrix (Keras's
+``GRU(reset_after=False)``): n = act(W_n x + b_Wn + R_n (r * h) + b_Rn). ``activation`` / ``recurrent_activation``
+name the candidate and the gates' activation (None: tanh, relu for rnn_relu / sigmoid), with Keras 3's definitions
+written out below from its documentation. ``recurrent_masks`` are Keras's recurrent dropout: gate k's recurrent
+product reads h * mask_k.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1, "gru_reset_before": 3}
 
 
 def _sigmoid(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def _step(mode, w_in, b_in, w_rec, b_rec, w_proj, x_t, h, c, skip, cell_clip):
-    """One cell step for one batch of rows. Returns (h_new, c_new). Lists are per gate."""
+def _softplus(v):
+    return np.logaddexp(0.0, v)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+_erf = np.vectorize(math.erf)
+
+#: Keras 3's elementwise activations, as its documentation of keras.activations defines them, in float64.
+ACTIVATIONS = {
+    "celu": lambda v: np.maximum(v, 0.0) + np.expm1(np.minimum(v, 0.0)),
+    "elu": lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0.0))),
+    "exponential": np.exp,
+    "gelu": lambda v: 0.5 * v * (1.0 + _erf(v / np.sqrt(2.0))),
+    "hard_shrink": lambda v: np.where(np.abs(v) > 0.5, v, 0.0),
+    "hard_sigmoid": lambda v: np.clip(v / 6.0 + 0.5, 0.0, 1.0),
+    "hard_silu": lambda v: v * np.clip(v / 6.0 + 0.5, 0.0, 1.0),
+    "hard_tanh": lambda v: np.clip(v, -1.0, 1.0),
+    "leaky_relu": lambda v: np.where(v >= 0, v, 0.2 * v),
+    "linear": lambda v: v,
+    "log_sigmoid": lambda v: -_softplus(-v),
+    "mish": lambda v: v * np.tanh(_softplus(v)),
+    "relu": lambda v: np.maximum(v, 0.0),
+    "relu6": lambda v: np.clip(v, 0.0, 6.0),
+    "selu": lambda v: _SELU_SCALE * np.where(v > 0, v, _SELU_ALPHA * np.expm1(np.minimum(v, 0.0))),
+    "sigmoid": _sigmoid,
+    "silu": lambda v: v * _sigmoid(v),
+    "soft_shrink": lambda v: np.where(v > 0.5, v - 0.5, np.where(v < -0.5, v + 0.5, 0.0)),
+    "softplus": _softplus,
+    "softsign": lambda v: v / (1.0 + np.abs(v)),
+    "sparse_plus": lambda v: np.where(v <= -1, 0.0, np.where(v >= 1, v, (v + 1.0) ** 2 / 4.0)),
+    "sparse_sigmoid": lambda v: np.where(v <= -1, 0.0, np.where(v >= 1, 1.0, 0.5 * (v + 1.0))),
+    "squareplus": lambda v: (v + np.sqrt(v * v + 4.0)) / 2.0,
+    "tanh": np.tanh,
+    "tanh_shrink": lambda v: v - np.tanh(v),
+}
+
+
+def _step(mode, w_in, b_in, w_rec, b_rec, w_proj, x_t, h, c, skip, cell_clip, act, gate_act, rmask):
+    """One cell step for one batch of rows. Returns (h_new, c_new). Lists are per gate; rmask: None or a list of G
+    masks [rows, hidden] (gate k's recurrent product reads h * rmask[k])."""
     G = GATES[mode]
     # Input part per gate: W_k x + b_Wk; under skip input x itself enters every gate.
     xin = [(x_t if skip else x_t @ w_in[k].T) + b_in[k] for k in range(G)]
-    hrec = [h @ w_rec[k].T + b_rec[k] for k in range(G)]
+
+    def rec(k, v):  # R_k (v * mask_k) + b_Rk
+        return (v if rmask is None else v * rmask[k]) @ w_rec[k].T + b_rec[k]
+
     if mode == "lstm":
-        i = _sigmoid(xin[0] + hrec[0])
-        f = _sigmoid(xin[1] + hrec[1])
-        g = np.tanh(xin[2] + hrec[2])
-        o = _sigmoid(xin[3] + hrec[3])
+        i = gate_act(xin[0] + rec(0, h))
+        f = gate_act(xin[1] + rec(1, h))
+        g = act(xin[2] + rec(2, h))
+        o = gate_act(xin[3] + rec(3, h))
         # cuDNN's CUDNN_RNN_CLIP_MINMAX clips the cell state where it is read (by this step and by tanh), and keeps
         # the unclipped value as the state.
         clip = (lambda v: v) if cell_clip is None else (lambda v: np.clip(v, -cell_clip, cell_clip))
         c_new = f * clip(c) + i * g
-        h_new = o * np.tanh(clip(c_new))
+        h_new = o * act(clip(c_new))
         if w_proj is not None:
             h_new = h_new @ w_proj.T
         return h_new, c_new
-    if mode == "gru":
-        r = _sigmoid(xin[0] + hrec[0])
-        z = _sigmoid(xin[1] + hrec[1])
-        n = np.tanh(xin[2] + r * hrec[2])
+    if mode in ("gru", "gru_reset_before"):
+        r = gate_act(xin[0] + rec(0, h))
+        z = gate_act(xin[1] + rec(1, h))
+        n = act(xin[2] + (r * rec(2, h) if mode == "gru" else rec(2, r * h)))
         return (1.0 - z) * n + z * h, None
-    pre = xin[0] + hrec[0]
-    if mode == "rnn_tanh":
-        return np.tanh(pre), None
-    if mode == "rnn_relu":
-        return np.maximum(pre, 0.0), None
+    if mode in ("rnn_tanh", "rnn_relu"):
+        return act(xin[0] + rec(0, h)), None
     raise ValueError(f"unknown mode {mode!r}")
 
 
@@ -74,6 +120,9 @@ def numpy_rnn(
     cell_clip=None,
     bias_mode="double",
     resets=None,
+    activation=None,
+    recurrent_activation=None,
+    recurrent_masks=None,
 ):
     """Runs the stacked RNN in float64. Returns (y [T,B,D*hidden], h_n [L*D,B,hidden], c_n [L*D,B,H] or None).
 
@@ -83,7 +132,13 @@ def numpy_rnn(
     resets: optional bool [T, B]; where resets[t, b] a new segment starts at step t: the forward direction's state
       entering step t is zero, and the backward direction's state entering step t - 1 is zero (it reads each segment
       from its last valid step, from zero, except the last segment, which starts from h0's backward entries).
+    activation, recurrent_activation: names in ``ACTIVATIONS``, or None for the mode's own (tanh, relu for rnn_relu;
+      sigmoid).
+    recurrent_masks: optional [L*D, G, B, hidden]: Keras's recurrent dropout, the same masks at every step.
     """
+    act = ACTIVATIONS[activation or ("relu" if mode == "rnn_relu" else "tanh")]
+    gate_act = ACTIVATIONS[recurrent_activation or "sigmoid"]
+    rmasks = None if recurrent_masks is None else np.asarray(recurrent_masks, np.float64)
     f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
     weights = [f64(w) for w in weights]
     biases = [f64(b) for b in biases]
@@ -147,7 +202,20 @@ def numpy_rnn(
                         h = np.zeros_like(h)
                         c = None if c is None else np.zeros_like(c)
                     h, c = _step(
-                        mode, w_in, b_in, w_rec, b_rec, w_proj, layer_input[t, b : b + 1], h, c, skip, cell_clip
+                        mode,
+                        w_in,
+                        b_in,
+                        w_rec,
+                        b_rec,
+                        w_proj,
+                        layer_input[t, b : b + 1],
+                        h,
+                        c,
+                        skip,
+                        cell_clip,
+                        act,
+                        gate_act,
+                        None if rmasks is None else [m[b : b + 1] for m in rmasks[idx]],
                     )
                     out[t, b, d * hidden : (d + 1) * hidden] = h[0]
                 h_n[idx, b] = h[0]

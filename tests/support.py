@@ -69,7 +69,7 @@ def require_extension(extension, env_var: str) -> None:
         skip_or_fail(f"{extension.what} not loaded: {extension.error()}", env_var)
 
 
-def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None, resets=None):
+def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None, resets=None, recurrent_masks=None):
     """The float64 NumPy oracle (numpy_reference.numpy_rnn) run on the canonical lists of the opaque buffer ``params``
     under ``cfg``: (y, h_n, c_n or None) as float64 arrays."""
     weights, biases = jcr.params_to_canonical(jnp.asarray(params), cfg)
@@ -91,6 +91,9 @@ def oracle(cfg, params, x, h0, c0, seq_lengths=None, dropout_masks=None, resets=
         cell_clip=cfg.cell_clip,
         bias_mode=cfg.bias_mode,
         resets=None if resets is None else np.asarray(resets),
+        activation=cfg.activation,
+        recurrent_activation=cfg.recurrent_activation,
+        recurrent_masks=recurrent_masks,
     )
 
 
@@ -104,6 +107,21 @@ def documented_dropout_masks(key, cfg, shape) -> list[np.ndarray]:
         np.asarray(jax.random.bernoulli(jax.random.fold_in(key, layer), keep, shape), np.float64) / keep
         for layer in range(cfg.num_layers - 1)
     ]
+
+
+def documented_recurrent_masks(key, cfg, batch) -> np.ndarray:
+    """The recurrent-dropout masks as docs/architecture.md describes them, built here rather than taken from the
+    package: for state index i = l*D + d, ``jax.random.bernoulli(fold_in(fold_in(key, 2**31 - 1), i), 1 -
+    recurrent_dropout, [G, B, hidden])`` scaled by 1 / (1 - recurrent_dropout). float64 [L*D, G, B, hidden]."""
+    keep = 1.0 - cfg.recurrent_dropout
+    stream = jax.random.fold_in(key, 2**31 - 1)
+    shape = (cfg.num_gates, batch, cfg.hidden_size)
+    return np.stack(
+        [
+            np.asarray(jax.random.bernoulli(jax.random.fold_in(stream, i), keep, shape), np.float64) / keep
+            for i in range(cfg.num_layers * cfg.num_directions)
+        ]
+    )
 
 
 def jaxpr_eqns(jaxpr) -> Iterator:

@@ -42,6 +42,7 @@ class Call:
     precision: "float32" or "tensorfloat32" (``ops.resolve_precision``), resolved once.
     placement: what tracing knows of where the call runs (jax_cudnn_rnn/sharding/placement.py).
     cudnn: the options only the cuDNN backend reads (``CudnnOptions``).
+    recurrent_dropout: whether the call applies recurrent dropout (``config.recurrent_dropout`` > 0 in training).
     """
 
     config: RNNConfig | None = None
@@ -53,6 +54,7 @@ class Call:
     precision: str = "float32"
     placement: Placement = UNKNOWN
     cudnn: CudnnOptions = CudnnOptions()
+    recurrent_dropout: bool = False
 
 
 class Inputs(NamedTuple):
@@ -60,7 +62,9 @@ class Inputs(NamedTuple):
 
     params [params_size(config)]; x [T, B, I]; h0 [L*D, B, hidden]; c0 [L*D, B, H] (LSTM) or None; seq_lengths
     int32 [B] in [0, T] or None; resets bool [T, B] or None; dropout_masks: None, or L-1 arrays [T, B, D*hidden] in
-    ``dropout.compute_dtype`` (layer l's output times mask l enters layer l + 1).
+    ``dropout.compute_dtype`` (layer l's output times mask l enters layer l + 1); recurrent_masks: None, or
+    [L*D, G, B, hidden] in ``dropout.compute_dtype`` (``dropout.recurrent_masks``: where gate k of layer l, direction
+    d reads h_{t-1}, it reads h_{t-1} * recurrent_masks[l*D + d, k]).
     """
 
     params: jax.Array
@@ -70,3 +74,4 @@ class Inputs(NamedTuple):
     seq_lengths: jax.Array | None
     resets: jax.Array | None
     dropout_masks: list[Any] | None
+    recurrent_masks: jax.Array | None = None

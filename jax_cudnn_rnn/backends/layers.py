@@ -4,15 +4,19 @@ jax_cudnn_rnn/backends/reference.py, the textbook scan), around the cells' steps
 Both implementations share the sequence-length semantics: a step
 t >= len leaves the state unchanged and outputs zero; the backward direction scans t = T-1 .. 0, so it starts at
 len-1 on each sequence. Resets are a second per-step mask: where it is set, the state entering the step is zero
-(``reset_masks``). Half-precision inputs are computed in float32 and cast back.
+(``reset_masks``). Half-precision inputs are computed in float32 and cast back. ``scan_general`` is the scan both
+run around a cell's ``general_step`` (any activations, recurrent dropout, the reset-before GRU), JAX differentiating
+it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.cells.spec import leading
@@ -53,6 +57,50 @@ def layer_weights(params: Array, config: RNNConfig, layer: int, direction: int, 
     return tuple(take(name) for name in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"))
 
 
+def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:
+    """The ``recurrent(v, gates)`` a cell's ``general_step`` takes: for a ``slice`` of the gates, R_k (v * m_k) + b_Rk
+    side by side [B, len*H]; w_rec [G*H, P], b_rec [G*H] or None, rmask None or [G, B, P] (one recurrent-dropout mask
+    per gate, ``dropout.recurrent_masks``). Without masks, one GEMM over the gates asked for."""
+    units = w_rec.shape[0] // num_gates
+
+    def recurrent(v: Array, gates: slice) -> Array:
+        rows = slice(gates.start * units, gates.stop * units)
+        w = w_rec[rows]
+        if rmask is None:
+            out = v @ w.T
+        else:
+            count = gates.stop - gates.start
+            out = jnp.einsum("gbp,ghp->bgh", v[None] * rmask[gates], w.reshape(count, units, w.shape[1]))
+            out = out.reshape(v.shape[0], count * units)
+        return add_bias(out, None if b_rec is None else b_rec[rows])
+
+    return recurrent
+
+
+def scan_general(config: RNNConfig, xs, gate_inputs_of, weights, h0, c0, mask, reset, rmask, reverse):
+    """One direction of one layer through the cell's ``general_step``: ``lax.scan`` over ``xs`` (a pytree with a
+    leading time axis), ``gate_inputs_of(x_t)`` giving the step's gate inputs (W x_t + b_W, split as the cell reads
+    them); weights as ``layer_weights`` (w_in and b_in are ``gate_inputs_of``'s); rmask [G, B, hidden] or None.
+    Returns (ys [T, B, hidden], h_n, c_n or None)."""
+    _, w_rec, w_proj, _, b_rec = weights
+    cell = config.cell
+    activation, recurrent_activation = config.activation_functions
+    recurrent = recurrent_products(w_rec, b_rec, rmask, config.num_gates)
+
+    def step(carry, inputs):
+        x_t, mask_t, reset_t = inputs
+        h, c = (zeroed(reset_t, state) for state in carry)
+        h_full, c_new = cell.general_step(
+            gate_inputs_of(x_t), recurrent, h, c, config.cell_clip, activation, recurrent_activation
+        )
+        h_new = project(h_full, w_proj)
+        y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
+        return (masked(mask_t, h_new, h), masked(mask_t, c_new, c)), y
+
+    (h_n, c_n), ys = lax.scan(step, (h0, c0), (xs, mask, reset), reverse=reverse)
+    return ys, h_n, c_n
+
+
 def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]:
     """Where each direction zeroes the state entering a step, as [T, B, 1] bool masks (forward, backward).
 
@@ -66,12 +114,30 @@ def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]
     return resets[:, :, None], backward[:, :, None]
 
 
-def run_layers(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
+def run_layers(
+    direction_fn,
+    params,
+    x,
+    h0,
+    c0,
+    config: RNNConfig,
+    seq_lengths,
+    dropout_masks,
+    precision,
+    resets,
+    recurrent_masks=None,
+):
+    """The layer loop around ``direction_fn(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision)``
+    (rmask: that layer and direction's ``recurrent_masks`` entry [G, B, hidden], or None)."""
     with jax.default_matmul_precision(precision):
-        return _layer_loop(direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
+        return _layer_loop(
+            direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets, recurrent_masks
+        )
 
 
-def _layer_loop(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets):
+def _layer_loop(
+    direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets, recurrent_masks
+):
     dtype = compute_dtype(config.dtype)
     num_steps = x.shape[0]
     mask = None
@@ -93,6 +159,7 @@ def _layer_loop(direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths,
                 None if c0 is None else c0[index].astype(dtype),
                 mask,
                 reset[direction],
+                None if recurrent_masks is None else recurrent_masks[index].astype(dtype),
                 direction == 1,
                 precision,
             )

@@ -36,6 +36,7 @@ from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
 
 from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.cells import activations
 from jax_cudnn_rnn.sharding import placement
 
 DEFAULT = "default"  # the choice for platforms without one of their own
@@ -49,6 +50,9 @@ class Supports:
     label: how messages name what lacks a feature ("oneDNN's RNN primitives").
     modes, dtypes: the modes and dtype names it runs; None for every one.
     seq_lengths, resets, cell_clip: whether it runs calls with per-sequence lengths, with resets, with a clipped cell.
+    activations: whether it runs other activations than the cells' own (``RNNConfig.activation``,
+      ``recurrent_activation``).
+    recurrent_dropout: whether it runs calls that apply recurrent dropout (``Call.recurrent_dropout``).
     other: the rules only this backend has (``other(call)``: what the call lacks, or None).
     """
 
@@ -58,6 +62,8 @@ class Supports:
     seq_lengths: bool = True
     resets: bool = True
     cell_clip: bool = True
+    activations: bool = True
+    recurrent_dropout: bool = True
     other: Callable[[Call], str | None] = lambda call: None
 
     def why_not(self, call: Call) -> str | None:
@@ -67,6 +73,11 @@ class Supports:
             return f"no resets ({self.label} cannot zero the state mid-sequence)"
         if call.seq_lengths and not self.seq_lengths:
             return f"no per-sequence lengths (seq_lengths), which {self.label} do not take"
+        if call.recurrent_dropout and not self.recurrent_dropout:
+            return (
+                f"no recurrent dropout in training (recurrent_dropout > 0 with is_training=True), which {self.label} "
+                "do not have"
+            )
         config = call.config
         if config is None:
             return None
@@ -76,6 +87,14 @@ class Supports:
             return f"{' or '.join(self.dtypes)}: {self.label} do not run {config.dtype.name}"
         if config.cell_clip is not None and not self.cell_clip:
             return f"no cell clipping (cell_clip), which {self.label} do not have"
+        if not config.default_activations and not self.activations:
+            given = [
+                f"{name}={activations.activation_name(value)}"
+                for name in ("activation", "recurrent_activation")
+                if (value := getattr(config, name)) is not None
+            ]
+            own = "the cell's own activations (activation=None, recurrent_activation=None)"
+            return f"{own}: {self.label} do not run {', '.join(given)}"
         return self.other(call)
 
 

@@ -5,6 +5,10 @@ the recurrent GEMM, and a ``jax.custom_vjp`` backward pass runs one reverse scan
 forms the recurrent weight gradient as one GEMM over all time steps (the input-side gradients follow from autodiff of
 the outer GEMM, also one GEMM each). The cells' steps are jax_cudnn_rnn/cells/'s, the layer loop
 jax_cudnn_rnn/backends/layers.py's.
+
+A config with other activations than the cell's own, a cell without a fast step (the reset-before GRU) or a call with
+recurrent dropout runs the cell's ``general_step`` instead (``layers.scan_general``, after the same input GEMM),
+differentiated by JAX.
 """
 
 from __future__ import annotations
@@ -195,7 +199,22 @@ def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: s
     return _input_gemm(x, w_in, precision)
 
 
-def _fast_direction(config, x, weights, h0, c0, mask, reset, reverse, precision):
+def _general_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision):
+    """The input GEMM for every step at once, then the cell's ``general_step`` in a scan that JAX differentiates."""
+    cell = config.cell
+    w_in, b_in = weights[0], weights[3]
+    xps = cell.gate_inputs(_input_projection(x, w_in, config.num_gates, precision))
+    b_ins = None if b_in is None else cell.gate_inputs(b_in)
+
+    def gate_inputs_of(xps_t):
+        return xps_t if b_ins is None else tuple(layers.add_bias(a, b) for a, b in zip(xps_t, b_ins, strict=True))
+
+    return layers.scan_general(config, xps, gate_inputs_of, weights, h0, c0, mask, reset, rmask, reverse)
+
+
+def _fast_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision):
+    if config.cell.step is None or not config.default_activations or rmask is not None:
+        return _general_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision)
     w_in, w_rec, w_proj, b_in, b_rec = weights
     if config.dtype == jnp.bfloat16:  # the matrices back in their own dtype (exact): bfloat16 GEMMs (_dot, _einsum)
         w_in, w_rec, w_proj = (None if w is None else w.astype(jnp.bfloat16) for w in (w_in, w_rec, w_proj))
@@ -206,12 +225,23 @@ def _fast_direction(config, x, weights, h0, c0, mask, reset, reverse, precision)
 
 
 def rnn_xla(
-    params, x, h0, c0, config: RNNConfig, seq_lengths=None, dropout_masks=None, precision="float32", resets=None
+    params,
+    x,
+    h0,
+    c0,
+    config: RNNConfig,
+    seq_lengths=None,
+    dropout_masks=None,
+    precision="float32",
+    resets=None,
+    recurrent_masks=None,
 ):
-    """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` from ``dropout.py``;
-    ``precision`` "float32" or "tensorfloat32" (``jax.default_matmul_precision`` for every matmul); ``resets``
-    bool [T, B] or None."""
-    return layers.run_layers(_fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets)
+    """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` and
+    ``recurrent_masks`` from ``dropout.py``; ``precision`` "float32" or "tensorfloat32"
+    (``jax.default_matmul_precision`` for every matmul); ``resets`` bool [T, B] or None."""
+    return layers.run_layers(
+        _fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets, recurrent_masks
+    )
 
 
 def rnn(call: Call, inputs: Inputs):
@@ -226,6 +256,7 @@ def rnn(call: Call, inputs: Inputs):
         inputs.dropout_masks,
         call.precision,
         inputs.resets,
+        inputs.recurrent_masks,
     )
 
 

@@ -7,13 +7,16 @@ and the native backends, which list the modes their kernels run, refuse it by na
 
 from __future__ import annotations
 
-from jax_cudnn_rnn.cells import elman, gru, lstm
+from jax_cudnn_rnn.cells import activations, elman, gru, gru_reset_before, lstm
 from jax_cudnn_rnn.cells.spec import Cell
 
-__all__ = ["CELLS", "MODES", "Cell", "cell_for"]
+__all__ = ["CELLS", "MODES", "Cell", "activations", "cell_for"]
 
-#: Every cell by its mode, in the order cuDNN lists them.
-CELLS: dict[str, Cell] = {cell.mode: cell for cell in (lstm.CELL, gru.CELL, elman.TANH, elman.RELU)}
+#: Every cell by its mode: cuDNN's four in the order cuDNN lists them, then the ones only the pure-JAX
+#: implementations run.
+CELLS: dict[str, Cell] = {
+    cell.mode: cell for cell in (lstm.CELL, gru.CELL, elman.TANH, elman.RELU, gru_reset_before.CELL)
+}
 #: The values of ``RNNConfig.mode``.
 MODES = tuple(CELLS)
 

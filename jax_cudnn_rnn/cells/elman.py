@@ -1,4 +1,5 @@
-"""The vanilla (Elman) RNN cells, h' = tanh(W x + b_W + R h + b_R) ("rnn_tanh") or relu(...) ("rnn_relu")."""
+"""The vanilla (Elman) RNN cells, h' = tanh(W x + b_W + R h + b_R) ("rnn_tanh") or relu(...) ("rnn_relu"); with
+another ``activation`` (Keras's SimpleRNN), that one in its place. They have no gates, so no recurrent activation."""
 
 from __future__ import annotations
 
@@ -29,5 +30,14 @@ def _relu_backward(saved, h, c, dh_new, dc_new, cell_clip):
     return d_pre, d_pre, None, None, None
 
 
-TANH = Cell("rnn_tanh", ("h",), False, "vanilla RNN with tanh", _step(jnp.tanh), _tanh_backward)
-RELU = Cell("rnn_relu", ("h",), False, "vanilla RNN with relu", _step(jax.nn.relu), _relu_backward)
+def general_step(xps, recurrent, h, c, cell_clip, activation, recurrent_activation):
+    del c, cell_clip, recurrent_activation
+    return activation(xps[0] + recurrent(h, slice(0, 1))), None
+
+
+TANH = Cell(
+    "rnn_tanh", ("h",), False, "vanilla RNN with tanh", "tanh", None, general_step, _step(jnp.tanh), _tanh_backward
+)
+RELU = Cell(
+    "rnn_relu", ("h",), False, "vanilla RNN with relu", "relu", None, general_step, _step(jax.nn.relu), _relu_backward
+)

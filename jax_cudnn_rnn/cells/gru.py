@@ -1,6 +1,9 @@
 """The GRU cell, cuDNN's (and PyTorch's): the reset gate multiplies the recurrent part including its bias,
 
 r, z = sigmoid(W x + b_W + R h + b_R);  n = tanh(W_n x + b_Wn + r * (R_n h + b_Rn));  h' = (1 - z) * n + z * h
+
+(sigmoid: ``recurrent_activation``, tanh: ``activation``; Keras's GRU with ``reset_after=True``). The GRU that applies
+the reset gate before R is jax_cudnn_rnn/cells/gru_reset_before.py.
 """
 
 from __future__ import annotations
@@ -41,11 +44,24 @@ def step_backward(saved, h, c, dh_new, dc_new, cell_clip):
     )
 
 
+def general_step(xps, recurrent, h, c, cell_clip, activation, recurrent_activation):
+    del c, cell_clip
+    x_r, x_z, x_n = xps
+    h_r, h_z, hn = split_gates(recurrent(h, slice(0, 3)), 3)
+    r = recurrent_activation(x_r + h_r)
+    z = recurrent_activation(x_z + h_z)
+    n = activation(x_n + r * hn)
+    return (1 - z) * n + z * h, None
+
+
 CELL = Cell(
     "gru",
     ("r", "z", "n"),
     False,
     "GRU: reset, update and new gates, the reset applied after R (cuDNN's)",
+    "tanh",
+    "sigmoid",
+    general_step,
     step,
     step_backward,
     gate_inputs,

@@ -2,6 +2,8 @@
 
     i, f, o = sigmoid(W x + b_W + R h + b_R);  g = tanh(...);  c' = f * c + i * g;  h' = o * tanh(c')
 
+(sigmoid: ``recurrent_activation``, tanh: ``activation``, both of g and of c', as Keras's LSTMCell)
+
 with cuDNN's cell clipping (``RNNConfig.cell_clip``): c is clipped where it is read, by the output tanh and by the
 next step, and carried unclipped (c_n is unclipped and c0 is clipped on its first use). A projection (``proj_size``)
 is applied by the layer, outside the cell.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jax_cudnn_rnn.cells.spec import Array, Cell, leading
+from jax_cudnn_rnn.cells.spec import Array, Cell, leading, split_gates
 
 
 def _activations(pre: Array) -> Array:
@@ -58,6 +60,23 @@ def step_backward(saved, h, c, dh_new, dc_new, cell_clip):
     return d_pre, d_pre, None, _clip_grad(dc_total * f, c, cell_clip), o * tanh_c
 
 
+def general_step(xps, recurrent, h, c, cell_clip, activation, recurrent_activation):
+    """Keras's LSTMCell with cuDNN's clipping: the candidate and the output use ``activation``, the gates
+    ``recurrent_activation``."""
+    i, f, g, o = split_gates(xps[0] + recurrent(h, slice(0, 4)), 4)
+    i, f, o = recurrent_activation(i), recurrent_activation(f), recurrent_activation(o)
+    c_new = f * _clip(c, cell_clip) + i * activation(g)
+    return o * activation(_clip(c_new, cell_clip)), c_new
+
+
 CELL = Cell(
-    "lstm", ("i", "f", "g", "o"), True, "LSTM: input, forget, cell (new memory) and output gates", step, step_backward
+    "lstm",
+    ("i", "f", "g", "o"),
+    True,
+    "LSTM: input, forget, cell (new memory) and output gates",
+    "tanh",
+    "sigmoid",
+    general_step,
+    step,
+    step_backward,
 )

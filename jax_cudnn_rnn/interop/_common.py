@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.cells import activations
 from jax_cudnn_rnn.config import RNNConfig
 
 #: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
@@ -57,6 +58,31 @@ def check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -
             f"cell_clip={config.cell_clip} has no {peer} equivalent ({lstm_class} does not clip the "
             "cell state); use cell_clip=None"
         )
+
+
+def check_mode(config: RNNConfig, peer: str, modes: Sequence[str], cells: str) -> None:
+    """For peers whose cells (``cells``, e.g. "torch.nn.LSTM, GRU and RNN") are ``modes``: the reset-before GRU and
+    any other mode by name."""
+    if config.mode not in modes:
+        hint = (
+            " (it applies the reset gate before the recurrent matrix; their GRU applies it after: mode 'gru')"
+            if config.mode == "gru_reset_before"
+            else ""
+        )
+        raise ValueError(
+            f"mode {config.mode!r} has no {peer} equivalent: {cells} compute modes {list(modes)} only{hint}"
+        )
+
+
+def check_default_activations(config: RNNConfig, peer: str, cells: str) -> None:
+    """For peers whose cells (``cells``) have fixed activations: only the cell's own ones."""
+    if not config.default_activations:
+        given = ", ".join(
+            f"{name}={activations.activation_name(getattr(config, name))}"
+            for name in ("activation", "recurrent_activation")
+            if getattr(config, name) is not None
+        )
+        raise ValueError(f"{given} has no {peer} equivalent ({cells} use their fixed activations); use None")
 
 
 def pseudo_layers(config: RNNConfig) -> Iterator[tuple[int, int, str]]:
@@ -122,8 +148,9 @@ def store_biases(
     """Stores one gate's canonical biases from a peer's. ``peer`` maps "b_input" / "b_recurrent" to (the peer's name
     for that bias, its value [H]); a peer that keeps one summed bias gives it as "b_input".
 
-    Both biases are added before the gate's nonlinearity, so they can be summed and moved freely, except in GRU's
-    new-memory gate, where the recurrent bias sits inside r * (R h + b_R): there each side is kept as it is and a
+    Both biases are added before the gate's nonlinearity, so they can be summed and moved freely (the reset-before
+    GRU's n gate included: n = act(W_n x + b_Wn + R_n (r h) + b_Rn)), except in GRU's (reset-after) new-memory gate,
+    where the recurrent bias sits inside r * (R h + b_R): there each side is kept as it is and a
     bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere the peer's total goes to
     the input bias (the recurrent one is then zero), or to the one bias ``bias_mode`` keeps.
     """

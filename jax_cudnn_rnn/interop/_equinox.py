@@ -26,11 +26,13 @@ def _import_equinox() -> Any:
 
 
 def _equinox_check(config: RNNConfig) -> None:
-    if config.mode not in _EQUINOX_CELLS:
+    if config.mode in ("rnn_tanh", "rnn_relu"):
         raise ValueError(
             f"mode {config.mode!r} has no Equinox equivalent: equinox.nn has LSTMCell and GRUCell but no "
             "vanilla tanh/relu RNN cell; use mode 'lstm' or 'gru'"
         )
+    common.check_mode(config, "Equinox", tuple(_EQUINOX_CELLS), "eqx.nn.LSTMCell and GRUCell")
+    common.check_default_activations(config, "Equinox", "eqx.nn.LSTMCell and GRUCell")
     common.check_no_projection_or_clip(config, "Equinox", "eqx.nn.LSTMCell")
 
 

@@ -22,6 +22,9 @@ _FLAX_CELL_NAMES = {
 
 
 def _flax_check(config: RNNConfig) -> None:
+    cells = "FlaxCellStack's nn.LSTMCell, nn.GRUCell and nn.SimpleCell"
+    common.check_mode(config, "plain-Flax cell", tuple(_FLAX_CELL_NAMES), cells)
+    common.check_default_activations(config, "plain-Flax cell", cells)
     common.check_no_projection_or_clip(config, "plain-Flax cell", "nn.LSTMCell")
 
 

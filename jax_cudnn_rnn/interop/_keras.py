@@ -1,5 +1,6 @@
-"""Keras 3: one ``get_weights()`` list per ``LSTM`` / ``GRU`` (``reset_after=True``) / ``SimpleRNN`` layer, plain or in
-``Bidirectional``, and the Keras layers a config describes (Keras imported only by the functions that need it)."""
+"""Keras 3: one ``get_weights()`` list per ``LSTM`` / ``GRU`` (``reset_after=True``: mode "gru"; ``reset_after=False``:
+mode "gru_reset_before") / ``SimpleRNN`` layer, plain or in ``Bidirectional``, and the Keras layers a config describes
+(Keras imported only by the functions that need it)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,20 @@ from jax_cudnn_rnn.interop import _common as common
 
 #: The gates side by side in Keras's kernels, recurrent kernels and biases, as canonical gate names. Public: the
 #: traceable conversion of jax_cudnn_rnn/keras.py reads the same order, so that this fact lives here only.
-KERAS_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n"), "rnn_tanh": ("h",), "rnn_relu": ("h",)}
-_KERAS_CLASSES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "SimpleRNN", "rnn_relu": "SimpleRNN"}
+KERAS_GATES = {
+    "lstm": ("i", "f", "g", "o"),
+    "gru": ("z", "r", "n"),
+    "rnn_tanh": ("h",),
+    "rnn_relu": ("h",),
+    "gru_reset_before": ("z", "r", "n"),
+}
+_KERAS_CLASSES = {
+    "lstm": "LSTM",
+    "gru": "GRU",
+    "rnn_tanh": "SimpleRNN",
+    "rnn_relu": "SimpleRNN",
+    "gru_reset_before": "GRU",
+}
 # Keras on JAX cannot build half-precision recurrent layers (its orthogonal initializer runs a QR decomposition, which
 # has no float16/bfloat16 kernel), so half precision uses Keras's mixed policies: float32 variables, half compute.
 _KERAS_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
@@ -56,9 +69,11 @@ def keras_layers(config: RNNConfig, *, return_state: bool = False) -> list[Any]:
     """The Keras 3 layers that compute what ``rnn`` computes for ``config``, one per layer, built for their input
     width (so ``set_weights`` works at once) and batch-major like Keras: [B, T, in_l] -> [B, T, D*H].
 
-    ``keras.layers.LSTM``, ``GRU(reset_after=True)`` (cuDNN's GRU) or ``SimpleRNN(activation='tanh'|'relu')``, with
-    ``return_sequences=True``, ``zero_output_for_mask=True`` (a ``mask`` [B, T] of ``t < seq_lengths`` then gives
-    ``rnn``'s ``seq_lengths`` results) and ``use_bias=(bias_mode != 'none')``; inside ``keras.layers.Bidirectional``
+    ``keras.layers.LSTM``, ``GRU(reset_after=True)`` (cuDNN's GRU; ``reset_after=False`` for "gru_reset_before") or
+    ``SimpleRNN``, with the config's activations (a named one by its name, a callable as it is), its
+    ``recurrent_dropout`` (Keras's semantics are the config's), ``return_sequences=True``,
+    ``zero_output_for_mask=True`` (a ``mask`` [B, T] of ``t < seq_lengths`` then gives ``rnn``'s ``seq_lengths``
+    results) and ``use_bias=(bias_mode != 'none')``; inside ``keras.layers.Bidirectional``
     (merge_mode "concat", forward first) when bidirectional. ``initial_state`` is a list per layer: [h, c] for an
     LSTM (forward then backward: [h_f, c_f, h_b, c_b]), [h] (or [h_f, h_b]) otherwise, each [B, H]; with
     ``return_state=True`` a layer returns its output followed by its final states in that order.
@@ -88,12 +103,14 @@ def keras_layers(config: RNNConfig, *, return_state: bool = False) -> list[Any]:
         zero_output_for_mask=True,
         dtype=policy,
     )
-    if config.mode in ("lstm", "gru"):
-        kwargs.update(activation="tanh", recurrent_activation="sigmoid")
-    if config.mode == "gru":
-        kwargs["reset_after"] = True
-    if config.mode in ("rnn_tanh", "rnn_relu"):
-        kwargs["activation"] = config.mode[4:]
+    cell = config.cell
+    kwargs["activation"] = config.activation or cell.activation
+    if cell.recurrent_activation is not None:
+        kwargs["recurrent_activation"] = config.recurrent_activation or cell.recurrent_activation
+    if config.mode in ("gru", "gru_reset_before"):
+        kwargs["reset_after"] = config.mode == "gru"
+    if config.recurrent_dropout:
+        kwargs["recurrent_dropout"] = config.recurrent_dropout
     layers = []
     for layer in range(config.num_layers):
         keras_layer = getattr(keras.layers, _KERAS_CLASSES[config.mode])(**kwargs)
@@ -108,7 +125,8 @@ def canonical_to_keras(weights: Sequence[Any], biases: Sequence[Any], config: RN
     """Per layer, the list that ``set_weights`` of that layer of ``keras_layers(config)`` takes: ``[kernel [in_l,
     G*H], recurrent_kernel [H, G*H], bias]`` (forward, then backward when bidirectional), the canonical matrices
     transposed and side by side in Keras's gate order. bias: [G*H], the input and recurrent biases summed (LSTM,
-    SimpleRNN), or [2, 3H] = (input, recurrent) for GRU; absent with bias_mode 'none'. Skip input gives identity
+    SimpleRNN, the reset-before GRU: Keras's ``reset_after=False`` layer has that one bias), or [2, 3H] = (input,
+    recurrent) for GRU; absent with bias_mode 'none'. Skip input gives identity
     kernels. dtype: config.dtype, float32 for float16/bfloat16 (Keras's mixed policy keeps float32 variables)."""
     _keras_check(config)
     named = common.canonical_by_name(weights, biases, config)
@@ -137,7 +155,8 @@ def keras_to_canonical(
     layers themselves), as ``keras_layers(config)`` lays them out. A summed bias goes to the input bias with a zero
     recurrent bias (or to the one bias ``bias_mode`` keeps); GRU's are exact. ``dtype`` defaults to config.dtype.
 
-    Raises ValueError naming the layer and array whose count or shape is wrong (a GRU needs ``reset_after=True``),
+    Raises ValueError naming the layer and array whose count or shape is wrong (a GRU with ``reset_after=True`` is
+    mode "gru", one with ``reset_after=False`` mode "gru_reset_before"),
     and a value the canonical form has no room for (skip input's kernel must be the identity; a GRU n-gate bias that
     ``bias_mode`` lacks must be zero) beyond ``atol``.
     """
@@ -176,11 +195,13 @@ def keras_to_canonical(
                 where[name] = f"layer_weights[{layer}][{index}]"
                 found[name] = common.to_numpy(arrays[index], where[name])
                 if found[name].shape != shape:
-                    hint = (
-                        " (a Keras GRU must have reset_after=True, cuDNN's GRU)"
-                        if config.mode == "gru" and name == "bias"
-                        else ""
-                    )
+                    hint = {
+                        "gru": " (mode 'gru' is Keras's GRU(reset_after=True); reset_after=False is mode "
+                        "'gru_reset_before')",
+                        "gru_reset_before": " (mode 'gru_reset_before' is Keras's GRU(reset_after=False); "
+                        "reset_after=True is mode 'gru')",
+                    }.get(config.mode, "")
+                    hint = hint if name == "bias" else ""
                     raise ValueError(
                         f"{where[name]} ({layout.DIRECTION_NAMES[direction]} {name}) has shape "
                         f"{found[name].shape}; expected {shape}{hint}"

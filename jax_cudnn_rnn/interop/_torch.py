@@ -12,8 +12,12 @@ from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.interop import _common as common
 
+_TORCH_MODULES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+
 
 def _torch_check(config: RNNConfig) -> None:
+    common.check_mode(config, "PyTorch", tuple(_TORCH_MODULES), "torch.nn.LSTM, GRU and RNN")
+    common.check_default_activations(config, "PyTorch", "torch.nn.LSTM, GRU and RNN")
     if config.skip_input:
         raise ValueError(
             "input_mode 'skip_input' has no PyTorch equivalent (torch.nn.LSTM/GRU/RNN always have "
@@ -33,8 +37,14 @@ def _torch_check(config: RNNConfig) -> None:
 
 def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
     """Constructor arguments of the PyTorch module matching ``config`` (class: ``torch_module_name(config)``);
-    time-major (``batch_first=False``) like ``rnn``."""
+    time-major (``batch_first=False``) like ``rnn``. ValueError for ``recurrent_dropout``, which torch's modules
+    lack (the weights do not depend on it: ``canonical_to_torch`` converts them)."""
     _torch_check(config)
+    if config.recurrent_dropout:
+        raise ValueError(
+            f"recurrent_dropout={config.recurrent_dropout} has no PyTorch equivalent (torch.nn's RNNs have no "
+            "recurrent dropout); build the module from dataclasses.replace(config, recurrent_dropout=0.0)"
+        )
     kwargs: dict[str, Any] = dict(
         input_size=config.input_size,
         hidden_size=config.num_units,
@@ -53,7 +63,8 @@ def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
 
 def torch_module_name(config: RNNConfig) -> str:
     """ "LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
-    return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[config.mode]
+    _torch_check(config)
+    return _TORCH_MODULES[config.mode]
 
 
 def _torch_names(config: RNNConfig, layer: int, direction: int) -> dict[str, str]:

@@ -76,6 +76,27 @@ def implementation_on(device: jax.Device, mode: str = "lstm") -> str:
         return f"unknown ({type(e).__name__}: {e})"
 
 
+def pure_jax_only() -> dict[str, dict[str, str]]:
+    """{configuration: {backend: why it declines}} for what only the pure-JAX implementations run (another
+    activation than the cell's own, the reset-before GRU, recurrent dropout in training): the registry's reasons,
+    whether or not the backend is available here."""
+    units = _PROBE_UNITS
+    probes = {
+        "recurrent_activation='hard_sigmoid' (any activation but the cell's own)": Call(
+            RNNConfig("lstm", 1, units, units, recurrent_activation="hard_sigmoid")
+        ),
+        "mode 'gru_reset_before'": Call(RNNConfig("gru_reset_before", 1, units, units)),
+        "recurrent_dropout in training": Call(
+            RNNConfig("lstm", 1, units, units, recurrent_dropout=0.5), is_training=True, recurrent_dropout=True
+        ),
+    }
+    report = {}
+    for label, call in probes.items():
+        declined = {name: registry.backend(name).supports.why_not(call) for name in registry.names()}
+        report[label] = {name: why for name, why in declined.items() if why is not None}
+    return report
+
+
 def _picks(picked: dict[str, str]) -> str:
     """{mode: implementation} as "onednn (lstm, gru), xla (rnn_tanh, rnn_relu)", or one name when all agree."""
     by_name: dict[str, list[str]] = {}
@@ -133,6 +154,7 @@ def collect() -> dict[str, Any]:
             }
             for device in _devices()
         ],
+        "pure_jax_only": pure_jax_only(),
     }
 
 
@@ -169,6 +191,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
     lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
     lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]
+    lines.append("run by the xla implementation only (the fused backends decline them):")
+    for label, declined in report["pure_jax_only"].items():
+        lines.append(f"  {label}:")
+        lines += [f"    {name}: needs {why}" for name, why in declined.items()]
     return "\n".join(lines)
 
 

@@ -210,16 +210,20 @@ def test_keras_errors_name_the_problem():
     ):
         interop.keras_to_canonical(broken, config)
 
-    # A Keras GRU with Keras's old default reset_after=False is not cuDNN's GRU.
+    # A Keras GRU with Keras's old default reset_after=False is not cuDNN's GRU: it is mode "gru_reset_before".
     classic = keras.layers.GRU(H, reset_after=False)
     classic.build((None, None, I))
     one_layer = RNNConfig("gru", num_layers=1, num_units=H, input_size=I)
     with pytest.raises(
         ValueError,
         match=r"layer_weights\[0\]\[2\] \(forward bias\) has shape \(18,\); expected "
-        r"\(2, 18\) \(a Keras GRU must have reset_after=True",
+        r"\(2, 18\) \(mode 'gru' is Keras's GRU\(reset_after=True\); reset_after=False is mode 'gru_reset_before'\)",
     ):
         interop.keras_to_canonical([classic.get_weights()], one_layer)
+    modern = keras.layers.GRU(H, reset_after=True)
+    modern.build((None, None, I))
+    with pytest.raises(ValueError, match=r"\(mode 'gru_reset_before' is Keras's GRU\(reset_after=False\)"):
+        interop.keras_to_canonical([modern.get_weights()], RNNConfig("gru_reset_before", 1, H, I))
 
     # Values the canonical form has no room for.
     skip = RNNConfig("rnn_tanh", num_layers=1, num_units=H, input_size=H, input_mode="skip_input")

@@ -72,3 +72,15 @@ def test_text_report_shows_a_version_mismatch(capsys, monkeypatch):
     monkeypatch.setattr(_extension.EXTENSION, "_error", note)
     out = _report(capsys)
     assert ("note: " if jcr.extension_loaded() else "why: ") + "the cuDNN extension is loaded, but" in out
+
+
+def test_report_says_what_only_the_xla_implementation_runs(capsys):
+    """Issue 40's configurations: each fused backend's reason, the registry's own words, in both reports."""
+    report = json.loads(_report(capsys, "--json"))["pure_jax_only"]
+    assert len(report) == 3
+    for label, declined in report.items():
+        assert set(declined) == {"cudnn", "onednn"}, label
+    assert "do not run 'gru_reset_before'" in report["mode 'gru_reset_before'"]["cudnn"]
+    text = _report(capsys)
+    assert "run by the xla implementation only" in text
+    assert "onednn: needs no recurrent dropout in training" in text

@@ -58,7 +58,15 @@ def run(
             return layered(params, x, h0, c0, config, seq_lengths, dropout_masks)
         return chunking.run_chunked(layered, max_time_steps, params, x, h0, c0, config, seq_lengths, dropout_masks)
 
-    params, x, h0, c0, seq_lengths, resets, dropout_masks = inputs
+    params, x, h0, c0, seq_lengths, resets, dropout_masks = (
+        inputs.params,
+        inputs.x,
+        inputs.h0,
+        inputs.c0,
+        inputs.seq_lengths,
+        inputs.resets,
+        inputs.dropout_masks,
+    )
     if resets is None:
         return chunked(params, x, h0, c0, call.config, seq_lengths, dropout_masks)
     if fallback is None:

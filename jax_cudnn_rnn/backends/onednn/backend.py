@@ -58,6 +58,8 @@ SUPPORTS = registry.Supports(
     seq_lengths=False,
     resets=False,
     cell_clip=False,
+    activations=False,
+    recurrent_dropout=False,
     other=_projection_rule,
 )
 """What oneDNN runs: the rest stays on the xla implementation (the registry asks ``SUPPORTS.why_not``)."""
