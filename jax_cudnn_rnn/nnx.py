@@ -8,10 +8,11 @@ canonical named tree (``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_inpu
 ``layout.params_to_tree``'s form), with the config a static attribute. So ``nnx.state(model)`` is that named tree: a
 plain ``ocp.StandardCheckpointer`` writes and reads named canonical tensors, an optimizer's state mirrors them, and
 optax masks can tell weights from biases by path. Each call packs them into the opaque buffer (``model.params``, the
-``RNNParams`` view): under ``jax.jit`` that is one concatenation of the parameters, free next to the call, but on the
-CPU's xla implementation a gradient step measured ~1.4x slower than over a stored buffer (CHANGELOG.md, issue 40's
-entry, has the numbers and the cause found in the HLO). The math is ``flax.apply_rnn``'s, and so is the streaming
-contract (``initial_carry``/``return_carry``, ``resets``, ``initialize_carry``: see jax_cudnn_rnn/flax.py).
+``RNNParams`` view): under ``jax.jit`` that is one concatenation of the parameters, and its gradient slices the
+buffer's gradient, which the pure-JAX implementations build as one concatenation (``layout.unpack``): a gradient step
+compiles to the stored buffer's HLO plus the packing (CHANGELOG.md, issue 40's entry, has the numbers). The math is
+``flax.apply_rnn``'s, and so is the streaming contract (``initial_carry``/``return_carry``, ``resets``,
+``initialize_carry``: see jax_cudnn_rnn/flax.py).
 """
 
 from __future__ import annotations

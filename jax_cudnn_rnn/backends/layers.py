@@ -49,12 +49,11 @@ def project(h_full: Array, w_proj: Array | None) -> Array:
     return h_full if w_proj is None else h_full @ w_proj.T
 
 
-def layer_weights(params: Array, config: RNNConfig, layer: int, direction: int, dtype: Any):
-    """(w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H], b_rec [G*H]) in ``dtype``; None where absent
-    (w_in under skip input on layer 0, w_proj without projection, biases per bias_mode)."""
-    groups = layout.layer_slots(config, layer, direction)
-    take = lambda name: layout.slice_slots(params, groups[name]).astype(dtype) if groups[name] else None  # noqa: E731
-    return tuple(take(name) for name in ("w_input", "w_recurrent", "w_projection", "b_input", "b_recurrent"))
+def layer_weights(params: Array, config: RNNConfig, dtype: Any):
+    """Per pseudo-layer (layer * D + direction): (w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H],
+    b_rec [G*H]) in ``dtype``; None where absent (w_in under skip input on layer 0, w_proj without projection, biases
+    per bias_mode). All taken at once by ``layout.unpack``, whose gradient is one concatenation in buffer order."""
+    return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in layout.unpack(params, config)]
 
 
 def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:
@@ -145,16 +144,16 @@ def _layer_loop(
         mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :])[:, :, None]
     reset = (None, None) if resets is None else reset_masks(resets, seq_lengths)
     layer_input = x.astype(dtype)
+    all_weights = layer_weights(params, config, dtype)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []
         for direction in range(config.num_directions):
             index = layer * config.num_directions + direction
-            weights = layer_weights(params, config, layer, direction, dtype)
             ys, h_last, c_last = direction_fn(
                 config,
                 layer_input,
-                weights,
+                all_weights[index],
                 h0[index].astype(dtype),
                 None if c0 is None else c0[index].astype(dtype),
                 mask,

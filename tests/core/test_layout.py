@@ -405,3 +405,90 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
         assert len(got_w) == len(want_w) and len(got_b) == len(want_b)
         for got, want in zip(got_w + got_b, want_w + want_b, strict=True):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def _backward_primitives(fun, params):
+    """The primitives of ``fun``'s backward pass at ``params`` (its vjp's jaxpr), and the vjp."""
+    out, vjp = jax.vjp(fun, params)
+    return [eqn.primitive.name for eqn in jax.make_jaxpr(vjp)(out).eqns], out, vjp
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=4, direction="bidirectional", proj_size=2),
+        jcr.RNNConfig(
+            mode="gru", num_layers=2, num_units=6, input_size=6, input_mode="skip_input", bias_mode="single_recurrent"
+        ),
+        jcr.RNNConfig(mode="rnn_relu", num_layers=1, num_units=3, input_size=7, bias_mode="none"),
+    ],
+    ids=["lstm-bi-proj", "gru-skip-single", "relu-nobias"],
+)
+def test_unpack_holds_the_canonical_tensors_and_its_gradient_is_one_concatenation(cfg):
+    """``unpack`` (the pure-JAX implementations' view of the buffer) gives every pseudo-layer's groups as the
+    row-stacked canonical tensors, None where absent; its backward pass is one concatenation in buffer order (no pad,
+    no add: summed pads were copied by XLA into every slice of the NNX modules' per-call packing)."""
+    params = jcr.init_params(jax.random.key(4), cfg)
+    weights, biases = jcr.params_to_canonical(params, cfg)
+    slots = layout.param_slots(cfg)[0] + layout.param_slots(cfg)[1]
+    primitives, groups, vjp = _backward_primitives(lambda p: layout.unpack(p, cfg), params)
+    assert primitives.count("concatenate") == 1 and not {"pad", "add", "add_any"} & set(primitives), primitives
+    assert len(groups) == cfg.num_layers * cfg.num_directions
+    cotangents = jax.tree.map(lambda g: jnp.arange(1, g.size + 1, dtype=g.dtype).reshape(g.shape), groups)
+    expected = np.zeros(jcr.params_size(cfg), np.float32)
+    for (layer, direction), got, ct in zip(
+        itertools.product(range(cfg.num_layers), range(cfg.num_directions)), groups, cotangents, strict=True
+    ):
+        for name, tensor, tangent in zip(layout.GROUP_NAMES, got, ct, strict=True):
+            members = [
+                t
+                for t, slot in zip(weights + biases, slots, strict=True)
+                if (slot.layer, slot.direction, slot.group) == (layer, direction, name)
+            ]
+            if not members:
+                assert tensor is None and tangent is None, (layer, direction, name)
+                continue
+            np.testing.assert_array_equal(np.asarray(tensor), np.concatenate([np.asarray(m) for m in members]))
+            group_slots = [s for s in slots if (s.layer, s.direction, s.group) == (layer, direction, name)]
+            expected[group_slots[0].offset : group_slots[0].offset + tangent.size] = np.ravel(tangent)
+    np.testing.assert_array_equal(np.asarray(vjp(cotangents)[0]), expected)
+
+
+def test_unpack_with_gaps_and_scattered_gates(monkeypatch):
+    """Were cuDNN to pad between tensors or scatter a group's gates (the layout puts every slot where its offset
+    says), ``unpack`` still stacks each group in gate order and its gradient is still one concatenation, zero in the
+    gaps."""
+    cfg = jcr.RNNConfig(mode="gru", num_layers=2, num_units=3, input_size=2, direction="bidirectional")
+    weights, biases, _ = layout._layout(cfg)
+    offset, placed = 0, {}
+    for slot in reversed(weights + biases):  # gates in falling offsets, a gap of 2 before every tensor
+        placed[slot] = dataclasses.replace(slot, offset=offset + 2)
+        offset += 2 + slot.size
+    scattered = (tuple(placed[s] for s in weights), tuple(placed[s] for s in biases), offset + 1)
+    original = layout._layout
+    monkeypatch.setattr(layout, "_layout", lambda config: scattered if config == cfg else original(config))
+    layout._unpack_plan.cache_clear()
+    try:
+        params = jnp.arange(offset + 1, dtype=jnp.float32)
+        primitives, groups, vjp = _backward_primitives(lambda p: layout.unpack(p, cfg), params)
+        cotangents = jax.tree.map(lambda g: -g, groups)
+        gradient = np.asarray(vjp(cotangents)[0])
+    finally:
+        layout._unpack_plan.cache_clear()
+    assert primitives.count("concatenate") == 1 and not {"pad", "add", "add_any"} & set(primitives), primitives
+    expected = np.zeros(offset + 1, np.float32)
+    for pseudo, got in enumerate(groups):
+        layer, direction = divmod(pseudo, 2)
+        for name, tensor in zip(layout.GROUP_NAMES, got, strict=True):
+            members = [
+                placed[s] for s in weights + biases if (s.layer, s.direction, s.group) == (layer, direction, name)
+            ]
+            if not members:
+                assert tensor is None
+                continue
+            np.testing.assert_array_equal(
+                np.asarray(tensor).ravel(), np.concatenate([np.arange(s.offset, s.offset + s.size) for s in members])
+            )
+            for s in members:
+                expected[s.offset : s.offset + s.size] = -np.arange(s.offset, s.offset + s.size)
+    np.testing.assert_array_equal(gradient, expected)
