@@ -89,10 +89,13 @@ def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
 def _one_direction(kernel: Kernel, params, x, h0, c0, config: RNNConfig, lengths: Array):
     """A one-layer unidirectional ``config`` over rows whose padding follows their ``lengths`` valid steps."""
     valid = (jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
-    x = jnp.where(valid, x, jnp.zeros((), x.dtype))
-    if config.mode in CHANNEL_WEIGHTS:
-        x = jnp.concatenate([x, (~valid).astype(x.dtype)], axis=-1)
+    if config.mode in CHANNEL_WEIGHTS:  # zero padding and the channel in one pass (a pad fuses; a concatenate not)
+        x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))
+        channel = jnp.arange(x.shape[-1]) == x.shape[-1] - 1
+        x = jnp.where(valid, x, channel.astype(x.dtype))
         params, config = with_channel(params, config)
+    else:
+        x = jnp.where(valid, x, jnp.zeros((), x.dtype))
     y, _, c_n = kernel(params, x, h0, c0, config, None)
     y = jnp.where(valid, y, jnp.zeros((), y.dtype))
     return y, _last_valid(y, lengths, h0), c_n
