@@ -223,9 +223,7 @@ def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     (its forward and its training step measured separately)."""
     variant = variant_for(call)
     return (
-        rnn(call, inputs)
-        if variant == ("onednn", "onednn")
-        else _compose(_as_kernel(_HYBRIDS[variant]), call, inputs)
+        rnn(call, inputs) if variant == ("onednn", "onednn") else _compose(_as_kernel(_HYBRIDS[variant]), call, inputs)
     )
 
 
