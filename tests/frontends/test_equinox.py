@@ -138,8 +138,8 @@ def test_vmap_is_one_fused_call_and_equals_a_loop():
     assert len(calls) == 1, [eqn.params.get("target_name") for eqn in calls]
     assert calls[0].invars[0].aval.shape[1] == 5  # [T, batch, I]: the five sequences folded into one batch
     _close(jax.vmap(fused)(xs, states), jax.vmap(model)(xs, states))
-    with pytest.raises(ValueError, match=r"seq_length was given, but implementation='onednn' has no per-sequence"):
-        fused(xs[0], seq_length=3)
+    # oneDNN takes lengths too (issue 41), under vmap as well.
+    _close(jax.vmap(fused)(xs, states, seq_length=lengths), got)
 
 
 def test_gradients_equal_the_equinox_cells_and_optax_trains_with_filter_jit():

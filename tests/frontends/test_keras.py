@@ -276,14 +276,15 @@ def test_regularizers_and_a_mixed_precision_policy_behave_like_keras():
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), atol=3e-2)
 
 
-def test_onednn_runs_an_unmasked_layer():
+def test_onednn_runs_masked_and_unmasked_layers():
+    """oneDNN takes a mask as per-sequence lengths (issue 41), as the xla implementation does."""
     from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 
     require_extension(onednn_extension.EXTENSION, REQUIRE_ONEDNN)
     ours, theirs = _pair(jk.LSTM, keras.layers.LSTM, {}, implementation="onednn", return_state=True)
     _assert_same(ours(X), theirs(X), atol=1e-5)
-    with pytest.raises(ValueError, match=r"mask was given, but implementation='onednn' has no per-sequence lengths"):
-        ours(X, mask=MASKS["holes"])
+    for mask in (MASKS["right-padded"], MASKS["holes"]):
+        _assert_same(_jitted(ours)(X, None, mask), _jitted(theirs)(X, None, mask), atol=1e-5)
 
 
 def test_refused_arguments_are_named():

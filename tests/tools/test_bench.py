@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 
+import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
@@ -339,3 +340,29 @@ def test_rounds_keep_the_middle_round_for_everyone():
     assert combined["torch"]["ms"] == 2.0 and combined["torch"]["round"] == 2
     assert combined["torch"]["ms_rounds"] == [3.0, 1.0, 2.0]
     assert combined["jcr-xla"]["ms"] == 4.0  # the lower middle of two
+
+
+def test_padded_configs_time_every_contender_with_the_same_lengths(tmp_path):
+    """The padded problems (issue 41): the CPU shapes with lengths in [T/2, T], the longest T, the same for every
+    contender; this library takes them as seq_lengths, PyTorch as a PackedSequence, the Flax stack is skipped."""
+    for name, plain in zip(
+        ("lstm-pad", "gru-pad", "lstmb1p", "grub1p", "lstmbigp", "grubigp"), contenders.CPU_CONFIGS, strict=True
+    ):
+        padded = bench.CONFIGS[name]
+        assert padded.padded and (padded.mode, padded.batch, padded.time) == (plain.mode, plain.batch, plain.time)
+        lengths = padded.lengths()
+        assert lengths.dtype == np.int32 and lengths.shape == (padded.batch,) and lengths[0] == padded.time
+        assert lengths.min() >= padded.time // 2 and lengths.max() == padded.time
+        np.testing.assert_array_equal(lengths, padded.lengths())
+        assert plain.lengths() is None
+    path = tmp_path / "padded.json"
+    names = "jcr-default,jcr-xla,flax" + (",torch" if HAS_TORCH else "")
+    if onednn.extension_loaded():
+        names += ",jcr-onednn"
+    argv = ["bench", "--quick", "--same-process", "--configs", "lstm-pad", "--contenders", names, "--json", str(path)]
+    assert cli.main(argv) == 0
+    data = json.loads(path.read_text())
+    assert not data["errors"]
+    timed = {r["contender"] for r in data["records"]}
+    assert timed == set(names.split(",")) - {"flax"}
+    assert {s["contender"]: s["reason"] for s in data["skipped"]}["flax"].startswith("a padded batch")

@@ -10,8 +10,10 @@ same with dropout masks):
 3. resets: every segment a row of its own, the ``fallback`` implementation (one with resets of its own) beyond
    ``max_segments`` segments (jax_cudnn_rnn/backends/fused/segments.py).
 
-A backend passes only what it has: oneDNN has no length limit and supports neither lengths nor resets (the registry
-never sends it such calls), so only step 1 can apply there.
+Before all of them, a kernel that takes no per-sequence lengths gets them from
+jax_cudnn_rnn/backends/fused/lengths.py (every row all T steps, arranged so that the valid steps and step T give
+exactly what lengths mean). A backend passes only what it has: oneDNN has no length limit, no resets (the registry
+never sends it such calls) and no lengths, so steps 0 and 1 apply there.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.backends.fused import chunking, segments, stacking
+from jax_cudnn_rnn.backends.fused import chunking, lengths, segments, stacking
 from jax_cudnn_rnn.backends.fused.convention import Kernel, Runner
 
 
@@ -47,11 +49,12 @@ def run(
     max_time_steps: int | None = None,
     fallback: Callable[..., tuple[Any, Any, Any]] | None = None,
     max_segments: int | None = None,
+    takes_lengths: bool = True,
 ) -> tuple[Any, Any, Any]:
     """``call`` on ``kernel`` (see the module docstring). ``fallback(params, x, h0, c0, config, seq_lengths,
     dropout_masks, resets=...)`` runs a batch with resets that has more segments than ``max_segments`` (None: twice
-    the batch)."""
-    layered = with_masks(kernel)
+    the batch). ``takes_lengths=False``: ``kernel`` is always called with lengths None (``lengths.with_lengths``)."""
+    layered = with_masks(kernel if takes_lengths else lengths.with_lengths(kernel))
 
     def chunked(params, x, h0, c0, config, seq_lengths, dropout_masks):
         if max_time_steps is None:

@@ -15,9 +15,11 @@ the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forw
 ``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
 measured per mode, dtype and size (``CPU_TABLE``, ``variant_for``) puts oneDNN on either side.
 
-What oneDNN lacks stays on the xla implementation (``SUPPORTS``): ``seq_lengths``, resets, ``cell_clip``, float16 and
-float64, and bfloat16 with projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero),
-and skip input runs with identity input matrices.
+oneDNN's primitives take no per-sequence lengths: calls with ``seq_lengths`` run every row for all T steps, arranged by
+the fused kit (jax_cudnn_rnn/backends/fused/lengths.py) so that the results are exactly those of lengths. What oneDNN
+lacks stays on the xla implementation (``SUPPORTS``): resets, ``cell_clip``, float16 and float64, and bfloat16 with
+projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero), and skip input runs with identity
+input matrices.
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ SUPPORTS = registry.Supports(
     "oneDNN's RNN primitives",
     modes=MODES,
     dtypes=DTYPES,
-    seq_lengths=False,
     resets=False,
     cell_clip=False,
     activations=False,
@@ -116,7 +117,7 @@ def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
     """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule
-    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``SUPPORTS``)."""
+    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_compose``)."""
     del seq_lengths
     lstm = config.has_cell_state
     operands, batch_axes = convention.forward_operands(x, h0, params, c0, None)
@@ -166,22 +167,27 @@ def _hybrid(undifferentiated, differentiated):
 
 
 def _as_kernel(run):
-    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/convention.py ``Kernel``): lengths never reach it
-    (``SUPPORTS``), and the kit applies dropout between layers."""
+    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/convention.py ``Kernel``), which the kit calls
+    without lengths (``_compose``)."""
 
     def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths):
-        del seq_lengths  # always None: the registry never sends oneDNN a call with lengths
+        del seq_lengths  # always None: the fused kit runs lengths around the kernel
         return run(params, x, h0, c0, config)
 
     return kernel_
+
+
+def _compose(kernel, call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+    """``call`` on ``kernel`` with what the fused kit adds: lengths (the kernel takes none) and dropout."""
+    return compose.run(kernel, call, inputs, takes_lengths=False)
 
 
 _KERNEL = _as_kernel(_onednn)
 
 
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """The registry's ``run``: ``call`` on oneDNN (dropout layer by layer)."""
-    return compose.run(_KERNEL, call, inputs)
+    """The registry's ``run``: ``call`` on oneDNN (lengths and dropout by the fused kit)."""
+    return _compose(_KERNEL, call, inputs)
 
 
 def unavailable() -> str | None:
@@ -219,9 +225,7 @@ def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     (its forward and its training step measured separately)."""
     variant = variant_for(call)
     return (
-        rnn(call, inputs)
-        if variant == ("onednn", "onednn")
-        else compose.run(_as_kernel(_HYBRIDS[variant]), call, inputs)
+        rnn(call, inputs) if variant == ("onednn", "onednn") else _compose(_as_kernel(_HYBRIDS[variant]), call, inputs)
     )
 
 
@@ -246,7 +250,7 @@ for _variant, _name in ((("xla", "onednn"), "xla+onednn"), (("onednn", "xla"), "
             priority=None,
             supports=SUPPORTS,
             unavailable=lambda: unavailable(),
-            run=functools.partial(compose.run, _as_kernel(_HYBRIDS[_variant])),
+            run=functools.partial(_compose, _as_kernel(_HYBRIDS[_variant])),
             public=False,
         )
     )

@@ -26,7 +26,8 @@ PACKAGE = "jax_cudnn_rnn"
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
-    """One benchmark problem. ``time`` x ``batch`` x ``input_size`` input, ``hidden`` units per layer."""
+    """One benchmark problem. ``time`` x ``batch`` x ``input_size`` input, ``hidden`` units per layer; ``padded``:
+    a padded batch whose sequences have the lengths ``lengths()`` (each contender's own way of taking them)."""
 
     name: str
     mode: str
@@ -38,6 +39,7 @@ class BenchConfig:
     direction: str = "unidirectional"
     inference_only: bool = False
     platform: str = "gpu"
+    padded: bool = False
 
     @property
     def bidirectional(self) -> bool:
@@ -59,12 +61,22 @@ class BenchConfig:
             dtype=dtype,
         )
 
+    def lengths(self) -> np.ndarray | None:
+        """int32 [batch]: the sequences' lengths when ``padded`` (uniform in [T/2, T], the same for every contender,
+        the first one T), else None."""
+        if not self.padded:
+            return None
+        lengths = np.random.default_rng(1).integers(self.time // 2, self.time + 1, self.batch).astype(np.int32)
+        lengths[0] = self.time
+        return lengths
+
     def describe(self) -> str:
         layers = f"{self.num_layers} layer{'s' if self.num_layers > 1 else ''}"
         extras = (
             [layers]
             + (["bidirectional"] if self.bidirectional else [])
             + (["inference only"] if self.inference_only else [])
+            + (["lengths in [T/2, T]"] if self.padded else [])
         )
         return f"{self.mode.upper()} T={self.time} B={self.batch} I={self.input_size} H={self.hidden}, " + ", ".join(
             extras
@@ -105,7 +117,12 @@ CPU_CONFIGS = (
     BenchConfig("lstm-big", "lstm", 1, 1024, 1024, 64, 25, platform="cpu"),
     BenchConfig("gru-big", "gru", 1, 1024, 1024, 64, 25, platform="cpu"),
 )
-CONFIGS = {c.name: c for c in GPU_CONFIGS + CPU_CONFIGS}
+# The CPU problems as padded batches (issue 41), by name only: the same shapes with lengths in [T/2, T].
+PADDED_CONFIGS = tuple(
+    dataclasses.replace(c, name=name, padded=True)
+    for c, name in zip(CPU_CONFIGS, ("lstm-pad", "gru-pad", "lstmb1p", "grub1p", "lstmbigp", "grubigp"), strict=True)
+)
+CONFIGS = {c.name: c for c in GPU_CONFIGS + CPU_CONFIGS + PADDED_CONFIGS}
 
 
 @dataclasses.dataclass
@@ -199,18 +216,24 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
     x = jnp.asarray(inputs(bc), dtype=dtype)
     h0 = jnp.zeros(cfg.state_shape(bc.batch), dtype)
     c0 = jnp.zeros(cfg.cell_shape(bc.batch), dtype) if cfg.has_cell_state else None
+    # The lengths as an argument, as a user's step takes them (a constant would let XLA fold what depends on them).
+    lengths = () if bc.lengths() is None else (jnp.asarray(bc.lengths()),)
 
-    def forward(params: Any, x: Any) -> Any:
-        return jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0]
+    def forward(params: Any, x: Any, *lengths: Any) -> Any:
+        return jcr.rnn(
+            params, x, h0, c0, cfg, seq_lengths=lengths[0] if lengths else None, implementation=implementation
+        )[0]
 
-    call = Call(cfg, bc.time, bc.batch)
+    call = Call(cfg, bc.time, bc.batch, seq_lengths=bc.padded)
     picked = implementation or registry.implementation_for(x, call)
     extra = (
         {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)}
         if picked == "cudnn"
         else onednn_scratch(bc, cfg, implementation, call)
     )
-    runner = _jax_runner(forward, lambda p, x: _sum_squares(forward(p, x)), (params, x), bc.inference_only, extra)
+    runner = _jax_runner(
+        forward, lambda p, x, *n: _sum_squares(forward(p, x, *n)), (params, x, *lengths), bc.inference_only, extra
+    )
     if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
         runner.notes["implementation"] = picked
     return runner
@@ -235,7 +258,7 @@ def cudnn_workspace(bc: BenchConfig, cfg: Any, training: bool) -> int | None:
     from jax_cudnn_rnn.backends.cudnn import algorithm, plan
 
     allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
-    problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=False, training=training, allow_tf32=allow_tf32)
+    problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=bc.padded, training=training, allow_tf32=allow_tf32)
     try:
         return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
     except Exception:  # noqa: BLE001 - then op_bytes is unknown rather than wrong
@@ -250,7 +273,7 @@ def _needs(name: str, bc: BenchConfig | None, dtype: str | None) -> str | None:
     from jax_cudnn_rnn.backends.call import Call
     from jax_cudnn_rnn.sharding import placement
 
-    call = Call() if bc is None else Call(bc.rnn_config(dtype), bc.time, bc.batch)
+    call = Call() if bc is None else Call(bc.rnn_config(dtype), bc.time, bc.batch, seq_lengths=bc.padded)
     reason = registry.why_not(name, placement.lowering_platform(jax.devices()[0]), call)
     return None if reason is None else f"implementation={name!r} needs {reason}"
 
@@ -323,7 +346,7 @@ def _build_jax_exp(bc: BenchConfig, dtype: str) -> Runner:
     x = jnp.asarray(np.swapaxes(inputs(bc), 0, 1), dtype=dtype)
     state_shape = (bc.num_layers * (2 if bidirectional else 1), bc.batch, bc.hidden)
     h0, c0 = jnp.zeros(state_shape, dtype), jnp.zeros(state_shape, dtype)
-    lengths = jnp.full((bc.batch,), bc.time, jnp.int32)
+    lengths = jnp.full((bc.batch,), bc.time, jnp.int32) if bc.lengths() is None else jnp.asarray(bc.lengths())
 
     def forward(weights: Any, x: Any) -> Any:
         return exp_rnn.lstm(
@@ -377,7 +400,13 @@ def _lstm_only(bc: BenchConfig, dtype: str) -> str | None:
     return None if bc.mode == "lstm" else f"jax.experimental.rnn supports LSTM only, not {bc.mode.upper()}"
 
 
+def _no_lengths(bc: BenchConfig, dtype: str) -> str | None:
+    return "a padded batch: the Flax stack here takes no lengths" if bc.padded else None
+
+
 def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
+    """PyTorch's module; a padded batch as a ``PackedSequence`` (``pack_padded_sequence``, packed in every call as a
+    user's step would, the loss over the packed outputs)."""
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -387,15 +416,21 @@ def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
     module = module.to(device=device, dtype=torch_dtype)
     x = torch.from_numpy(inputs(bc)).to(device=device, dtype=torch_dtype)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    lengths = None if bc.lengths() is None else torch.from_numpy(bc.lengths()).to(torch.int64)
+
+    def run(x: Any) -> Any:
+        if lengths is None:
+            return module(x)[0]
+        return module(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False))[0].data
 
     def forward() -> None:
         with torch.no_grad():
-            module(x)
+            run(x)
         sync()
 
     def train() -> None:
         xg = x.detach().requires_grad_(True)
-        loss = module(xg)[0].float().square().sum()
+        loss = run(xg).float().square().sum()
         torch.autograd.grad(loss, [xg, *module.parameters()])
         sync()
 
@@ -465,7 +500,7 @@ CONTENDERS = {
         Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
         # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
         Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True, imports_package=True),
-        Contender(FLAX, _build_flax, _module_missing("flax")),
+        Contender(FLAX, _build_flax, _module_missing("flax"), _no_lengths),
         Contender("jax-exp-rnn", _build_jax_exp, jax_exp_unavailable, _lstm_only),
         Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
     )
