@@ -12,7 +12,9 @@ folds the mapped axis into the kernel's batch). State: ``(h, c)`` for an LSTM, `
 ``LSTM.from_cells`` / ``GRU.from_cells`` take a stack of ``eqx.nn.LSTMCell`` / ``GRUCell`` (``cells[layer]
 [direction]``) and ``to_cells`` gives one back, through ``interop``'s converters (Equinox has no vanilla RNN cell).
 Inter-layer dropout (``dropout``, between layers, with ``num_layers > 1``) applies unless ``inference`` is True, from
-the ``key`` passed at call time, like ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` switches it off. Under
+the ``key`` passed at call time, like ``eqx.nn.Dropout``; ``eqx.nn.inference_mode(model)`` switches it off. So does
+``recurrent_dropout`` (Keras's recurrent dropout, ``RNNConfig.recurrent_dropout``: one mask per gate on h_{t-1} for
+the whole sequence), from the same key; it runs on the xla implementation. Under
 ``jax.vmap`` pass one key per sequence (``jax.vmap(model)(xs, key=jax.random.split(key, B))``), or every sequence
 gets the same masks.
 """
@@ -43,14 +45,16 @@ def _make_config(
     use_bias: Any,
     dropout: Any,
     dtype: Any,
+    recurrent_dropout: Any = 0.0,
 ) -> RNNConfig:
     """The config, after checks that name this module's arguments (RNNConfig's own would say num_units, direction)."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
     if not isinstance(use_bias, (bool, np.bool_)):
         raise TypeError(f"use_bias must be a bool, got {type(use_bias).__name__} {use_bias!r}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+    for name, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating)) or not 0 <= rate < 1:
+            raise ValueError(f"{name} must be a float in [0, 1), got {rate!r}")
     return RNNConfig(
         mode=mode,
         num_layers=check_int("num_layers", num_layers, 1),
@@ -60,6 +64,7 @@ def _make_config(
         bias_mode="double" if use_bias else "none",
         dropout=float(dropout),
         dtype=jnp.float32 if dtype is None else dtype,
+        recurrent_dropout=float(recurrent_dropout),
     )
 
 
@@ -124,8 +129,8 @@ class _FusedRNN(eqx.Module):
           seq_length: optional int scalar in [0, T]: steps at and after it are padding (zero outputs; the final
             state is the one after the last valid step, and the backward direction reads from step seq_length - 1),
             ``rnn``'s ``seq_lengths`` for one sequence.
-          key: a PRNG key for inter-layer dropout; needed only when it applies (``dropout > 0``, ``num_layers > 1``,
-            not ``inference``).
+          key: a PRNG key for dropout; needed only when it applies (``dropout > 0`` with ``num_layers > 1``, or
+            ``recurrent_dropout > 0``; not ``inference``).
 
         Returns:
           (y [T, D*hidden_size], final state shaped like ``state``).
@@ -149,11 +154,17 @@ class _FusedRNN(eqx.Module):
                 f"lengths (it needs {reason}); use implementation=None (the best one that can) or 'xla'"
             )
         lengths = None if seq_length is None else jnp.reshape(seq_length, (1,))
-        dropout_applies = not self.inference and config.dropout > 0 and config.num_layers > 1
+        between = config.dropout > 0 and config.num_layers > 1
+        dropout_applies = not self.inference and (between or config.recurrent_dropout > 0)
         if dropout_applies and key is None:
+            which = (
+                f"dropout={config.dropout} between the {config.num_layers} layers"
+                if between
+                else f"recurrent_dropout={config.recurrent_dropout}"
+            )
             raise ValueError(
-                f"key is None; dropout={config.dropout} between the {config.num_layers} layers needs a "
-                f"PRNG key when the module is not in inference mode (or use eqx.nn.inference_mode)"
+                f"key is None; {which} needs a PRNG key when the module is not in inference mode (or use "
+                f"eqx.nn.inference_mode)"
             )
         y, h_n, c_n = ops.rnn(
             self.params,
@@ -191,6 +202,7 @@ class _FromCells(_FusedRNN):
         inference: bool = False,
         implementation: str | None = None,
         precision: Any = None,
+        recurrent_dropout: float = 0.0,
     ):
         """A module holding the weights of ``cells[layer][direction]`` (``eqx.nn.LSTMCell`` for ``LSTM``,
         ``eqx.nn.GRUCell`` for ``GRU``; one direction, or [forward, backward]); sizes, ``use_bias`` and dtype are
@@ -217,6 +229,7 @@ class _FromCells(_FusedRNN):
             bool(first.use_bias),
             dropout,
             np.dtype(first.weight_ih.dtype),
+            recurrent_dropout,
         )
         weights, biases = interop.equinox_to_canonical(cells, config)
         module = cls(
@@ -226,6 +239,7 @@ class _FromCells(_FusedRNN):
             bidirectional=config.num_directions == 2,
             use_bias=config.bias_mode != "none",
             dropout=config.dropout,
+            recurrent_dropout=config.recurrent_dropout,
             inference=inference,
             dtype=config.dtype,
             implementation=implementation,
@@ -237,7 +251,7 @@ class _FromCells(_FusedRNN):
 
 class LSTM(_FromCells):
     """A stacked LSTM: ``LSTM(input_size, hidden_size, *, num_layers=1, bidirectional=False, use_bias=True,
-    dropout=0.0, inference=False, dtype=None, implementation=None, precision=None, key)``.
+    dropout=0.0, inference=False, dtype=None, implementation=None, precision=None, recurrent_dropout=0.0, key)``.
 
     Weights and biases from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) like ``eqx.nn.LSTMCell``; dtype float32
     unless given (float16, bfloat16, float64 too). ``implementation`` and ``precision`` are ``rnn``'s. Call:
@@ -259,10 +273,13 @@ class LSTM(_FromCells):
         dtype: Any = None,
         implementation: str | None = None,
         precision: Any = None,
+        recurrent_dropout: float = 0.0,
         key: Any,
     ):
         self._init(
-            _make_config("lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+            _make_config(
+                "lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype, recurrent_dropout
+            ),
             inference,
             implementation,
             precision,
@@ -289,10 +306,13 @@ class GRU(_FromCells):
         dtype: Any = None,
         implementation: str | None = None,
         precision: Any = None,
+        recurrent_dropout: float = 0.0,
         key: Any,
     ):
         self._init(
-            _make_config("gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype),
+            _make_config(
+                "gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype, recurrent_dropout
+            ),
             inference,
             implementation,
             precision,
@@ -318,13 +338,22 @@ class RNN(_FusedRNN):
         dtype: Any = None,
         implementation: str | None = None,
         precision: Any = None,
+        recurrent_dropout: float = 0.0,
         key: Any,
     ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity is {nonlinearity!r}; expected 'tanh' or 'relu'")
         self._init(
             _make_config(
-                "rnn_" + nonlinearity, input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype
+                "rnn_" + nonlinearity,
+                input_size,
+                hidden_size,
+                num_layers,
+                bidirectional,
+                use_bias,
+                dropout,
+                dtype,
+                recurrent_dropout,
             ),
             inference,
             implementation,

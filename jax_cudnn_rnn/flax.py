@@ -57,6 +57,7 @@ def make_config(
     proj_size: int = 0,
     cell_clip: float | None = None,
     bias_mode: str = "double",
+    recurrent_dropout: float = 0.0,
 ) -> RNNConfig:
     """The ``RNNConfig`` of a module's fields (the linen module's, and NNX's with ``in_features`` as input_size), its
     buffer in ``dtype`` (the modules' ``param_dtype``)."""
@@ -72,6 +73,7 @@ def make_config(
         proj_size=proj_size,
         cell_clip=cell_clip,
         bias_mode=bias_mode,
+        recurrent_dropout=recurrent_dropout,
     )
 
 
@@ -389,6 +391,9 @@ class RNN(nn.Module):
       direction: "unidirectional" or "bidirectional" (outputs concatenated, forward first: D*H features).
       input_mode: "linear_input", "skip_input" or "auto_select" (see RNNConfig).
       dropout: inter-layer dropout rate, applied when not deterministic (rng stream 'dropout').
+      recurrent_dropout: Keras's recurrent (variational) dropout rate (``RNNConfig.recurrent_dropout``: one mask per
+        gate on h_{t-1}, per layer and direction, for the whole sequence), applied when not deterministic, from the
+        same 'dropout' rng; it runs on the xla implementation in training.
       proj_size, cell_clip, bias_mode: the projected/clipped LSTM and bias options of ``RNNConfig``.
       precision: float32 matmul precision (``rnn``'s argument): None, "float32" or "tensorfloat32".
       algorithm: cuDNN's RNN algorithm (``rnn``'s argument): None (PyTorch's heuristic), "autotune", "standard",
@@ -431,6 +436,7 @@ class RNN(nn.Module):
     recurrent_kernel_init: Any = None
     bias_init: Any = None
     features: int | None = None
+    recurrent_dropout: float = 0.0
 
     #: The mode a subclass stands for (LSTM, GRU); None: any.
     fixed_mode: ClassVar[str | None] = None
@@ -454,6 +460,7 @@ class RNN(nn.Module):
             self.proj_size,
             self.cell_clip,
             self.bias_mode,
+            self.recurrent_dropout,
         )
 
     @nn.nowrap
@@ -502,7 +509,7 @@ class RNN(nn.Module):
         if deterministic is None:
             deterministic = True if self.deterministic is None else self.deterministic
         dropout_key = None
-        if not deterministic and config.dropout > 0 and config.num_layers > 1:
+        if not deterministic and ((config.dropout > 0 and config.num_layers > 1) or config.recurrent_dropout > 0):
             dropout_key = self.make_rng("dropout")
         return apply_rnn(
             params,

@@ -23,28 +23,28 @@ Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests
 * ``unroll=True``: Keras unrolls its Python loop over the steps instead of a scan, the same arithmetic, which these
   run fused as ever. What differs is Keras's: its unrolled loop gives a masked step the previous output (zeros, not
   h0, before the first valid step) and ignores ``zero_output_for_mask``; these do the same.
+* ``activation``/``recurrent_activation``: any of Keras's (``activation=None`` is Keras's linear), by name when it
+  is one of ``jax_cudnn_rnn.config.ACTIVATIONS`` (a config that can be saved), else the callable itself. LSTM/GRU with
+  tanh and sigmoid and SimpleRNN with tanh or relu run fused; any other runs on the xla implementation.
+* GRU ``reset_after=False`` (Keras 2's default) is mode ``"gru_reset_before"`` with Keras's variables (``bias`` [3H],
+  ``bias_mode="single_input"``), on the xla implementation.
 * ``dropout`` (Keras's input dropout: one mask per sequence, reused at every step) multiplies the input before the
-  fused call, as Keras's own cuDNN path does; it draws the mask from the cell's seed generator like Keras.
-* ``use_cudnn`` (LSTM, GRU) is Keras's: ``"auto"`` runs the best implementation available (``rnn``'s
-  ``implementation=None``), ``False`` never cuDNN (the xla implementation, Keras's own loop's place), ``True`` cuDNN.
-  Where cuDNN cannot run a call with ``use_cudnn=True`` (no CUDA device, or a configuration it lacks), Keras's LSTM
-  raises a ValueError at the call, and so does ours, naming ``use_cudnn`` and why; Keras's GRU on JAX runs its own
-  loop off a CUDA device, and ours runs what ``"auto"`` would there. The layer's ``use_cudnn`` attribute is False,
-  which keeps Keras's ``Bidirectional`` from replacing these layers with its own fused LSTM; the request is
-  ``cudnn_requested`` and in ``get_config``.
-
-Refused with a ValueError naming the argument, at construction: ``recurrent_dropout > 0`` (a new mask on h inside the
-recurrence, which a fused kernel cannot apply), ``dropout`` with ``implementation=1`` (one input mask per gate),
-activations other than cuDNN's (LSTM/GRU: ``activation="tanh"``, ``recurrent_activation="sigmoid"``; SimpleRNN:
-``"tanh"`` or ``"relu"``), and a GRU with ``reset_after=False``.
-
+  fused call, as Keras's own cuDNN path does, with the mask drawn from the cell's seed generator like Keras's. With
+  Keras's ``implementation=1`` (which ``recurrent_dropout`` implies) Keras draws one input mask per gate: these run
+  the call on the inputs of every gate side by side ([B, T, G*I], each times its gate's mask) and a kernel that is
+  block-diagonal in them ([G*I, G*H]), so each gate reads its own masked inputs, Keras's masks exactly.
+* ``recurrent_dropout`` is Keras's (one mask per gate on h_{t-1}, drawn once per call; ``RNNConfig.recurrent_dropout``)
+  in training, with the masks drawn from a key that the cell's seed generator gives (so from the layer's ``seed``,
+  not Keras's own mask values), on the xla implementation; at inference it changes nothing and the call runs fused.
+  Keras clamps both rates to [0, 1]; its LSTM and GRU drop nothing at a rate of 1, its SimpleRNN everything; so do
+  these.
 Extra constructor arguments: ``implementation`` (``rnn``'s: None, "cudnn", "onednn", "xla" or "reference"; Keras's
 legacy ``implementation=0``/``1``/``2``, which only reorder the same arithmetic, are accepted and mean None) and
 ``precision`` (``rnn``'s, as a string). Both are in ``get_config``.
 
 ``swap_layers(model_or_path)`` puts these layers in place of Keras's in an existing model or saved ``.keras`` file
 (inside ``Bidirectional``, ``TimeDistributed`` and nested models too) with the weights, and reports each layer it met
-(``Swap``): replaced, or kept as Keras's with the reason (a configuration refused above).
+(``Swap``): replaced, or kept as Keras's with the reason (a configuration our constructors refuse).
 ``keras.models.load_model(path, custom_objects={"LSTM": LSTM})`` does not swap: Keras resolves its own layers first.
 
 Importing this module imports Keras, which must run on JAX: set ``KERAS_BACKEND=jax`` before Keras is first imported
@@ -68,6 +68,7 @@ import keras
 import numpy as np
 
 from jax_cudnn_rnn import _checks, interop, layout, ops
+from jax_cudnn_rnn.cells import activations
 from jax_cudnn_rnn.config import RNNConfig
 
 if keras.backend.backend() != "jax":
@@ -84,10 +85,29 @@ __all__ = ["GRU", "LSTM", "SimpleRNN", "Swap", "swap_layers"]
 _KERAS_IMPLEMENTATIONS = (0, 1, 2)
 
 
-def _activation_name(function: Any) -> str:
-    """What a Keras activation serialises to ("tanh", "relu", ...), for messages and comparisons."""
-    name = keras.activations.serialize(function)
-    return name if isinstance(name, str) else repr(name)
+def _activation(function: Any) -> Any:
+    """A Keras cell's activation as ``RNNConfig`` takes it: its name when it is Keras's function of one of
+    ``config.ACTIVATIONS`` (or their aliases; Keras's ``activation=None`` is its ``linear``), else the callable itself
+    (Keras's activations act on JAX arrays)."""
+    name = getattr(function, "__name__", None)
+    known = name in activations.ACTIVATIONS or name in activations.ALIASES
+    if known and keras.activations.get(name) is function:
+        return name
+    return function
+
+
+def _rate(rate: float) -> float:
+    """Keras's dropout rate as it acts: Keras clamps it to [0, 1] and applies it only below 1."""
+    return rate if 0.0 < rate < 1.0 else 0.0
+
+
+def _block_diagonal(kernel: Any, gates: int) -> Any:
+    """kernel [I, G*H] -> [G*I, G*H] whose row block j feeds only gate j's columns: each gate reads its own copy of
+    the inputs (Keras's implementation=1 input masks). Zeros elsewhere add nothing; gradients reach only ``kernel``."""
+    rows, columns = kernel.shape
+    blocks = kernel.reshape(rows, gates, columns // gates)
+    eye = jnp.eye(gates, dtype=kernel.dtype)
+    return jnp.einsum("igh,jg->jigh", blocks, eye).reshape(gates * rows, columns)
 
 
 def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) -> Any:
@@ -174,7 +194,7 @@ class _Fused:
     """What the three layers share: the checks, the extra configuration and the fused ``inner_loop``. Mixed in before
     the Keras class, so ``call``/``build``/``inner_loop``/``get_config`` here run first and defer to Keras's."""
 
-    _mode: str  # "lstm" or "gru"; SimpleRNN's depends on its activation
+    _mode: str  # "lstm", "gru" (reset_after=True) or "gru_reset_before", "rnn_tanh" (the config takes the activation)
 
     def _setup(self, implementation: str | None, precision: Any, use_cudnn: Any = "auto") -> None:
         if precision is not None and not isinstance(precision, str):
@@ -188,46 +208,24 @@ class _Fused:
         # fused LSTM in their place); what the caller asked for is kept here, and in get_config.
         self.cudnn_requested = use_cudnn
         self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
-        cell = self.cell
-        if cell.recurrent_dropout:
-            raise ValueError(
-                f"recurrent_dropout is {cell.recurrent_dropout}; a fused RNN kernel cannot drop entries "
-                f"of h inside the recurrence: use recurrent_dropout=0 (dropout=, on the inputs, works)"
-            )
-        if cell.dropout >= 1.0:
-            raise ValueError(f"dropout is {cell.dropout}; expected a rate in [0, 1)")
-        if cell.dropout and getattr(cell, "implementation", 2) == 1:
-            raise ValueError(
-                f"dropout={cell.dropout} with Keras's implementation=1 draws one input mask per gate, "
-                f"which a fused kernel cannot apply; use implementation=None (Keras's 2: one mask)"
-            )
-        self._check_activations()
-
-    def _check_activations(self) -> None:
-        cell = self.cell
-        if _activation_name(cell.activation) != "tanh":
-            raise ValueError(
-                f"activation is {_activation_name(cell.activation)!r}; cuDNN's {type(self).__name__} "
-                f"uses tanh: pass activation='tanh'"
-            )
-        if _activation_name(cell.recurrent_activation) != "sigmoid":
-            raise ValueError(
-                f"recurrent_activation is {_activation_name(cell.recurrent_activation)!r}; cuDNN's "
-                f"{type(self).__name__} uses sigmoid: pass recurrent_activation='sigmoid'"
-            )
 
     def _bias_mode(self) -> str:
         return "single_input" if self.cell.use_bias else "none"
 
     def _rnn_config(self, input_size: int, dtype: Any) -> RNNConfig:
-        """The one-layer, one-direction network this layer is, in the compute dtype."""
+        """The one-layer, one-direction network this layer is, in the compute dtype, with the cell's activations and
+        recurrent dropout rate (which acts only in training)."""
+        cell = self.cell
         return RNNConfig(
             mode=self._mode,
             num_layers=1,
-            num_units=self.cell.units,
+            num_units=cell.units,
             input_size=input_size,
             bias_mode=self._bias_mode(),
             dtype=dtype,
+            activation=_activation(cell.activation),
+            recurrent_activation=_activation(getattr(cell, "recurrent_activation", None)),
+            recurrent_dropout=_rate(cell.recurrent_dropout),
         )
 
     def get_config(self) -> dict[str, Any]:
@@ -235,7 +233,7 @@ class _Fused:
         (LSTM, GRU; Keras does not save it)."""
         config = super().get_config()
         config.update(implementation=self.implementation, precision=self.precision)
-        if self._mode in ("lstm", "gru"):
+        if self._mode != "rnn_tanh":
             config.update(use_cudnn=self.cudnn_requested)
         return config
 
@@ -244,9 +242,11 @@ class _Fused:
         LSTM raises a ValueError naming ``use_cudnn``, and Keras's GRU (on JAX) runs its own loop off a CUDA device,
         as ours then runs what ``use_cudnn="auto"`` would."""
         platform, reason = ops.where_and_why_not("cudnn", config, xs, seq_lengths=masked)
+        if reason is None and _rate(self.cell.recurrent_dropout):  # Keras's cuDNN path refuses it, training or not
+            reason = "recurrent_dropout=0 (cuDNN has no recurrent dropout)"
         if reason is None:
             return "cudnn"
-        if self._mode == "gru" and platform != "cuda":
+        if self._mode != "lstm" and platform != "cuda":
             return None
         raise ValueError(
             f"use_cudnn=True was specified, but cuDNN cannot run this call: it needs {reason}. Pass "
@@ -316,24 +316,41 @@ class _Fused:
         cell = self.cell
         dtype = jnp.dtype(cell.compute_dtype)
         x = jnp.asarray(sequences).astype(dtype)
-        if training and 0.0 < cell.dropout < 1.0:  # Keras's input dropout: one mask per sequence, every step
-            x = x * jnp.asarray(cell.get_dropout_mask(sequences[:, 0, :]), dtype)[:, None, :]
+        kernel = jnp.asarray(cell.kernel.value, dtype)
+        training = bool(training)  # Keras passes a Python bool or None
+        # Keras's SimpleRNN, unlike its LSTM and GRU, applies a rate of 1: everything dropped (zero masks).
+        drops_all = isinstance(self, keras.layers.SimpleRNN) and training
+        # Keras's input dropout: one mask per sequence, every step.
+        if (training and _rate(cell.dropout)) or (drops_all and cell.dropout >= 1):
+            masks = cell.get_dropout_mask(sequences[:, 0, :])  # drawn by Keras's call, from the cell's seed generator
+            if isinstance(masks, (list, tuple)):  # implementation=1: one per gate, in Keras's gate order
+                x = jnp.concatenate([x * jnp.asarray(mask, dtype)[:, None, :] for mask in masks], axis=-1)
+                kernel = _block_diagonal(kernel, len(masks))
+            else:
+                x = x * jnp.asarray(masks, dtype)[:, None, :]
         config = self._rnn_config(x.shape[-1], dtype)
+        recurrent = jnp.asarray(cell.recurrent_kernel.value, dtype)
+        if drops_all and cell.recurrent_dropout >= 1:  # h_{t-1} times zeros: no recurrent product at all
+            recurrent = recurrent * 0
         params = _opaque_buffer(
-            jnp.asarray(cell.kernel.value, dtype),
-            jnp.asarray(cell.recurrent_kernel.value, dtype),
+            kernel,
+            recurrent,
             None if cell.bias is None else jnp.asarray(cell.bias.value, dtype),
             config,
         )
+        recurrent_dropout = training and config.recurrent_dropout > 0
+        key = cell.seed_generator.next() if recurrent_dropout else None  # a raw uint32[2] JAX key, Keras's seeds
         states = [jnp.asarray(state, dtype)[None] for state in initial_state]  # [1, B, H]: one layer, one direction
-        h0, c0 = states[0], (states[1] if self._mode == "lstm" else None)
+        h0, c0 = states[0], (states[1] if config.has_cell_state else None)
         xs = jnp.swapaxes(x, 0, 1)  # time-major [T, B, I]
         if self.go_backwards:
             xs = xs[::-1]
         implementation = self.implementation
         if self.cudnn_requested is True:
             implementation = self._cudnn_or_refuse(config, xs, mask is not None)
-        run = dict(implementation=implementation, precision=self.precision)
+        run = dict(
+            implementation=implementation, precision=self.precision, is_training=recurrent_dropout, dropout_key=key
+        )
         if mask is None:
             outputs, h_n, c_n = ops.rnn(params, xs, h0, c0, config, **run)
         else:
@@ -350,7 +367,7 @@ class _Fused:
             outputs = jnp.where((rank >= 0)[..., None], latest, jnp.zeros((), dtype) if self.unroll else h0)
             if self.zero_output_for_mask and not self.unroll:
                 outputs = jnp.where(valid[..., None], outputs, jnp.zeros((), dtype))
-        finals = [h_n[0], c_n[0]] if self._mode == "lstm" else [h_n[0]]
+        finals = [h_n[0], c_n[0]] if config.has_cell_state else [h_n[0]]
         return outputs[-1], jnp.swapaxes(outputs, 0, 1), finals
 
 
@@ -359,9 +376,9 @@ class LSTM(_Fused, keras.layers.LSTM):
     """``keras.layers.LSTM`` on the fused kernels: the same arguments, variables and results.
 
     ``LSTM(units, activation="tanh", recurrent_activation="sigmoid", use_bias=True, ..., dropout=0.0,
-    return_sequences=False, return_state=False, go_backwards=False, stateful=False, ..., implementation=None,
-    precision=None)``; called as ``layer(inputs [B, T, I], initial_state=[h, c], mask=[B, T], training=...)``. See
-    the module docstring for what runs and what is refused.
+    recurrent_dropout=0.0, return_sequences=False, return_state=False, go_backwards=False, stateful=False, ...,
+    implementation=None, precision=None)``; called as ``layer(inputs [B, T, I], initial_state=[h, c], mask=[B, T],
+    training=...)``. See the module docstring for what runs where.
     """
 
     _mode = "lstm"
@@ -382,11 +399,10 @@ class LSTM(_Fused, keras.layers.LSTM):
 
 @keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
 class GRU(_Fused, keras.layers.GRU):
-    """``keras.layers.GRU`` (``reset_after=True``, cuDNN's GRU) on the fused kernels: the same arguments, variables
-    (``bias`` [2, 3H]: input row, recurrent row) and results. Called as ``layer(inputs, initial_state=[h], mask=...)``.
+    """``keras.layers.GRU`` on the fused kernels: the same arguments, variables (``bias`` [2, 3H]: input row, recurrent
+    row; [3H] with ``reset_after=False``, which runs on the xla implementation) and results. Called as
+    ``layer(inputs, initial_state=[h], mask=...)``.
     """
-
-    _mode = "gru"
 
     def __init__(
         self,
@@ -399,21 +415,23 @@ class GRU(_Fused, keras.layers.GRU):
     ):
         chosen = _choose_implementation(implementation, use_cudnn, kwargs)
         super().__init__(units, *args, use_cudnn=False, **kwargs)
-        if not self.cell.reset_after:
-            raise ValueError(
-                "reset_after is False; cuDNN's GRU applies the reset gate after the recurrent matrix "
-                "(Keras's reset_after=True, its default): pass reset_after=True"
-            )
         self._setup(chosen, precision, use_cudnn)
 
+    @property
+    def _mode(self) -> str:
+        return "gru" if self.cell.reset_after else "gru_reset_before"
+
     def _bias_mode(self) -> str:
-        return "double" if self.cell.use_bias else "none"
+        if not self.cell.use_bias:
+            return "none"
+        return "double" if self.cell.reset_after else "single_input"  # bias [2, 3H], or [3H]
 
 
 @keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
 class SimpleRNN(_Fused, keras.layers.SimpleRNN):
-    """``keras.layers.SimpleRNN`` with ``activation="tanh"`` or ``"relu"`` on the fused kernels (cuDNN's RNN_TANH,
-    RNN_RELU): the same arguments, variables and results. Called as ``layer(inputs, initial_state=[h], mask=...)``."""
+    """``keras.layers.SimpleRNN``: with ``activation="tanh"`` or ``"relu"`` on the fused kernels (cuDNN's RNN_TANH,
+    RNN_RELU), with any other on the xla implementation; the same arguments, variables and results. Called as
+    ``layer(inputs, initial_state=[h], mask=...)``."""
 
     def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None, **kwargs: Any):
         chosen = _choose_implementation(implementation, "auto", kwargs)
@@ -425,16 +443,7 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
         super().__init__(units, *args, **kwargs)
         self._setup(chosen, precision)
 
-    @property
-    def _mode(self) -> str:
-        return "rnn_" + _activation_name(self.cell.activation)
-
-    def _check_activations(self) -> None:
-        if _activation_name(self.cell.activation) not in ("tanh", "relu"):
-            raise ValueError(
-                f"activation is {_activation_name(self.cell.activation)!r}; cuDNN's vanilla RNN uses "
-                f"tanh or relu: pass activation='tanh' or 'relu'"
-            )
+    _mode = "rnn_tanh"  # RNNConfig makes activation="relu" mode "rnn_relu" (cuDNN's RNN_RELU)
 
 
 # ------------------------------------------------------------------------------------------ swapping into a model

@@ -36,8 +36,8 @@ _data = getattr(nnx, "data", lambda value: value)
 class RNN(nnx.Module):
     """A stacked LSTM/GRU/RNN layer: ``RNN(in_features, num_units, *, mode="lstm", ..., rngs)``; arguments as the
     linen ``jax_cudnn_rnn.flax.RNN`` fields (``kernel_init``, ``recurrent_kernel_init`` and ``bias_init`` included),
-    plus ``in_features`` and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws dropout masks when not
-    deterministic); ``hidden_features`` is nnx's name for ``num_units``."""
+    plus ``in_features`` and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws the dropout and
+    ``recurrent_dropout`` masks when not deterministic); ``hidden_features`` is nnx's name for ``num_units``."""
 
     #: The mode a subclass stands for (LSTM, GRU); None: any.
     fixed_mode: ClassVar[str | None] = None
@@ -66,6 +66,7 @@ class RNN(nnx.Module):
         recurrent_kernel_init: Any = None,
         bias_init: Any = None,
         hidden_features: int | None = None,
+        recurrent_dropout: float = 0.0,
         rngs: nnx.Rngs,
     ):
         if mode is None:
@@ -85,6 +86,7 @@ class RNN(nnx.Module):
             proj_size,
             cell_clip,
             bias_mode,
+            recurrent_dropout,
         )
         self.precision = precision
         self.algorithm = algorithm
@@ -95,7 +97,8 @@ class RNN(nnx.Module):
         self.time_major = time_major
         self.implementation = implementation
         self.deterministic = deterministic
-        self.rngs = rngs if dropout > 0 and num_layers > 1 else None
+        drops = (self.config.dropout > 0 and num_layers > 1) or self.config.recurrent_dropout > 0
+        self.rngs = rngs if drops else None
 
     @property
     def params(self) -> RNNParams:

@@ -20,14 +20,7 @@ from keras.src import layers
 from jax_cudnn_rnn import keras as ours
 
 NAMES = ("LSTM", "GRU", "SimpleRNN")
-_RECURRENT_DROPOUT = "recurrent_dropout=0.5 (run_layer_test's second case): the core has no recurrent dropout yet"
-EXPECTED_FAILURES = {
-    "LSTMTest::test_basics": _RECURRENT_DROPOUT,
-    "GRUTest::test_basics": _RECURRENT_DROPOUT,
-    "SimpleRNNTest::test_basics": _RECURRENT_DROPOUT,
-    "GRUTest::test_correctness0": "reset_after=False: the core has no GRU with the reset gate before the matrix yet",
-    "GRUTest::test_correctness1": "reset_after=False: the core has no GRU with the reset gate before the matrix yet",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 _outcomes: dict[str, dict[str, str]] = {}
 
 

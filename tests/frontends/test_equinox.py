@@ -280,3 +280,28 @@ def test_importing_the_modules_imports_neither_keras_nor_flax():
         "bad = [m for m in ('keras', 'flax') if m in sys.modules]; assert not bad, ('equinox', bad)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("module_class", [je.LSTM, je.GRU, je.RNN], ids=["lstm", "gru", "rnn"])
+def test_recurrent_dropout_follows_the_key_and_inference_mode(module_class):
+    """recurrent_dropout: in training rnn() with the call's key (the masks act; the same key, the same result; one
+    layer needs the key too), nothing in inference mode; under vmap one key per sequence."""
+    model = module_class(I, H, recurrent_dropout=0.4, key=jax.random.key(3))
+    x = jax.random.normal(jax.random.key(4), (T, I))
+    key = jax.random.key(5)
+    y, _ = model(x, key=key)
+    zeros = jnp.zeros((1, 1, H))
+    c0 = zeros if model.config.has_cell_state else None
+    want, _, _ = jcr.rnn(model.params, x[:, None], zeros, c0, is_training=True, dropout_key=key)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(want[:, 0]), atol=1e-6)
+    quiet = eqx.nn.inference_mode(model)
+    plain, _, _ = jcr.rnn(model.params, x[:, None], zeros, c0)
+    np.testing.assert_allclose(np.asarray(quiet(x)[0]), np.asarray(plain[:, 0]), atol=0)
+    assert not np.allclose(np.asarray(y), np.asarray(plain[:, 0]), atol=1e-3)
+    with pytest.raises(ValueError, match=r"key is None; recurrent_dropout=0.4 needs a PRNG key"):
+        model(x)
+    keys = jax.random.split(key, 2)
+    ys, _ = jax.vmap(model)(jnp.stack([x, x]), key=keys)
+    np.testing.assert_allclose(np.asarray(ys[1]), np.asarray(model(x, key=keys[1])[0]), atol=1e-6)
+    with pytest.raises(ValueError, match=r"recurrent_dropout must be a float in \[0, 1\), got 1.0"):
+        module_class(I, H, recurrent_dropout=1.0, key=key)

@@ -163,3 +163,46 @@ def test_modules_pass_the_algorithm_to_rnn():
         jcr_flax.LSTM(num_units=H, algorithm="fastest").apply(variables, x)
     with pytest.raises(ValueError, match="algorithm is 'fastest'"):
         jcr_nnx.LSTM(I, H, algorithm="fastest", rngs=nnx.Rngs(0))(x)
+
+
+def _recurrent_dropout_expected(buffer, config, x, key):
+    """rnn() on x [B, T, I] in training with ``key``: what a module with recurrent_dropout computes."""
+    return jnp.swapaxes(
+        rnn(buffer, jnp.swapaxes(x, 0, 1), *_zeros(config), config, is_training=True, dropout_key=key)[0], 0, 1
+    )
+
+
+def _zeros(config):
+    h0 = jnp.zeros(config.state_shape(B), jnp.float32)
+    return h0, (jnp.zeros(config.cell_shape(B), jnp.float32) if config.has_cell_state else None)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_linen_and_nnx_recurrent_dropout_is_rnns_with_the_dropout_rng(mode):
+    """recurrent_dropout: nothing when deterministic (the module without it); in training, rnn() with the key the
+    module draws from its 'dropout' stream (linen's make_rng, NNX's rngs.dropout()), the masks acting, and the same
+    key giving the same result; a one-layer module needs the key too (recurrent dropout acts in every layer)."""
+    x = jax.random.normal(jax.random.key(0), (B, T, I))
+    config = RNNConfig(mode, 1, H, I, recurrent_dropout=0.4)
+    module = jcr_flax.RNN(H, mode=mode, recurrent_dropout=0.4)
+    variables = module.init(jax.random.key(1), x)
+    buffer = variables["params"]["rnn_params"].buffer
+    plain = jcr_flax.RNN(H, mode=mode).apply(variables, x)
+    np.testing.assert_allclose(module.apply(variables, x), plain, atol=0)
+    got = module.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(7)})
+    again = module.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(7)})
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(again))
+    key = module.apply(variables, method=lambda m: m.make_rng("dropout"), rngs={"dropout": jax.random.key(7)})
+    np.testing.assert_allclose(got, _recurrent_dropout_expected(buffer, config, x, key), atol=1e-6)
+    assert not np.allclose(got, plain, atol=1e-3)
+    with pytest.raises(Exception, match="dropout"):
+        module.apply(variables, x, deterministic=False)  # no 'dropout' rng given
+
+    model = (jcr_nnx.LSTM if mode == "lstm" else jcr_nnx.GRU)(I, H, recurrent_dropout=0.4, rngs=nnx.Rngs(0, dropout=5))
+    buffer = model.params.buffer
+    quiet = model(x)
+    np.testing.assert_allclose(quiet, rnn(buffer, jnp.swapaxes(x, 0, 1), *_zeros(config), config)[0].swapaxes(0, 1))
+    got = model(x, deterministic=False)
+    key = nnx.Rngs(dropout=5).dropout()  # the stream's first key, as the module's draws it
+    np.testing.assert_allclose(got, _recurrent_dropout_expected(buffer, config, x, key), atol=1e-6)
+    assert not np.allclose(got, quiet, atol=1e-3)

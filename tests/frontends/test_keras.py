@@ -1,6 +1,7 @@
 """jax_cudnn_rnn.keras's LSTM, GRU and SimpleRNN against Keras's own layers with the same weights: every mask pattern,
-go_backwards, zero_output_for_mask, initial and final states, Bidirectional, stateful calls, input dropout, fit,
-.keras files; and every refused argument and malformed input named in the error."""
+go_backwards, zero_output_for_mask, initial and final states, Bidirectional, stateful calls, input and recurrent
+dropout, activations other than cuDNN's, the reset_after=False GRU, fit, .keras files; and every refused argument and
+malformed input named in the error."""
 
 import os
 import subprocess
@@ -287,12 +288,122 @@ def test_onednn_runs_masked_and_unmasked_layers():
         _assert_same(_jitted(ours)(X, None, mask), _jitted(theirs)(X, None, mask), atol=1e-5)
 
 
+# Issue 40: what runs on the xla implementation, against Keras's own layer with the same weights.
+BEYOND_CUDNN = [
+    (jk.GRU, keras.layers.GRU, {"reset_after": False}),
+    (jk.GRU, keras.layers.GRU, {"reset_after": False, "use_bias": False, "activation": "relu"}),
+    (jk.LSTM, keras.layers.LSTM, {"activation": None, "recurrent_activation": "hard_sigmoid"}),  # None: linear
+    (jk.LSTM, keras.layers.LSTM, {"activation": keras.activations.swish}),  # an activation object: by its name
+    (jk.GRU, keras.layers.GRU, {"recurrent_activation": lambda v: keras.ops.sigmoid(2.0 * v)}),  # a callable
+    (jk.SimpleRNN, keras.layers.SimpleRNN, {"activation": "selu"}),
+]
+BEYOND_IDS = ["gru_before", "gru_before-nobias-relu", "lstm-linear", "lstm-swish", "gru-callable", "rnn-selu"]
+
+
+@pytest.mark.parametrize("ours_class, theirs_class, kwargs", BEYOND_CUDNN, ids=BEYOND_IDS)
+def test_configurations_beyond_cudnn_equal_keras(ours_class, theirs_class, kwargs):
+    """Outputs and final states (masked, backwards), and the gradients w.r.t. the inputs and every weight."""
+    ours, theirs = _pair(ours_class, theirs_class, kwargs, return_sequences=True, return_state=True)
+    assert [w.shape for w in ours.weights] == [w.shape for w in theirs.weights]
+    for mask in (None, MASKS["holes"]):
+        _assert_same(ours(X, mask=mask), theirs(X, mask=mask), atol=2e-6)
+    weights = RNG.standard_normal((B, T, H)).astype(np.float32)
+
+    def loss(layer, trainable, x):
+        outputs, _ = layer.stateless_call(trainable, [v.value for v in layer.non_trainable_variables], x)
+        return jnp.sum(outputs[0] * weights) + jnp.sum(outputs[1])
+
+    grads = [
+        jax.grad(lambda w, x, layer=layer: loss(layer, w, x), argnums=(0, 1))(
+            [v.value for v in layer.trainable_variables], jnp.asarray(X)
+        )
+        for layer in (ours, theirs)
+    ]
+    _assert_same([*grads[0][0], grads[0][1]], [*grads[1][0], grads[1][1]], atol=1e-5)
+
+
+def _recording_seeds(layer):
+    """Records the seeds ``layer``'s cell draws from its seed generator (the last one keys our recurrent masks)."""
+    generator, drawn = layer.cell.seed_generator, []
+    draw = generator.next
+
+    def next_seed(*args, **kwargs):
+        drawn.append(draw(*args, **kwargs))
+        return drawn[-1]
+
+    generator.next = next_seed
+    return drawn
+
+
+@pytest.mark.parametrize(
+    "ours_class, theirs_class, kwargs",
+    [
+        (jk.LSTM, keras.layers.LSTM, {}),
+        (jk.GRU, keras.layers.GRU, {}),
+        (jk.GRU, keras.layers.GRU, {"reset_after": False}),
+        (jk.SimpleRNN, keras.layers.SimpleRNN, {}),
+    ],
+    ids=["lstm", "gru", "gru_before", "rnn_tanh"],
+)
+def test_recurrent_dropout_is_kerass(ours_class, theirs_class, kwargs):
+    """Inference: Keras's layer (recurrent_dropout acts only in training). Training, with input dropout too: Keras's
+    layer given the recurrent masks ours drew (per gate, Keras's order; the input masks per gate are Keras's own,
+    from the same seed), so everything else is Keras's computation; the masks act, and the same seed gives the same
+    result. recurrent_dropout=1, which Keras clamps and ignores, is no dropout."""
+    from jax_cudnn_rnn import dropout, interop
+
+    options = dict(dropout=0.3, recurrent_dropout=0.4, seed=7, return_sequences=True, return_state=True, **kwargs)
+    ours, theirs = _pair(ours_class, theirs_class, {}, **options)
+    _assert_same(ours(X, mask=MASKS["holes"]), theirs(X, mask=MASKS["holes"]))
+    drawn = _recording_seeds(ours)
+    got = ours(X, mask=MASKS["holes"], training=True)
+    config = ours._rnn_config(I, jnp.float32)
+    masks = np.asarray(dropout.recurrent_masks(drawn[-1], config, B))[0]  # [G, B, H], canonical gate order
+    keras_order = [config.gate_names.index(g) for g in interop.KERAS_GATES[config.mode]]
+    theirs.cell._recurrent_dropout_mask = (
+        [jnp.asarray(masks[k]) for k in keras_order] if config.num_gates > 1 else jnp.asarray(masks[0])
+    )
+    _assert_same(got, theirs(X, mask=MASKS["holes"], training=True), atol=2e-6)
+    assert not np.allclose(np.asarray(got[0]), np.asarray(ours(X, mask=MASKS["holes"])[0]), atol=1e-3)
+    twin, _ = _pair(ours_class, theirs_class, {}, **options)
+    twin.set_weights(ours.get_weights())
+    twin(X, mask=MASKS["holes"])  # Keras's call draws its masks (and moves the seed) in inference too
+    again = twin(X, mask=MASKS["holes"], training=True)
+    _assert_same(again, got, atol=0)
+    options.update(recurrent_dropout=1.0, dropout=0.0)
+    ours, theirs = _pair(ours_class, theirs_class, {}, **options)
+    _assert_same(ours(X, training=True), theirs(X, training=True))
+
+
+def test_recurrent_dropout_masks_keep_the_rate_under_jit_and_grad():
+    """The masks a layer's config draws zero recurrent_dropout of h's entries (a large batch); under jax.jit and
+    jax.grad (Keras's stateless_call, as fit runs it) the layer trains, and each step's moved seed gives new masks."""
+    from jax_cudnn_rnn import dropout
+
+    layer = jk.GRU(H, recurrent_dropout=0.25, seed=1)
+    layer.build((None, None, I))
+    config = layer._rnn_config(I, jnp.float32)
+    masks = np.asarray(dropout.recurrent_masks(jax.random.key(0), config, 4000))
+    assert abs(np.mean(masks == 0) - 0.25) < 0.01
+    trainable = [v.value for v in layer.trainable_variables]
+    state = [v.value for v in layer.non_trainable_variables]
+
+    @jax.jit
+    def step(trainable, state):
+        def loss(w):
+            outputs, new_state = layer.stateless_call(w, state, jnp.asarray(X), training=True)
+            return jnp.sum(outputs), new_state
+
+        return jax.grad(loss, has_aux=True)(trainable)
+
+    grads, state1 = step(trainable, state)
+    grads2, _ = step(trainable, state1)  # the seed generator moved on: new masks
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in grads)
+    assert not np.allclose(np.asarray(grads[1]), np.asarray(grads2[1]))
+
+
 def test_refused_arguments_are_named():
     cases = [
-        (dict(recurrent_dropout=0.2), ValueError, r"recurrent_dropout is 0.2; a fused RNN kernel cannot"),
-        (dict(dropout=0.2, implementation=1), ValueError, r"dropout=0.2 with Keras's implementation=1"),
-        (dict(activation="relu"), ValueError, r"activation is 'relu'; cuDNN's LSTM uses tanh"),
-        (dict(recurrent_activation="hard_sigmoid"), ValueError, r"recurrent_activation is 'hard_sigmoid'"),
         (dict(use_cudnn="yes"), ValueError, r"use_cudnn is 'yes'; expected 'auto', True or False"),
         (dict(use_cudnn=True, implementation="xla"), ValueError, r"use_cudnn=True contradicts implementation='xla'"),
         (dict(implementation=3), ValueError, r"implementation is 3; expected None, one of rnn\(\)'s"),
@@ -302,10 +413,6 @@ def test_refused_arguments_are_named():
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             jk.LSTM(H, **kwargs)
-    with pytest.raises(ValueError, match=r"reset_after is False; cuDNN's GRU"):
-        jk.GRU(H, reset_after=False)
-    with pytest.raises(ValueError, match=r"activation is 'sigmoid'; cuDNN's vanilla RNN uses tanh or relu"):
-        jk.SimpleRNN(H, activation="sigmoid")
     with pytest.raises(ValueError, match=r"implementation is 2; SimpleRNN has no Keras implementation modes"):
         jk.SimpleRNN(H, implementation=2)
 
@@ -413,16 +520,11 @@ def test_swap_layers_puts_ours_into_a_saved_model_with_its_weights(tmp_path):
     model.train_on_batch(x, RNG.standard_normal((B, 2)).astype(np.float32))
     path = tmp_path / "model.keras"
     model.save(path)
-    try:  # what our GRU says of reset_after=False, until the core runs it
-        jk.GRU(H, reset_after=False)
-        before_kept = None
-    except ValueError as error:
-        before_kept = str(error)
     expected = [
         ("outer/inner/bidirectional/forward_lstm", "LSTM", None),
         ("outer/inner/bidirectional/backward_lstm", "LSTM", None),
         ("outer/inner/gru", "GRU", None),
-        ("outer/inner/gru_before", "GRU", before_kept),
+        ("outer/inner/gru_before", "GRU", None),  # Keras 2's reset_after=False GRU too
         ("outer/time_distributed/simple_rnn", "SimpleRNN", None),
     ]
     for source in (str(path), model):
@@ -431,8 +533,7 @@ def test_swap_layers_puts_ours_into_a_saved_model_with_its_weights(tmp_path):
         inner = swapped.get_layer("inner")
         bidirectional = inner.get_layer("bidirectional")
         assert type(bidirectional.forward_layer) is jk.LSTM and type(bidirectional.backward_layer) is jk.LSTM
-        assert type(inner.get_layer("gru")) is jk.GRU
-        assert type(inner.get_layer("gru_before")) is (keras.layers.GRU if before_kept else jk.GRU)
+        assert type(inner.get_layer("gru")) is jk.GRU and type(inner.get_layer("gru_before")) is jk.GRU
         assert type(swapped.get_layer("time_distributed").layer) is jk.SimpleRNN
         for ours, theirs in zip(swapped.get_weights(), model.get_weights(), strict=True):
             np.testing.assert_array_equal(ours, theirs)
