@@ -16,14 +16,19 @@ class CudnnStandIn:
     call's plan, its custom_vjp and eager donation, batch partitioning, vmap rules, chunks, segments and dropout
     (jax_cudnn_rnn/backends/cudnn/). What it replaces is the seam jax_cudnn_rnn/backends/cudnn/kernels.py names:
 
-    * ``kernels.forward`` runs the xla implementation; the training forward writes its (local) batch size into every
-      byte of its reserve space [B, plan.row_bytes];
-    * ``kernels.backward`` takes the xla implementation's vjp and adds (max - min reserve byte) + (first reserve byte
-      - its own batch size) to dx, so a backward handed anything but its own forward's buffer (another call's,
-      another shard's, a gathered one) changes dx;
+    * ``kernels.forward`` runs the reference implementation; the training forward writes its (local) batch size into
+      every byte of its reserve space [B, plan.row_bytes];
+    * ``kernels.backward`` takes the reference implementation's vjp and adds (max - min reserve byte) + (first
+      reserve byte - its own batch size) to dx, so a backward handed anything but its own forward's buffer (another
+      call's, another shard's, a gathered one) changes dx;
     * a row whose length is below 1 comes out NaN from both (cuDNN refuses such rows: none may reach it);
     * ``plan.reserve_space_size`` answers ``reserve_bytes(problem)`` and records each (problem, algorithm, device)
       asked; the extension counts as loaded and a GPU as present, and "cudnn" may run on every platform.
+
+    The reference implementation, which JAX differentiates itself, rather than the xla one: a cuDNN call is one
+    opaque call with no custom_vjp inside, and under ``jax_custom_vjp3`` (a custom_vjp is then a hijax primitive) the
+    xla implementation's custom_vjps inside the ``custom_partitioning`` around every kernel call cannot be lowered
+    ("Primitive 'custom_partitioning' has is_high=True but no to_lojax lowering rule").
 
     With ``kernels=False`` only what needs a GPU at trace time is stood in for (availability, the reserve size): the
     real kernels are then lowered (for CUDA) but nothing can run.
@@ -49,7 +54,7 @@ class CudnnStandIn:
             return self._run_forward(x, h0, params, *rest, plan=plan, config=config, training=training)
 
     def _run_forward(self, x, h0, params, *rest, plan, config, training):
-        from jax_cudnn_rnn.backends import xla
+        from jax_cudnn_rnn.backends import reference
 
         self.forwards.append(training)
         self.batches.append(x.shape[1])
@@ -57,7 +62,7 @@ class CudnnStandIn:
         self.calls.append((threading.get_ident(), "forward", plan.algorithm))
         c0 = rest[0] if config.has_cell_state else None
         lengths = rest[-1] if len(rest) > config.has_cell_state else None
-        y, h_n, c_n = _refused_rows_nan(lengths, *xla.rnn_xla(params, x, h0, c0, config, lengths))
+        y, h_n, c_n = _refused_rows_nan(lengths, *reference.rnn_reference(params, x, h0, c0, config, lengths))
         outs = (y, h_n) + ((c_n,) if c_n is not None else ())
         return outs + ((jnp.full((x.shape[1], plan.row_bytes), x.shape[1] % 256, jnp.uint8),) if training else ())
 
@@ -66,13 +71,13 @@ class CudnnStandIn:
             return self._run_backward(params, x, h0, y, dy, dh_n, reserve_space, *rest, plan=plan, config=config)
 
     def _run_backward(self, params, x, h0, y, dy, dh_n, reserve_space, *rest, plan, config):
-        from jax_cudnn_rnn.backends import xla
+        from jax_cudnn_rnn.backends import reference
 
         self.calls.append((threading.get_ident(), "backward", plan.algorithm))
         lstm = config.has_cell_state
         c0, dc_n = rest[:2] if lstm else (None, None)
         lengths = rest[-1] if len(rest) > 2 * lstm else None
-        _, vjp = jax.vjp(lambda p, x, h, c: xla.rnn_xla(p, x, h, c, config, lengths), params, x, h0, c0)
+        _, vjp = jax.vjp(lambda p, x, h, c: reference.rnn_reference(p, x, h, c, config, lengths), params, x, h0, c0)
         dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
         reserve = reserve_space.astype(jnp.int32)
         dx = dx + (jnp.max(reserve) - jnp.min(reserve) + reserve[0, 0] - x.shape[1] % 256).astype(dx.dtype)

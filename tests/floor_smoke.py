@@ -5,10 +5,11 @@ by pytest itself). Argument: the jax version the venv must have.
 Checks, each printing one line: JAX still computes after the import, with the extensions' FFI targets registered (an
 extension built against newer FFI headers than this jaxlib's had broken every computation: issue 37); every
 implementation runs (against the reference) or refuses by name; the xla implementation under jit and grad against the
-reference implementation; the cuDNN path's calls through ``custom_partitioning`` (the kernels stood in for by the xla
-implementation, as in tests/sharding/test_partitioning.py) compiled and run per batch shard on 2 CPU devices; the cuDNN
-path lowered for CUDA (StableHLO only: nothing runs), which needs no GPU; rnn(implementation=None) lowered for CPU and
-for CUDA from one trace (lax.platform_dependent).
+reference implementation, under the strict promotion settings (tests/strict_promotion.py) and jax_debug_nans; the same
+under jax_enable_x64, a float32 network staying float32; the cuDNN path's calls through ``custom_partitioning`` (the
+kernels stood in for by the reference implementation, as in tests/sharding/test_partitioning.py) compiled and run per
+batch shard on 2 CPU devices; the cuDNN path lowered for CUDA (StableHLO only: nothing runs), which needs no GPU;
+rnn(implementation=None) lowered for CPU and for CUDA from one trace (lax.platform_dependent).
 """
 
 import os
@@ -78,11 +79,25 @@ assert refused == ["cudnn"] and None in ran and "xla" in ran
 assert "onednn" in ran or os.uname().machine != "x86_64"
 print("every implementation ok")
 
-got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
-want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)
+# Under the strict settings the test suite runs under (tests/strict_promotion.py) and jax_debug_nans, which every
+# declared jax must accept as the newest does.
+with jax.numpy_rank_promotion("raise"), jax.numpy_dtype_promotion("strict"), jax.debug_nans(True):
+    got = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
+    want = jax.value_and_grad(lambda p, x: loss("reference", p, x), argnums=(0, 1))(params, x)
 for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("xla jit grad ok")
+
+# jax_enable_x64 set through jax.config (the floor has no jax.enable_x64 context manager): the float32 network computes
+# and returns float32, the strict dtype promotion refusing any float64 that would mix in.
+jax.config.update("jax_enable_x64", True)
+with jax.numpy_rank_promotion("raise"), jax.numpy_dtype_promotion("strict"):
+    got64 = jax.jit(jax.value_and_grad(lambda p, x: loss("xla", p, x), argnums=(0, 1)))(params, x)
+jax.config.update("jax_enable_x64", False)
+assert all(a.dtype == np.float32 for a in jax.tree.leaves(got64)), [a.dtype for a in jax.tree.leaves(got64)]
+for a, b in zip(jax.tree.leaves(got64), jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+print("strict x64 ok")
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -24,6 +24,7 @@ from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.params import RNNParams
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from strict_promotion import OPTAX_ADAM, peer_promotion
 from support import IMPLEMENTATIONS, ORACLE_TOLERANCE, oracle, saves_in_flight, wait_for_a_save_in_flight
 
 ENCODER = RNNConfig("lstm", num_layers=2, num_units=4, input_size=3, direction="bidirectional")
@@ -41,7 +42,8 @@ def _state():
     opt = optax.adam(1e-2)
     opt_state = opt.init(params)
     grads = jax.tree_util.tree_map(lambda x: jnp.cos(x), params)
-    updates, opt_state = opt.update(grads, opt_state, params)
+    with peer_promotion(OPTAX_ADAM):
+        updates, opt_state = opt.update(grads, opt_state, params)
     return {"params": optax.apply_updates(params, updates), "opt_state": opt_state, "step": jnp.int32(7)}
 
 
@@ -297,7 +299,8 @@ def test_trained_module_restores_into_a_fresh_model(tmp_path, implementation):
     @jax.jit
     def train_step(params, opt_state):
         grads = jax.grad(lambda p: jnp.mean(model.apply({"params": p}, x) ** 2))(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
+        with peer_promotion(OPTAX_ADAM):
+            updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     params = model.init(jax.random.key(1), x)["params"]

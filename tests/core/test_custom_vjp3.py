@@ -5,7 +5,12 @@ fallback marker under remat), run again in a child pytest with ``JAX_CUSTOM_VJP3
 The whole suite passed with the flag on when the fix landed (jax_cudnn_rnn/backends/custom_vjp.py); CI's budget holds
 these files, the ones whose subject the new implementation changes: tests/core/test_transforms.py (jit, grad, vmap,
 remat of every implementation), tests/backends/test_vmap_folding.py, tests/backends/test_platform_choice.py and
-tests/frontends/test_equinox.py's vmap and gradient tests.
+tests/frontends/test_equinox.py's vmap and gradient tests; and two of the cuDNN path's tests on its stand-in kernels
+(tests/cudnn_stand_in.py), which once failed under the flag because the stand-in ran the xla implementation's
+custom_vjps inside ``custom_partitioning``: a differentiated call with dropout, resets and lengths under jit
+(test_cudnn_backend.py), and autotune's eager runs while jit traces (test_algorithm.py). The rest of tests/cudnn and
+tests/sharding (minutes, the multiprocess tests) passed with the flag on when the stand-in was fixed, and is left to
+a run by hand: ``JAX_CUSTOM_VJP3=1 pytest tests/cudnn tests/sharding``.
 """
 
 import os
@@ -21,6 +26,8 @@ SELECTION = [
     "tests/backends/test_vmap_folding.py",
     "tests/backends/test_platform_choice.py",
     "tests/frontends/test_equinox.py",
+    "tests/cudnn/test_cudnn_backend.py::test_resets_through_the_cudnn_path[default-dropout]",
+    "tests/cudnn/test_algorithm.py::test_autotune_measures_eagerly_while_jit_traces",
     "-k",
     "not test_equinox or vmap or grad",
 ]

@@ -1,7 +1,7 @@
 """The Python around cuDNN's calls, run on the CPU: ``rnn(..., implementation="cudnn")`` with resets, empty
 sequences, dropout and sequences longer than ``MAX_TIME_STEPS`` goes through the registry, the fused kit (segments,
-chunks, layers) and cuDNN's custom_vjp down to its kernels, which are stood in for (``support.CudnnStandIn``: the
-xla implementation, with every output of a row whose length is below 1 made NaN, since cuDNN refuses such rows and
+chunks, layers) and cuDNN's custom_vjp down to its kernels, which are stood in for (``cudnn_stand_in.CudnnStandIn``: the
+reference implementation, with every output of a row whose length is below 1 made NaN, since cuDNN refuses such rows and
 none may reach it). The results must equal the xla implementation's. What the stand-in cannot show (cuDNN's kernels,
 its reserve space, its own length checks) is tests/cudnn/test_cudnn_gpu.py's.
 """

@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from skips import REQUIRE_ONEDNN
+from strict_promotion import OPTAX_ADAM, peer_promotion
 from support import import_or_skip, jaxpr_eqns, oracle, require_extension
 
 eqx = import_or_skip("equinox")
@@ -168,7 +169,8 @@ def test_gradients_equal_the_equinox_cells_and_optax_trains_with_filter_jit():
     @eqx.filter_jit
     def step(m, opt_state):
         value, grads = eqx.filter_value_and_grad(loss)(m, lambda m, x: m(x)[0])
-        updates, opt_state = optimizer.update(grads, opt_state)
+        with peer_promotion(OPTAX_ADAM):
+            updates, opt_state = optimizer.update(grads, opt_state)
         return eqx.apply_updates(m, updates), opt_state, value
 
     losses = []

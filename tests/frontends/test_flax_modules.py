@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from strict_promotion import OPTAX_ADAM, peer_promotion
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import flax as jcr_flax
@@ -85,7 +86,8 @@ def test_linen_jitted_adam_step_reduces_loss():
     @jax.jit
     def step(p, s):
         loss, grads = jax.value_and_grad(loss_fn)(p)
-        updates, s = opt.update(grads, s, p)
+        with peer_promotion(OPTAX_ADAM):
+            updates, s = opt.update(grads, s, p)
         return optax.apply_updates(p, updates), s, loss
 
     losses = []
@@ -116,7 +118,8 @@ def test_nnx_values_gradients_and_training_step():
     @nnx.jit
     def step(m, opt):
         loss, g = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(m)
-        opt.update(m, g)
+        with peer_promotion(OPTAX_ADAM):
+            opt.update(m, g)
         return loss
 
     losses = [float(step(model, optimizer)) for _ in range(10)]

@@ -23,6 +23,11 @@ if keras.backend.backend() != "jax":  # imported earlier with another backend: t
 
 from jax_cudnn_rnn import keras as jk  # noqa: E402
 
+# Nearly every test here runs Keras's own layers beside ours, and Keras is not strict-clean: its cells add a bias [N] to
+# [B, N] (keras.layers.LSTM under rank promotion "raise": "Operands could not be broadcast together for add on shapes
+# (2, 16) (16,)"). Our layers under the strict settings: tests/frontends/test_strict_frontends.py.
+pytestmark = pytest.mark.peer_promotion(reason="Keras's own cells add a rank-1 bias to a [B, N] operand")
+
 B, T, I, H = 3, 6, 4, 5
 # (ours, Keras's, constructor arguments): the three layers, SimpleRNN with both of cuDNN's activations.
 LAYERS = [

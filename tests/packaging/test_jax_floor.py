@@ -81,6 +81,7 @@ def test_declared_jax_runs_the_isolated_build(built_wheel, tmp_path, jax_version
         "jnp after import ok",
         "every implementation ok",
         "xla jit grad ok",
+        "strict x64 ok",
         "custom_partitioning per shard ok",
         "cuda lowering ok",
         "platform choice ok",

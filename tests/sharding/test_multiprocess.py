@@ -229,8 +229,15 @@ def test_cudnn_path_plans_alike_in_every_process_and_runs_per_shard(cluster):
     facts = algorithm.DeviceInfo(9, 0, 132, "NVIDIA H100 80GB HBM3", 0)
     chosen = algorithm.heuristic(algorithm.Problem(ENCODER, T, B // 8, False, True, False), facts)
     assert chosen == algorithm.PERSIST_STATIC_SMALL_H  # H = 8: a persistent kernel, not the default
-    # reserve rows fit the per-device call (2 rows: 2037 bytes) and the whole batch (16037 bytes)
-    assert results[0]["plans"] == [(chosen, -(-2037 // 2), (2, 16))]
+    # The training plan: reserve rows fit the per-device call (2 rows: 2037 bytes) and the whole batch (16037 bytes).
+    # Under jax_custom_vjp3 a custom_vjp traces its undifferentiated function even under jax.grad (jax._src.hijax's
+    # custom_vjp3.__call__ traces it before any rule applies), so the call's inference forward is planned too: a plan
+    # of the same algorithm with no reserve rows, whose kernel is not in the differentiated program (one forward call
+    # there: tests/backends/test_vmap_folding.py, run under the flag by tests/core/test_custom_vjp3.py). Without the
+    # flag only the training forward is traced.
+    training = [p for p in results[0]["plans"] if p[2]]
+    assert training == [(chosen, -(-2037 // 2), (2, 16))]
+    assert set(results[0]["plans"]) - set(training) <= {(chosen, 0, ())}
     for result in results:
         assert result["local_batch"] == 2
         assert result["collectives"]["all-gather"] == result["collectives"]["all-to-all"] == 0

@@ -1,6 +1,6 @@
 """Batch sharding of the cuDNN path (jax_cudnn_rnn/sharding/partitioning.py, backends/cudnn/) on 8 CPU devices.
 
-cuDNN's FFI calls need a GPU, so the script below stands in for its kernels (tests/cudnn_stand_in.py: the xla
+cuDNN's FFI calls need a GPU, so the script below stands in for its kernels (tests/cudnn_stand_in.py: the reference
 implementation, the reserve space included: the forward writes its local batch size into every byte of its
 [b, row_bytes] reserve rows and the backward adds (byte - its own local batch size) to dx, so a backward that received
 another shard's buffer, or a gathered one, changes the numbers). Everything else is the library's own code: the
