@@ -38,6 +38,7 @@ Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests
   not Keras's own mask values), on the xla implementation; at inference it changes nothing and the call runs fused.
   Keras clamps both rates to [0, 1]; its LSTM and GRU drop nothing at a rate of 1, its SimpleRNN everything; so do
   these.
+
 Extra constructor arguments: ``implementation`` (``rnn``'s: None, "cudnn", "onednn", "xla" or "reference"; Keras's
 legacy ``implementation=0``/``1``/``2``, which only reorder the same arithmetic, are accepted and mean None) and
 ``precision`` (``rnn``'s, as a string). Both are in ``get_config``.

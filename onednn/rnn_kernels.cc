@@ -320,7 +320,12 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
 
         // Gradients back into the buffer's layout (the plain staging is free again once the primitive ran).
         void* plain[] = {b.plain.layer.in(work), b.plain.iter.in(work), b.plain.projection.in(work)};
-        for (int i = 0; i < 3; ++i) layer.from_diff[i].Run(stream, diff_weights[i], plain[i], scratchpad);
+        for (int i = 0; i < 3; ++i) {
+          layer.from_diff[i].Run(stream, diff_weights[i], plain[i], scratchpad);
+          // Where oneDNN's format is already the plain one (e.g. a recurrent matrix of one unit), nothing was copied:
+          // the gradients are where the primitive wrote them.
+          if (!layer.from_diff[i].needed) plain[i] = diff_weights[i];
+        }
         stream.wait();
         ScatterWeights(network, l, slots, plain[0], plain[1], network.proj_size > 0 ? plain[2] : nullptr,
                        dparams->untyped_data());

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from strict_promotion import OPTAX_ADAM, peer_promotion
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop
@@ -62,7 +63,8 @@ def test_an_optimizer_state_is_canonical_too(tmp_path):
     @nnx.jit
     def step(m, opt):
         loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(m)
-        opt.update(m, grads)
+        with peer_promotion(OPTAX_ADAM):
+            opt.update(m, grads)
         return loss
 
     step(model, optimizer)

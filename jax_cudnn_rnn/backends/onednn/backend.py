@@ -45,11 +45,15 @@ MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 """The cells oneDNN's primitives run: lstm_forward/backward, lbr_gru (cuDNN's GRU), vanilla_rnn with tanh or relu."""
 
 
-def _projection_rule(call: Call) -> str | None:
+def _own_rules(call: Call) -> str | None:
     # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and its
     # backward fails to execute.
     if call.config is not None and call.config.proj_size and call.config.dtype.name == "bfloat16":
         return "no bfloat16 LSTM with projection, which oneDNN 3.2 computes wrong"
+    # Lengths are arranged around the kernel with per-row gathers (fused/lengths.py), which XLA's partitioner runs on
+    # the whole batch: over a batch that may be split across devices, the xla implementation keeps every row local.
+    if call.seq_lengths and call.placement.batch_axes != () and any(size > 1 for _, size in call.placement.mesh_axes):
+        return "no per-sequence lengths on a batch split across devices (the lengths' gathers would gather the batch)"
     return None
 
 
@@ -61,7 +65,7 @@ SUPPORTS = registry.Supports(
     cell_clip=False,
     activations=False,
     recurrent_dropout=False,
-    other=_projection_rule,
+    other=_own_rules,
 )
 """What oneDNN runs: the rest stays on the xla implementation (the registry asks ``SUPPORTS.why_not``)."""
 
