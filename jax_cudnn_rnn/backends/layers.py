@@ -113,6 +113,24 @@ def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]
     return resets[:, :, None], backward[:, :, None]
 
 
+def run_call(direction_fn, call, inputs):
+    """``run_layers`` on the registry's prepared ``call`` (``backends/call.py``'s Call and Inputs): the ``run`` of
+    both pure-JAX implementations."""
+    return run_layers(
+        direction_fn,
+        inputs.params,
+        inputs.x,
+        inputs.h0,
+        inputs.c0,
+        call.config,
+        inputs.seq_lengths,
+        inputs.dropout_masks,
+        call.precision,
+        inputs.resets,
+        inputs.recurrent_masks,
+    )
+
+
 def run_layers(
     direction_fn,
     params,

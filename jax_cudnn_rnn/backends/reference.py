@@ -55,18 +55,7 @@ def rnn_reference(
 
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``."""
-    return rnn_reference(
-        inputs.params,
-        inputs.x,
-        inputs.h0,
-        inputs.c0,
-        call.config,
-        inputs.seq_lengths,
-        inputs.dropout_masks,
-        call.precision,
-        inputs.resets,
-        inputs.recurrent_masks,
-    )
+    return layers.run_call(_reference_direction, call, inputs)
 
 
 # Never the default: the xla implementation computes the same, faster.

@@ -246,18 +246,7 @@ def rnn_xla(
 
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``."""
-    return rnn_xla(
-        inputs.params,
-        inputs.x,
-        inputs.h0,
-        inputs.c0,
-        call.config,
-        inputs.seq_lengths,
-        inputs.dropout_masks,
-        call.precision,
-        inputs.resets,
-        inputs.recurrent_masks,
-    )
+    return layers.run_call(_fast_direction, call, inputs)
 
 
 registry.register(
