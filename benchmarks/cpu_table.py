@@ -1,7 +1,9 @@
 """Measures what rnn(implementation=None) should run on this CPU: the xla implementation and oneDNN, forward and
 training step, over a grid of shapes, each (shape, dtype, implementation) in a fresh process (the bench's workers:
 jax_cudnn_rnn/tools/bench/measure.py), and prints the per-shape winners from which onednn.CPU_TABLE
-(jax_cudnn_rnn/backends/onednn/backend.py) is written, with the machine's facts.
+(jax_cudnn_rnn/backends/onednn/cpu_table.json) is written, with the machine's facts, and that table's entry for this
+CPU's oneDNN instruction set (its rows: ties within 5 % to oneDNN, bounds at the geometric middle between shapes).
+ONEDNN_MAX_CPU_ISA (oneDNN) and XLA_FLAGS=--xla_cpu_max_isa (XLA) measure a lesser instruction set on this CPU.
 
     python benchmarks/cpu_table.py [--modes lstm,gru] [--dtypes float32,bfloat16] [--repeats 10] [--rounds 2]
                                    [--json out.json]
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from jax_cudnn_rnn.tools.bench import contenders as C
 from jax_cudnn_rnn.tools.bench import measure, report
@@ -70,11 +73,56 @@ def main() -> None:
                 f"{ratios[1]:.2f} | {', '.join(winners)}",
                 flush=True,
             )
+    print(json.dumps(table_entry(configs, args.dtypes.split(","), ms, facts), indent=2))
     facts["loadavg_end"] = measure.loadavg()
     print("load at the end", facts["loadavg_end"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": facts, "records": records, "errors": errors}, f, indent=1)
+
+
+def table_entry(configs: list, dtypes: list[str], ms: dict, facts: dict) -> dict:
+    """cpu_table.json's entry for this CPU's instruction set from the fastest times ``ms``."""
+    from jax_cudnn_rnn import onednn
+
+    rows, ratios = {}, {"shapes": [f"{h}, {b}, {t}" for h, b, t in SHAPES]}
+    for mode in dict.fromkeys(bc.mode for bc in configs):
+        for dtype in dtypes:
+            picked, shown = [], []
+            for bc in (bc for bc in configs if bc.mode == mode):
+                r = [
+                    ms.get((bc.name, dtype, "jcr-onednn", m), math.nan)
+                    / ms.get((bc.name, dtype, "jcr-xla", m), math.nan)
+                    for m in C.MEASUREMENTS
+                ]
+                shown.append(" / ".join(f"{x:.2f}" for x in r))
+                macs = bc.batch * bc.num_gates * bc.hidden * (bc.input_size + bc.hidden)
+                picked.append((macs, tuple("onednn" if x < 1.05 else "xla" for x in r), any(math.isnan(x) for x in r)))
+            ratios[f"{mode}/{dtype}"] = shown
+            if any(missing for *_, missing in picked):
+                continue  # oneDNN or xla could not run it here: no rows (the xla implementation runs)
+            merged: list[list] = []
+            for i, (macs, pair, _) in enumerate(picked):
+                if merged and tuple(merged[-1][1:]) == pair:
+                    merged[-1][0] = None
+                else:
+                    if merged:
+                        merged[-1][0] = float(f"{math.sqrt(picked[i - 1][0] * macs):.2g}")
+                    merged.append([None, *pair])
+            rows[f"{mode}/{dtype}"] = merged
+    return {
+        "isa": onednn.effective_cpu_isa(),
+        "measured": {
+            "date": facts["date_utc"][:10],
+            "cpu": facts["processor"],
+            "cores": facts["cpus_usable"],
+            "software": f"oneDNN {'.'.join(map(str, facts['onednn_version'] or []))} on {facts['onednn_cpu_runtime']}, "
+            f"jax {facts['versions']['jax']}",
+            "how": "",
+        },
+        "rows": rows,
+        "ratios": ratios,
+    }
 
 
 if __name__ == "__main__":

@@ -143,6 +143,8 @@ def collect() -> dict[str, Any]:
             "loaded": onednn.extension_loaded(),
             "error": onednn.extension_error(),
             "cpu_runtime": onednn.cpu_runtime(),
+            "cpu_isa": onednn.effective_cpu_isa(),
+            "cpu_table": onednn.TABLE_MEASURED if onednn.extension_loaded() else None,
             "built_against": _onednn_build(),
         },
         "devices": [
@@ -183,6 +185,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {'why' if not one['loaded'] else 'note'}: {one['error']}")
     if one["loaded"]:
         lines.append(f"  CPU threading runtime: {one['cpu_runtime']} (onednn/threading.h: no process-wide setting)")
+        lines.append(f"  instruction set: {one['cpu_isa']}; the default's table: {one['cpu_table']}")
         build = one["built_against"]
         lines.append(
             f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "

@@ -356,30 +356,6 @@ def test_lengths_under_vmap_and_jit_match_each_element(native):
             np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6)
 
 
-def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
-    """The table's mechanics on a made-up table: rows by the first layer's step in multiply-adds, B * G * H * (I + H);
-    "xla" where no row covers the call, where the mode or dtype has no rows, and where the batch is unknown."""
-    monkeypatch.setattr(
-        onednn_backend, "CPU_TABLE", {("lstm", "float32"): ((1000, "xla", "onednn"), (4000, "onednn", "onednn"))}
-    )
-    cfg = jcr.RNNConfig("lstm", 2, 4, 3)  # one step of one sequence: 4 gates * 4 units * (3 + 4) = 112
-    assert onednn.cpu_choice(cfg, 8) == ("xla", "onednn")  # 896
-    assert onednn.cpu_choice(cfg, 9) == ("onednn", "onednn")  # 1008
-    assert onednn.cpu_choice(cfg, 35) == ("onednn", "onednn")  # 3920
-    assert onednn.cpu_choice(cfg, 36) == ("xla", "xla")  # 4032: no row covers it
-    assert onednn.cpu_choice(cfg, None) == ("xla", "xla")
-    assert onednn.cpu_choice(jcr.RNNConfig("gru", 1, 4, 3), 8) == ("xla", "xla")
-
-
-def test_cpu_choice_rows_are_sorted_and_name_implementations():
-    for (mode, dtype), rows in onednn.CPU_TABLE.items():
-        assert mode in ("lstm", "gru", "rnn_tanh", "rnn_relu") and dtype in onednn.DTYPES
-        bounds = [bound for bound, _, _ in rows]
-        assert bounds == sorted(bounds) and bounds[-1] == float("inf"), (mode, dtype)
-        assert all((inference, training) in onednn_backend._NAMES for _, inference, training in rows), (mode, dtype)
-    assert onednn.TABLE_MEASURED
-
-
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("units, batch", [(256, 1), (256, 32), (1024, 64)])

@@ -13,19 +13,19 @@ Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/
 the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and the xla implementation.
 
 ``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
-measured per mode, dtype and size (``CPU_TABLE``, ``variant_for``) puts oneDNN on either side.
+measured per mode, dtype and size for this CPU's instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.py,
+``variant_for``) puts oneDNN on either side.
 
 oneDNN's primitives take no per-sequence lengths: calls with ``seq_lengths`` run every row for all T steps, arranged by
 the fused kit (jax_cudnn_rnn/backends/fused/lengths.py) so that the results are exactly those of lengths. What oneDNN
-lacks stays on the xla implementation (``SUPPORTS``): resets, ``cell_clip``, float16 and float64, and bfloat16 with
-projection (wrong in oneDNN 3.2). Every bias mode runs (an absent bias is zero), and skip input runs with identity
-input matrices.
+lacks stays on the xla implementation (``SUPPORTS``): resets, ``cell_clip``, float16 and float64, bfloat16 with
+projection (wrong in oneDNN 3.2), and what oneDNN has no kernels for on this CPU (bfloat16 below AVX-512:
+``_runs_here``). Every bias mode runs (an absent bias is zero), and skip input runs with identity input matrices.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import jax
@@ -36,6 +36,7 @@ from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
 from jax_cudnn_rnn.backends.onednn import extension, kernels
+from jax_cudnn_rnn.backends.onednn.cpu_table import cpu_choice
 from jax_cudnn_rnn.config import RNNConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -45,7 +46,36 @@ MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 """The cells oneDNN's primitives run: lstm_forward/backward, lbr_gru (cuDNN's GRU), vanilla_rnn with tanh or relu."""
 
 
+@functools.cache
+def _runs_here(mode: str, dtype: str, bidirectional: bool, projection: bool) -> str | None:
+    """None where oneDNN has kernels on this CPU for such layers (training included), else why not: its primitives
+    exist per instruction set (no bfloat16 RNN below AVX-512), so a tiny layer's plan is built once per kind and
+    asked. Without the extension there is nothing to ask (``unavailable`` says why it cannot run)."""
+    if not extension.extension_loaded():
+        return None
+    config = RNNConfig(
+        mode,
+        1,
+        2,
+        2,
+        direction="bidirectional" if bidirectional else "unidirectional",
+        proj_size=1 if projection else 0,
+        dtype=dtype,
+    )
+    try:
+        kernels.buffer_sizes(config, 1, 1, True)
+    except Exception as e:  # noqa: BLE001 - oneDNN's error says what it lacks; the call falls back
+        isa = extension.effective_cpu_isa()
+        return f"a CPU on which oneDNN has {mode} kernels in {dtype}, which it lacks for this CPU's {isa} ({e})"
+    return None
+
+
 def _own_rules(call: Call) -> str | None:
+    config = call.config
+    if config is not None and (
+        reason := _runs_here(config.mode, config.dtype.name, config.num_directions == 2, config.proj_size > 0)
+    ):
+        return reason
     # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and its
     # backward fails to execute.
     if call.config is not None and call.config.proj_size and call.config.dtype.name == "bfloat16":
@@ -74,49 +104,6 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     """Why oneDNN cannot run a call of ``config`` (with ``seq_lengths`` when not None), or None if it can:
     ``SUPPORTS``'s answer, as the registry gives it."""
     return SUPPORTS.why_not(Call(config, seq_lengths=seq_lengths is not None))
-
-
-# What rnn(implementation=None) runs on the CPU (``variant_for``): per mode and dtype, rows of (the largest step in
-# multiply-adds, B * G * H * (I + H) of the first layer, the row covers; what runs undifferentiated; what runs under
-# jax.grad), the first row that covers the call deciding; "xla" for modes and dtypes without rows (the vanilla RNNs
-# were not measured). Measured by benchmarks/cpu_table.py; bounds at the geometric middle between measured shapes,
-# ties within 5 % to oneDNN. oneDNN time / xla time, forward and training step (fastest median of 10 over 2 rounds):
-#   shape (H, B, T)     step MACs  lstm float32   lstm bfloat16   gru float32   gru bfloat16
-#   64, 8, 100           0.2-0.3M  0.77 / 0.89    0.82 / 0.97     0.80 / 1.08   0.83 / 1.17
-#   256, 1, 100          0.4-0.5M  0.71 / 0.85    0.56 / 0.83     0.85 / 1.19   0.73 / 1.26
-#   256, 8, 100          3.1-4.2M  0.74 / 0.76    0.66 / 0.73     0.54 / 0.78   0.58 / 0.88
-#   256, 32, 100         13-17M    0.64 / 0.71    0.53 / 0.62     0.66 / 0.67   0.55 / 0.68
-#   512, 64, 50          101-134M  0.77 / 0.88    0.65 / 0.73     0.72 / 0.79   0.56 / 0.71
-#   1024, 64, 25         403-537M  0.79 / 0.87    0.75 / 0.92     0.85 / 0.89   0.79 / 0.70
-# (Before oneDNN's scratch came from the extension's pool, page faults on a fresh scratch every call made xla the
-# faster forward of the largest GRU and the faster training step of several shapes; "xla+onednn" was for those.)
-# An Intel Xeon (family 6 model 207, AVX-512 with AVX512-BF16, no AMX) measured on 2026-11-23 favoured xla far more
-# (oneDNN 1.2-25x slower in bfloat16), but under the GNU OpenMP runtime with OMP_WAIT_POLICY=PASSIVE, which cost
-# oneDNN milliseconds per call (issue 30), and with the per-call scratch: not comparable, and not re-measured.
-TABLE_MEASURED = (
-    "2026-11-24 on this project's 2-core AMD EPYC (Zen 4: family 25 model 17, AVX-512 with AVX512-BF16), "
-    "nothing else running, oneDNN 3.2 on oneTBB, jax 0.10.2, each shape, dtype and implementation in a "
-    "process of its own"
-)
-CPU_TABLE: dict[tuple[str, str], tuple[tuple[float, str, str], ...]] = {
-    ("lstm", "float32"): ((math.inf, "onednn", "onednn"),),
-    ("lstm", "bfloat16"): ((math.inf, "onednn", "onednn"),),
-    ("gru", "float32"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
-    ("gru", "bfloat16"): ((1.1e6, "onednn", "xla"), (math.inf, "onednn", "onednn")),
-}
-
-
-def step_macs(config: RNNConfig, batch: int) -> int:
-    """Multiply-adds of one step of the first layer and direction: B * G * H * (I + hidden)."""
-    return batch * config.num_gates * config.num_units * (config.input_size + config.hidden_size)
-
-
-def cpu_choice(config: RNNConfig, batch: int | None) -> tuple[str, str]:
-    """(what runs undifferentiated, what runs under jax.grad) on the CPU for ``config`` at ``batch`` sequences, from
-    ``CPU_TABLE``: "xla" for what the table does not cover, and where the batch is not known."""
-    rows = CPU_TABLE.get((config.mode, config.dtype.name), ()) if batch is not None else ()
-    macs = step_macs(config, batch) if batch is not None else 0
-    return next(((inference, training) for bound, inference, training in rows if macs <= bound), ("xla", "xla"))
 
 
 def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):

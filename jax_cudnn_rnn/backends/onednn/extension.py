@@ -78,6 +78,13 @@ def cpu_runtime() -> str | None:
     return EXTENSION.module().CPU_RUNTIME if EXTENSION.loaded() else None
 
 
+def effective_cpu_isa() -> str | None:
+    """oneDNN's name for the instruction set its kernels use on this CPU ("avx2", "avx512_core",
+    "avx512_core_bf16", ...: the CPU's own, capped where the user set ONEDNN_MAX_CPU_ISA), or None when the extension
+    is not loaded. The CPU chooser's tables are per instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.json)."""
+    return EXTENSION.module().effective_cpu_isa() if EXTENSION.loaded() else None
+
+
 def release_scratch() -> None:
     """Frees the temporary memory the oneDNN calls keep between calls (at most 4 buffers and 1 GiB together:
     onednn/scratch.h); the next call allocates afresh. Does nothing without the extension."""

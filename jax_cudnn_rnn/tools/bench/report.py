@@ -107,6 +107,7 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
         "onednn_extension_loaded": onednn.extension_loaded(),
         "onednn_version": list(onednn_extension.module().onednn_version()) if onednn.extension_loaded() else None,
         "onednn_cpu_runtime": onednn.cpu_runtime(),
+        "onednn_cpu_isa": onednn.effective_cpu_isa(),
         "isolation": "process per contender" if isolated else "one process",
         "xla_python_client_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
         "jax_default_matmul_precision": jax.config.jax_default_matmul_precision,
@@ -274,7 +275,7 @@ def markdown_report(
     context = (
         f"{facts['date_utc']}, {facts['processor']} ({facts['cpu_count']} CPUs; "
         f"{' '.join(facts['cpu_features'])}), {facts['jax_backend']} ({facts['jax_device_kind']}), "
-        f"{versions}; oneDNN {facts['onednn_version']} on {facts['onednn_cpu_runtime']}; "
+        f"{versions}; oneDNN {facts['onednn_version']} on {facts['onednn_cpu_runtime']} ({facts['onednn_cpu_isa']}); "
         f"{facts['isolation']}; {M.describe_timing(timing)}; "
         f"load average {load[0]} at the start, {load[1]} at the end; ms; ratios < 1 are faster than the "
         f"peer.\n"
