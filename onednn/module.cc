@@ -44,18 +44,30 @@ py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_tim
 // ONEDNN_MAX_CPU_ISA where the user set it). The CPU chooser's tables are measured per instruction set.
 const char* EffectiveCpuIsa() {
   switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx2_vnni_2: return "avx2_vnni_2";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_fp16: return "avx512_core_fp16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_avx512_core_amx_fp16: return "avx512_core_amx_fp16";
-    default: return "other";
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx2_vnni_2:
+      return "avx2_vnni_2";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_fp16:
+      return "avx512_core_fp16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_amx_fp16:
+      return "avx512_core_amx_fp16";
+    default:
+      return "other";
   }
 }
 

@@ -101,13 +101,22 @@ print("ok")
 """
 
 
-def test_below_avx512_bfloat16_runs_on_xla_and_onednn_says_why_it_cannot():
+def _run_capped(code: str, cap: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh process whose oneDNN is capped at ``cap``, importing the package this process tests (not a
+    checkout's unbuilt copy from the working directory)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(jcr.__file__)))
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": cap, "PYTHONPATH": package_root}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+
+
+def test_below_avx512_bfloat16_runs_on_xla_and_onednn_says_why_it_cannot(tmp_path):
     """oneDNN 3.2 has no bfloat16 RNN kernels below AVX-512 (an AVX2 CPU, as oneDNN sees this one under
     ONEDNN_MAX_CPU_ISA=AVX2): the default computes the xla implementation's values and gradients, the request by
     name raises the RuntimeError that names the instruction set, and float32 still runs on oneDNN."""
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    result = subprocess.run([sys.executable, "-c", _BELOW_AVX512], capture_output=True, text=True, timeout=300, env=env)
+    result = _run_capped(_BELOW_AVX512, "AVX2", tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
@@ -132,13 +141,10 @@ print("ok")
 
 
 @pytest.mark.parametrize("cap, isa", [("AVX2", "avx2"), ("AVX512_CORE", "avx512_core")])
-def test_a_capped_cpu_takes_its_own_table(cap, isa):
+def test_a_capped_cpu_takes_its_own_table(cap, isa, tmp_path):
     """oneDNN capped at a lesser instruction set, as on a CPU that has no more: the default reads that instruction
     set's table (on AVX-512 without bfloat16 instructions, the xla implementation for bfloat16, whose dot products
     oneDNN there emulates at 2-4x its float32 time)."""
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": cap}
-    result = subprocess.run(
-        [sys.executable, "-c", _TABLE_IN_USE, isa], capture_output=True, text=True, timeout=300, env=env
-    )
+    result = _run_capped(_TABLE_IN_USE, cap, tmp_path, isa)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
