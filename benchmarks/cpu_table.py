@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 
+from jax_cudnn_rnn.backends.onednn.cpu_table import step_macs
 from jax_cudnn_rnn.tools.bench import contenders as C
 from jax_cudnn_rnn.tools.bench import measure, report
 
@@ -58,12 +59,8 @@ def main() -> None:
     print("\nconfig dtype step-MACs | fastest ms xla fwd, fwd+bwd; oneDNN fwd, fwd+bwd | oneDNN/xla | faster")
     for bc in configs:
         for dtype in args.dtypes.split(","):
-            ratios = [
-                ms.get((bc.name, dtype, "jcr-onednn", m), float("nan"))
-                / ms.get((bc.name, dtype, "jcr-xla", m), float("nan"))
-                for m in C.MEASUREMENTS
-            ]
-            macs = bc.batch * bc.num_gates * bc.hidden * (bc.input_size + bc.hidden)
+            ratios = _ratios(ms, bc, dtype)
+            macs = step_macs(bc.rnn_config(dtype), bc.batch)
             winners = ["onednn" if r < 1 else "xla" for r in ratios]
             times = [
                 ms.get((bc.name, dtype, c, m), float("nan")) for c in ("jcr-xla", "jcr-onednn") for m in C.MEASUREMENTS
@@ -81,6 +78,14 @@ def main() -> None:
             json.dump({"machine": facts, "records": records, "errors": errors}, f, indent=1)
 
 
+def _ratios(ms: dict, bc: C.BenchConfig, dtype: str) -> list[float]:
+    """oneDNN's fastest time over the xla implementation's, forward and training step (NaN where either is missing)."""
+    return [
+        ms.get((bc.name, dtype, "jcr-onednn", m), math.nan) / ms.get((bc.name, dtype, "jcr-xla", m), math.nan)
+        for m in C.MEASUREMENTS
+    ]
+
+
 def table_entry(configs: list, dtypes: list[str], ms: dict, facts: dict) -> dict:
     """cpu_table.json's entry for this CPU's instruction set from the fastest times ``ms``."""
     from jax_cudnn_rnn import onednn
@@ -90,13 +95,9 @@ def table_entry(configs: list, dtypes: list[str], ms: dict, facts: dict) -> dict
         for dtype in dtypes:
             picked, shown = [], []
             for bc in (bc for bc in configs if bc.mode == mode):
-                r = [
-                    ms.get((bc.name, dtype, "jcr-onednn", m), math.nan)
-                    / ms.get((bc.name, dtype, "jcr-xla", m), math.nan)
-                    for m in C.MEASUREMENTS
-                ]
+                r = _ratios(ms, bc, dtype)
                 shown.append(" / ".join(f"{x:.2f}" for x in r))
-                macs = bc.batch * bc.num_gates * bc.hidden * (bc.input_size + bc.hidden)
+                macs = step_macs(bc.rnn_config(dtype), bc.batch)
                 picked.append((macs, tuple("onednn" if x < 1.05 else "xla" for x in r), any(math.isnan(x) for x in r)))
             ratios[f"{mode}/{dtype}"] = shown
             if any(missing for *_, missing in picked):

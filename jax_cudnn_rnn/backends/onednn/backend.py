@@ -78,7 +78,7 @@ def _own_rules(call: Call) -> str | None:
         return reason
     # oneDNN 3.2's bf16 projection LSTM: the forward's outputs are wrong (0.4-0.7 off on a unit-scale test) and its
     # backward fails to execute.
-    if call.config is not None and call.config.proj_size and call.config.dtype.name == "bfloat16":
+    if config is not None and config.proj_size and config.dtype.name == "bfloat16":
         return "no bfloat16 LSTM with projection, which oneDNN 3.2 computes wrong"
     # Lengths are arranged around the kernel with per-row gathers (fused/lengths.py), which XLA's partitioner runs on
     # the whole batch: over a batch that may be split across devices, the xla implementation keeps every row local.
