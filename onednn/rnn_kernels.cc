@@ -21,6 +21,7 @@
 
 #include "ffi_args.h"
 #include "network.h"
+#include "pages.h"
 #include "plan.h"
 #include "scratch.h"
 #include "threading.h"
@@ -176,6 +177,8 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     void* work = scratch.data();
     if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, plan->reserve_bytes));
     void* reserve = DataOrNull(reserve_space);
+    AdviseHugePages(reserve, network.training ? plan->reserve_bytes : 0);
+    AdviseHugePages(y->untyped_data(), y->size_bytes());
     const States states{h0.untyped_data(), h_n->untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
 
     const auto& f = plan->forward;
@@ -253,6 +256,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, plan->reserve_bytes));
     void* reserve = reserve_space.untyped_data();
     const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
+    AdviseHugePages(dparams->untyped_data(), dparams->size_bytes());
+    AdviseHugePages(dx->untyped_data(), dx->size_bytes());
     void* dc_n_data = DataOrNull(dc_n);
     void* dc0_data = DataOrNull(dc0);
     const auto& b = plan->backward;
