@@ -366,3 +366,19 @@ def test_padded_configs_time_every_contender_with_the_same_lengths(tmp_path):
     timed = {r["contender"] for r in data["records"]}
     assert timed == set(names.split(",")) - {"flax"}
     assert {s["contender"]: s["reason"] for s in data["skipped"]}["flax"].startswith("a padded batch")
+
+
+@pytest.mark.parametrize(
+    "pair,name",
+    [(("onednn", "onednn"), "onednn"), (("onednn", "xla"), "onednn+xla"), (("xla", "onednn"), "xla+onednn")],
+)
+def test_default_records_the_onednn_pair_it_runs(monkeypatch, pair, name):
+    """Where the registry chose oneDNN, the default runs what oneDNN's table gives for the call, oneDNN throughout or
+    a hybrid; the record names that (it named only "onednn", so the report's "picked" column hid the xla training
+    steps of the B=1 GRUs)."""
+    from jax_cudnn_rnn.backends.onednn import backend
+
+    seen = []
+    monkeypatch.setattr(backend, "runs", lambda implementation, call: seen.append((implementation, call)) or pair)
+    assert contenders._onednn_pair("the call") == name
+    assert seen == [(None, "the call")]

@@ -235,8 +235,17 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
         forward, lambda p, x, *n: _sum_squares(forward(p, x, *n)), (params, x, *lengths), bc.inference_only, extra
     )
     if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
-        runner.notes["implementation"] = picked
+        runner.notes["implementation"] = _onednn_pair(call) if picked == "onednn" else picked
     return runner
+
+
+def _onednn_pair(call: Any) -> str:
+    """The name of what the default runs where the registry chose oneDNN: "onednn", or the hybrid of its table
+    ("onednn+xla": oneDNN undifferentiated, xla under jax.grad; "xla+onednn")."""
+    from jax_cudnn_rnn.backends.onednn import backend
+
+    inference, training = backend.runs(None, call)
+    return inference if inference == training else f"{inference}+{training}"
 
 
 def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
