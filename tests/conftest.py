@@ -27,6 +27,13 @@ SLOW_FILES_FIRST = (
 )
 
 
+def pytest_configure(config):
+    # pytest-xdist (3.6 and later) hands out the files with the most tests first unless told not to, which put the
+    # floor-jax venvs (4 tests, the longest file) last; it then keeps SLOW_FILES_FIRST's order.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(session, config, items):
     here = os.path.dirname(os.path.abspath(__file__))
     rank = {os.path.join(here, name): i for i, name in enumerate(SLOW_FILES_FIRST)}
