@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -197,6 +198,20 @@ def summed_biases(config, biases, exact_gates=()):
         else:
             result.append(named[name] + named[name.replace("b_input", "b_recurrent")])
     return result
+
+
+def run_package_child(code: str, tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -c code *args`` in a fresh process with ``env`` added to this one's environment, importing the package
+    this process tests (not a checkout's unbuilt copy from the working directory, which is ``tmp_path``)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(jcr.__file__)))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env, "PYTHONPATH": package_root},
+        cwd=tmp_path,
+    )
 
 
 def run_checked(command: list[str], timeout: float, **kwargs) -> str:

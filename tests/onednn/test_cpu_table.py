@@ -6,7 +6,6 @@ implementation="onednn" says why it cannot run, instead of failing inside the co
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -18,7 +17,7 @@ from jax_cudnn_rnn.backends.onednn import cpu_table, extension
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import require_extension
+from support import require_extension, run_package_child
 
 
 def test_cpu_choice_reads_the_first_row_that_covers_the_step(monkeypatch):
@@ -101,22 +100,12 @@ print("ok")
 """
 
 
-def _run_capped(code: str, cap: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
-    """``code`` in a fresh process whose oneDNN is capped at ``cap``, importing the package this process tests (not a
-    checkout's unbuilt copy from the working directory)."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(jcr.__file__)))
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": cap, "PYTHONPATH": package_root}
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
-    )
-
-
 def test_below_avx512_bfloat16_runs_on_xla_and_onednn_says_why_it_cannot(tmp_path):
     """oneDNN 3.2 has no bfloat16 RNN kernels below AVX-512 (an AVX2 CPU, as oneDNN sees this one under
     ONEDNN_MAX_CPU_ISA=AVX2): the default computes the xla implementation's values and gradients, the request by
     name raises the RuntimeError that names the instruction set, and float32 still runs on oneDNN."""
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
-    result = _run_capped(_BELOW_AVX512, "AVX2", tmp_path)
+    result = run_package_child(_BELOW_AVX512, tmp_path, ONEDNN_MAX_CPU_ISA="AVX2")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
@@ -146,5 +135,5 @@ def test_a_capped_cpu_takes_its_own_table(cap, isa, tmp_path):
     set's table (on AVX-512 without bfloat16 instructions, the xla implementation for bfloat16, whose dot products
     oneDNN there emulates at 2-4x its float32 time)."""
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
-    result = _run_capped(_TABLE_IN_USE, cap, tmp_path, isa)
+    result = run_package_child(_TABLE_IN_USE, tmp_path, isa, ONEDNN_MAX_CPU_ISA=cap)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

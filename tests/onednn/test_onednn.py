@@ -34,6 +34,7 @@ from support import (
     make_config,
     oracle,
     require_extension,
+    run_package_child,
     torch_module,
 )
 
@@ -546,11 +547,7 @@ def test_gru_inference_takes_its_weights_unpacked(native, tmp_path):
     float32), and packing them took 16 of 66 ms per call at T=25 B=64 I=H=1024 bfloat16, every call anew: the plan
     asks for the plain layout there instead (onednn/plan.cc, UnpackOpaque). oneDNN's verbose log of the calls shows
     no packing reorder, and the values are the xla implementation's."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(jcr.__file__)))
-    env = {**os.environ, "ONEDNN_VERBOSE": "1", "PYTHONPATH": package_root}
-    result = subprocess.run(
-        [sys.executable, "-c", _PACKING_PROBE], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
-    )
+    result = run_package_child(_PACKING_PROBE, tmp_path, ONEDNN_VERBOSE="1")
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
     executed = [line for line in result.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
     assert sum(",rnn," in line for line in executed) == 2, executed
