@@ -244,7 +244,7 @@ def _onednn_pair(call: Any) -> str:
     ("onednn+xla": oneDNN undifferentiated, xla under jax.grad; "xla+onednn")."""
     from jax_cudnn_rnn.backends.onednn import backend
 
-    inference, training = backend.runs(None, call)
+    inference, training = backend.variant_for(call)
     return inference if inference == training else f"{inference}+{training}"
 
 
