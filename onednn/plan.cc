@@ -125,7 +125,7 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   auto layer = std::make_shared<LayerPlan>();
   layer->input_size = input_size;
   const memory::dim steps = network.max_time, batch = network.batch, directions = network.num_directions;
-  const memory::dim units = network.num_units, hidden = network.hidden_size(), gates = network.num_gates();
+  const memory::dim units = network.num_units, hidden = network.hidden_size();
   const dt data = network.data_type;
   const bool lstm = network.has_cell_state();
   layer->src_layer = memory::desc({steps, batch, input_size}, data, tag::tnc);
