@@ -24,10 +24,11 @@ namespace py = ::pybind11;
 
 // {"reserve_space": bytes, "forward_scratch": bytes, "backward_scratch": bytes} for one call (backward only in
 // training).
-py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_time, int64_t batch, bool training) {
+py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_time, int64_t batch, bool training,
+                     bool plain_backward_weights) {
   Network network;
   ThrowIfError<std::invalid_argument>(
-      DecodeNetwork(config, DataTypeFromName(dtype), max_time, batch, training, &network));
+      DecodeNetwork(config, DataTypeFromName(dtype), max_time, batch, training, plain_backward_weights, &network));
   std::shared_ptr<const CallPlan> plan;
   {
     py::gil_scoped_release release;  // building a plan JIT-compiles kernels: let other Python threads run
@@ -82,7 +83,7 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   DefRegistrations(m, {{"jax_cudnn_rnn_onednn_forward", RnnForward}, {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
   DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
-                py::arg("training"));
+                py::arg("training"), py::arg("plain_backward_weights") = false);
   m.def("cached_plans", &CachedPlanCount, "Number of call plans (primitives per network and shape) in the cache.");
   m.attr("PLAN_CACHE_CAPACITY") = kPlanCacheCapacity;
   m.attr("CPU_RUNTIME") = CpuRuntime();

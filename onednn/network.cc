@@ -14,8 +14,8 @@ namespace {
 
 // Every field of a network, to compare and hash.
 auto Fields(const Network& network) {
-  return std::tuple_cat(network.fields(),
-                        std::tie(network.data_type, network.max_time, network.batch, network.training));
+  return std::tuple_cat(network.fields(), std::tie(network.data_type, network.max_time, network.batch, network.training,
+                                                   network.plain_backward_weights));
 }
 
 }  // namespace
@@ -41,12 +41,13 @@ std::string Network::ToString() const {
       << " input_size=" << input_size << " proj_size=" << proj_size << " directions=" << num_directions
       << " skip_input=" << skip_input << " bias_mode=" << static_cast<int>(bias_mode) << " cell_clip=" << cell_clip
       << " dtype=" << (data_type == dnnl::memory::data_type::bf16 ? "bf16" : "f32") << " T=" << max_time
-      << " B=" << batch << (training ? " training" : " inference");
+      << " B=" << batch << (training ? " training" : " inference")
+      << (plain_backward_weights ? " plain_backward_weights" : "");
   return out.str();
 }
 
 ffi::Error DecodeNetwork(const RnnConfig& config, ffi::DataType dtype, int64_t max_time, int64_t batch, bool training,
-                         Network* network) {
+                         bool plain_backward_weights, Network* network) {
   Network result;
   static_cast<RnnConfig&>(result) = config;
   if (dtype == ffi::DataType::F32) result.data_type = dnnl::memory::data_type::f32;
@@ -63,6 +64,7 @@ ffi::Error DecodeNetwork(const RnnConfig& config, ffi::DataType dtype, int64_t m
   result.max_time = max_time;
   result.batch = batch;
   result.training = training;
+  result.plain_backward_weights = training && plain_backward_weights;
   *network = result;
   return ffi::Error::Success();
 }

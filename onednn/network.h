@@ -23,6 +23,9 @@ struct Network : RnnConfig {
   dnnl::memory::data_type data_type = dnnl::memory::data_type::f32;
   int64_t max_time = 0, batch = 0;
   bool training = false;
+  // Whether the backward reads the weights in the plain ldgoi layout rather than the one its primitive picks (plan.cc
+  // says when that is faster; the CPU chooser's table says where).
+  bool plain_backward_weights = false;
 
   // Blocks of oneDNN's bias: lbr_gru keeps the new gate's recurrent bias apart.
   int64_t bias_gates() const { return mode == Mode::kLstm || mode == Mode::kGru ? 4 : 1; }
@@ -46,7 +49,7 @@ constexpr int64_t kOffsetsPerPseudoLayer = 5;
 
 // The network of a call of `config` on buffers of XLA element type `dtype`, checked for what oneDNN can run.
 xla::ffi::Error DecodeNetwork(const RnnConfig& config, xla::ffi::DataType dtype, int64_t max_time, int64_t batch,
-                              bool training, Network* network);
+                              bool training, bool plain_backward_weights, Network* network);
 
 // Checks the slot offsets against the network and the buffer's element count; fills one entry per pseudo-layer.
 xla::ffi::Error DecodeSlotOffsets(const Network& network, xla::ffi::Span<const int64_t> offsets, size_t params_elements,

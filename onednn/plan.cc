@@ -154,9 +154,12 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   // packing is meant to be paid once for many calls, and every call here packs the weights anew. oneDNN 3.2's lbr_gru
   // inference picks it ("ref" implementation): packing the two matrices of a T=25 B=64 I=H=1024 bfloat16 GRU took
   // 16 ms of a 66 ms forward, and the same primitive on the plain layout runs the forward in 56-58 ms.
+  // With plain_backward_weights the backward takes the plain ldgoi layout whatever it would pick: oneDNN 3.2's
+  // bfloat16 LSTM backward then runs its GEMM ("ref") driver instead of its brgemm kernels, which is faster at some
+  // shapes and slower at others (the CPU chooser's table, jax_cudnn_rnn/backends/onednn/cpu_table.json, says where).
   const auto prop = network.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   WeightDescs forward_request = LayerWeights(network, input_size, data, tag::any, tag::any);
-  WeightDescs backward_request = forward_request;
+  WeightDescs backward_request = network.plain_backward_weights ? layer->plain : forward_request;
   dnnl::primitive_desc forward, backward;
   MakePrimitiveDescs(network, *layer, prop, forward_request, backward_request, &forward, &backward);
   const bool unpack_forward = UnpackOpaque(

@@ -29,17 +29,19 @@
 
 namespace jax_cudnn_rnn::onednn {
 // Both handlers' attributes (jax_cudnn_rnn/backends/onednn/ `_attributes`): the network, where its tensors are in the
-// buffer, and whether the call trains (always true for the backward).
+// buffer, whether the call trains (always true for the backward) and the backward's weights layout (Network).
 struct CallAttrs {
   RnnConfigAttrs config;
   xla::ffi::Span<const int64_t> slot_offsets;
   bool training;
+  bool plain_backward_weights;
 };
 }  // namespace jax_cudnn_rnn::onednn
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_RNN_CONFIG_ATTRS,
                                       ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
-                                      ::xla::ffi::StructMember<bool>("training"));
+                                      ::xla::ffi::StructMember<bool>("training"),
+                                      ::xla::ffi::StructMember<bool>("plain_backward_weights"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -109,7 +111,8 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, con
   }
   RnnConfig config;
   JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
-  JCR_RETURN_IF_ERROR(DecodeNetwork(config, x.element_type(), x_dims[0], x_dims[1], attrs.training, network));
+  JCR_RETURN_IF_ERROR(DecodeNetwork(config, x.element_type(), x_dims[0], x_dims[1], attrs.training,
+                                    attrs.plain_backward_weights, network));
   JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
   if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
     return ffi::Error::InvalidArgument("params must be 1-D of x's element type");

@@ -45,7 +45,9 @@ def test_every_table_is_sorted_names_implementations_and_says_where_it_was_measu
             assert mode in onednn_backend.MODES and dtype in onednn.DTYPES, (table.isa, mode, dtype)
             bounds = [bound for bound, _, _ in rows]
             assert bounds == sorted(bounds) and bounds[-1] == float("inf"), (table.isa, mode, dtype)
-            assert all((inference, training) in onednn_backend._NAMES for _, inference, training in rows)
+            # Undifferentiated oneDNN's or xla's forward; under jax.grad either of oneDNN's backwards, or xla.
+            for _, inference, training in rows:
+                assert inference in ("onednn", "xla") and training in onednn_backend._SIDES, (table.isa, mode, dtype)
 
 
 def test_a_cpu_takes_the_table_of_the_most_capable_instruction_set_it_has(monkeypatch):

@@ -131,13 +131,19 @@ VARIANTS = [  # (mode, num_layers, direction, extra config): what the torch case
 ]
 
 
-@pytest.mark.parametrize("mode,num_layers,direction,extra", VARIANTS, ids=str)
-def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_layers, direction, extra):
+@pytest.mark.parametrize(
+    "mode,num_layers,direction,extra,implementation",
+    [(*variant, "onednn") for variant in VARIANTS]
+    # oneDNN with its backward on plain weights (projection's too): its own plan, another backward kernel.
+    + [(*variant, "onednn:plain") for variant in (VARIANTS[1], VARIANTS[3], VARIANTS[-1])],
+    ids=str,
+)
+def test_variants_match_the_numpy_oracle_and_xla_gradients(native, mode, num_layers, direction, extra, implementation):
     """Projection, skip input and the bias modes: values against the float64 oracle, every gradient against the xla
     implementation (itself checked against the oracle and PyTorch elsewhere)."""
     cfg = make_config(mode, num_layers, direction, **extra)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(1))
-    (y, h, c), grads = _value_and_grads("onednn", cfg, params, x, h0, c0)
+    (y, h, c), grads = _value_and_grads(implementation, cfg, params, x, h0, c0)
     assert_outputs_close((y, h, c), oracle(cfg, params, x, h0, c0), atol=1e-5, rtol=1e-5)
     _, xla_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
     for name, got, expected in zip(("dparams", "dx", "dh0", "dc0"), grads, xla_grads, strict=False):
@@ -155,15 +161,17 @@ BF16_CASES = [
 ]
 
 
+@pytest.mark.parametrize("implementation", ["onednn", "onednn:plain"])
 @pytest.mark.parametrize("mode,num_layers,direction", BF16_CASES, ids=str)
-def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_layers, direction):
-    """bfloat16 (oneDNN's bf16 kernels, float32 gradients inside) against the xla implementation in float32 on the
-    same bf16-rounded inputs: |error| <= 3e-2 relative to each output's and gradient's largest magnitude (bf16 has 8
-    mantissa bits; errors compound over steps and layers). The float32 run is itself oracle-checked."""
+def test_bfloat16_matches_float32_within_bfloat16_rounding(native, mode, num_layers, direction, implementation):
+    """bfloat16 (oneDNN's bf16 kernels, float32 gradients inside; "onednn:plain" its backward on plain weights, another
+    kernel) against the xla implementation in float32 on the same bf16-rounded inputs: |error| <= 3e-2 relative to
+    each output's and gradient's largest magnitude (bf16 has 8 mantissa bits; errors compound over steps and layers).
+    The float32 run is itself oracle-checked."""
     cfg16 = make_config(mode, num_layers, direction, dtype=BF16)
     cfg32 = make_config(mode, num_layers, direction)
     params, x, h0, c0 = draw_inputs(cfg16, np.random.default_rng(2))
-    outs16, grads16 = _value_and_grads("onednn", cfg16, params, x, h0, c0)
+    outs16, grads16 = _value_and_grads(implementation, cfg16, params, x, h0, c0)
     outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
     assert outs16[0].dtype == jnp.bfloat16 and grads16[0].dtype == jnp.bfloat16
     for name, got, want in zip(
@@ -388,7 +396,8 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     assert (extension.FORWARD_TARGET in text) == (inference == "onednn")
     grad = jax.jit(jax.grad(lambda p, x, h, c: jnp.sum(run(p, x, h, c).astype(jnp.float32) ** 2)))
     text = grad.lower(params, x, h0, c0).as_text()
-    assert (extension.BACKWARD_TARGET in text) == (training == "onednn")
+    assert (extension.BACKWARD_TARGET in text) == (training in ("onednn", "onednn:plain"))
+    assert ("plain_backward_weights = true" in text) == (training == "onednn:plain")
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
@@ -552,6 +561,37 @@ def test_gru_inference_takes_its_weights_unpacked(native, tmp_path):
     executed = [line for line in result.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
     assert sum(",rnn," in line for line in executed) == 2, executed
     assert not [line for line in executed if "rnn_weights_reorder" in line]
+
+
+_BACKWARD_LAYOUT_PROBE = """
+import jax, jax.numpy as jnp, numpy as np
+import jax_cudnn_rnn as jcr
+cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=16, input_size=8, dtype="bfloat16")
+p = jcr.init_params(jax.random.key(0), cfg)
+x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 3, 8)), "bfloat16")
+h0 = jnp.zeros(cfg.state_shape(3), "bfloat16")
+for implementation in ("onednn", "onednn:plain"):
+    print("implementation", implementation, flush=True)
+    loss = lambda p: jnp.sum(jcr.rnn(p, x, h0, h0, cfg, implementation=implementation)[0].astype(jnp.float32) ** 2)
+    jax.block_until_ready(jax.grad(loss)(p))
+print("ok")
+"""
+
+
+def test_plain_backward_weights_reach_onednn(native, tmp_path):
+    """ "onednn:plain" (what the CPU chooser's table may pick for a training step) has oneDNN's backward read the
+    weights in the plain ldgoi layout: oneDNN's verbose log shows its bfloat16 LSTM backward on abdec (ldgoi) weights,
+    where implementation="onednn" lets the primitive pick its own blocked layout; the forwards are the same."""
+    result = run_package_child(_BACKWARD_LAYOUT_PROBE, tmp_path, ONEDNN_VERBOSE="1")
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    runs = result.stdout.split("implementation ")[1:]
+    assert [run.split()[0] for run in runs] == ["onednn", "onednn:plain"]
+    weights = []
+    for run in runs:
+        backward = [line for line in run.splitlines() if ",exec," in line and ",rnn," in line and ",backward," in line]
+        assert len(backward) == 1, run
+        weights.append(backward[0].split("wei_layer_bf16")[1].split()[0])
+    assert weights[1] == "::blocked:abdec::f0" and weights[0] != weights[1], weights
 
 
 def test_buffer_sizes_rejects_bad_arguments(native):

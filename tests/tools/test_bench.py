@@ -370,7 +370,13 @@ def test_padded_configs_time_every_contender_with_the_same_lengths(tmp_path):
 
 @pytest.mark.parametrize(
     "pair,name",
-    [(("onednn", "onednn"), "onednn"), (("onednn", "xla"), "onednn+xla"), (("xla", "onednn"), "xla+onednn")],
+    [
+        (("onednn", "onednn"), "onednn"),
+        (("onednn", "onednn:plain"), "onednn:plain"),
+        (("onednn", "xla"), "onednn+xla"),
+        (("xla", "onednn"), "xla+onednn"),
+        (("xla", "onednn:plain"), "xla+onednn:plain"),
+    ],
 )
 def test_default_records_the_onednn_pair_it_runs(monkeypatch, pair, name):
     """Where the registry chose oneDNN, the default runs what oneDNN's table gives for the call, oneDNN throughout or

@@ -8,9 +8,11 @@ bfloat16.
 ``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/compose.py). The hybrids
-(``_hybrid``) run one implementation where nothing differentiates the call and the other under jax.grad: "xla+onednn"
-the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and the xla implementation.
+Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/compose.py). "onednn:plain" is
+oneDNN with its backward on the weights in the plain ldgoi layout (another oneDNN kernel, faster at some shapes:
+onednn/plan.cc). The hybrids (``_hybrid``) run one implementation where nothing differentiates the call and the other
+under jax.grad: "xla+onednn" the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and
+the xla implementation.
 
 ``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
 measured per mode, dtype and size for this CPU's instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.py,
@@ -106,29 +108,47 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return SUPPORTS.why_not(Call(config, seq_lengths=seq_lengths is not None))
 
 
-def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool):
+def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool, plain_backward_weights: bool):
     """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule
     (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_compose``)."""
     del seq_lengths
     lstm = config.has_cell_state
     operands, batch_axes = convention.forward_operands(x, h0, params, c0, None)
-    call = functools.partial(kernels.forward, config=config, training=training)
+    call = functools.partial(
+        kernels.forward, config=config, training=training, plain_backward_weights=plain_backward_weights
+    )
     return convention.forward_outputs(convention.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
 
 
-def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n):
+def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n, plain_backward_weights: bool):
     """(dparams, dx, dh0, dc0 or None), once per mapped element under ``jax.vmap``."""
     lstm = config.has_cell_state
-    call = functools.partial(kernels.backward, config=config)
+    call = functools.partial(kernels.backward, config=config, plain_backward_weights=plain_backward_weights)
     dparams, dx, dh0, *dc0 = sequential_vmap(call)(
         res.params, res.x, res.h0, res.y, res.h_n, dy, dh_n, res.reserve, *([res.c0, res.c_n, dc_n] if lstm else [])
     )
     return dparams, dx, dh0, (dc0[0] if lstm else None)
 
 
+def _fused(plain_backward_weights: bool):
+    """oneDNN's kernels as the fused kit's custom_vjp, specialised on the config alone."""
+    return vjp.fused_rnn(
+        functools.partial(_forward, plain_backward_weights=plain_backward_weights),
+        functools.partial(_backward, plain_backward_weights=plain_backward_weights),
+    )
+
+
+_RNN, _RNN_PLAIN = _fused(False), _fused(True)
+
+
 def _onednn(params, x, h0, c0, config: RNNConfig):
     """oneDNN: its inference forward undifferentiated, its training forward and backward under jax.grad."""
-    return _rnn(params, x, h0, c0, None, config)
+    return _RNN(params, x, h0, c0, None, config)
+
+
+def _onednn_plain(params, x, h0, c0, config: RNNConfig):
+    """oneDNN as ``_onednn``, its backward on the plain ldgoi weights: the same function, another backward kernel."""
+    return _RNN_PLAIN(params, x, h0, c0, None, config)
 
 
 def _xla(params, x, h0, c0, config: RNNConfig):
@@ -136,8 +156,8 @@ def _xla(params, x, h0, c0, config: RNNConfig):
     return xla.rnn_xla(params, x, h0, c0, config)
 
 
-# oneDNN's kernels are specialised on the config alone.
-_rnn = vjp.fused_rnn(_forward, _backward)
+# What each side of a (undifferentiated, under jax.grad) pair names.
+_SIDES = {"onednn": _onednn, "onednn:plain": _onednn_plain, "xla": _xla}
 
 
 def _hybrid(undifferentiated, differentiated):
@@ -173,12 +193,26 @@ def _compose(kernel, call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     return compose.run(kernel, call, inputs, takes_lengths=False)
 
 
-_KERNEL = _as_kernel(_onednn)
+def variant_name(pair: tuple[str, str]) -> str:
+    """The name of an (undifferentiated, under jax.grad) pair: one side's name where both run one implementation
+    ("onednn", "onednn:plain", "xla"), else the hybrid's ("onednn+xla", "xla+onednn", ...)."""
+    undifferentiated, differentiated = pair
+    return differentiated if differentiated.split(":")[0] == undifferentiated else "+".join(pair)
+
+
+@functools.cache
+def _kernel(pair: tuple[str, str]):
+    """The fused kit's kernel for ``pair``: oneDNN's own custom_vjp where oneDNN runs both sides (its inference
+    forward undifferentiated in either variant), else the hybrid of the two sides."""
+    undifferentiated, differentiated = pair
+    if differentiated.split(":")[0] == undifferentiated:
+        return _as_kernel(_SIDES[differentiated])
+    return _as_kernel(_hybrid(_SIDES[undifferentiated], _SIDES[differentiated]))
 
 
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     """The registry's ``run``: ``call`` on oneDNN (lengths and dropout by the fused kit)."""
-    return _compose(_KERNEL, call, inputs)
+    return _compose(_kernel(("onednn", "onednn")), call, inputs)
 
 
 def unavailable() -> str | None:
@@ -194,10 +228,11 @@ def variant_for(call: Call) -> tuple[str, str]:
     return ("xla", "xla") if call.config is None else cpu_choice(call.config, call.batch)
 
 
-_HYBRIDS = {("xla", "onednn"): _hybrid(_xla, _onednn), ("onednn", "xla"): _hybrid(_onednn, _xla)}
-_VARIANTS = {"onednn": ("onednn", "onednn"), "xla+onednn": ("xla", "onednn"), "onednn+xla": ("onednn", "xla")}
-# The implementation that runs each (undifferentiated, under jax.grad) pair when asked for by name.
-_NAMES = {("xla", "xla"): "xla", **{variant: name for name, variant in _VARIANTS.items()}}
+# The pairs that run when asked for by name (the bench and the tests measure them alone), by name.
+_VARIANTS = {
+    variant_name(pair): pair
+    for pair in (("onednn", "onednn"), ("onednn", "onednn:plain"), ("xla", "onednn"), ("onednn", "xla"))
+}
 
 
 def runs(implementation: str | None, call: Call) -> tuple[str, str]:
@@ -212,12 +247,9 @@ def runs(implementation: str | None, call: Call) -> tuple[str, str]:
 
 
 def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """What ``rnn(implementation=None)`` runs when it chose oneDNN: oneDNN throughout, or the hybrid the table gives
-    (its forward and its training step measured separately)."""
-    variant = variant_for(call)
-    return (
-        rnn(call, inputs) if variant == ("onednn", "onednn") else _compose(_as_kernel(_HYBRIDS[variant]), call, inputs)
-    )
+    """What ``rnn(implementation=None)`` runs when it chose oneDNN: the pair the table gives (its forward and its
+    training step measured separately)."""
+    return _compose(_kernel(variant_for(call)), call, inputs)
 
 
 registry.register(
@@ -232,16 +264,17 @@ registry.register(
         run_default=run_default,
     )
 )
-# The hybrids by name, for tests and the bench that measure them alone; undocumented (the default picks them).
-for _variant, _name in ((("xla", "onednn"), "xla+onednn"), (("onednn", "xla"), "onednn+xla")):
-    registry.register(
-        registry.Backend(
-            _name,
-            ("cpu",),
-            priority=None,
-            supports=SUPPORTS,
-            unavailable=lambda: unavailable(),
-            run=functools.partial(_compose, _as_kernel(_HYBRIDS[_variant])),
-            public=False,
+# The other pairs by name, for tests and the bench that measure them alone; undocumented (the default picks them).
+for _name, _variant in _VARIANTS.items():
+    if _name != "onednn":
+        registry.register(
+            registry.Backend(
+                _name,
+                ("cpu",),
+                priority=None,
+                supports=SUPPORTS,
+                unavailable=lambda: unavailable(),
+                run=functools.partial(_compose, _kernel(_variant)),
+                public=False,
+            )
         )
-    )

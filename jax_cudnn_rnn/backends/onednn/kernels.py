@@ -3,7 +3,9 @@
 The handlers read the weights from the opaque buffer's bytes at every call (gate blocks reordered into the format the
 primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation; they build and cache each
 shape's primitives, take their temporary memory from a pool of their own (onednn/scratch.h), and tell the size of the
-reserve space (``buffer_sizes``).
+reserve space (``buffer_sizes``). ``plain_backward_weights`` has a training call's backward read the weights in the
+plain ldgoi layout instead of the one its primitive picks (a different oneDNN kernel: onednn/plan.cc); the forward and
+the backward of one training step must agree on it (it is part of their plan).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def attributes(config: RNNConfig) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -> dict[str, int]:
+def buffer_sizes(
+    config: RNNConfig, max_time: int, batch: int, training: bool, plain_backward_weights: bool = False
+) -> dict[str, int]:
     """Bytes of the reserve space and of the forward's and backward's scratch (from the extension's pool) for one
     call (asked of the extension, which builds and caches the call's primitives: the first call of a shape takes
     milliseconds)."""
@@ -54,23 +58,34 @@ def buffer_sizes(config: RNNConfig, max_time: int, batch: int, training: bool) -
             max_time=max_time,
             batch=batch,
             training=training,
+            plain_backward_weights=plain_backward_weights,
         )
     )
 
 
-def forward(x, h0, params, *c0, config: RNNConfig, training: bool):
+def forward(x, h0, params, *c0, config: RNNConfig, training: bool, plain_backward_weights: bool = False):
     """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
     num_steps, batch, _ = x.shape
-    reserve_bytes = buffer_sizes(config, num_steps, batch, training)["reserve_space"] if training else None
+    reserve_bytes = (
+        buffer_sizes(config, num_steps, batch, True, plain_backward_weights)["reserve_space"] if training else None
+    )
     out_types = convention.output_types(config, x, h0, reserve_bytes)
     return tuple(
         jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
-            x, h0, params, *c0, training=np.bool_(training), **attributes(config)
+            x,
+            h0,
+            params,
+            *c0,
+            training=np.bool_(training),
+            plain_backward_weights=np.bool_(training and plain_backward_weights),
+            **attributes(config),
         )
     )
 
 
-def backward(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig):
+def backward(
+    params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig, plain_backward_weights: bool = False
+):
     """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
     out_types = [
         jax.ShapeDtypeStruct(params.shape, params.dtype),
@@ -81,6 +96,17 @@ def backward(params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNCo
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
     return tuple(
         jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
-            params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, training=np.bool_(True), **attributes(config)
+            params,
+            x,
+            h0,
+            y,
+            h_n,
+            dy,
+            dh_n,
+            reserve,
+            *lstm_args,
+            training=np.bool_(True),
+            plain_backward_weights=np.bool_(plain_backward_weights),
+            **attributes(config),
         )
     )

@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--contenders",
         type=_names("contender", list(CONTENDERS)),
         default=None,
-        help=f"comma-separated contenders from {', '.join(CONTENDERS)} (default: all)",
+        help=f"comma-separated contenders from {', '.join(CONTENDERS)} (default: all but "
+        f"{', '.join(name for name, c in CONTENDERS.items() if not c.by_default)})",
     )
     parser.add_argument(
         "--repeats",
@@ -199,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
     isolated = not args.same_process
     configs = select_configs(args.configs, args.quick)
     dtypes = list(dict.fromkeys(args.dtypes or (["float32"] if args.quick else ["float32", "bfloat16"])))
-    chosen = [CONTENDERS[name] for name in dict.fromkeys(args.contenders or CONTENDERS)]
+    named = args.contenders or [name for name, contender in CONTENDERS.items() if contender.by_default]
+    chosen = [CONTENDERS[name] for name in dict.fromkeys(named)]
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Timing) if getattr(args, f.name) is not None}
     timing = dataclasses.replace(QUICK_TIMING if args.quick else DEFAULT_TIMING, **overrides)
     facts = report.machine_facts(isolated)

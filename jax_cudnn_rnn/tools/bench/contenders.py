@@ -240,12 +240,11 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
 
 
 def _onednn_pair(call: Any) -> str:
-    """The name of what the default runs where the registry chose oneDNN: "onednn", or the hybrid of its table
-    ("onednn+xla": oneDNN undifferentiated, xla under jax.grad; "xla+onednn")."""
+    """The name of what the default runs where the registry chose oneDNN: "onednn", "onednn:plain" (its backward on
+    plain weights), or the hybrid of its table ("onednn+xla": oneDNN undifferentiated, xla under jax.grad; ...)."""
     from jax_cudnn_rnn.backends.onednn import backend
 
-    inference, training = backend.variant_for(call)
-    return inference if inference == training else f"{inference}+{training}"
+    return backend.variant_name(backend.variant_for(call))
 
 
 def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
@@ -255,9 +254,10 @@ def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: 
 
     inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
     extra = {}
-    for measurement in [m for m, runs in ((FWD, inference), (TRAIN, training)) if runs == "onednn"]:
-        sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN)
-        extra[measurement] = max(sizes["forward_scratch"], sizes["backward_scratch"])
+    for measurement, runs in ((FWD, inference), (TRAIN, training)):
+        if runs.split(":")[0] == "onednn":
+            sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN, runs == "onednn:plain")
+            extra[measurement] = max(sizes["forward_scratch"], sizes["backward_scratch"])
     return extra
 
 
@@ -476,7 +476,7 @@ class Contender:
     """``unavailable()`` and ``unsupported(config, dtype)`` return a reason to skip, or None; ``build`` sets up.
     ``ours``: this library's (a failure is an error, not a skip); ``imports_package``: its process imports this
     package (PyTorch's and Flax's do not, when each contender runs in a process of its own); ``framework``: "jax" or
-    "torch", whose float32 precision setting applies."""
+    "torch", whose float32 precision setting applies; ``by_default``: run when no contenders are named."""
 
     name: str
     build: Callable[[BenchConfig, str], Runner]
@@ -485,6 +485,7 @@ class Contender:
     ours: bool = False
     imports_package: bool = False
     framework: str = "jax"
+    by_default: bool = True
 
 
 CONTENDERS = {
@@ -505,6 +506,17 @@ CONTENDERS = {
             implementation_unsupported("onednn"),
             ours=True,
             imports_package=True,
+        ),
+        # oneDNN with its backward on plain weights: another kernel, which benchmarks/cpu_table.py measures for the
+        # CPU chooser's table (where it runs by default); named only.
+        Contender(
+            "jcr-onednn-plain",
+            lambda bc, dt: _build_jcr(bc, dt, "onednn:plain"),
+            implementation_unavailable("onednn:plain"),
+            implementation_unsupported("onednn:plain"),
+            ours=True,
+            imports_package=True,
+            by_default=False,
         ),
         Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
         # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
