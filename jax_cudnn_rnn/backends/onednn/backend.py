@@ -8,11 +8,11 @@ bfloat16.
 ``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-Dropout runs layer by layer through the fused kit (jax_cudnn_rnn/backends/fused/compose.py). "onednn:plain" is
-oneDNN with its backward on the weights in the plain ldgoi layout (another oneDNN kernel, faster at some shapes:
-onednn/plan.cc). The hybrids (``_hybrid``) run one implementation where nothing differentiates the call and the other
-under jax.grad: "xla+onednn" the xla forward and oneDNN's training step, "onednn+xla" oneDNN's inference forward and
-the xla implementation.
+``_rnn_plain`` ("onednn:plain") is the same with the backward on the weights in the plain ldgoi layout (another oneDNN
+kernel, faster at some shapes: onednn/plan.cc). Dropout runs layer by layer through the fused kit
+(jax_cudnn_rnn/backends/fused/compose.py). The hybrids (``_hybrid``) run one implementation where nothing differentiates
+the call and the other under jax.grad: "xla+onednn" the xla forward and oneDNN's training step, "onednn+xla" oneDNN's
+inference forward and the xla implementation.
 
 ``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
 measured per mode, dtype and size for this CPU's instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.py,
@@ -138,17 +138,17 @@ def _fused(plain_backward_weights: bool):
     )
 
 
-_RNN, _RNN_PLAIN = _fused(False), _fused(True)
+_rnn, _rnn_plain = _fused(False), _fused(True)
 
 
 def _onednn(params, x, h0, c0, config: RNNConfig):
     """oneDNN: its inference forward undifferentiated, its training forward and backward under jax.grad."""
-    return _RNN(params, x, h0, c0, None, config)
+    return _rnn(params, x, h0, c0, None, config)
 
 
 def _onednn_plain(params, x, h0, c0, config: RNNConfig):
     """oneDNN as ``_onednn``, its backward on the plain ldgoi weights: the same function, another backward kernel."""
-    return _RNN_PLAIN(params, x, h0, c0, None, config)
+    return _rnn_plain(params, x, h0, c0, None, config)
 
 
 def _xla(params, x, h0, c0, config: RNNConfig):
