@@ -488,39 +488,30 @@ class Contender:
     by_default: bool = True
 
 
+def _ours(name: str, implementation: str | None, by_default: bool = True) -> Contender:
+    """``rnn(implementation=implementation)``; a native backend's is skipped where the registry says it cannot run."""
+    if implementation in (None, "xla"):  # the default and the xla implementation run every call
+        checks = ()
+    else:
+        checks = (implementation_unavailable(implementation), implementation_unsupported(implementation))
+
+    def build(bc: BenchConfig, dtype: str) -> Runner:
+        return _build_jcr(bc, dtype, implementation)
+
+    return Contender(name, build, *checks, ours=True, imports_package=True, by_default=by_default)
+
+
 CONTENDERS = {
     c.name: c
     for c in (
-        Contender(
-            "jcr-cudnn",
-            lambda bc, dt: _build_jcr(bc, dt, "cudnn"),
-            implementation_unavailable("cudnn"),
-            implementation_unsupported("cudnn"),
-            ours=True,
-            imports_package=True,
-        ),
-        Contender(
-            "jcr-onednn",
-            lambda bc, dt: _build_jcr(bc, dt, "onednn"),
-            implementation_unavailable("onednn"),
-            implementation_unsupported("onednn"),
-            ours=True,
-            imports_package=True,
-        ),
+        _ours("jcr-cudnn", "cudnn"),
+        _ours("jcr-onednn", "onednn"),
         # oneDNN with its backward on plain weights: another kernel, which benchmarks/cpu_table.py measures for the
         # CPU chooser's table (where it runs by default); named only.
-        Contender(
-            "jcr-onednn-plain",
-            lambda bc, dt: _build_jcr(bc, dt, "onednn:plain"),
-            implementation_unavailable("onednn:plain"),
-            implementation_unsupported("onednn:plain"),
-            ours=True,
-            imports_package=True,
-            by_default=False,
-        ),
-        Contender("jcr-xla", lambda bc, dt: _build_jcr(bc, dt, "xla"), ours=True, imports_package=True),
+        _ours("jcr-onednn-plain", "onednn:plain", by_default=False),
+        _ours("jcr-xla", "xla"),
         # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
-        Contender("jcr-default", lambda bc, dt: _build_jcr(bc, dt, None), ours=True, imports_package=True),
+        _ours("jcr-default", None),
         Contender(FLAX, _build_flax, _module_missing("flax"), _no_lengths),
         Contender("jax-exp-rnn", _build_jax_exp, jax_exp_unavailable, _lstm_only),
         Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
