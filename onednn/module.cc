@@ -22,8 +22,8 @@ namespace {
 
 namespace py = ::pybind11;
 
-// {"reserve_space": bytes, "forward_scratch": bytes, "backward_scratch": bytes} for one call (backward only in
-// training).
+// {"weights": bytes, "reserve_space": bytes, "weights_scratch": bytes, "forward_scratch": bytes, "backward_scratch":
+// bytes} for one call (backward only in training).
 py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_time, int64_t batch, bool training,
                      bool plain_backward_weights) {
   Network network;
@@ -35,7 +35,9 @@ py::dict BufferSizes(const RnnConfig& config, std::string dtype, int64_t max_tim
     plan = GetPlan(network);
   }
   py::dict sizes;
+  sizes["weights"] = plan->weights.bytes;
   sizes["reserve_space"] = plan->reserve_bytes;
+  sizes["weights_scratch"] = plan->preparation.bytes;
   sizes["forward_scratch"] = plan->forward.bytes;
   sizes["backward_scratch"] = plan->backward.bytes;
   return sizes;
@@ -80,7 +82,9 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   using namespace ::jax_cudnn_rnn;
   using namespace ::jax_cudnn_rnn::onednn;
   m.doc() = "oneDNN's fused RNN primitives as XLA FFI handlers for the CPU (see jax_cudnn_rnn/backends/onednn/)";
-  DefRegistrations(m, {{"jax_cudnn_rnn_onednn_forward", RnnForward}, {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
+  DefRegistrations(m, {{"jax_cudnn_rnn_onednn_weights", RnnWeights},
+                       {"jax_cudnn_rnn_onednn_forward", RnnForward},
+                       {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
   DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"), py::arg("plain_backward_weights") = false);

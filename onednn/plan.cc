@@ -239,12 +239,25 @@ std::shared_ptr<const CallPlan> BuildPlan(const Network& network) {
     return regions;
   };
 
+  RegionAllocator weights;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const LayerPlan& layer = *plan->layers[l];
+    plan->weights.layers.push_back({weights.Add(layer.forward_weights.layer.get_size()),
+                                    weights.Add(layer.forward_weights.iter.get_size()),
+                                    weights.Add(layer.forward_weights.projection.get_size())});
+    plan->weights.bias.push_back(weights.Add(layer.bias.get_size()));
+  }
+  plan->weights.bytes = weights.total();
+
+  RegionAllocator preparation;
+  plan->preparation.scratchpad =
+      preparation.Add(max_over_layers([](const LayerPlan& l) { return MaxScratchpad(0, l.to_forward); }));
+  plan->preparation.plain = weight_regions(preparation, &LayerPlan::plain);
+  plan->preparation.bytes = preparation.total();
+
   RegionAllocator forward;
-  plan->forward.scratchpad = forward.Add(
-      max_over_layers([](const LayerPlan& l) { return MaxScratchpad(l.forward_scratchpad_bytes, l.to_forward); }));
-  plan->forward.bias = forward.Add(first->bias.get_size());
-  plan->forward.plain = weight_regions(forward, &LayerPlan::plain);
-  plan->forward.weights = weight_regions(forward, &LayerPlan::forward_weights);
+  plan->forward.scratchpad =
+      forward.Add(max_over_layers([](const LayerPlan& l) { return l.forward_scratchpad_bytes; }));
   if (!network.training) {  // training keeps the intermediate outputs in the reserve space
     plan->forward.outputs[0] = forward.Add(num_layers > 1 ? output_bytes : 0);
     plan->forward.outputs[1] = forward.Add(num_layers > 2 ? output_bytes : 0);

@@ -81,10 +81,25 @@ struct CallPlan {
   std::vector<Region> workspace, layer_output;
   size_t reserve_bytes = 0;
 
+  // The weights buffer (what the weights handler writes and the forward reads): per layer, the weights in the
+  // forward primitive's formats and the summed bias.
+  struct Weights {
+    std::vector<WeightRegions> layers;
+    std::vector<Region> bias;
+    size_t bytes = 0;
+  } weights;
+
+  // The weights handler's scratch: the weights gathered from the opaque buffer (plain layout), the reorders'
+  // scratchpad.
+  struct Preparation {
+    Region scratchpad;
+    WeightRegions plain;
+    size_t bytes = 0;
+  } preparation;
+
   // Forward scratch.
   struct Forward {
-    Region scratchpad, bias, outputs[2];  // outputs: inference's intermediate layer outputs, alternating
-    WeightRegions plain, weights;
+    Region scratchpad, outputs[2];  // outputs: inference's intermediate layer outputs, alternating
     size_t bytes = 0;
   } forward;
 

@@ -1,10 +1,14 @@
 // The handlers. Argument lists (names as in jax_cudnn_rnn/backends/onednn/; [..] only when the condition holds):
 //
-//   jax_cudnn_rnn_onednn_forward(x, h0, params, [c0: lstm])
+//   jax_cudnn_rnn_onednn_weights(params) -> weights
+//   jax_cudnn_rnn_onednn_forward(x, h0, weights, [c0: lstm])
 //       -> (y, h_n, [c_n: lstm], [reserve_space: training])
 //   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm])
 //       -> (dparams, dx, dh0, [dc0: lstm])
 //
+// The weights handler writes every layer's weights in its forward primitive's formats (and the summed biases) into a
+// buffer of bytes, which the forward reads: a separate call, so that XLA hoists it out of a loop over calls with the
+// same params (a decoding loop of one-step calls reorders the weights once, not at every step).
 // The network runs layer by layer, each layer one oneDNN primitive over both directions (bidirectional_concat).
 // The call's temporary memory comes from the extension's scratch pool (scratch.h); the reserve space's size comes
 // from `buffer_sizes` in module.cc, the same plan.
@@ -28,7 +32,7 @@
 #include "weights.h"
 
 namespace jax_cudnn_rnn::onednn {
-// Both handlers' attributes (jax_cudnn_rnn/backends/onednn/ `_attributes`): the network, where its tensors are in the
+// Every handler's attributes (jax_cudnn_rnn/backends/onednn/kernels.py): the network, where its tensors are in the
 // buffer, whether the call trains (always true for the backward) and the backward's weights layout (Network).
 struct CallAttrs {
   RnnConfigAttrs config;
@@ -36,12 +40,20 @@ struct CallAttrs {
   bool training;
   bool plain_backward_weights;
 };
+// The weights handler's: the same, and the shape of the forward it prepares for (the formats are its primitive's).
+struct WeightsAttrs {
+  CallAttrs call;
+  int64_t max_time, batch;
+};
 }  // namespace jax_cudnn_rnn::onednn
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_RNN_CONFIG_ATTRS,
-                                      ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"),
-                                      ::xla::ffi::StructMember<bool>("training"),
-                                      ::xla::ffi::StructMember<bool>("plain_backward_weights"));
+#define JCR_ONEDNN_CALL_ATTRS                                                                      \
+  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"), \
+      ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<bool>("plain_backward_weights")
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_ONEDNN_CALL_ATTRS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::WeightsAttrs, JCR_ONEDNN_CALL_ATTRS,
+                                      ::xla::ffi::StructMember<int64_t>("max_time"),
+                                      ::xla::ffi::StructMember<int64_t>("batch"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -64,29 +76,38 @@ char* StateSlice(void* states, const Network& network, int64_t layer, int64_t wi
   return static_cast<char*>(states) + layer * network.num_directions * network.batch * width * element_bytes;
 }
 
-// The weights of layer `layer` in the formats of `reorders`: gathered from the buffer into `plain`, then reordered
-// into `formatted` unless the primitive takes the plain layout as it is; and the summed bias, in `bias`. Returns where
-// each tensor is.
+// Where one layer's weights (in a primitive's formats) and summed bias are.
 struct WeightPointers {
   void *layer, *iter, *projection;
   float* bias;
 };
+WeightPointers Pointers(const WeightRegions& weights, Region bias, void* base) {
+  return {weights.layer.in(base), weights.iter.in(base), weights.projection.in(base),
+          reinterpret_cast<float*>(bias.in(base))};
+}
+
+// Writes the weights of layer `layer` in the formats of `reorders` and its summed bias to `out` (where `formatted`
+// and `bias` say): each tensor reordered from the buffer itself where it lies there in the plain layout
+// (PlainInBuffer), else gathered into `plain` (in `scratch`) and reordered, or gathered straight into place where the
+// primitive takes the plain layout as it is.
 WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network, int64_t layer,
                               const std::vector<SlotOffsets>& slots, const void* params, const Reorder (&reorders)[3],
-                              const WeightRegions& plain, const WeightRegions& formatted, Region bias,
-                              Region scratchpad, void* scratch) {
-  void* plain_data[] = {plain.layer.in(scratch), plain.iter.in(scratch), plain.projection.in(scratch)};
-  GatherWeights(network, layer, slots, params, plain_data[0], plain_data[1],
-                network.proj_size > 0 ? plain_data[2] : nullptr);
-  void* formatted_data[] = {formatted.layer.in(scratch), formatted.iter.in(scratch), formatted.projection.in(scratch)};
-  void* result[3];
+                              const WeightRegions& plain, Region scratchpad, void* scratch,
+                              const WeightRegions& formatted, Region bias, void* out) {
+  const WeightPointers result = Pointers(formatted, bias, out);
+  void* formatted_data[] = {result.layer, result.iter, result.projection};
+  const Region plain_regions[] = {plain.layer, plain.iter, plain.projection};
+  void* source[3];  // what each reorder reads
+  void* gather[3];  // where GatherWeights writes (nullptr: nothing to gather)
   for (int i = 0; i < 3; ++i) {
-    reorders[i].Run(stream, plain_data[i], formatted_data[i], scratchpad.in(scratch));
-    result[i] = reorders[i].needed ? formatted_data[i] : plain_data[i];
+    const void* in_buffer = reorders[i].needed ? PlainInBuffer(network, layer, slots, params, i) : nullptr;
+    source[i] = in_buffer != nullptr ? const_cast<void*>(in_buffer) : plain_regions[i].in(scratch);
+    gather[i] = in_buffer != nullptr ? nullptr : reorders[i].needed ? source[i] : formatted_data[i];
   }
-  float* summed_bias = reinterpret_cast<float*>(bias.in(scratch));
-  GatherBias(network, layer, slots, params, summed_bias);
-  return {result[0], result[1], result[2], summed_bias};
+  GatherWeights(network, layer, slots, params, gather[0], gather[1], network.proj_size > 0 ? gather[2] : nullptr);
+  for (int i = 0; i < 3; ++i) reorders[i].Run(stream, source[i], formatted_data[i], scratchpad.in(scratch));
+  GatherBias(network, layer, slots, params, result.bias);
+  return result;
 }
 
 template <typename Fn>
@@ -101,23 +122,31 @@ ffi::Error Guarded(const char* handler, Fn&& body) {
   }
 }
 
-// The network of a call from its attributes and x [T, B, input_size], and the slot offsets checked against params
-// (1-D, x's element type): what both handlers start with.
-ffi::Error DecodeCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& params, const CallAttrs& attrs, Network* network,
-                      std::vector<SlotOffsets>* slots) {
+// The network of a call of element type `dtype` and shape (max_time, batch) from its attributes.
+ffi::Error DecodeAttrs(const CallAttrs& attrs, ffi::DataType dtype, int64_t max_time, int64_t batch, Network* network) {
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  return DecodeNetwork(config, dtype, max_time, batch, attrs.training, attrs.plain_backward_weights, network);
+}
+
+// The network of a call from its attributes and x [T, B, input_size].
+ffi::Error DecodeCall(const ffi::AnyBuffer& x, const CallAttrs& attrs, Network* network) {
   auto x_dims = x.dimensions();
   if (x_dims.size() != 3) {
     return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
   }
-  RnnConfig config;
-  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
-  JCR_RETURN_IF_ERROR(DecodeNetwork(config, x.element_type(), x_dims[0], x_dims[1], attrs.training,
-                                    attrs.plain_backward_weights, network));
-  JCR_RETURN_IF_ERROR(CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size}));
-  if (params.element_type() != x.element_type() || params.dimensions().size() != 1) {
+  JCR_RETURN_IF_ERROR(DecodeAttrs(attrs, x.element_type(), x_dims[0], x_dims[1], network));
+  return CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size});
+}
+
+// The slot offsets checked against params (1-D, the network's element type): what the handlers that read the
+// opaque buffer start with.
+ffi::Error DecodeSlots(const ffi::AnyBuffer& params, ffi::DataType dtype, const CallAttrs& attrs,
+                       const Network& network, std::vector<SlotOffsets>* slots) {
+  if (params.element_type() != dtype || params.dimensions().size() != 1) {
     return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
   }
-  return DecodeSlotOffsets(*network, attrs.slot_offsets, params.element_count(), slots);
+  return DecodeSlotOffsets(network, attrs.slot_offsets, params.element_count(), slots);
 }
 
 // A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).
@@ -148,13 +177,35 @@ Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const 
   return args;
 }
 
-ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer params, ffi::RemainingArgs optional_args,
+ffi::Error RnnWeightsImpl(ffi::AnyBuffer params, ffi::Result<ffi::AnyBuffer> weights, WeightsAttrs attrs) {
+  return Guarded("jax_cudnn_rnn_onednn_weights", [&]() -> ffi::Error {
+    Network network;
+    std::vector<SlotOffsets> slots;
+    JCR_RETURN_IF_ERROR(DecodeAttrs(attrs.call, params.element_type(), attrs.max_time, attrs.batch, &network));
+    JCR_RETURN_IF_ERROR(DecodeSlots(params, params.element_type(), attrs.call, network, &slots));
+    std::shared_ptr<const CallPlan> plan = GetPlan(network);
+    JCR_RETURN_IF_ERROR(CheckBytes("weights", *weights, plan->weights.bytes));
+    AdviseHugePages(weights->untyped_data(), weights->size_bytes());
+    ScratchLease scratch = TakeScratch(plan->preparation.bytes);
+    const auto& p = plan->preparation;
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
+      for (int64_t l = 0; l < network.num_layers; ++l) {
+        PrepareWeights(stream, network, l, slots, params.untyped_data(), plan->layers[l]->to_forward, p.plain,
+                       p.scratchpad, scratch.data(), plan->weights.layers[l], plan->weights.bias[l],
+                       weights->untyped_data());
+      }
+      stream.wait();
+      return ffi::Error::Success();
+    });
+  });
+}
+
+ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer weights, ffi::RemainingArgs optional_args,
                           ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> h_n,
                           ffi::RemainingRets optional_rets, CallAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_forward", [&]() -> ffi::Error {
     Network network;
-    std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
+    JCR_RETURN_IF_ERROR(DecodeCall(x, attrs, &network));
     const ffi::DataType dtype = x.element_type();
     const int64_t B = network.batch;
     const bool lstm = network.has_cell_state();
@@ -176,6 +227,7 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
     }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
+    JCR_RETURN_IF_ERROR(CheckBytes("weights", weights, plan->weights.bytes));
     ScratchLease scratch = TakeScratch(plan->forward.bytes);
     void* work = scratch.data();
     if (network.training) JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, plan->reserve_bytes));
@@ -190,12 +242,13 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer pa
       for (int64_t l = 0; l < network.num_layers; ++l) {
         const LayerPlan& layer = *plan->layers[l];
         const bool last = l + 1 == network.num_layers;
-        WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_forward,
-                                                f.plain, f.weights, f.bias, f.scratchpad, work);
+        const WeightPointers layer_weights =
+            Pointers(plan->weights.layers[l], plan->weights.bias[l], weights.untyped_data());
         void* layer_output = last               ? y->untyped_data()
                              : network.training ? plan->layer_output[l].in(reserve)
                                                 : f.outputs[l % 2].in(work);
-        Args args = LayerArgs(network, l, layer, layer.forward_weights, weights, layer_input, layer_output, states);
+        Args args =
+            LayerArgs(network, l, layer, layer.forward_weights, layer_weights, layer_input, layer_output, states);
         args.emplace(DNNL_ARG_SCRATCHPAD, Bytes(f.scratchpad, work));
         if (network.training) args.emplace(DNNL_ARG_WORKSPACE, Memory(layer.workspace, plan->workspace[l].in(reserve)));
         layer.forward.execute(stream, args);
@@ -218,8 +271,9 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     if (!attrs.training) {
       return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve space)");
     }
-    JCR_RETURN_IF_ERROR(DecodeCall(x, params, attrs, &network, &slots));
+    JCR_RETURN_IF_ERROR(DecodeCall(x, attrs, &network));
     const ffi::DataType dtype = x.element_type();
+    JCR_RETURN_IF_ERROR(DecodeSlots(params, dtype, attrs, network, &slots));
     const int64_t B = network.batch;
     const int64_t hidden = network.hidden_size(), units = network.num_units;
     const bool lstm = network.has_cell_state(), bf16 = network.data_type == dnnl::memory::data_type::bf16;
@@ -290,8 +344,9 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
       for (int64_t l = network.num_layers - 1; l >= 0; --l) {
         const LayerPlan& layer = *plan->layers[l];
         const bool last = l + 1 == network.num_layers;
-        WeightPointers weights = PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_backward,
-                                                b.plain, b.weights, b.bias, b.scratchpad, work);
+        const WeightPointers weights =
+            PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_backward, b.plain, b.scratchpad,
+                           work, b.weights, b.bias, work);
         // oneDNN's backward adds into the weight gradients.
         void* diff_weights[] = {b.diff_weights.layer.in(work), b.diff_weights.iter.in(work),
                                 b.diff_weights.projection.in(work)};
@@ -352,11 +407,17 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
 
 }  // namespace
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnWeights, RnnWeightsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // params
+                                  .Ret<ffi::AnyBuffer>()  // weights
+                                  .Attrs<WeightsAttrs>());
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // x
                                   .Arg<ffi::AnyBuffer>()  // h0
-                                  .Arg<ffi::AnyBuffer>()  // params
+                                  .Arg<ffi::AnyBuffer>()  // weights
                                   .RemainingArgs()        // [c0]
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n

@@ -75,7 +75,8 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
                    void* w_layer, void* w_iter, void* w_projection) {
   const int64_t units = network.num_units, hidden = network.hidden_size();
   const int64_t input = network.layer_input_size(layer);
-  if (network.skip_input && layer == 0) {
+  if (w_layer == nullptr) {
+  } else if (network.skip_input && layer == 0) {
     const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
     const int64_t blocks = network.num_directions * network.num_gates();
     std::memset(w_layer, 0, blocks * units * input * network.element_bytes());
@@ -86,14 +87,29 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
     CopyGateBlocks(
         network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * input, params, w_layer, true);
   }
-  CopyGateBlocks(
-      network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, params, w_iter, true);
-  if (network.proj_size > 0) {
+  if (w_iter != nullptr) {
+    CopyGateBlocks(
+        network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, params, w_iter,
+        true);
+  }
+  if (w_projection != nullptr) {
     for (int64_t d = 0; d < network.num_directions; ++d) {
       CopyElements(network, params, slots[layer * network.num_directions + d].w_projection, w_projection,
                    d * hidden * units, hidden * units);
     }
   }
+}
+
+const void* PlainInBuffer(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                          const void* params, int which) {
+  if (network.num_directions != 1) return nullptr;
+  const SlotOffsets& slot = slots[layer];
+  int64_t offset = -1;
+  if (which == 0 && network.mode != Mode::kGru && !(network.skip_input && layer == 0)) offset = slot.w_input;
+  if (which == 1 && network.mode != Mode::kGru) offset = slot.w_recurrent;
+  if (which == 2 && network.proj_size > 0) offset = slot.w_projection;
+  if (offset < 0) return nullptr;
+  return static_cast<const char*>(params) + offset * network.element_bytes();
 }
 
 void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,

@@ -18,9 +18,16 @@
 namespace jax_cudnn_rnn::onednn {
 
 // Layer `layer`'s matrices (both directions) from `params` into the plain tensors: `w_layer` and `w_iter` ldgoi in
-// oneDNN's gate order, `w_projection` ldoi (nullptr without projection); elements of the network's data type.
+// oneDNN's gate order, `w_projection` ldoi; elements of the network's data type. A nullptr tensor is skipped (no
+// projection, or one the caller reads in place: PlainInBuffer).
 void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
                    void* w_layer, void* w_iter, void* w_projection);
+
+// Where layer `layer`'s plain tensor `which` (0: w_layer, 1: w_iter, 2: w_projection) lies in `params` as it is, or
+// nullptr where it must be gathered: one direction whose gates keep cuDNN's order (not lbr_gru's) and a real input
+// matrix (not skip input's identity) make it one contiguous slice of the buffer.
+const void* PlainInBuffer(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                          const void* params, int which);
 
 // Layer `layer`'s oneDNN bias [D, bias_gates, num_units] in float32; absent biases count as zero.
 void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,

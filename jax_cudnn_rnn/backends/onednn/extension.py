@@ -15,6 +15,7 @@ from types import ModuleType
 from jax_cudnn_rnn.backends import native_extension
 
 # Targets are registered under these names for platform "cpu"; jax_cudnn_rnn/backends/onednn/kernels.py calls them.
+WEIGHTS_TARGET = "jax_cudnn_rnn_onednn_weights"
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
 BACKWARD_TARGET = "jax_cudnn_rnn_onednn_backward"
 BUILD_HINT = (

@@ -1,11 +1,14 @@
-"""oneDNN's two FFI calls (C++ in onednn/): the forward and the backward over the whole network.
+"""oneDNN's three FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network.
 
-The handlers read the weights from the opaque buffer's bytes at every call (gate blocks reordered into the format the
-primitive chose), so the same ``params`` run here, on cuDNN and on the xla implementation; they build and cache each
-shape's primitives, take their temporary memory from a pool of their own (onednn/scratch.h), and tell the size of the
-reserve space (``buffer_sizes``). ``plain_backward_weights`` has a training call's backward read the weights in the
-plain ldgoi layout instead of the one its primitive picks (a different oneDNN kernel: onednn/plan.cc); the forward and
-the backward of one training step must agree on it (it is part of their plan).
+The handlers read the weights from the opaque buffer's bytes (gate blocks reordered into the format the primitive
+chose), so the same ``params`` run here, on cuDNN and on the xla implementation: the forward through the weights call,
+one of its own that writes them in the forward primitives' formats, which XLA hoists out of a loop whose calls share
+``params`` (a decoding loop of one-step calls reorders them once, not at every step); the backward at each call. The
+handlers build and cache each shape's primitives, take their temporary memory from a pool of their own
+(onednn/scratch.h), and tell the sizes of the weights and the reserve space (``buffer_sizes``).
+``plain_backward_weights`` has a training call's backward read the weights in the plain ldgoi layout instead of the one
+its primitive picks (a different oneDNN kernel: onednn/plan.cc); the forward and the backward of one training step must
+agree on it (it is part of their plan).
 """
 
 from __future__ import annotations
@@ -48,9 +51,9 @@ def attributes(config: RNNConfig) -> dict[str, Any]:
 def buffer_sizes(
     config: RNNConfig, max_time: int, batch: int, training: bool, plain_backward_weights: bool = False
 ) -> dict[str, int]:
-    """Bytes of the reserve space and of the forward's and backward's scratch (from the extension's pool) for one
-    call (asked of the extension, which builds and caches the call's primitives: the first call of a shape takes
-    milliseconds)."""
+    """Bytes of the weights buffer and the reserve space, and of the weights call's, the forward's and the backward's
+    scratch (from the extension's pool) for one call (asked of the extension, which builds and caches the call's
+    primitives: the first call of a shape takes milliseconds)."""
     return dict(
         extension.module().buffer_sizes(
             **convention.config_attributes(config),
@@ -66,21 +69,16 @@ def buffer_sizes(
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool, plain_backward_weights: bool = False):
     """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
     num_steps, batch, _ = x.shape
-    reserve_bytes = (
-        buffer_sizes(config, num_steps, batch, True, plain_backward_weights)["reserve_space"] if training else None
+    plain_backward_weights = training and plain_backward_weights
+    sizes = buffer_sizes(config, num_steps, batch, training, plain_backward_weights)
+    attrs = dict(
+        training=np.bool_(training), plain_backward_weights=np.bool_(plain_backward_weights), **attributes(config)
     )
-    out_types = convention.output_types(config, x, h0, reserve_bytes)
-    return tuple(
-        jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(
-            x,
-            h0,
-            params,
-            *c0,
-            training=np.bool_(training),
-            plain_backward_weights=np.bool_(training and plain_backward_weights),
-            **attributes(config),
-        )
+    weights = jax.ffi.ffi_call(extension.WEIGHTS_TARGET, jax.ShapeDtypeStruct((sizes["weights"],), np.uint8))(
+        params, max_time=np.int64(num_steps), batch=np.int64(batch), **attrs
     )
+    out_types = convention.output_types(config, x, h0, sizes["reserve_space"] if training else None)
+    return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(x, h0, weights, *c0, **attrs))
 
 
 def backward(

@@ -249,7 +249,7 @@ def _onednn_pair(call: Any) -> str:
 
 def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
     """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
-    outside its memory analysis): the larger of the training forward's and the backward's in a training step."""
+    outside its memory analysis): the largest of the weights call's, the forward's and (training) the backward's."""
     from jax_cudnn_rnn.backends.onednn import backend, kernels
 
     inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
@@ -257,7 +257,7 @@ def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: 
     for measurement, runs in ((FWD, inference), (TRAIN, training)):
         if runs.split(":")[0] == "onednn":
             sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN, runs == "onednn:plain")
-            extra[measurement] = max(sizes["forward_scratch"], sizes["backward_scratch"])
+            extra[measurement] = max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
     return extra
 
 
