@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -388,3 +389,32 @@ def test_default_records_the_onednn_pair_it_runs(monkeypatch, pair, name):
     monkeypatch.setattr(backend, "variant_for", lambda call: seen.append(call) or pair)
     assert contenders._onednn_pair("the call") == name
     assert seen == ["the call"]
+
+
+def test_decoding_configs_carry_the_states_through_one_step_calls(tmp_path):
+    """ "G-b1"/"G-b64" (issue 39's decoding benchmark): T one-step calls that carry the states, forward only: a JAX
+    contender's outputs are those of one call over all T steps (the xla implementation and the default, which on the
+    CPU is oneDNN's, within float32 rounding) and PyTorch's loop gives its module's outputs over all T steps; the bench
+    runs them (the neighbour ratio too, which used to call an inference-only problem's missing training step) and
+    skips Flax with the reason."""
+    bc = contenders.CONFIGS["G-b1"].shrunk()
+    assert bc.decode and bc.inference_only and bc.batch == 1 and bc.num_layers == 2
+    cfg = bc.rnn_config("float32")
+    x = contenders.inputs(bc)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    h0 = np.zeros(cfg.state_shape(bc.batch), np.float32)
+    want = np.asarray(jcr.rnn(params, x, h0, h0, cfg, implementation="xla")[0])
+    for implementation in ("xla", None):
+        got = contenders._build_jcr(bc, "float32", implementation).forward()
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    if HAS_TORCH:
+        assert contenders._build_torch(bc, "float32").train is None
+    path = tmp_path / "decode.json"
+    names = "jcr-default,flax" + (",torch" if HAS_TORCH else "")
+    assert cli.main(["bench", "--quick", "--configs", "G-b1", "--contenders", names, "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert not data["errors"], data["errors"]
+    assert {(r["contender"], r["measurement"]) for r in data["records"]} == {
+        (name, contenders.FWD) for name in names.split(",") if name != "flax"
+    }
+    assert {s["contender"]: s["reason"] for s in data["skipped"]}["flax"].startswith("decoding")

@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--configs",
         type=_names("config", list(CONFIGS)),
         default=None,
-        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-F on a GPU, the CPU "
+        help=f"comma-separated configs from {', '.join(CONFIGS)} (default: A-G on a GPU, the CPU "
         f"ones otherwise: {', '.join(c.name for c in CPU_CONFIGS)})",
     )
     parser.add_argument(

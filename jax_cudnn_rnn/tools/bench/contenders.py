@@ -27,7 +27,9 @@ PACKAGE = "jax_cudnn_rnn"
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     """One benchmark problem. ``time`` x ``batch`` x ``input_size`` input, ``hidden`` units per layer; ``padded``:
-    a padded batch whose sequences have the lengths ``lengths()`` (each contender's own way of taking them)."""
+    a padded batch whose sequences have the lengths ``lengths()`` (each contender's own way of taking them);
+    ``decode``: autoregressive decoding, ``time`` one-step calls that carry the states (a JAX contender's in
+    ``lax.scan``, PyTorch's a Python loop of module calls), forward only."""
 
     name: str
     mode: str
@@ -40,6 +42,7 @@ class BenchConfig:
     inference_only: bool = False
     platform: str = "gpu"
     padded: bool = False
+    decode: bool = False
 
     @property
     def bidirectional(self) -> bool:
@@ -77,6 +80,7 @@ class BenchConfig:
             + (["bidirectional"] if self.bidirectional else [])
             + (["inference only"] if self.inference_only else [])
             + (["lengths in [T/2, T]"] if self.padded else [])
+            + (["T one-step calls (decoding)"] if self.decode else [])
         )
         return f"{self.mode.upper()} T={self.time} B={self.batch} I={self.input_size} H={self.hidden}, " + ", ".join(
             extras
@@ -107,6 +111,9 @@ GPU_CONFIGS = (
     BenchConfig("D", "lstm", 4, 1024, 512, 64, 200, direction="bidirectional"),
     BenchConfig("E", "gru", 1, 2048, 2048, 32, 750),
     BenchConfig("F", "lstm", 1, 128, 64, 32, 1000),
+    # Decoding (issue 39's "G"): 100 one-step calls of a 2-layer LSTM, against PyTorch calling nn.LSTM step by step.
+    BenchConfig("G-b1", "lstm", 2, 512, 512, 1, 100, inference_only=True, decode=True),
+    BenchConfig("G-b64", "lstm", 2, 512, 512, 64, 100, inference_only=True, decode=True),
 )
 CPU_CONFIGS = (
     BenchConfig("cpu-lstm", "lstm", 1, 256, 256, 32, 100, platform="cpu"),
@@ -220,16 +227,23 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
     lengths = () if bc.lengths() is None else (jnp.asarray(bc.lengths()),)
 
     def forward(params: Any, x: Any, *lengths: Any) -> Any:
+        if bc.decode:
+            return jax.lax.scan(lambda states, x_t: decode_step(params, x_t, states), (h0, c0), x)[1]
         return jcr.rnn(
             params, x, h0, c0, cfg, seq_lengths=lengths[0] if lengths else None, implementation=implementation
         )[0]
 
-    call = Call(cfg, bc.time, bc.batch, seq_lengths=bc.padded)
+    def decode_step(params: Any, x_t: Any, states: tuple[Any, Any]) -> tuple[tuple[Any, Any], Any]:
+        y, h, c = jcr.rnn(params, x_t[None], *states, cfg, implementation=implementation)
+        return (h, c), y[0]
+
+    one_call = dataclasses.replace(bc, time=1) if bc.decode else bc  # what each rnn() call runs
+    call = Call(cfg, one_call.time, bc.batch, seq_lengths=bc.padded)
     picked = implementation or registry.implementation_for(x, call)
     extra = (
-        {FWD: cudnn_workspace(bc, cfg, False), TRAIN: cudnn_workspace(bc, cfg, True)}
+        {FWD: cudnn_workspace(one_call, cfg, False), TRAIN: cudnn_workspace(one_call, cfg, True)}
         if picked == "cudnn"
-        else onednn_scratch(bc, cfg, implementation, call)
+        else onednn_scratch(one_call, cfg, implementation, call)
     )
     runner = _jax_runner(
         forward, lambda p, x, *n: _sum_squares(forward(p, x, *n)), (params, x, *lengths), bc.inference_only, extra
@@ -406,10 +420,14 @@ def jax_exp_unavailable() -> str | None:
 
 
 def _lstm_only(bc: BenchConfig, dtype: str) -> str | None:
+    if bc.decode:
+        return "decoding: the peer is PyTorch's loop of one-step calls"
     return None if bc.mode == "lstm" else f"jax.experimental.rnn supports LSTM only, not {bc.mode.upper()}"
 
 
 def _no_lengths(bc: BenchConfig, dtype: str) -> str | None:
+    if bc.decode:
+        return "decoding: the peer is PyTorch's loop of one-step calls"
     return "a padded batch: the Flax stack here takes no lengths" if bc.padded else None
 
 
@@ -428,6 +446,11 @@ def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
     lengths = None if bc.lengths() is None else torch.from_numpy(bc.lengths()).to(torch.int64)
 
     def run(x: Any) -> Any:
+        if bc.decode:  # one module call per step, the states carried
+            states = None
+            for t in range(x.shape[0]):
+                y, states = module(x[t : t + 1], states)
+            return y
         if lengths is None:
             return module(x)[0]
         return module(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False))[0].data

@@ -295,8 +295,8 @@ def add_ratios(records: list[dict[str, Any]]) -> None:
 
 
 def _run_package_implementations(bc: C.BenchConfig, dtype: str) -> list[str]:
-    """Imports this package and runs ``rnn()``'s forward and training step on ``bc`` with every implementation that
-    can run here, and with the default; returns what ran."""
+    """Imports this package and runs ``rnn()``'s forward and (where ``bc`` has one) training step on ``bc`` with every
+    implementation that can run here, and with the default; returns what ran."""
     from jax_cudnn_rnn.backends import registry
 
     ran = []
@@ -306,7 +306,8 @@ def _run_package_implementations(bc: C.BenchConfig, dtype: str) -> list[str]:
         runner = C._build_jcr(bc, dtype, name)
         for _ in range(3):
             runner.forward()
-            runner.train()
+            if runner.train is not None:  # an inference-only problem has none
+                runner.train()
         ran.append(name or "default")
     return ran
 
