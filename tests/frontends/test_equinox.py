@@ -136,8 +136,10 @@ def test_vmap_is_one_fused_call_and_equals_a_loop():
     fused = je.LSTM(I, H, num_layers=2, bidirectional=True, implementation="onednn", key=jax.random.key(7))
     jaxpr = jax.make_jaxpr(jax.vmap(fused))(xs, states).jaxpr
     calls = [eqn for eqn in jaxpr_eqns(jaxpr) if eqn.primitive.name == "ffi_call"]
-    assert len(calls) == 1, [eqn.params.get("target_name") for eqn in calls]
-    assert calls[0].invars[0].aval.shape[1] == 5  # [T, batch, I]: the five sequences folded into one batch
+    # One forward over the folded batch, after its weights call (on the params, which are not mapped).
+    targets = [eqn.params.get("target_name") for eqn in calls]
+    assert targets == [onednn_extension.WEIGHTS_TARGET, onednn_extension.FORWARD_TARGET], targets
+    assert calls[1].invars[0].aval.shape[1] == 5  # [T, batch, I]: the five sequences folded into one batch
     _close(jax.vmap(fused)(xs, states), jax.vmap(model)(xs, states))
     # oneDNN takes lengths too (issue 41), under vmap as well.
     _close(jax.vmap(fused)(xs, states, seq_length=lengths), got)
