@@ -193,19 +193,25 @@ def _compose(kernel, call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     return compose.run(kernel, call, inputs, takes_lengths=False)
 
 
-def variant_name(pair: tuple[str, str]) -> str:
-    """The name of an (undifferentiated, under jax.grad) pair: one side's name where both run one implementation
-    ("onednn", "onednn:plain", "xla"), else the hybrid's ("onednn+xla", "xla+onednn", ...)."""
+def _one_implementation(pair: tuple[str, str]) -> bool:
+    """Whether both sides of an (undifferentiated, under jax.grad) pair run one implementation: the same name, or
+    oneDNN and one of its variants (whose inference forward is oneDNN's own)."""
     undifferentiated, differentiated = pair
-    return differentiated if differentiated.split(":")[0] == undifferentiated else "+".join(pair)
+    return differentiated.split(":")[0] == undifferentiated
+
+
+def variant_name(pair: tuple[str, str]) -> str:
+    """The name of an (undifferentiated, under jax.grad) pair: its differentiated side's where both run one
+    implementation ("onednn", "onednn:plain", "xla"), else the hybrid's ("onednn+xla", "xla+onednn", ...)."""
+    return pair[1] if _one_implementation(pair) else "+".join(pair)
 
 
 @functools.cache
 def _kernel(pair: tuple[str, str]):
-    """The fused kit's kernel for ``pair``: oneDNN's own custom_vjp where oneDNN runs both sides (its inference
-    forward undifferentiated in either variant), else the hybrid of the two sides."""
+    """The fused kit's kernel for ``pair``: that implementation's own where both sides run one, else the hybrid of
+    the two sides."""
     undifferentiated, differentiated = pair
-    if differentiated.split(":")[0] == undifferentiated:
+    if _one_implementation(pair):
         return _as_kernel(_SIDES[differentiated])
     return _as_kernel(_hybrid(_SIDES[undifferentiated], _SIDES[differentiated]))
 

@@ -419,16 +419,19 @@ def jax_exp_unavailable() -> str | None:
     return None
 
 
+def _decoding(bc: BenchConfig) -> str | None:
+    """Why a JAX peer sits out a decoding problem (PyTorch's loop of module calls is the peer there), or None."""
+    return "decoding: the peer is PyTorch's loop of one-step calls" if bc.decode else None
+
+
 def _lstm_only(bc: BenchConfig, dtype: str) -> str | None:
-    if bc.decode:
-        return "decoding: the peer is PyTorch's loop of one-step calls"
-    return None if bc.mode == "lstm" else f"jax.experimental.rnn supports LSTM only, not {bc.mode.upper()}"
+    if bc.mode != "lstm":
+        return f"jax.experimental.rnn supports LSTM only, not {bc.mode.upper()}"
+    return _decoding(bc)
 
 
 def _no_lengths(bc: BenchConfig, dtype: str) -> str | None:
-    if bc.decode:
-        return "decoding: the peer is PyTorch's loop of one-step calls"
-    return "a padded batch: the Flax stack here takes no lengths" if bc.padded else None
+    return "a padded batch: the Flax stack here takes no lengths" if bc.padded else _decoding(bc)
 
 
 def _build_torch(bc: BenchConfig, dtype: str) -> Runner:
