@@ -1,4 +1,5 @@
-"""oneDNN's three FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network.
+"""oneDNN's FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network, and a matrix
+product on oneDNN's matmul primitive (``matmul``: what "onednn:gemm" builds a network from).
 
 The handlers read the weights from the opaque buffer's bytes (gate blocks reordered into the format the primitive
 chose), so the same ``params`` run here, on cuDNN and on the xla implementation: the forward through the weights call,
@@ -107,4 +108,20 @@ def backward(
             plain_backward_weights=np.bool_(plain_backward_weights),
             **attributes(config),
         )
+    )
+
+
+def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, out_dtype=np.float32):
+    """``op(a) @ op(b)`` on oneDNN's matmul primitive (onednn/matmul.h): a [..., M, K] (stored [..., K, M] where
+    ``transpose_a``), b [..., K, N] (stored [..., N, K] where ``transpose_b``), both float32 or both bfloat16;
+    ``out_dtype`` float32 (bfloat16 products accumulate in float32 and keep it) or a's dtype. The transposes are
+    strides, never copies. Under ``jax.vmap`` an unmapped operand gets a leading 1, which oneDNN broadcasts."""
+    if a.ndim != b.ndim or a.ndim < 2:
+        raise ValueError(f"a has shape {a.shape} and b {b.shape}; expected the same rank, at least 2")
+    m = a.shape[-1] if transpose_a else a.shape[-2]
+    n = b.shape[-2] if transpose_b else b.shape[-1]
+    batch = tuple(max(i, j) for i, j in zip(a.shape[:-2], b.shape[:-2], strict=True))
+    out_type = jax.ShapeDtypeStruct((*batch, m, n), out_dtype)
+    return jax.ffi.ffi_call(extension.MATMUL_TARGET, out_type, vmap_method="expand_dims")(
+        a, b, transpose_a=np.bool_(transpose_a), transpose_b=np.bool_(transpose_b)
     )

@@ -1,0 +1,266 @@
+#include "matmul.h"
+
+#include <algorithm>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include "ffi_args.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#include "plan.h"
+#include "scratch.h"
+#include "threading.h"
+
+namespace jax_cudnn_rnn::onednn {
+// The handler's attributes (jax_cudnn_rnn/backends/onednn/kernels.py `matmul`).
+struct MatmulAttrs {
+  bool transpose_a;
+  bool transpose_b;
+};
+}  // namespace jax_cudnn_rnn::onednn
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::MatmulAttrs,
+                                      ::xla::ffi::StructMember<bool>("transpose_a"),
+                                      ::xla::ffi::StructMember<bool>("transpose_b"));
+
+namespace jax_cudnn_rnn::onednn {
+
+namespace ffi = ::xla::ffi;
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+// Everything a matmul primitive depends on; the key of the primitive cache.
+struct MatmulShape {
+  std::vector<int64_t> a_dims, b_dims;  // as stored
+  dt data_type = dt::f32, out_type = dt::f32;
+  bool transpose_a = false, transpose_b = false;
+
+  bool operator==(const MatmulShape& other) const {
+    return a_dims == other.a_dims && b_dims == other.b_dims && data_type == other.data_type &&
+           out_type == other.out_type && transpose_a == other.transpose_a && transpose_b == other.transpose_b;
+  }
+  size_t rank() const { return a_dims.size(); }
+  int64_t m() const { return a_dims[rank() - (transpose_a ? 1 : 2)]; }
+  int64_t k() const { return a_dims[rank() - (transpose_a ? 2 : 1)]; }
+  int64_t n() const { return b_dims[rank() - (transpose_b ? 2 : 1)]; }
+  // c's dimensions: the batch dimensions broadcast, then (M, N).
+  std::vector<int64_t> c_dims() const {
+    std::vector<int64_t> dims(rank());
+    for (size_t i = 0; i + 2 < rank(); ++i) dims[i] = std::max(a_dims[i], b_dims[i]);
+    dims[rank() - 2] = m();
+    dims[rank() - 1] = n();
+    return dims;
+  }
+};
+
+struct MatmulShapeHash {
+  size_t operator()(const MatmulShape& shape) const {
+    size_t seed = std::hash<int>{}(static_cast<int>(shape.data_type) * 64 + static_cast<int>(shape.out_type) * 4 +
+                                   shape.transpose_a * 2 + shape.transpose_b);
+    for (const auto* dims : {&shape.a_dims, &shape.b_dims}) {
+      for (int64_t d : *dims) seed ^= std::hash<int64_t>{}(d) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
+    }
+    return seed;
+  }
+};
+
+// A cached primitive and what a call needs to run it.
+struct MatmulPlan {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c;
+  size_t scratchpad_bytes = 0;
+  std::string implementation;
+};
+
+ffi::Error DataTypeOf(const char* name, ffi::DataType dtype, dt* out) {
+  if (dtype == ffi::DataType::F32) *out = dt::f32;
+  else if (dtype == ffi::DataType::BF16) *out = dt::bf16;
+  else {
+    return ffi::Error::InvalidArgument(std::string(name) + " has XLA element type " +
+                                       std::to_string(static_cast<int>(dtype)) + "; expected float32 or bfloat16");
+  }
+  return ffi::Error::Success();
+}
+
+std::string DimsString(const std::vector<int64_t>& dims) {
+  return ShapeString(ffi::Span<const int64_t>(dims.data(), dims.size()));
+}
+
+// The shape of a product from its operands' shapes and element types, checked.
+ffi::Error DecodeShape(std::vector<int64_t> a_dims, std::vector<int64_t> b_dims, ffi::DataType a_type,
+                       ffi::DataType b_type, ffi::DataType c_type, bool transpose_a, bool transpose_b,
+                       MatmulShape* shape) {
+  MatmulShape result;
+  result.transpose_a = transpose_a;
+  result.transpose_b = transpose_b;
+  JCR_RETURN_IF_ERROR(DataTypeOf("a", a_type, &result.data_type));
+  JCR_RETURN_IF_ERROR(DataTypeOf("c", c_type, &result.out_type));
+  if (b_type != a_type) return ffi::Error::InvalidArgument("b's element type differs from a's");
+  if (result.out_type != dt::f32 && result.out_type != result.data_type) {
+    return ffi::Error::InvalidArgument("c must be float32 or a's element type");
+  }
+  if (a_dims.size() < 2 || a_dims.size() != b_dims.size() || a_dims.size() > DNNL_MAX_NDIMS) {
+    return ffi::Error::InvalidArgument("a has shape " + DimsString(a_dims) + " and b " + DimsString(b_dims) +
+                                       "; expected the same rank, from 2 to " + std::to_string(DNNL_MAX_NDIMS));
+  }
+  result.a_dims = std::move(a_dims);
+  result.b_dims = std::move(b_dims);
+  const size_t rank = result.rank();
+  const int64_t k_of_b = result.b_dims[rank - (transpose_b ? 1 : 2)];
+  bool batches_agree = true;
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    const int64_t a = result.a_dims[i], b = result.b_dims[i];
+    batches_agree &= a == b || a == 1 || b == 1;
+  }
+  if (result.k() != k_of_b || !batches_agree) {
+    return ffi::Error::InvalidArgument(
+        "a has shape " + DimsString(result.a_dims) + (transpose_a ? " (transposed)" : "") + " and b " +
+        DimsString(result.b_dims) + (transpose_b ? " (transposed)" : "") +
+        "; expected equal contracted dimensions and batch dimensions that are equal or 1");
+  }
+  *shape = std::move(result);
+  return ffi::Error::Success();
+}
+
+// The descriptor of the logical [..., rows, cols] operand stored row-major as [..., rows, cols], or as
+// [..., cols, rows] where `transposed`.
+dnnl::memory::desc OperandDesc(const std::vector<int64_t>& stored, bool transposed, dt type) {
+  const size_t rank = stored.size();
+  dnnl::memory::dims dims(stored.begin(), stored.end()), strides(rank);
+  int64_t stride = 1;
+  for (size_t i = rank; i-- > 0;) {
+    strides[i] = stride;
+    stride *= stored[i];
+  }
+  if (transposed) {
+    std::swap(dims[rank - 2], dims[rank - 1]);
+    std::swap(strides[rank - 2], strides[rank - 1]);
+  }
+  return dnnl::memory::desc(dims, type, strides);
+}
+
+std::shared_ptr<const MatmulPlan> MakePlan(const MatmulShape& shape) {
+  auto plan = std::make_shared<MatmulPlan>();
+  plan->a = OperandDesc(shape.a_dims, shape.transpose_a, shape.data_type);
+  plan->b = OperandDesc(shape.b_dims, shape.transpose_b, shape.data_type);
+  plan->c = OperandDesc(shape.c_dims(), false, shape.out_type);
+  dnnl::primitive_attr attr;
+  // As the RNN primitives (plan.cc): each call brings its scratchpad, so that one primitive serves every thread.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(Engine(), plan->a, plan->b, plan->c, attr);
+  plan->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  plan->implementation = pd.impl_info_str();
+  plan->primitive = dnnl::matmul(pd);
+  return plan;
+}
+
+// Least recently used plans are evicted; a plan is immutable and shared by concurrent calls.
+class MatmulCache {
+ public:
+  std::shared_ptr<const MatmulPlan> Get(const MatmulShape& shape) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = index_.find(shape);
+      if (it != index_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+    }
+    std::shared_ptr<const MatmulPlan> plan = MakePlan(shape);  // outside the lock: building JIT-compiles kernels
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(shape);
+    if (it != index_.end()) return it->second->second;
+    order_.emplace_front(shape, plan);
+    index_[shape] = order_.begin();
+    while (order_.size() > kMatmulCacheCapacity) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return plan;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return order_.size();
+  }
+
+ private:
+  using Entry = std::pair<MatmulShape, std::shared_ptr<const MatmulPlan>>;
+  std::mutex mutex_;
+  std::list<Entry> order_;
+  std::unordered_map<MatmulShape, std::list<Entry>::iterator, MatmulShapeHash> index_;
+};
+
+MatmulCache& Cache() {
+  static MatmulCache* cache = new MatmulCache();  // never destroyed: calls may still run while the process exits
+  return *cache;
+}
+
+std::vector<int64_t> DimsOf(const ffi::AnyBuffer& buffer) {
+  auto dims = buffer.dimensions();
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c, MatmulAttrs attrs) {
+  try {
+    MatmulShape shape;
+    JCR_RETURN_IF_ERROR(DecodeShape(DimsOf(a), DimsOf(b), a.element_type(), b.element_type(), c->element_type(),
+                                    attrs.transpose_a, attrs.transpose_b, &shape));
+    JCR_RETURN_IF_ERROR(CheckBuffer("c", *c, c->element_type(), shape.c_dims()));
+    if (c->element_count() == 0) return ffi::Error::Success();
+    if (shape.k() == 0) {  // oneDNN refuses an empty contraction; its sum is zero
+      std::fill_n(static_cast<char*>(c->untyped_data()), c->size_bytes(), 0);
+      return ffi::Error::Success();
+    }
+    std::shared_ptr<const MatmulPlan> plan = Cache().Get(shape);
+    ScratchLease scratch = TakeScratch(plan->scratchpad_bytes);
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
+      const dnnl::engine& engine = Engine();
+      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(plan->a, engine, a.untyped_data())},
+                                                 {DNNL_ARG_WEIGHTS, dnnl::memory(plan->b, engine, b.untyped_data())},
+                                                 {DNNL_ARG_DST, dnnl::memory(plan->c, engine, c->untyped_data())}};
+      if (plan->scratchpad_bytes > 0) {
+        args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory({{static_cast<dnnl::memory::dim>(plan->scratchpad_bytes)},
+                                                        dt::u8,
+                                                        dnnl::memory::format_tag::a},
+                                                       engine, scratch.data()));
+      }
+      plan->primitive.execute(stream, args);
+      stream.wait();
+      return ffi::Error::Success();
+    });
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string("jax_cudnn_rnn_onednn_matmul: oneDNN failed: ") + e.what() +
+                                " (dnnl_status_t " + std::to_string(static_cast<int>(e.status)) + ")");
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_cudnn_rnn_onednn_matmul failed: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                                 ffi::DataType dtype, ffi::DataType out_dtype, bool transpose_a, bool transpose_b) {
+  MatmulShape shape;
+  ffi::Error error = DecodeShape(a_dims, b_dims, dtype, dtype, out_dtype, transpose_a, transpose_b, &shape);
+  if (error.failure()) throw std::invalid_argument(error.message());
+  return Cache().Get(shape)->implementation;
+}
+
+size_t CachedMatmulCount() { return Cache().size(); }
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Matmul, MatmulImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // a
+                                  .Arg<ffi::AnyBuffer>()  // b
+                                  .Ret<ffi::AnyBuffer>()  // c
+                                  .Attrs<MatmulAttrs>());
+
+}  // namespace jax_cudnn_rnn::onednn

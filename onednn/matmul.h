@@ -1,0 +1,40 @@
+// A matrix product on oneDNN's matmul primitive, as an XLA FFI handler (platform "cpu"), called by
+// jax_cudnn_rnn/backends/onednn/kernels.py:
+//
+//   jax_cudnn_rnn_onednn_matmul(a, b) -> c,   c[..., m, n] = sum_k op(a)[..., m, k] op(b)[..., k, n]
+//
+// op(a) is a [..., M, K], or its transpose where `transpose_a` (a stored [..., K, M]); op(b) likewise [..., K, N] or,
+// where `transpose_b`, stored [..., N, K]. a, b and c have the same rank (at least 2); each leading (batch) dimension
+// of a and b is c's or 1 (broadcast: how jax.vmap's "expand_dims" passes an unmapped operand). a and b are both
+// float32 or both bfloat16; c is float32 (bfloat16 inputs accumulate in float32 and keep it) or a's element type.
+// The transposes are strides of oneDNN's memory descriptors, never copies. Primitives are built once per shape and
+// cached (least recently used evicted), scratchpads come from the extension's pool (scratch.h), and the product runs on
+// the extension's threads (threading.h).
+#ifndef JAX_CUDNN_RNN_ONEDNN_MATMUL_H_
+#define JAX_CUDNN_RNN_ONEDNN_MATMUL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_cudnn_rnn::onednn {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Matmul);
+
+// oneDNN's name for the kernel it runs for such a product (e.g. "brg:avx512_core_bf16"), building and caching the
+// primitive: what a benchmark reports beside its time. Shapes and element types as the handler's.
+// Throws std::invalid_argument for shapes or element types the handler refuses.
+std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                                 xla::ffi::DataType dtype, xla::ffi::DataType out_dtype, bool transpose_a,
+                                 bool transpose_b);
+
+// Number of matmul primitives in the cache, and its capacity.
+size_t CachedMatmulCount();
+constexpr size_t kMatmulCacheCapacity = 256;
+
+}  // namespace jax_cudnn_rnn::onednn
+
+#endif  // JAX_CUDNN_RNN_ONEDNN_MATMUL_H_
