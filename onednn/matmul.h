@@ -24,12 +24,29 @@ namespace jax_cudnn_rnn::onednn {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Matmul);
 
+// The same product with b packed once into the layout oneDNN's kernels read (blocked), for a product repeated with the
+// same weights (an RNN's recurrent product at every step), which otherwise copies b into that layout at every call:
+//
+//   jax_cudnn_rnn_onednn_matmul_pack(b) -> packed     b [..., K, N] (or [..., N, K] where transpose_b), packed
+//                                                     uint8 [..., bytes]: each batch entry packed
+//   jax_cudnn_rnn_onednn_matmul_packed(a, packed) -> c    a [..., M, K], c [..., M, N] float32
+//
+// Both take `rows` (the M the layout is picked for), `b_shape` (b's stored [K, N] or [N, K]) and `transpose_b`. The
+// product's batch dimensions broadcast as the plain one's; where all rows read the same packed weights they are one
+// product (a vmapped a's rows folded into M).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulPack);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulPacked);
+
 // oneDNN's name for the kernel it runs for such a product (e.g. "brg:avx512_core_bf16"), building and caching the
 // primitive: what a benchmark reports beside its time. Shapes and element types as the handler's.
 // Throws std::invalid_argument for shapes or element types the handler refuses.
 std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
                                  xla::ffi::DataType dtype, xla::ffi::DataType out_dtype, bool transpose_a,
                                  bool transpose_b);
+
+// Bytes of b packed for products of `rows` rows (b_shape, transpose_b as the handlers' attributes); throws
+// std::invalid_argument for shapes or element types the handlers refuse.
+size_t PackedBytes(int64_t rows, const std::vector<int64_t>& b_shape, xla::ffi::DataType dtype, bool transpose_b);
 
 // Number of matmul primitives in the cache, and its capacity.
 size_t CachedMatmulCount();

@@ -88,7 +88,9 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   DefRegistrations(m, {{"jax_cudnn_rnn_onednn_weights", RnnWeights},
                        {"jax_cudnn_rnn_onednn_forward", RnnForward},
                        {"jax_cudnn_rnn_onednn_backward", RnnBackward},
-                       {"jax_cudnn_rnn_onednn_matmul", Matmul}});
+                       {"jax_cudnn_rnn_onednn_matmul", Matmul},
+                       {"jax_cudnn_rnn_onednn_matmul_pack", MatmulPack},
+                       {"jax_cudnn_rnn_onednn_matmul_packed", MatmulPacked}});
   DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"), py::arg("plain_backward_weights") = false);
@@ -105,6 +107,13 @@ PYBIND11_MODULE(_onednn_rnn, m) {
       py::arg("transpose_b") = false,
       "oneDNN's name for the kernel jax_cudnn_rnn_onednn_matmul runs for such a product (matmul.h); ValueError for "
       "shapes or dtypes it refuses.");
+  m.def(
+      "matmul_packed_bytes",
+      [](int64_t rows, const std::vector<int64_t>& b_shape, const std::string& dtype, bool transpose_b) {
+        return PackedBytes(rows, b_shape, DataTypeFromName(dtype), transpose_b);
+      },
+      py::arg("rows"), py::arg("b_shape"), py::arg("dtype"), py::arg("transpose_b") = false,
+      "Bytes of weights packed by jax_cudnn_rnn_onednn_matmul_pack for products of `rows` rows (matmul.h).");
   m.def("cached_matmuls", &CachedMatmulCount, "Number of matmul primitives in the cache.");
   m.attr("MATMUL_CACHE_CAPACITY") = kMatmulCacheCapacity;
   m.attr("CPU_RUNTIME") = CpuRuntime();

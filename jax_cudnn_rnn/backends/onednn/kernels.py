@@ -125,3 +125,36 @@ def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, out_dt
     return jax.ffi.ffi_call(extension.MATMUL_TARGET, out_type, vmap_method="expand_dims")(
         a, b, transpose_a=np.bool_(transpose_a), transpose_b=np.bool_(transpose_b)
     )
+
+
+@functools.lru_cache(maxsize=256)
+def packed_bytes(rows: int, b_shape: tuple[int, int], dtype: str, transpose_b: bool) -> int:
+    """Bytes of a [K, N] (or [N, K]: ``transpose_b``) matrix of ``dtype`` packed for products of ``rows`` rows."""
+    return extension.module().matmul_packed_bytes(rows, list(b_shape), dtype, transpose_b)
+
+
+def _packed_attributes(rows: int, b_shape, transpose_b: bool) -> dict[str, Any]:
+    return dict(rows=np.int64(rows), b_shape=np.asarray(b_shape, np.int64), transpose_b=np.bool_(transpose_b))
+
+
+def pack_weights(b, rows: int, *, transpose_b: bool = False):
+    """``b`` [..., K, N] (stored [..., N, K] where ``transpose_b``) packed into the layout oneDNN's matmul kernels read
+    for products of ``rows`` rows: uint8 [..., bytes], for ``matmul_packed``. Packing once saves the copy into that
+    layout which every plain product makes (onednn/matmul.h)."""
+    b_shape = tuple(b.shape[-2:])
+    size = packed_bytes(rows, b_shape, np.dtype(b.dtype).name, transpose_b)
+    out_type = jax.ShapeDtypeStruct((*b.shape[:-2], size), np.uint8)
+    return jax.ffi.ffi_call(extension.PACK_TARGET, out_type, vmap_method="expand_dims")(
+        b, **_packed_attributes(rows, b_shape, transpose_b)
+    )
+
+
+def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b: bool = False):
+    """``a @ op(b)`` in float32 for ``packed`` = ``pack_weights(b, rows, transpose_b=...)`` of a b of stored shape
+    ``b_shape``: a [..., M, K] of b's dtype, packed [..., bytes] (batch axes equal or 1) -> [..., M, N]."""
+    n = b_shape[0] if transpose_b else b_shape[1]
+    batch = tuple(max(i, j) for i, j in zip(a.shape[:-2], packed.shape[:-1], strict=True))
+    out_type = jax.ShapeDtypeStruct((*batch, a.shape[-2], n), np.float32)
+    return jax.ffi.ffi_call(extension.PACKED_MATMUL_TARGET, out_type, vmap_method="expand_dims")(
+        a, packed, **_packed_attributes(rows, b_shape, transpose_b)
+    )
