@@ -9,10 +9,11 @@ bfloat16.
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
 ``_rnn_plain`` ("onednn:plain") is the same with the backward on the weights in the plain ldgoi layout (another oneDNN
-kernel, faster at some shapes: onednn/plan.cc). Dropout runs layer by layer through the fused kit
-(jax_cudnn_rnn/backends/fused/compose.py). The hybrids (``_hybrid``) run one implementation where nothing differentiates
-the call and the other under jax.grad: "xla+onednn" the xla forward and oneDNN's training step, "onednn+xla" oneDNN's
-inference forward and the xla implementation.
+kernel, faster at some shapes: onednn/plan.cc). "onednn:gemm" is the network as GEMMs on oneDNN's matmul primitive,
+the gates in XLA (jax_cudnn_rnn/backends/onednn/gemm.py), forward and backward. Dropout runs layer by layer through the
+fused kit (jax_cudnn_rnn/backends/fused/compose.py). The hybrids (``_hybrid``) run one implementation where nothing
+differentiates the call and the other under jax.grad: "xla+onednn" the xla forward and oneDNN's training step,
+"onednn+xla" oneDNN's inference forward and the xla implementation.
 
 ``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
 measured per mode, dtype and size for this CPU's instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.py,
@@ -37,7 +38,7 @@ from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
-from jax_cudnn_rnn.backends.onednn import extension, kernels
+from jax_cudnn_rnn.backends.onednn import extension, gemm, kernels
 from jax_cudnn_rnn.backends.onednn.cpu_table import cpu_choice
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -156,8 +157,9 @@ def _xla(params, x, h0, c0, config: RNNConfig):
     return xla.rnn_xla(params, x, h0, c0, config)
 
 
-# What each side of a (undifferentiated, under jax.grad) pair names.
-_SIDES = {"onednn": _onednn, "onednn:plain": _onednn_plain, "xla": _xla}
+# What each side of a (undifferentiated, under jax.grad) pair names; "onednn:gemm" is oneDNN's matmul primitive
+# under the xla implementation's decomposition (jax_cudnn_rnn/backends/onednn/gemm.py), forward and backward.
+_SIDES = {"onednn": _onednn, "onednn:plain": _onednn_plain, "onednn:gemm": gemm.rnn, "xla": _xla}
 
 
 def _hybrid(undifferentiated, differentiated):
@@ -193,11 +195,16 @@ def _compose(kernel, call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
     return compose.run(kernel, call, inputs, takes_lengths=False)
 
 
+# What each side runs where nothing differentiates it, where that is another side's: "onednn:plain" differs from
+# "onednn" only in its backward.
+_UNDIFFERENTIATED = {"onednn:plain": "onednn"}
+
+
 def _one_implementation(pair: tuple[str, str]) -> bool:
     """Whether both sides of an (undifferentiated, under jax.grad) pair run one implementation: the same name, or
-    oneDNN and one of its variants (whose inference forward is oneDNN's own)."""
+    oneDNN and a variant whose inference forward is oneDNN's own ("onednn:plain")."""
     undifferentiated, differentiated = pair
-    return differentiated.split(":")[0] == undifferentiated
+    return _UNDIFFERENTIATED.get(differentiated, differentiated) == undifferentiated
 
 
 def variant_name(pair: tuple[str, str]) -> str:
@@ -237,7 +244,13 @@ def variant_for(call: Call) -> tuple[str, str]:
 # The pairs that run when asked for by name (the bench and the tests measure them alone), by name.
 _VARIANTS = {
     variant_name(pair): pair
-    for pair in (("onednn", "onednn"), ("onednn", "onednn:plain"), ("xla", "onednn"), ("onednn", "xla"))
+    for pair in (
+        ("onednn", "onednn"),
+        ("onednn", "onednn:plain"),
+        ("onednn:gemm", "onednn:gemm"),
+        ("xla", "onednn"),
+        ("onednn", "xla"),
+    )
 }
 
 

@@ -269,7 +269,7 @@ def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: 
     inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
     extra = {}
     for measurement, runs in ((FWD, inference), (TRAIN, training)):
-        if runs.split(":")[0] == "onednn":
+        if runs in ("onednn", "onednn:plain"):  # "onednn:gemm" takes only its GEMMs' small scratchpads
             sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN, runs == "onednn:plain")
             extra[measurement] = max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
     return extra
@@ -535,6 +535,8 @@ CONTENDERS = {
         # oneDNN with its backward on plain weights: another kernel, which benchmarks/cpu_table.py measures for the
         # CPU chooser's table (where it runs by default); named only.
         _ours("jcr-onednn-plain", "onednn:plain", by_default=False),
+        # The network as GEMMs on oneDNN's matmul primitive (jax_cudnn_rnn/backends/onednn/gemm.py); named only.
+        _ours("jcr-onednn-gemm", "onednn:gemm", by_default=False),
         _ours("jcr-xla", "xla"),
         # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
         _ours("jcr-default", None),

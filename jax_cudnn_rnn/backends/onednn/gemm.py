@@ -1,0 +1,201 @@
+"""implementation="onednn:gemm": the network as matrix products on oneDNN's matmul primitive, the gates in XLA.
+
+The decomposition PyTorch's CPU GRU runs, and the xla implementation's (jax_cudnn_rnn/backends/xla.py): per layer and
+direction, the input product of all time steps is one GEMM, a ``lax.scan`` carries one recurrent GEMM per step with
+the cell's step (jax_cudnn_rnn/cells/) fused around it by XLA, and a hand-written backward scan emits the gate
+gradients, after which the weight gradients are one GEMM each over all steps. Every GEMM is
+``kernels.matmul`` (onednn/matmul.h): oneDNN's brgemm kernels, which reach the CPU's bfloat16 rate where XLA:CPU's
+GEMM does not. bfloat16 runs its GEMMs in bfloat16 with float32 accumulation and everything else in float32, as the
+xla implementation does.
+
+This is a kernel of the fused kit (``rnn``: the whole network, no lengths, no dropout; jax_cudnn_rnn/backends/fused/
+arranges those around it), for the cells with a fast step (the modes oneDNN's backend runs) and their default
+activations; the projection of an LSTM runs too (its GEMMs on the same target).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jax_cudnn_rnn import layout
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
+from jax_cudnn_rnn.backends.onednn import kernels
+from jax_cudnn_rnn.cells import Cell
+from jax_cudnn_rnn.cells.spec import leading
+from jax_cudnn_rnn.config import RNNConfig
+
+Array = jax.Array
+
+
+def _mm(a: Array, b: Array, transpose_a: bool = False, transpose_b: bool = False) -> Array:
+    """op(a) @ op(b) in float32, ``a`` rounded to ``b``'s dtype first (bfloat16 weights: a bfloat16 GEMM with float32
+    accumulation); 2-D operands (``_rows`` flattens time and batch)."""
+    return kernels.matmul(a.astype(b.dtype), b, transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+def _rows(a: Array) -> Array:
+    """[T, B, N] as [T*B, N]: one GEMM over every step (a reshape of contiguous memory, no copy)."""
+    return a.reshape(-1, a.shape[-1])
+
+
+def _add_bias(a: Array, b: Array | None) -> Array:
+    return a if b is None else a + leading(b, a.ndim)
+
+
+def _stepper(w: Array, rows: int, transpose: bool):
+    """``v -> v @ op(w)`` in float32 for the [rows, K] products of every step: ``w`` packed once (outside the scan)
+    into the layout oneDNN's kernels read, which a plain product would copy it into at every step."""
+    packed = kernels.pack_weights(w, rows, transpose_b=transpose)
+    return lambda v: kernels.matmul_packed(
+        v.astype(w.dtype), packed, rows=rows, b_shape=tuple(w.shape), transpose_b=transpose
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The input product of every step at once.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@custom_vjp
+def _input_gemm(x: Array, w_in: Array) -> Array:
+    """x W_in^T for every step: x [T, B, in] (float32), w_in [G*H, in] -> [T, B, G*H] float32."""
+    return _mm(_rows(x), w_in, transpose_b=True).reshape(*x.shape[:-1], w_in.shape[0])
+
+
+def _input_gemm_fwd(x, w_in):
+    xw = x.astype(w_in.dtype)  # rounded once, for the forward and the weight gradient
+    return _mm(_rows(xw), w_in, transpose_b=True).reshape(*x.shape[:-1], w_in.shape[0]), (xw, w_in)
+
+
+def _input_gemm_bwd(residuals, d_xp):
+    xw, w_in = residuals
+    d_rows = _rows(d_xp).astype(w_in.dtype)
+    dx = _mm(d_rows, w_in).reshape(xw.shape)
+    d_w_in = _mm(d_rows, _rows(xw), transpose_a=True)  # [G*H, in]: sum over steps and rows of d^T x
+    return dx, d_w_in.astype(w_in.dtype)
+
+
+_input_gemm.defvjp(_input_gemm_fwd, _input_gemm_bwd)
+
+
+def _input_projection(x: Array, w_in: Array | None, num_gates: int) -> Array:
+    """W x for every step (the bias is added in the recurrence); skip input feeds x itself to every gate."""
+    return jnp.tile(x, (1, 1, num_gates)) if w_in is None else _input_gemm(x, w_in)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The recurrence: one GEMM per step, its gradient by a backward scan and one GEMM per weight.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1))
+def _recurrence(cell: Cell, reverse: bool, xp, b_in, w_rec, b_rec, w_proj, h0, c0):
+    """xp [T, B, G*H] float32 without its bias, b_in/b_rec [G*H] or None, w_rec [G*H, P], w_proj [P, H] or None,
+    h0 [B, P], c0 [B, H] or None (float32 states). Returns (ys [T, B, P], h_n, c_n or None), float32."""
+    return _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save=False)[0]
+
+
+def _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save):
+    """The forward scan; with ``save`` it also stacks what the backward pass needs: the cell's saved gates, the
+    states each step read (h also as the GEMM read it, for the weight gradient) and the unprojected outputs."""
+    recurrent = _stepper(w_rec, h0.shape[0], transpose=True)  # h @ w_rec^T
+    b_ins = None if b_in is None else cell.gate_inputs(b_in[None])
+
+    def step(carry, xps_t):
+        h, c = carry
+        if b_ins is not None:
+            xps_t = tuple(x_t + b for x_t, b in zip(xps_t, b_ins, strict=True))
+        h_gemm = h.astype(w_rec.dtype)
+        hp = _add_bias(recurrent(h_gemm), b_rec)
+        h_full, c_new, saved = cell.step(xps_t, hp, h, c, None)
+        h_new = h_full if w_proj is None else _mm(h_full, w_proj, transpose_b=True)
+        stacked = (h_new, saved, h, h_gemm, c, None if w_proj is None else h_full) if save else (h_new,)
+        return (h_new, c_new), stacked
+
+    (h_n, c_n), stacked = lax.scan(step, (h0, c0), cell.gate_inputs(xp), reverse=reverse)
+    return (stacked[0], h_n, c_n), stacked[1:]
+
+
+def _recurrence_fwd(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0):
+    outputs, saved = _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save=True)
+    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, *saved)
+
+
+def _recurrence_bwd(cell, reverse, residuals, cotangents):
+    has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, h_gemm, c_prev, h_full = residuals
+    d_ys, dh_n, dc_n = cotangents
+    recurrent = _stepper(w_rec, dh_n.shape[0], transpose=False)  # d_hp @ w_rec
+
+    def step(carry, inputs):
+        dh, dc = carry  # gradient w.r.t. the state after this step
+        d_y, saved_t, h, c = inputs
+        dh_new = dh + d_y
+        dh_full = dh_new if w_proj is None else _mm(dh_new, w_proj)
+        d_xp, d_hp, dh_direct, dc_prev, _ = cell.step_backward(saved_t, h, c, dh_full, dc, None)
+        dh_prev = recurrent(d_hp)
+        dh_prev = dh_prev if dh_direct is None else dh_prev + dh_direct
+        stacked = (d_xp, None if d_hp is d_xp else d_hp, None if w_proj is None else dh_new)
+        return (dh_prev, dc_prev), stacked
+
+    (dh0, dc0), (d_xp, d_hp, dh_proj) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev), reverse=not reverse)
+    d_hp = d_xp if d_hp is None else d_hp
+    d_w_rec = _mm(_rows(d_hp), _rows(h_gemm), transpose_a=True).astype(w_rec.dtype)  # [G*H, P]
+    d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
+    d_w_proj = None
+    if w_proj is not None:
+        d_w_proj = _mm(_rows(dh_proj).astype(w_proj.dtype), _rows(h_full), transpose_a=True).astype(w_proj.dtype)
+    d_b_in = d_xp.sum(axis=(0, 1)) if has_b_in else None
+    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0
+
+
+_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The network.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _direction(config: RNNConfig, x, weights, h0, c0, reverse: bool):
+    w_in, w_rec, w_proj, b_in, b_rec = weights
+    xp = _input_projection(x, w_in, config.num_gates)
+    return _recurrence(config.cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0)
+
+
+def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
+    """The whole network (every layer and direction, no lengths, no dropout): (y, h_n, c_n or None) in
+    ``config.dtype``; arguments as ``jax_cudnn_rnn.rnn``'s."""
+    f32 = jnp.float32
+    layer_input = x.astype(f32)
+    weights = [
+        tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
+        for groups in layout.unpack(params, config)
+    ]
+    h_n, c_n = [], []
+    for layer in range(config.num_layers):
+        outputs = []
+        for direction in range(config.num_directions):
+            index = layer * config.num_directions + direction
+            ys, h_last, c_last = _direction(
+                config,
+                layer_input,
+                weights[index],
+                h0[index].astype(f32),
+                None if c0 is None else c0[index].astype(f32),
+                direction == 1,
+            )
+            outputs.append(ys)
+            h_n.append(h_last)
+            c_n.append(c_last)
+        layer_input = outputs[0] if len(outputs) == 1 else jnp.concatenate(outputs, axis=-1)
+    dtype = config.dtype
+    return (
+        layer_input.astype(dtype),
+        jnp.stack(h_n).astype(dtype),
+        None if c0 is None else jnp.stack(c_n).astype(dtype),
+    )
