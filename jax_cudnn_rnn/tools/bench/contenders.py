@@ -548,9 +548,10 @@ CONTENDERS = {
 
 
 def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
-    """A [size, size] x [size, size] matrix product in ``framework`` ("jax" or "torch") and ``dtype`` (float32
-    accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's attainable
-    GEMM throughput, the roofline's ceiling."""
+    """A [size, size] x [size, size] matrix product in ``framework`` ("onednn": oneDNN's matmul primitive through
+    this package's extension, the fastest GEMM in the process on the CPU; "jax": XLA's dot; "torch") and ``dtype``
+    (float32 accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's
+    attainable GEMM throughput, the roofline's ceiling."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
     if framework == "torch":
@@ -562,5 +563,10 @@ def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
     import jax.numpy as jnp
 
     ja, jb = (jnp.asarray(m, dtype) for m in (a, b))
-    product = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    if framework == "onednn":
+        from jax_cudnn_rnn.backends.onednn import kernels
+
+        product = jax.jit(kernels.matmul)
+    else:
+        product = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
     return lambda: jax.block_until_ready(product(ja, jb))
