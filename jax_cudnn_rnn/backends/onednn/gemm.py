@@ -16,6 +16,7 @@ activations; the projection of an LSTM runs too (its GEMMs on the same target).
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import jax
@@ -57,52 +58,46 @@ def _stepper(w: Array, rows: int, transpose: bool):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The input product of every step at once.
+# One layer and direction: the input products of every step at once, one recurrent product per step; its gradient by a
+# backward scan, then one GEMM each for the input's gradient and every weight's.
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@custom_vjp
-def _input_gemm(x: Array, w_in: Array) -> Array:
-    """x W_in^T for every step: x [T, B, in] (float32), w_in [G*H, in] -> [T, B, G*H] float32."""
-    return _mm(_rows(x), w_in, transpose_b=True).reshape(*x.shape[:-1], w_in.shape[0])
+def _gate_pieces(cell: Cell, width: int) -> list[tuple[int, int]]:
+    """The [start, stop) columns of each array ``cell.gate_inputs`` splits a [..., width] input projection into."""
+    shapes = jax.eval_shape(cell.gate_inputs, jax.ShapeDtypeStruct((1, width), jnp.float32))
+    bounds = [0]
+    for shape in shapes:
+        bounds.append(bounds[-1] + shape.shape[-1])
+    return list(itertools.pairwise(bounds))
 
 
-def _input_gemm_fwd(x, w_in):
-    xw = x.astype(w_in.dtype)  # rounded once, for the forward and the weight gradient
-    return _mm(_rows(xw), w_in, transpose_b=True).reshape(*x.shape[:-1], w_in.shape[0]), (xw, w_in)
+def _input_products(cell: Cell, x: Array, w_in: Array | None, num_gates: int) -> tuple[Array, ...]:
+    """W x for every step (the bias is added in the recurrence), as the step reads it (``cell.gate_inputs``): one GEMM
+    per piece, so that no piece is copied out of a whole [T, B, G*H] product; skip input feeds x itself to every
+    gate."""
+    if w_in is None:
+        return cell.gate_inputs(jnp.tile(x.astype(jnp.float32), (1, 1, num_gates)))
+    rows = _rows(x)
+    return tuple(
+        _mm(rows, w_in[start:stop], transpose_b=True).reshape(*x.shape[:-1], stop - start)
+        for start, stop in _gate_pieces(cell, w_in.shape[0])
+    )
 
 
-def _input_gemm_bwd(residuals, d_xp):
-    xw, w_in = residuals
-    d_rows = _rows(d_xp).astype(w_in.dtype)
-    dx = _mm(d_rows, w_in).reshape(xw.shape)
-    d_w_in = _mm(d_rows, _rows(xw), transpose_a=True)  # [G*H, in]: sum over steps and rows of d^T x
-    return dx, d_w_in.astype(w_in.dtype)
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2))
+def _layer(cell: Cell, reverse: bool, out_dtype: Any, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0):
+    """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
+    (float32), w_rec [G*H, P], w_proj [P, H] or None, h0 [B, P], c0 [B, H] or None (float32 states). Returns
+    (ys [T, B, P] in ``out_dtype``, h_n, c_n or None in float32)."""
+    return _forward(cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0, save=False)[0]
 
 
-_input_gemm.defvjp(_input_gemm_fwd, _input_gemm_bwd)
-
-
-def _input_projection(x: Array, w_in: Array | None, num_gates: int) -> Array:
-    """W x for every step (the bias is added in the recurrence); skip input feeds x itself to every gate."""
-    return jnp.tile(x, (1, 1, num_gates)) if w_in is None else _input_gemm(x, w_in)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The recurrence: one GEMM per step, its gradient by a backward scan and one GEMM per weight.
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-@functools.partial(custom_vjp, nondiff_argnums=(0, 1))
-def _recurrence(cell: Cell, reverse: bool, xp, b_in, w_rec, b_rec, w_proj, h0, c0):
-    """xp [T, B, G*H] float32 without its bias, b_in/b_rec [G*H] or None, w_rec [G*H, P], w_proj [P, H] or None,
-    h0 [B, P], c0 [B, H] or None (float32 states). Returns (ys [T, B, P], h_n, c_n or None), float32."""
-    return _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save=False)[0]
-
-
-def _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save):
-    """The forward scan; with ``save`` it also stacks what the backward pass needs: the cell's saved gates, the
-    states each step read (h also as the GEMM read it, for the weight gradient) and the unprojected outputs."""
+def _forward(cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0, save):
+    """The input products and the forward scan; with ``save`` also what the backward pass needs: the cell's saved
+    gates, the states each step read (h also as the GEMM read it, for the weight gradient) and the unprojected
+    outputs."""
+    xps = _input_products(cell, x, w_in, w_rec.shape[0] // cell.num_gates)
     recurrent = _stepper(w_rec, h0.shape[0], transpose=True)  # h @ w_rec^T
     b_ins = None if b_in is None else cell.gate_inputs(b_in[None])
 
@@ -114,46 +109,71 @@ def _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save):
         hp = _add_bias(recurrent(h_gemm), b_rec)
         h_full, c_new, saved = cell.step(xps_t, hp, h, c, None)
         h_new = h_full if w_proj is None else _mm(h_full, w_proj, transpose_b=True)
-        stacked = (h_new, saved, h, h_gemm, c, None if w_proj is None else h_full) if save else (h_new,)
+        y = h_new.astype(out_dtype)
+        stacked = (y, saved, h, h_gemm, c, None if w_proj is None else h_full) if save else (y,)
         return (h_new, c_new), stacked
 
-    (h_n, c_n), stacked = lax.scan(step, (h0, c0), cell.gate_inputs(xp), reverse=reverse)
+    (h_n, c_n), stacked = lax.scan(step, (h0, c0), xps, reverse=reverse)
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0):
-    outputs, saved = _scan(cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0, save=True)
-    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, *saved)
+def _layer_fwd(cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0):
+    outputs, saved = _forward(cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0, save=True)
+    return outputs, (x, w_in, b_in is not None, w_rec, b_rec is not None, w_proj, *saved)
 
 
-def _recurrence_bwd(cell, reverse, residuals, cotangents):
-    has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, h_gemm, c_prev, h_full = residuals
+def _layer_bwd(cell, reverse, out_dtype, residuals, cotangents):
+    x, w_in, has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, h_gemm, c_prev, h_full = residuals
     d_ys, dh_n, dc_n = cotangents
     recurrent = _stepper(w_rec, dh_n.shape[0], transpose=False)  # d_hp @ w_rec
+    width = w_rec.shape[0]
 
     def step(carry, inputs):
-        dh, dc = carry  # gradient w.r.t. the state after this step
+        dh, dc, d_b_in, d_b_rec = carry  # dh, dc: gradients w.r.t. the state after this step; the biases' sums
         d_y, saved_t, h, c = inputs
-        dh_new = dh + d_y
+        dh_new = dh + d_y.astype(dh.dtype)
         dh_full = dh_new if w_proj is None else _mm(dh_new, w_proj)
         d_xp, d_hp, dh_direct, dc_prev, _ = cell.step_backward(saved_t, h, c, dh_full, dc, None)
         dh_prev = recurrent(d_hp)
         dh_prev = dh_prev if dh_direct is None else dh_prev + dh_direct
-        stacked = (d_xp, None if d_hp is d_xp else d_hp, None if w_proj is None else dh_new)
-        return (dh_prev, dc_prev), stacked
+        # The gate gradients leave the step in the GEMMs' dtype; the biases' sums stay in float32.
+        d_b_in, d_b_rec = d_b_in + d_xp.sum(axis=0), d_b_rec + d_hp.sum(axis=0)
+        stacked = (
+            d_xp.astype(w_rec.dtype),
+            None if d_hp is d_xp else d_hp.astype(w_rec.dtype),
+            None if w_proj is None else dh_new.astype(w_proj.dtype),
+        )
+        return (dh_prev, dc_prev, d_b_in, d_b_rec), stacked
 
-    (dh0, dc0), (d_xp, d_hp, dh_proj) = lax.scan(step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev), reverse=not reverse)
+    zeros = jnp.zeros((width,), jnp.float32)
+    (dh0, dc0, d_b_in, d_b_rec), (d_xp, d_hp, dh_proj) = lax.scan(
+        step, (dh_n, dc_n, zeros, zeros), (d_ys, saved, h_prev, c_prev), reverse=not reverse
+    )
     d_hp = d_xp if d_hp is None else d_hp
-    d_w_rec = _mm(_rows(d_hp), _rows(h_gemm), transpose_a=True).astype(w_rec.dtype)  # [G*H, P]
-    d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
+    d_w_rec = _mm(_rows(d_hp), _rows(h_gemm), transpose_a=True).astype(w_rec.dtype)  # [G*H, P]: sum over steps
     d_w_proj = None
     if w_proj is not None:
-        d_w_proj = _mm(_rows(dh_proj).astype(w_proj.dtype), _rows(h_full), transpose_a=True).astype(w_proj.dtype)
-    d_b_in = d_xp.sum(axis=(0, 1)) if has_b_in else None
-    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0
+        d_w_proj = _mm(_rows(dh_proj), _rows(h_full), transpose_a=True).astype(w_proj.dtype)
+    if w_in is None:  # skip input: x entered every gate
+        d_w_in = None
+        dx = d_xp.astype(jnp.float32).reshape(*d_xp.shape[:-1], cell.num_gates, -1).sum(-2).astype(x.dtype)
+    else:
+        dx = kernels.matmul(_rows(d_xp), w_in, out_dtype=x.dtype if x.dtype == w_in.dtype else jnp.float32)
+        dx = dx.reshape(x.shape).astype(x.dtype)
+        d_w_in = _mm(_rows(d_xp), _rows(x), transpose_a=True).astype(w_in.dtype)  # [G*H, in]
+    return (
+        dx,
+        d_w_in,
+        d_b_in if has_b_in else None,
+        d_w_rec,
+        d_b_rec if has_b_rec else None,
+        d_w_proj,
+        dh0,
+        dc0,
+    )
 
 
-_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+_layer.defvjp(_layer_fwd, _layer_bwd)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -161,17 +181,21 @@ _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _direction(config: RNNConfig, x, weights, h0, c0, reverse: bool):
+def _direction(config: RNNConfig, x, weights, h0, c0, reverse: bool, last: bool):
+    """One layer and direction; its outputs in the network's dtype where they are the network's, else in float32 (the
+    next layer's GEMMs round them, and their gradient stays float32, as the xla implementation's)."""
     w_in, w_rec, w_proj, b_in, b_rec = weights
-    xp = _input_projection(x, w_in, config.num_gates)
-    return _recurrence(config.cell, reverse, xp, b_in, w_rec, b_rec, w_proj, h0, c0)
+    out_dtype = config.dtype if last else jnp.float32
+    return _layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
 
 
 def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
     """The whole network (every layer and direction, no lengths, no dropout): (y, h_n, c_n or None) in
     ``config.dtype``; arguments as ``jax_cudnn_rnn.rnn``'s."""
     f32 = jnp.float32
-    layer_input = x.astype(f32)
+    # Each layer's GEMMs round their input to the weights' dtype and give its gradient in the input's dtype: two
+    # directions' gradients of x add up in float32, as the xla implementation's, and are rounded once.
+    layer_input = x.astype(f32) if config.num_directions == 2 else x
     weights = [
         tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
         for groups in layout.unpack(params, config)
@@ -188,6 +212,7 @@ def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
                 h0[index].astype(f32),
                 None if c0 is None else c0[index].astype(f32),
                 direction == 1,
+                layer == config.num_layers - 1,
             )
             outputs.append(ys)
             h_n.append(h_last)
