@@ -85,16 +85,6 @@ struct MatmulShapeHash {
   }
 };
 
-// A cached primitive and what a call needs to run it; for packed weights (`b` their packed layout) also the reorder
-// that packs them.
-struct MatmulPlan {
-  dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
-  size_t scratchpad_bytes = 0;
-  std::string implementation;
-  Reorder pack;
-};
-
 ffi::Error DataTypeOf(const char* name, ffi::DataType dtype, dt* out) {
   if (dtype == ffi::DataType::F32) *out = dt::f32;
   else if (dtype == ffi::DataType::BF16) *out = dt::bf16;
@@ -235,20 +225,6 @@ std::vector<int64_t> DimsOf(const ffi::AnyBuffer& buffer) {
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
-// Runs `plan`'s product on the given operands' data.
-void Execute(const MatmulPlan& plan, const dnnl::stream& stream, void* a, void* b, void* c, void* scratchpad) {
-  const dnnl::engine& engine = Engine();
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(plan.a, engine, a)},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(plan.b, engine, b)},
-                                             {DNNL_ARG_DST, dnnl::memory(plan.c, engine, c)}};
-  if (plan.scratchpad_bytes > 0) {
-    const dnnl::memory::desc bytes({static_cast<dnnl::memory::dim>(plan.scratchpad_bytes)}, dt::u8,
-                                   dnnl::memory::format_tag::a);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(bytes, engine, scratchpad));
-  }
-  plan.primitive.execute(stream, args);
-}
-
 template <typename Fn>
 ffi::Error Guarded(const char* handler, Fn&& body) {
   try {
@@ -275,7 +251,7 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
     std::shared_ptr<const MatmulPlan> plan = Cache().Get(shape);
     ScratchLease scratch = TakeScratch(plan->scratchpad_bytes);
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
-      Execute(*plan, stream, a.untyped_data(), b.untyped_data(), c->untyped_data(), scratch.data());
+      RunMatmul(*plan, stream, a.untyped_data(), b.untyped_data(), c->untyped_data(), scratch.data());
       stream.wait();
       return ffi::Error::Success();
     });
@@ -384,9 +360,9 @@ ffi::Error MatmulPackedImpl(ffi::AnyBuffer a, ffi::AnyBuffer packed, ffi::Result
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       const int64_t products = folds ? 1 : count;
       for (int64_t i = 0; i < products; ++i) {
-        Execute(*plan, stream, static_cast<char*>(a.untyped_data()) + BroadcastIndex(a_dims, batch, i) * a_bytes,
-                static_cast<char*>(packed.untyped_data()) + BroadcastIndex(p_dims, batch, i) * bytes,
-                static_cast<char*>(c->untyped_data()) + i * c_bytes, scratch.data());
+        RunMatmul(*plan, stream, static_cast<char*>(a.untyped_data()) + BroadcastIndex(a_dims, batch, i) * a_bytes,
+                  static_cast<char*>(packed.untyped_data()) + BroadcastIndex(p_dims, batch, i) * bytes,
+                  static_cast<char*>(c->untyped_data()) + i * c_bytes, scratch.data());
       }
       stream.wait();
       return ffi::Error::Success();
@@ -402,6 +378,31 @@ std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::
   ffi::Error error = DecodeShape(a_dims, b_dims, dtype, dtype, out_dtype, transpose_a, transpose_b, &shape);
   if (error.failure()) throw std::invalid_argument(error.message());
   return Cache().Get(shape)->implementation;
+}
+
+void RunMatmul(const MatmulPlan& plan, const dnnl::stream& stream, const void* a, const void* b, void* c,
+               void* scratchpad) {
+  const dnnl::engine& engine = Engine();
+  // oneDNN's memory objects take non-const pointers; a product only reads a and b.
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(plan.a, engine, const_cast<void*>(a))},
+                                             {DNNL_ARG_WEIGHTS, dnnl::memory(plan.b, engine, const_cast<void*>(b))},
+                                             {DNNL_ARG_DST, dnnl::memory(plan.c, engine, c)}};
+  if (plan.scratchpad_bytes > 0) {
+    const dnnl::memory::desc bytes({static_cast<dnnl::memory::dim>(plan.scratchpad_bytes)}, dt::u8,
+                                   dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(bytes, engine, scratchpad));
+  }
+  plan.primitive.execute(stream, args);
+}
+
+std::shared_ptr<const MatmulPlan> PackedProductPlan(int64_t rows, int64_t packed_rows, int64_t k, int64_t n,
+                                                    ffi::DataType dtype, bool transpose_b) {
+  MatmulShape shape;
+  std::vector<int64_t> b_shape = transpose_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  const PackedAttrs attrs{packed_rows, ffi::Span<const int64_t>(b_shape.data(), b_shape.size()), transpose_b};
+  ffi::Error error = DecodePacked(attrs, dtype, rows, &shape);
+  if (error.failure()) throw std::invalid_argument(error.message());
+  return Cache().Get(shape);
 }
 
 size_t PackedBytes(int64_t rows, const std::vector<int64_t>& b_shape, ffi::DataType dtype, bool transpose_b) {

@@ -15,9 +15,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "oneapi/dnnl/dnnl.hpp"
+#include "plan.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_cudnn_rnn::onednn {
@@ -43,6 +46,28 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulPacked);
 std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
                                  xla::ffi::DataType dtype, xla::ffi::DataType out_dtype, bool transpose_a,
                                  bool transpose_b);
+
+// A product's primitive and what a call needs to run it: its operands' layouts (for packed weights, `b` is the packed
+// one, and `pack` the reorder that packs them), its scratchpad's size and oneDNN's name for its kernel.
+struct MatmulPlan {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c;
+  size_t scratchpad_bytes = 0;
+  std::string implementation;
+  Reorder pack;
+};
+
+// The plan of a product of `rows` rows (a [rows, k] of element type `dtype`, c float32) with b ([k, n], or [n, k]
+// where `transpose_b`) packed for products of `packed_rows` rows as jax_cudnn_rnn_onednn_matmul_pack packs it: what
+// the "onednn:gemm" recurrence runs at every step (gemm_recurrence.h). Cached with the handlers' plans; throws
+// std::invalid_argument for shapes they refuse.
+std::shared_ptr<const MatmulPlan> PackedProductPlan(int64_t rows, int64_t packed_rows, int64_t k, int64_t n,
+                                                    xla::ffi::DataType dtype, bool transpose_b);
+
+// Runs `plan`'s product (in the caller's RunOnednn) on row-major a and c and on b in the plan's layout; `scratchpad`
+// holds plan.scratchpad_bytes.
+void RunMatmul(const MatmulPlan& plan, const dnnl::stream& stream, const void* a, const void* b, void* c,
+               void* scratchpad);
 
 // Bytes of b packed for products of `rows` rows (b_shape, transpose_b as the handlers' attributes); throws
 // std::invalid_argument for shapes or element types the handlers refuse.

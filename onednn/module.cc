@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_recurrence.h"
 #include "matmul.h"
 #include "module_helpers.h"
 #include "network.h"
@@ -90,7 +91,9 @@ PYBIND11_MODULE(_onednn_rnn, m) {
                        {"jax_cudnn_rnn_onednn_backward", RnnBackward},
                        {"jax_cudnn_rnn_onednn_matmul", Matmul},
                        {"jax_cudnn_rnn_onednn_matmul_pack", MatmulPack},
-                       {"jax_cudnn_rnn_onednn_matmul_packed", MatmulPacked}});
+                       {"jax_cudnn_rnn_onednn_matmul_packed", MatmulPacked},
+                       {"jax_cudnn_rnn_onednn_gemm_forward", GemmForward},
+                       {"jax_cudnn_rnn_onednn_gemm_backward", GemmBackward}});
   DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"), py::arg("plain_backward_weights") = false);

@@ -293,16 +293,56 @@ def test_gemm_under_vmap_matches_each_element(native):
             np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6)
 
 
-def test_gemm_runs_its_products_on_the_matmul_target(native):
-    """The forward and the training step are oneDNN matmul calls around XLA's elementwise gates: no RNN primitive,
-    and no dot left to XLA."""
-    cfg = make_config("gru", 1, "unidirectional", dtype=BF16)
-    params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(6))
-    run = lambda p, x: jcr.rnn(p, x, h0, None, cfg, implementation=GEMM)[0]  # noqa: E731
-    for fn in (run, jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32) ** 2))):
+@pytest.mark.parametrize("proj_size", [0, 2])
+def test_gemm_runs_its_products_on_the_matmul_target(native, proj_size):
+    """The forward and the training step are oneDNN matmul calls and the recurrence handlers (a projected LSTM: a scan
+    of packed products instead), no RNN primitive and no dot left to XLA."""
+    cfg = make_config("lstm" if proj_size else "gru", 1, "unidirectional", proj_size=proj_size)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(6))
+    run = lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=GEMM)[0]  # noqa: E731
+    for fn, recurrence in (
+        (run, extension.GEMM_FORWARD_TARGET),
+        (jax.grad(lambda p, x: jnp.sum(run(p, x) ** 2)), extension.GEMM_BACKWARD_TARGET),
+    ):
         text = jax.jit(fn).lower(params, x).as_text()
-        assert extension.MATMUL_TARGET in text and extension.PACKED_MATMUL_TARGET in text
+        assert extension.MATMUL_TARGET in text and extension.PACK_TARGET in text
+        assert (recurrence in text) == (not proj_size) and (extension.PACKED_MATMUL_TARGET in text) == bool(proj_size)
         assert extension.FORWARD_TARGET not in text and "dot_general" not in text
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_gemm_saturating_gates_match_the_oracle(native, mode):
+    """Pre-activations in the tens, where the recurrence's own tanh and sigmoid (onednn/gemm_cells.cc) saturate and a
+    ReLU network grows: values against the float64 oracle, gradients against the xla implementation."""
+    cfg = make_config(mode, 1, "bidirectional")
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(8), steps=7)
+    params, x = params * 12, x * 4
+    outs, grads = _value_and_grads(GEMM, cfg, params, x, h0, c0)
+    want = oracle(cfg, params, x, h0, c0)
+    for got, expected in zip(outs, want, strict=True):
+        if expected is not None:
+            np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5 * max(1, np.abs(expected).max()))
+    _, want_grads = _value_and_grads("xla", cfg, params, x, h0, c0)
+    for got, expected in zip(grads, want_grads, strict=True):
+        if expected is not None:
+            scale = max(1.0, float(np.abs(expected).max()))
+            np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_gemm_recurrence_refuses_what_it_does_not_run(native):
+    """The handlers check their network and buffers and name what is wrong."""
+    cfg = jcr.RNNConfig("gru", 1, 4, 4)
+    xp, h0 = jnp.zeros((2, 3, 12)), jnp.zeros((3, 4))
+    packed = kernels.pack_weights(jnp.zeros((12, 4)), 3, transpose_b=True)
+    kwargs = dict(config=cfg, reverse=False, training=False, rows=3, weights_dtype=jnp.float32, y_dtype=jnp.float32)
+    with pytest.raises(Exception, match=r"xp has shape \(2, 3, 8\); expected \[T, B, 12\]"):
+        jax.block_until_ready(kernels.gemm_forward(xp[..., :8], packed, *[jnp.zeros(12)] * 2, h0, None, **kwargs))
+    with pytest.raises(Exception, match="packed has shape"):
+        jax.block_until_ready(kernels.gemm_forward(xp, packed[:-4], *[jnp.zeros(12)] * 2, h0, None, **kwargs))
+    with pytest.raises(Exception, match="weights_dtype is 'float16'"):
+        jax.block_until_ready(
+            kernels.gemm_forward(xp, packed, *[jnp.zeros(12)] * 2, h0, None, **{**kwargs, "weights_dtype": np.float16})
+        )
 
 
 def test_gemm_is_a_variant_of_onednn_for_the_registry(native):

@@ -1,5 +1,7 @@
-"""oneDNN's FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network, and a matrix
-product on oneDNN's matmul primitive (``matmul``: what "onednn:gemm" builds a network from).
+"""oneDNN's FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network, a matrix
+product on oneDNN's matmul primitive (``matmul``, with weights packed once: ``pack_weights``, ``matmul_packed``), and
+the recurrence of one layer and direction on it (``gemm_forward``, ``gemm_backward``): what "onednn:gemm" is built
+from.
 
 The handlers read the weights from the opaque buffer's bytes (gate blocks reordered into the format the primitive
 chose), so the same ``params`` run here, on cuDNN and on the xla implementation: the forward through the weights call,
@@ -14,6 +16,7 @@ agree on it (it is part of their plan).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -158,3 +161,98 @@ def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b
     return jax.ffi.ffi_call(extension.PACKED_MATMUL_TARGET, out_type, vmap_method="expand_dims")(
         a, packed, **_packed_attributes(rows, b_shape, transpose_b)
     )
+
+
+def _recurrence_attributes(config: RNNConfig, reverse: bool, training: bool, rows: int, weights_dtype) -> dict:
+    """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
+    one-direction network (its input comes as a product, its biases as arrays), the direction, whether the call trains,
+    the rows the recurrent weights were packed for and their dtype."""
+    one = dataclasses.replace(
+        config,
+        num_layers=1,
+        direction="unidirectional",
+        input_mode="linear_input",
+        input_size=config.num_units,
+        proj_size=0,
+        bias_mode="double",
+        dropout=0.0,
+    )
+    return dict(
+        **convention.config_attributes(one),
+        reverse=np.bool_(reverse),
+        training=np.bool_(training),
+        rows=np.int64(rows),
+        weights_dtype=np.dtype(weights_dtype).name,
+    )
+
+
+def gemm_forward(
+    xp,
+    packed,
+    b_in,
+    b_rec,
+    h0,
+    c0,
+    *,
+    config: RNNConfig,
+    reverse: bool,
+    training: bool,
+    rows: int,
+    weights_dtype,
+    y_dtype,
+):
+    """One layer and direction's recurrence (onednn/gemm_recurrence.h): xp [T, B, G*H] float32 (the input product),
+    ``packed`` the recurrent weights as ``pack_weights(w_rec, rows, transpose_b=True)`` packs them, b_in/b_rec [G*H],
+    h0 [B, H], c0 [B, H] (LSTM) or None, all float32. Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved):
+    ``saved``, in training, what ``gemm_backward`` reads (gates, [aux], [h_prev], h_gemm), else ()."""
+    num_steps, batch, width = xp.shape
+    units, mode = config.num_units, config.mode
+    lstm, gru = mode == "lstm", mode == "gru"
+    f32 = np.float32
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, units), y_dtype), jax.ShapeDtypeStruct((batch, units), f32)]
+    out_types += [jax.ShapeDtypeStruct((batch, units), f32)] if lstm else []
+    if training:
+        steps = (num_steps, batch, units)
+        out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
+        out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
+        out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
+    outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
+        xp,
+        packed,
+        b_in,
+        b_rec,
+        h0,
+        *([c0] if lstm else []),
+        **_recurrence_attributes(config, reverse, training, rows, weights_dtype),
+    )
+    y, h_n, *rest = outputs
+    c_n = rest.pop(0) if lstm else None
+    return y, h_n, c_n, tuple(rest)
+
+
+def gemm_backward(packed, dy, dh_n, dc_n, c0, saved, *, config: RNNConfig, reverse: bool, rows: int, weights_dtype):
+    """The gradient of ``gemm_forward``'s recurrence: ``packed`` the recurrent weights as ``pack_weights(w_rec, rows)``
+    packs them, dy [T, B, H] (y's dtype), dh_n, dc_n (LSTM) [B, H] float32, c0 the forward's (LSTM), ``saved`` its.
+    Returns (d_xp [T, B, G*H] in the weights' dtype, d_hp (GRU; else None), d_bias_in, d_bias_rec [G*H], dh0, dc0 or
+    None): the gradients w.r.t. the input and recurrent pre-activations and their sums over steps and rows."""
+    gates = saved[0]
+    width = gates.shape[-1]
+    lstm, gru = config.mode == "lstm", config.mode == "gru"
+    f32 = np.float32
+    out_types = [
+        jax.ShapeDtypeStruct(gates.shape, weights_dtype),
+        jax.ShapeDtypeStruct((width,), f32),
+        jax.ShapeDtypeStruct(dh_n.shape, f32),
+    ]
+    out_types += [jax.ShapeDtypeStruct(gates.shape, weights_dtype), jax.ShapeDtypeStruct((width,), f32)] if gru else []
+    out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
+    d_xp, d_bias, dh0, *rest = jax.ffi.ffi_call(extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential")(
+        packed,
+        dy,
+        dh_n,
+        *saved[:-1],  # gates, [aux], [h_prev]; h_gemm is for the weight gradient
+        *([c0, dc_n] if lstm else []),
+        **_recurrence_attributes(config, reverse, True, rows, weights_dtype),
+    )
+    d_hp, d_bias_rec = (rest[0], rest[1]) if gru else (None, d_bias)
+    return d_xp, d_hp, d_bias, d_bias_rec, dh0, (rest[-1] if lstm else None)
