@@ -14,6 +14,7 @@
 #include "ffi_args.h"
 #include "gemm_cells.h"
 #include "matmul.h"
+#include "pages.h"
 #include "plan.h"
 #include "rnn_config.h"
 #include "scratch.h"
@@ -172,6 +173,11 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer xp, ffi::AnyBuffer packed, ffi::AnyBuf
                  step_aux = layout.Add(B * H * 4), scratchpad = layout.Add(plan->scratchpad_bytes);
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
+    // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
+    for (std::optional<Result>* saved : {&gates, &aux, &h_prev, &h_gemm}) {
+      if (*saved) AdviseHugePages((**saved)->untyped_data(), (**saved)->size_bytes());
+    }
+    AdviseHugePages(y->untyped_data(), y->size_bytes());
     const bool y_bf16 = y->element_type() == ffi::DataType::BF16;
     const auto* xp_data = static_cast<const float*>(xp.untyped_data());
     const auto* b_in_data = static_cast<const float*>(b_in.untyped_data());
@@ -272,6 +278,8 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer packed, ffi::AnyBuffer dy, ffi::AnyBu
                  sums_rec = layout.Add(chunks * W * 4), scratchpad = layout.Add(plan->scratchpad_bytes);
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
+    AdviseHugePages(d_xp->untyped_data(), d_xp->size_bytes());  // as the forward's outputs
+    if (d_hp) AdviseHugePages((*d_hp)->untyped_data(), (*d_hp)->size_bytes());
     const bool dy_bf16 = dy.element_type() == ffi::DataType::BF16;
     auto f32 = [&](Region region) { return reinterpret_cast<float*>(region.in(work)); };
 

@@ -12,6 +12,7 @@
 
 #include "ffi_args.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "pages.h"
 #include "plan.h"
 #include "scratch.h"
 #include "threading.h"
@@ -250,6 +251,7 @@ ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
     }
     std::shared_ptr<const MatmulPlan> plan = Cache().Get(shape);
     ScratchLease scratch = TakeScratch(plan->scratchpad_bytes);
+    AdviseHugePages(c->untyped_data(), c->size_bytes());  // a new buffer per call: no fault per 4 KiB (pages.h)
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       RunMatmul(*plan, stream, a.untyped_data(), b.untyped_data(), c->untyped_data(), scratch.data());
       stream.wait();
@@ -301,6 +303,7 @@ ffi::Error PackImpl(ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> packed, Packed
     int64_t count = 1;
     for (int64_t d : batch) count *= d;
     ScratchLease scratch = TakeScratch(plan->pack.scratchpad_bytes);
+    AdviseHugePages(packed->untyped_data(), packed->size_bytes());
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       for (int64_t i = 0; i < count; ++i) {
         char* from = static_cast<char*>(b.untyped_data()) + i * b_bytes;
