@@ -375,12 +375,18 @@ ffi::Error MatmulPackedImpl(ffi::AnyBuffer a, ffi::AnyBuffer packed, ffi::Result
 
 }  // namespace
 
-std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
-                                 ffi::DataType dtype, ffi::DataType out_dtype, bool transpose_a, bool transpose_b) {
+std::shared_ptr<const MatmulPlan> ProductPlan(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                                              ffi::DataType dtype, ffi::DataType out_dtype, bool transpose_a,
+                                              bool transpose_b) {
   MatmulShape shape;
   ffi::Error error = DecodeShape(a_dims, b_dims, dtype, dtype, out_dtype, transpose_a, transpose_b, &shape);
   if (error.failure()) throw std::invalid_argument(error.message());
-  return Cache().Get(shape)->implementation;
+  return Cache().Get(shape);
+}
+
+std::string MatmulImplementation(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                                 ffi::DataType dtype, ffi::DataType out_dtype, bool transpose_a, bool transpose_b) {
+  return ProductPlan(a_dims, b_dims, dtype, out_dtype, transpose_a, transpose_b)->implementation;
 }
 
 void RunMatmul(const MatmulPlan& plan, const dnnl::stream& stream, const void* a, const void* b, void* c,

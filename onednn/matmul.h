@@ -57,6 +57,13 @@ struct MatmulPlan {
   Reorder pack;
 };
 
+// The plan of jax_cudnn_rnn_onednn_matmul's product for operands of these stored shapes and element types (matmul.h's
+// top), for handlers that run products of their own (gemm_recurrence.h). Cached with the handlers' plans; throws
+// std::invalid_argument for shapes they refuse.
+std::shared_ptr<const MatmulPlan> ProductPlan(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
+                                              xla::ffi::DataType dtype, xla::ffi::DataType out_dtype, bool transpose_a,
+                                              bool transpose_b);
+
 // The plan of a product of `rows` rows (a [rows, k] of element type `dtype`, c float32) with b ([k, n], or [n, k]
 // where `transpose_b`) packed for products of `packed_rows` rows as jax_cudnn_rnn_onednn_matmul_pack packs it: what
 // the "onednn:gemm" recurrence runs at every step (gemm_recurrence.h). Cached with the handlers' plans; throws

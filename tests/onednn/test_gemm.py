@@ -331,18 +331,22 @@ def test_gemm_saturating_gates_match_the_oracle(native, mode):
 
 def test_gemm_recurrence_refuses_what_it_does_not_run(native):
     """The handlers check their network and buffers and name what is wrong."""
-    cfg = jcr.RNNConfig("gru", 1, 4, 4)
-    xp, h0 = jnp.zeros((2, 3, 12)), jnp.zeros((3, 4))
+    cfg = jcr.RNNConfig("gru", 1, 4, 5)
+    x, h0, w_in, b = jnp.zeros((2, 3, 5)), jnp.zeros((3, 4)), jnp.zeros((12, 5)), jnp.zeros(12)
     packed = kernels.pack_weights(jnp.zeros((12, 4)), 3, transpose_b=True)
-    kwargs = dict(config=cfg, reverse=False, training=False, rows=3, weights_dtype=jnp.float32, y_dtype=jnp.float32)
-    with pytest.raises(Exception, match=r"xp has shape \(2, 3, 8\); expected \[T, B, 12\]"):
-        jax.block_until_ready(kernels.gemm_forward(xp[..., :8], packed, *[jnp.zeros(12)] * 2, h0, None, **kwargs))
+    kwargs = dict(config=cfg, reverse=False, training=False, weights_dtype=jnp.float32, y_dtype=jnp.float32)
+
+    def forward(x=x, packed=packed, w_in=w_in, **changes):
+        return jax.block_until_ready(kernels.gemm_forward(x, packed, b, b, h0, w_in, None, **{**kwargs, **changes}))
+
+    with pytest.raises(Exception, match=r"w_in has shape \(12, 4\); expected \(12, 5\)"):
+        forward(w_in=w_in[:, :4])
     with pytest.raises(Exception, match="packed has shape"):
-        jax.block_until_ready(kernels.gemm_forward(xp, packed[:-4], *[jnp.zeros(12)] * 2, h0, None, **kwargs))
+        forward(packed=packed[:-4])
+    with pytest.raises(Exception, match=r"x has shape \(2, 3, 5\); expected \[T, B, 5\] of float32 or the weights"):
+        forward(x=x.astype(jnp.float16))
     with pytest.raises(Exception, match="weights_dtype is 'float16'"):
-        jax.block_until_ready(
-            kernels.gemm_forward(xp, packed, *[jnp.zeros(12)] * 2, h0, None, **{**kwargs, "weights_dtype": np.float16})
-        )
+        forward(weights_dtype=np.float16)
 
 
 def test_gemm_is_a_variant_of_onednn_for_the_registry(native):

@@ -30,22 +30,14 @@ import jax.numpy as jnp
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.onednn import gemm_scan, kernels
-from jax_cudnn_rnn.backends.onednn.gemm_scan import mm, rows
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# One layer and direction: the input product, the recurrence in C++; its gradient, then one GEMM per weight.
+# One layer and direction: a forward call and a backward call (onednn/gemm_recurrence.h).
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def _input_product(config: RNNConfig, x: Array, w_in: Array | None) -> Array:
-    """W x for every step, [T, B, G*H] float32 without bias; skip input feeds x itself to every gate."""
-    if w_in is None:
-        return jnp.tile(x.astype(jnp.float32), (1, 1, config.num_gates))
-    return mm(rows(x), w_in, transpose_b=True).reshape(*x.shape[:-1], w_in.shape[0])
 
 
 def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array, Array]:
@@ -53,20 +45,19 @@ def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array,
     return (zeros if b_in is None else b_in), (zeros if b_rec is None else b_rec)
 
 
-def _recurrence(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training):
+def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training):
     b_in, b_rec = _biases(b_in, b_rec, w_rec.shape[0])
-    packed = kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True)
     return kernels.gemm_forward(
-        _input_product(config, x, w_in),
-        packed,
+        x,
+        kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
         b_in,
         b_rec,
         h0,
+        w_in,
         c0,
         config=config,
         reverse=reverse,
         training=training,
-        rows=h0.shape[0],
         weights_dtype=w_rec.dtype,
         y_dtype=out_dtype,
     )
@@ -77,40 +68,31 @@ def _layer(config: RNNConfig, reverse: bool, out_dtype: Any, x, w_in, b_in, w_re
     """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
     (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states). Returns (ys [T, B, H] in ``out_dtype``,
     h_n, c_n or None in float32)."""
-    y, h_n, c_n, _ = _recurrence(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=False)
+    y, h_n, c_n, _ = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=False)
     return y, h_n, c_n
 
 
 def _layer_fwd(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0):
-    y, h_n, c_n, saved = _recurrence(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=True)
+    y, h_n, c_n, saved = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=True)
     return (y, h_n, c_n), (x, w_in, b_in is not None, w_rec, b_rec is not None, c0, saved)
 
 
 def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
     x, w_in, has_b_in, w_rec, has_b_rec, c0, saved = residuals
     d_ys, dh_n, dc_n = cotangents
-    d_xp, d_hp, d_b_in, d_b_rec, dh0, dc0 = kernels.gemm_backward(
+    dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
+        x,
         kernels.pack_weights(w_rec, dh_n.shape[0]),
         d_ys,
         dh_n,
         dc_n,
+        w_in,
         c0,
         saved,
         config=config,
         reverse=reverse,
-        rows=dh_n.shape[0],
-        weights_dtype=w_rec.dtype,
     )
-    d_hp = d_xp if d_hp is None else d_hp
-    d_w_rec = mm(rows(d_hp), rows(saved[-1]), transpose_a=True).astype(w_rec.dtype)  # [G*H, H]: h_gemm, every step
-    if w_in is None:  # skip input: x entered every gate
-        d_w_in = None
-        dx = d_xp.astype(jnp.float32).reshape(*d_xp.shape[:-1], config.num_gates, -1).sum(-2).astype(x.dtype)
-    else:
-        dx = kernels.matmul(rows(d_xp), w_in, out_dtype=x.dtype if x.dtype == w_in.dtype else jnp.float32)
-        dx = dx.reshape(x.shape).astype(x.dtype)
-        d_w_in = mm(rows(d_xp), rows(x), transpose_a=True).astype(w_in.dtype)  # [G*H, in]
-    return dx, d_w_in, d_b_in if has_b_in else None, d_w_rec, d_b_rec if has_b_rec else None, dh0, dc0
+    return dx, dw_in, d_b_in if has_b_in else None, dw_rec, d_b_rec if has_b_rec else None, dh0, dc0
 
 
 _layer.defvjp(_layer_fwd, _layer_bwd)

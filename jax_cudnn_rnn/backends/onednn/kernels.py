@@ -163,16 +163,18 @@ def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b
     )
 
 
-def _recurrence_attributes(config: RNNConfig, reverse: bool, training: bool, rows: int, weights_dtype) -> dict:
+def _recurrence_attributes(
+    config: RNNConfig, input_size: int, skip_input: bool, reverse: bool, training: bool, rows: int, weights_dtype
+) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
-    one-direction network (its input comes as a product, its biases as arrays), the direction, whether the call trains,
-    the rows the recurrent weights were packed for and their dtype."""
+    one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
+    rows the recurrent weights were packed for and their dtype."""
     one = dataclasses.replace(
         config,
         num_layers=1,
         direction="unidirectional",
-        input_mode="linear_input",
-        input_size=config.num_units,
+        input_mode="skip_input" if skip_input else "linear_input",
+        input_size=input_size,
         proj_size=0,
         bias_mode="double",
         dropout=0.0,
@@ -187,26 +189,16 @@ def _recurrence_attributes(config: RNNConfig, reverse: bool, training: bool, row
 
 
 def gemm_forward(
-    xp,
-    packed,
-    b_in,
-    b_rec,
-    h0,
-    c0,
-    *,
-    config: RNNConfig,
-    reverse: bool,
-    training: bool,
-    rows: int,
-    weights_dtype,
-    y_dtype,
+    x, packed, b_in, b_rec, h0, w_in, c0, *, config: RNNConfig, reverse: bool, training: bool, weights_dtype, y_dtype
 ):
-    """One layer and direction's recurrence (onednn/gemm_recurrence.h): xp [T, B, G*H] float32 (the input product),
-    ``packed`` the recurrent weights as ``pack_weights(w_rec, rows, transpose_b=True)`` packs them, b_in/b_rec [G*H],
-    h0 [B, H], c0 [B, H] (LSTM) or None, all float32. Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved):
-    ``saved``, in training, what ``gemm_backward`` reads (gates, [aux], [h_prev], h_gemm), else ()."""
-    num_steps, batch, width = xp.shape
+    """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
+    the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
+    w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32.
+    Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
+    reads (gates, [aux], [h_prev], h_gemm), else ()."""
+    num_steps, batch, input_size = x.shape
     units, mode = config.num_units, config.mode
+    width = config.num_gates * units
     lstm, gru = mode == "lstm", mode == "gru"
     f32 = np.float32
     out_types = [jax.ShapeDtypeStruct((num_steps, batch, units), y_dtype), jax.ShapeDtypeStruct((batch, units), f32)]
@@ -217,42 +209,53 @@ def gemm_forward(
         out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
         out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
     outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
-        xp,
+        x,
         packed,
         b_in,
         b_rec,
         h0,
+        *([] if w_in is None else [w_in]),
         *([c0] if lstm else []),
-        **_recurrence_attributes(config, reverse, training, rows, weights_dtype),
+        **_recurrence_attributes(config, input_size, w_in is None, reverse, training, batch, weights_dtype),
     )
     y, h_n, *rest = outputs
     c_n = rest.pop(0) if lstm else None
     return y, h_n, c_n, tuple(rest)
 
 
-def gemm_backward(packed, dy, dh_n, dc_n, c0, saved, *, config: RNNConfig, reverse: bool, rows: int, weights_dtype):
-    """The gradient of ``gemm_forward``'s recurrence: ``packed`` the recurrent weights as ``pack_weights(w_rec, rows)``
-    packs them, dy [T, B, H] (y's dtype), dh_n, dc_n (LSTM) [B, H] float32, c0 the forward's (LSTM), ``saved`` its.
-    Returns (d_xp [T, B, G*H] in the weights' dtype, d_hp (GRU; else None), d_bias_in, d_bias_rec [G*H], dh0, dc0 or
-    None): the gradients w.r.t. the input and recurrent pre-activations and their sums over steps and rows."""
-    gates = saved[0]
-    width = gates.shape[-1]
-    lstm, gru = config.mode == "lstm", config.mode == "gru"
+def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, *, config: RNNConfig, reverse: bool):
+    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x and w_in and c0 the forward's, ``packed`` the
+    recurrent weights as ``pack_weights(w_rec, B)`` packs them, dy [T, B, H] (y's dtype), dh_n, dc_n (LSTM) [B, H]
+    float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0 or None): x's
+    gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
+    _, batch, input_size = x.shape
+    gates, h_gemm = saved[0], saved[-1]
+    weights_dtype = h_gemm.dtype
+    width, units = gates.shape[-1], h_gemm.shape[-1]
+    lstm = config.mode == "lstm"
     f32 = np.float32
     out_types = [
-        jax.ShapeDtypeStruct(gates.shape, weights_dtype),
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct((width, units), weights_dtype),
+        jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct(dh_n.shape, f32),
     ]
-    out_types += [jax.ShapeDtypeStruct(gates.shape, weights_dtype), jax.ShapeDtypeStruct((width,), f32)] if gru else []
+    out_types += [] if w_in is None else [jax.ShapeDtypeStruct(w_in.shape, weights_dtype)]
     out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
-    d_xp, d_bias, dh0, *rest = jax.ffi.ffi_call(extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential")(
+    dx, dw_rec, d_b_in, d_b_rec, dh0, *rest = jax.ffi.ffi_call(
+        extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential"
+    )(
+        x,
         packed,
         dy,
         dh_n,
-        *saved[:-1],  # gates, [aux], [h_prev]; h_gemm is for the weight gradient
+        gates,
+        h_gemm,
+        *([] if w_in is None else [w_in]),
+        *saved[1:-1],  # [aux], [h_prev]
         *([c0, dc_n] if lstm else []),
-        **_recurrence_attributes(config, reverse, True, rows, weights_dtype),
+        **_recurrence_attributes(config, input_size, w_in is None, reverse, True, batch, weights_dtype),
     )
-    d_hp, d_bias_rec = (rest[0], rest[1]) if gru else (None, d_bias)
-    return d_xp, d_hp, d_bias, d_bias_rec, dh0, (rest[-1] if lstm else None)
+    dw_in = None if w_in is None else rest.pop(0)
+    return dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)
