@@ -372,7 +372,7 @@ def test_lengths_under_vmap_and_jit_match_each_element(native):
 def test_default_implementation_follows_the_table(native, mode, dtype, units, batch):
     """What rnn(implementation=None) compiles on the CPU is the table's choice: oneDNN's forward target in the
     undifferentiated call exactly where the table says "onednn" undifferentiated, and in the training step exactly
-    where it says "onednn" under jax.grad."""
+    where it says "onednn" under jax.grad (the GEMM recurrence's where it says "onednn:gemm")."""
     cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
     inference, training = onednn.cpu_choice(cfg, batch)
     call = Call(cfg, 10, batch)
@@ -399,6 +399,7 @@ def test_default_implementation_follows_the_table(native, mode, dtype, units, ba
     text = grad.lower(params, x, h0, c0).as_text()
     assert (extension.BACKWARD_TARGET in text) == (training in ("onednn", "onednn:plain"))
     assert ("plain_backward_weights = true" in text) == (training == "onednn:plain")
+    assert (extension.GEMM_BACKWARD_TARGET in text) == (training == "onednn:gemm")
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
@@ -447,7 +448,10 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("choice, differentiated", [(("onednn", "xla"), "xla"), (("xla", "onednn"), "onednn")])
+@pytest.mark.parametrize(
+    "choice, differentiated",
+    [(("onednn", "xla"), "xla"), (("xla", "onednn"), "onednn"), (("onednn", "onednn:gemm"), "onednn:gemm")],
+)
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
 def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, choice, differentiated):
     """Under jax.jit the platform is not known at trace time, so rnn(implementation=None) stages the CPU's hybrid
