@@ -354,3 +354,43 @@ def test_gemm_is_a_variant_of_onednn_for_the_registry(native):
     cfg = make_config("lstm", 1, "unidirectional", dtype=BF16, proj_size=2)
     assert registry.why_not(GEMM, "cpu", Call(make_config("gru", 1, "unidirectional"))) is None
     assert "projection" in registry.why_not(GEMM, "cpu", Call(cfg))
+
+
+@pytest.mark.parametrize("mode", ["gru", "lstm"])
+def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode):
+    """``gemm.call_bytes`` (the bench's op memory: ``pool_bytes``) is the scratch each recurrence call takes from the
+    extension's pool, which keeps it for the next call: the pool holds that after each call alone (within oneDNN's
+    products' scratchpads)."""
+    from jax_cudnn_rnn.backends.onednn import gemm
+
+    cfg = jcr.RNNConfig(mode, 1, 16, 24, dtype=BF16)
+    steps, batch, lstm = 6, 5, mode == "lstm"
+    x = jnp.ones((steps, batch, 24), jnp.bfloat16)
+    w_in, w_rec, b = jnp.ones((cfg.num_gates * 16, 24), jnp.bfloat16), jnp.ones((cfg.num_gates * 16, 16)), None
+    w_rec, b = w_rec.astype(jnp.bfloat16), jnp.zeros(cfg.num_gates * 16)
+    h0 = c0 = jnp.zeros((batch, 16))
+    forward_packed = kernels.pack_weights(w_rec, batch, transpose_b=True)
+    backward_packed = kernels.pack_weights(w_rec, batch)
+    kwargs = dict(config=cfg, reverse=False, weights_dtype=jnp.bfloat16, y_dtype=jnp.bfloat16)
+    _, _, _, saved = kernels.gemm_forward(
+        x, forward_packed, b, b, h0, w_in, c0 if lstm else None, training=True, **kwargs
+    )
+    jax.block_until_ready(saved)
+    expected = gemm.call_bytes(cfg, 0, steps, batch)
+    native.release_scratch()
+    jax.block_until_ready(
+        kernels.gemm_forward(x, forward_packed, b, b, h0, w_in, c0 if lstm else None, training=True, **kwargs)
+    )
+    assert expected[0] <= native.kept_scratch()[0] <= expected[0] + 2**16
+    native.release_scratch()
+    dy = jnp.ones((steps, batch, 16), jnp.bfloat16)
+    jax.block_until_ready(
+        kernels.gemm_backward(
+            x, backward_packed, dy, h0, c0, w_in, c0 if lstm else None, saved, config=cfg, reverse=False
+        )
+    )
+    assert expected[1] <= native.kept_scratch()[0] <= expected[1] + 2**16
+    assert (
+        gemm.pool_bytes(cfg, steps, batch, True) == max(expected)
+        and gemm.pool_bytes(cfg, steps, batch, False) == expected[0]
+    )

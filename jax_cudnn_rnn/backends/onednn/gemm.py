@@ -98,6 +98,24 @@ def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
 _layer.defvjp(_layer_fwd, _layer_bwd)
 
 
+def call_bytes(config: RNNConfig, layer: int, num_steps: int, batch: int) -> tuple[int, int]:
+    """The scratch (bytes) the forward and the backward call of one direction of ``layer`` take from the extension's
+    pool (onednn/scratch.h) over [num_steps, batch]: what onednn/gemm_recurrence.cc lays out, without oneDNN's
+    products' scratchpads (tens of kilobytes)."""
+    rows, units, inputs = num_steps * batch, config.num_units, config.layer_input_size(layer)
+    width, weights = config.num_gates * units, config.dtype.itemsize
+    forward = rows * (width * 4 + inputs * weights) + batch * (width * 8 + units * (20 + weights))
+    backward = rows * (width * weights * (2 if config.mode == "gru" else 1) + inputs * weights)
+    return forward, backward + batch * (width * 8 + units * 20 + inputs * 4)
+
+
+def pool_bytes(config: RNNConfig, num_steps: int, batch: int, training: bool) -> int:
+    """The largest scratch one of a call's recurrence calls takes from the extension's pool (``call_bytes``): outside
+    XLA's buffers, so outside its memory analysis (the bench's op memory adds it)."""
+    sizes = [call_bytes(config, layer, num_steps, batch) for layer in range(config.num_layers)]
+    return max(max(forward, backward if training else 0) for forward, backward in sizes)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # The network.
 # ----------------------------------------------------------------------------------------------------------------------

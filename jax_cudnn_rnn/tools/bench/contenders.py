@@ -264,14 +264,16 @@ def _onednn_pair(call: Any) -> str:
 def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
     """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
     outside its memory analysis): the largest of the weights call's, the forward's and (training) the backward's."""
-    from jax_cudnn_rnn.backends.onednn import backend, kernels
+    from jax_cudnn_rnn.backends.onednn import backend, gemm, kernels
 
     inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
     extra = {}
     for measurement, runs in ((FWD, inference), (TRAIN, training)):
-        if runs in ("onednn", "onednn:plain"):  # "onednn:gemm" takes only its GEMMs' small scratchpads
+        if runs in ("onednn", "onednn:plain"):
             sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN, runs == "onednn:plain")
             extra[measurement] = max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
+        elif runs == "onednn:gemm":
+            extra[measurement] = gemm.pool_bytes(cfg, bc.time, bc.batch, measurement == TRAIN)
     return extra
 
 
