@@ -15,7 +15,7 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RNN_ARGUMENTS", "ArgumentNames", "check_inputs", "check_params", "x_dims", "x_shape_dims"]
+__all__ = ["RNN_ARGUMENTS", "ArgumentNames", "as_lengths", "check_inputs", "check_params", "x_dims", "x_shape_dims"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +113,15 @@ def _check_array(
         raise ValueError(f"{argument} has shape {shape}; expected {expected_shape} = {meaning}")
     if dtype_source is not None and np.dtype(value.dtype) != dtype:
         raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} ({dtype_source})")
+
+
+def as_lengths(seq_lengths: Any) -> Any:
+    """``seq_lengths`` as an array for ``check_inputs``: a list or tuple (or, for an unbatched caller, one Python or
+    NumPy integer) becomes a NumPy array; anything else is returned as it is. ``check_inputs`` then checks that the
+    lengths are integers (of any width: NumPy's default int64 too) in range, and the caller converts them to int32."""
+    if isinstance(seq_lengths, (list, tuple, int, np.integer)) and not isinstance(seq_lengths, bool):
+        return np.asarray(seq_lengths)
+    return seq_lengths
 
 
 def _is_concrete(value: Any) -> bool:
@@ -275,8 +284,11 @@ def check_inputs(
             )
     elif shape != (batch,):
         raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
-    if np.dtype(seq_lengths.dtype) != np.int32:
-        raise TypeError(f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
+    if not np.issubdtype(np.dtype(seq_lengths.dtype), np.integer):  # a cast would truncate 2.7 to 2 without a word
+        raise TypeError(
+            f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected integers (int32, or any "
+            "integer type: they are converted after the range check)"
+        )
     if _is_concrete(seq_lengths):
         lengths = np.asarray(seq_lengths).reshape(-1)
         bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))

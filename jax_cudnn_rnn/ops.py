@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import dropout
-from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, check_inputs
+from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
@@ -98,7 +98,8 @@ def rnn(
         hidden_size is num_units, or proj_size for a projected LSTM.
       c0: LSTM initial cell state [num_layers * num_directions, B, num_units]; must be None for the other modes.
       config: the RNNConfig (optional with RNNParams).
-      seq_lengths: optional int32 [B], each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
+      seq_lengths: optional integers [B] (int32, or any integer array or a list: converted to int32 after the range
+        check), each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
         semantics). A length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed
         sequence has no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
@@ -163,6 +164,7 @@ def rnn(
             "time-major, batched x and [num_layers*num_directions, batch, hidden] states: such a frontend "
             "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them"
         )
+    seq_lengths = as_lengths(seq_lengths)
     check_inputs(params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
@@ -202,7 +204,7 @@ def rnn(
         x,
         h0,
         c0,
-        None if seq_lengths is None else jnp.asarray(seq_lengths),
+        None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
         None if resets is None else jnp.asarray(resets),
         masks,
         recurrent_masks,

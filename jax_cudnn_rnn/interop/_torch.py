@@ -61,6 +61,35 @@ def torch_module_kwargs(config: RNNConfig) -> dict[str, Any]:
     return kwargs
 
 
+_TORCH_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+
+
+def _is_torch_module(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.nn.LSTM``/``GRU``/``RNN`` (or another ``nn.RNNBase``), without importing torch."""
+    return callable(getattr(value, "state_dict", None)) and isinstance(getattr(value, "mode", None), str)
+
+
+def torch_config(module: Any) -> RNNConfig:
+    """The ``RNNConfig`` of a ``torch.nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (its mode, sizes, layers, direction, biases,
+    dropout, projection and its parameters' dtype): the inverse of ``torch_module_kwargs``."""
+    if not _is_torch_module(module):
+        raise TypeError(f"module is a {type(module).__name__}; expected a torch.nn.LSTM, GRU or RNN")
+    if module.mode not in _TORCH_MODES:
+        raise ValueError(f"module.mode is {module.mode!r}; expected one of {sorted(_TORCH_MODES)}")
+    dtype = str(next(iter(module.state_dict().values())).dtype).removeprefix("torch.")
+    return RNNConfig(
+        mode=_TORCH_MODES[module.mode],
+        num_layers=module.num_layers,
+        num_units=module.hidden_size,
+        input_size=module.input_size,
+        direction="bidirectional" if module.bidirectional else "unidirectional",
+        bias_mode="double" if module.bias else "none",
+        dropout=float(module.dropout),
+        proj_size=int(getattr(module, "proj_size", 0) or 0),
+        dtype=dtype,
+    )
+
+
 def torch_module_name(config: RNNConfig) -> str:
     """ "LSTM", "GRU" or "RNN": the ``torch.nn`` class for ``config.mode``."""
     _torch_check(config)
@@ -92,14 +121,34 @@ def canonical_to_torch(weights: Sequence[Any], biases: Sequence[Any], config: RN
     return state
 
 
-def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None) -> common.Canonical:
+def torch_to_canonical(
+    state_dict: Any, config: RNNConfig | None = None, *, prefix: str = "", dtype: Any = None
+) -> common.Canonical:
     """The inverse of ``canonical_to_torch``: accepts torch tensors or arrays; ``dtype`` defaults to config.dtype.
+
+    ``state_dict`` may also be the ``torch.nn.LSTM``/``GRU``/``RNN`` itself, whose ``state_dict()`` is read and whose
+    config is ``torch_config(module)`` (``config`` may then be omitted). ``prefix``: the module's keys in a larger
+    model's state_dict (``"encoder.rnn."``, as ``model.state_dict()`` names them): only those keys are read, without it.
 
     Raises ValueError naming missing keys, unexpected keys or the key whose shape is wrong.
     """
+    if _is_torch_module(state_dict):
+        module_config = torch_config(state_dict)
+        if config is not None and config != module_config:
+            raise ValueError(f"config {config} differs from the module's, {module_config}; pass one of them")
+        config, state_dict = module_config, state_dict.state_dict()
+    if config is None:
+        raise TypeError("config is None; pass the RNNConfig of the state_dict, or the torch.nn module itself")
     _torch_check(config)
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"state_dict must be a mapping of name -> tensor, got {type(state_dict).__name__}")
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+    if prefix:
+        dotted = prefix if prefix.endswith(".") else prefix + "."
+        state_dict = {key[len(dotted) :]: value for key, value in state_dict.items() if key.startswith(dotted)}
+        if not state_dict:
+            raise ValueError(f"state_dict has no key starting with prefix {dotted!r}")
     expected = {}
     for layer in range(config.num_layers):
         for direction in range(config.num_directions):
@@ -108,17 +157,18 @@ def torch_to_canonical(state_dict: Mapping[str, Any], config: RNNConfig, *, dtyp
     missing = [k for k in expected if k not in state_dict]
     extra = sorted(k for k in state_dict if k not in expected)
     if missing or extra:
+        under = f" under prefix {prefix!r}" if prefix else ""
         raise ValueError(
-            f"state_dict does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
+            f"state_dict{under} does not match {torch_module_name(config)}({torch_module_kwargs(config)}): "
             f"missing {missing}, unexpected {extra}"
         )
     named: dict[str, np.ndarray] = {}
     for key, (layer, direction, group) in expected.items():
-        array = common.to_numpy(state_dict[key], f"state_dict[{key!r}]")
+        array = common.to_numpy(state_dict[key], f"state_dict[{prefix + key!r}]")
         slots = layout.layer_slots(config, layer, direction)[group]
         want = (sum(s.shape[0] for s in slots), *slots[0].shape[1:])
         if array.shape != want:
-            raise ValueError(f"state_dict[{key!r}] has shape {array.shape}; expected {want}")
+            raise ValueError(f"state_dict[{prefix + key!r}] has shape {array.shape}; expected {want}")
         start = 0
         for slot in slots:
             named[slot.name(config)] = array[start : start + slot.shape[0]]
