@@ -157,7 +157,7 @@ def init_tree(
         init = given[argument]
         if isinstance(init, Mapping):
             init = init.get("projection" if slot.group == "w_projection" else config.gate_names[slot.gate])
-        elif init is None:
+        if init is None:  # the gates a dict leaves out too
             init = defaults.get(argument)
         if init is None:
             continue
