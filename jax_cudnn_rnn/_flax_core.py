@@ -190,15 +190,31 @@ def _draw(init: Any, key: jax.Array, shape: tuple[int, ...], dtype: Any, argumen
 # ---------------------------------------------------------------------------------------------------- carries
 
 
+def tree_fields(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """What a module's named parameters say of its network: num_layers, direction, num_units, proj_size, the gates'
+    names and the dtype (an nnx state's Variables read through their ``value``)."""
+    first = tree["layer_0"]
+    forward = first.get("forward", next(iter(first.values())))
+    recurrent = forward["w_recurrent"]
+    matrix = next(iter(recurrent.values()))
+    matrix = getattr(matrix, "value", matrix)
+    units, hidden = matrix.shape
+    return {
+        "num_layers": len(tree),
+        "direction": "bidirectional" if "backward" in first else "unidirectional",
+        "num_units": units,
+        "proj_size": hidden if "w_projection" in forward else 0,
+        "gates": tuple(recurrent),
+        "dtype": matrix.dtype,
+    }
+
+
 def _state_of_tree(tree: Mapping[str, Any]) -> tuple[int, int, int, bool, Any]:
     """(num_layers * D, hidden, num_units, whether it has a cell state, dtype) of a module's named parameters."""
-    layers = [tree[key] for key in sorted(tree)]
-    first = next(iter(layers[0].values()))
-    recurrent = first["w_recurrent"]
-    matrix = next(iter(recurrent.values()))
-    matrix = getattr(matrix, "value", matrix)  # an nnx.Variable's state holds its array as .value
-    units, hidden = matrix.shape
-    return len(layers) * len(layers[0]), hidden, units, tuple(recurrent) == ("i", "f", "g", "o"), matrix.dtype
+    fields = tree_fields(tree)
+    stacked = fields["num_layers"] * (2 if fields["direction"] == "bidirectional" else 1)
+    hidden = fields["proj_size"] or fields["num_units"]
+    return stacked, hidden, fields["num_units"], fields["gates"] == ("i", "f", "g", "o"), fields["dtype"]
 
 
 def _state_of(node: Any) -> tuple[int, int, int, bool, Any]:
@@ -211,7 +227,7 @@ def _state_of(node: Any) -> tuple[int, int, int, bool, Any]:
     return _state_of_tree(node)
 
 
-def _is_named_tree(value: Any) -> bool:
+def is_named_tree(value: Any) -> bool:
     return (
         isinstance(value, Mapping)
         and bool(value)
@@ -237,7 +253,7 @@ def zero_carry(source: Any, batch: int, dtype: Any = None) -> Any:
         found: list[tuple[str, Any]] = []
 
         def visit(path: str, node: Any) -> None:
-            if isinstance(node, RNNParams) or _is_named_tree(node):
+            if isinstance(node, RNNParams) or is_named_tree(node):
                 found.append((path, node))
             elif isinstance(node, Mapping):
                 for key, child in node.items():

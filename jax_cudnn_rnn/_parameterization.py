@@ -50,7 +50,8 @@ def library_biases(
     module: its own cells' biases when ``bias_mode`` is None (none without ``use_bias``, Equinox's switch), else
     cuDNN's ``bias_mode`` as it is."""
     if bias_mode is None:
-        return ("none", ()) if not use_bias else LIBRARY_BIASES[library][mode]
+        own = LIBRARY_BIASES[library].get(mode, ("double", ()))  # an unknown mode: RNNConfig says which exist
+        return ("none", ()) if not use_bias else own
     if bias_mode not in BIAS_MODES:
         raise ValueError(f"bias_mode is {bias_mode!r}; expected None (the {library} cells' own) or one of {BIAS_MODES}")
     if not use_bias and bias_mode != "none":

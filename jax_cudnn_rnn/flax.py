@@ -250,12 +250,20 @@ def _check_stored(tree: Any, parameters: Parameterization, input_size: int) -> N
             "now keep the named canonical tensors: convert with module.unpacked(params) (a module with "
             "bias_mode='double' holds exactly the tensors such a buffer trained)"
         )
-    if isinstance(tree, Mapping):
-        stored = _flax_core.layer_input_size(tree, parameters.config.num_units)
-        if stored != input_size and not parameters.config.skip_input:
+    if isinstance(tree, Mapping) and _flax_core.is_named_tree(tree):
+        config = parameters.config
+        stored = _flax_core.tree_fields(tree)
+        own = {field: getattr(config, field) for field in ("num_layers", "direction", "num_units", "proj_size")}
+        own["gates"] = config.gate_names
+        differing = [field for field, value in own.items() if stored[field] != value]
+        if differing:
+            fields = ", ".join(f"{f}={stored[f]!r} (module: {own[f]!r})" for f in differing)
+            raise ValueError(f"rnn_params does not match this module: the parameters have {fields}")
+        size = _flax_core.layer_input_size(tree, config.num_units)
+        if size != input_size and not config.skip_input:
             raise ValueError(
                 f"x has {input_size} features (its last axis) but the module's parameters were made for "
-                f"input_size={stored}"
+                f"input_size={size}"
             )
     parameters.check(tree, "rnn_params")
 
