@@ -192,7 +192,7 @@ def _draw(init: Any, key: jax.Array, shape: tuple[int, ...], dtype: Any, argumen
 
 def tree_fields(tree: Mapping[str, Any]) -> dict[str, Any]:
     """What a module's named parameters say of its network: num_layers, direction, num_units, proj_size, the gates'
-    names and the dtype (an nnx state's Variables read through their ``value``)."""
+    names (sorted) and the dtype (an nnx state's Variables read through their ``value``)."""
     first = tree["layer_0"]
     forward = first.get("forward", next(iter(first.values())))
     recurrent = forward["w_recurrent"]
@@ -204,7 +204,7 @@ def tree_fields(tree: Mapping[str, Any]) -> dict[str, Any]:
         "direction": "bidirectional" if "backward" in first else "unidirectional",
         "num_units": units,
         "proj_size": hidden if "w_projection" in forward else 0,
-        "gates": tuple(recurrent),
+        "gates": tuple(sorted(recurrent)),  # sorted: jax.tree sorts a dict's keys
         "dtype": matrix.dtype,
     }
 
@@ -214,7 +214,7 @@ def _state_of_tree(tree: Mapping[str, Any]) -> tuple[int, int, int, bool, Any]:
     fields = tree_fields(tree)
     stacked = fields["num_layers"] * (2 if fields["direction"] == "bidirectional" else 1)
     hidden = fields["proj_size"] or fields["num_units"]
-    return stacked, hidden, fields["num_units"], fields["gates"] == ("i", "f", "g", "o"), fields["dtype"]
+    return stacked, hidden, fields["num_units"], fields["gates"] == ("f", "g", "i", "o"), fields["dtype"]
 
 
 def _state_of(node: Any) -> tuple[int, int, int, bool, Any]:

@@ -254,7 +254,7 @@ def _check_stored(tree: Any, parameters: Parameterization, input_size: int) -> N
         config = parameters.config
         stored = _flax_core.tree_fields(tree)
         own = {field: getattr(config, field) for field in ("num_layers", "direction", "num_units", "proj_size")}
-        own["gates"] = config.gate_names
+        own["gates"] = tuple(sorted(config.gate_names))
         differing = [field for field, value in own.items() if stored[field] != value]
         if differing:
             fields = ", ".join(f"{f}={stored[f]!r} (module: {own[f]!r})" for f in differing)
