@@ -286,8 +286,9 @@ def check_inputs(
         raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
     if not np.issubdtype(np.dtype(seq_lengths.dtype), np.integer):  # a cast would truncate 2.7 to 2 without a word
         raise TypeError(
-            f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected integers (int32, or any "
-            "integer type: they are converted after the range check)"
+            f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected "
+            f"{'integers' if names.batched else 'an integer'} (int32 or another integer type, converted after the "
+            "range check)"
         )
     if _is_concrete(seq_lengths):
         lengths = np.asarray(seq_lengths).reshape(-1)
