@@ -253,3 +253,32 @@ def test_a_pytorch_lstm_state_dict_trains_as_it_did():
     want_w, want_b = interop.torch_to_canonical(model.rnn)
     for got, expected in zip(got_w + got_b, want_w + want_b, strict=True):
         np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-4)
+
+
+def test_each_frontend_s_bias_argument_and_its_errors():
+    """The parameters each frontend holds by default and with cuDNN's ``bias_mode="double"``; contradictions named."""
+    eqx = import_or_skip("equinox")
+    groups = lambda tree: set(tree["layer_0"]["forward"])  # noqa: E731
+    assert groups(je.GRU(I, H, key=jax.random.key(0)).rnn_params) == {
+        "w_input",
+        "w_recurrent",
+        "b_input",
+        "b_recurrent",
+    }
+    assert set(je.GRU(I, H, key=jax.random.key(0)).rnn_params["layer_0"]["forward"]["b_recurrent"]) == {"n"}
+    assert groups(je.LSTM(I, H, key=jax.random.key(0)).rnn_params) == {"w_input", "w_recurrent", "b_input"}
+    assert groups(je.LSTM(I, H, use_bias=False, key=jax.random.key(0)).rnn_params) == {"w_input", "w_recurrent"}
+    double = je.LSTM(I, H, bias_mode="double", key=jax.random.key(0))
+    assert groups(double.rnn_params) == {"w_input", "w_recurrent", "b_input", "b_recurrent"}
+    assert sum(a.size for a in jax.tree.leaves(eqx.filter(double, eqx.is_array))) == jcr.params_size(double.config)
+    with pytest.raises(ValueError, match=r"use_bias=False and bias_mode='double' contradict each other"):
+        je.GRU(I, H, use_bias=False, bias_mode="double", key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"bias_mode is 'both'; expected None \(the flax cells' own\) or one of"):
+        jcr_flax.LSTM(H, bias_mode="both").init(jax.random.key(0), jnp.ones((B, T, I)))
+    nnx_double = jcr_nnx.GRU(I, H, bias_mode="double", rngs=nnx.Rngs(0))
+    assert set(nnx_double.rnn_params["layer_0"]["forward"]["b_recurrent"]) == {"r", "z", "n"}
+    with pytest.raises(TypeError, match=r"cells\[0\]\[0\] is a LSTMCell, which GRU does not take"):
+        jcr_nnx.GRU.from_cells([[nnx.LSTMCell(I, H, rngs=nnx.Rngs(0))]])
+    cells = [[nnx.GRUCell(I, H, rngs=nnx.Rngs(0))], [nnx.GRUCell(H, H, rngs=nnx.Rngs(1))] * 2]
+    with pytest.raises(ValueError, match=r"cells\[1\] has 2 cells; cells\[0\] has 1"):
+        jcr_nnx.GRU.from_cells(cells)
