@@ -194,7 +194,7 @@ def tree_fields(tree: Mapping[str, Any]) -> dict[str, Any]:
     """What a module's named parameters say of its network: num_layers, direction, num_units, proj_size, the gates'
     names (sorted) and the dtype (an nnx state's Variables read through their ``value``)."""
     first = tree["layer_0"]
-    forward = first.get("forward", next(iter(first.values())))
+    forward = first["forward"]
     recurrent = forward["w_recurrent"]
     matrix = next(iter(recurrent.values()))
     matrix = getattr(matrix, "value", matrix)
@@ -228,6 +228,7 @@ def _state_of(node: Any) -> tuple[int, int, int, bool, Any]:
 
 
 def is_named_tree(value: Any) -> bool:
+    """Whether ``value`` is a module's named parameters: a mapping of ``layer_{l}`` entries."""
     return (
         isinstance(value, Mapping)
         and bool(value)
