@@ -263,9 +263,9 @@ class _Fused:
         """The implementation for ``use_cudnn=True``, Keras's: cuDNN when it can run this call; where it cannot, Keras's
         LSTM raises a ValueError naming ``use_cudnn``, and Keras's GRU (on JAX) runs its own loop off a CUDA device,
         as ours then runs what ``use_cudnn="auto"`` would."""
-        platform, reason = ops.where_and_why_not("cudnn", config, xs, seq_lengths=masked)
-        if reason is None and _rate(self.cell.recurrent_dropout):  # Keras's cuDNN path refuses it, training or not
-            reason = "recurrent_dropout=0 (cuDNN has no recurrent dropout)"
+        # Keras's cuDNN path refuses recurrent dropout training or not: asked as a call that applies it.
+        recurrent_dropout = bool(_rate(self.cell.recurrent_dropout))
+        platform, reason = ops.where_and_why_not("cudnn", config, xs, masked, recurrent_dropout)
         if reason is None:
             return "cudnn"
         if self._mode != "lstm" and platform != "cuda":

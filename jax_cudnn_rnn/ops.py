@@ -31,15 +31,17 @@ def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None
 
 
 def where_and_why_not(
-    implementation: str, config: RNNConfig, x: Any, seq_lengths: bool = False
+    implementation: str, config: RNNConfig, x: Any, seq_lengths: bool = False, recurrent_dropout: bool = False
 ) -> tuple[str, str | None]:
     """(the platform a call of ``config`` on ``x`` runs on, why ``implementation`` cannot run it there or None): x's
-    platform when tracing knows it, else JAX's default device's, and the registry's answer. For a frontend argument
-    that asks for an implementation in its own words (Keras's ``use_cudnn=True``) and names itself in the error."""
+    platform when tracing knows it, else JAX's default device's, and the registry's answer for a call with lengths
+    and recurrent dropout where asked. For a frontend argument that asks for an implementation in its own words
+    (Keras's ``use_cudnn=True``) and names itself in the error."""
     platform = placement.of_arrays([x], [None]).platform
     if platform is None:
-        platform = placement.lowering_platform(jax.config.jax_default_device or jax.devices()[0])
-    return platform, registry.why_not(implementation, platform, Call(config, seq_lengths=seq_lengths))
+        platform = registry.lowering_platform()
+    call = Call(config, seq_lengths=seq_lengths, recurrent_dropout=recurrent_dropout)
+    return platform, registry.why_not(implementation, platform, call)
 
 
 _PRECISIONS = {
@@ -111,13 +113,14 @@ def rnn(
       implementation: None (the best implementation available for the platform the computation is lowered for,
         as jax_cudnn_rnn/backends/registry.py decides and ``implementation_for`` reports: "cudnn" on CUDA when the
         extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16 needs cuDNN >= 9.13 and
-        compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); "onednn" on the CPU when oneDNN's
-        extension is loaded, runs the call and its measured table (``onednn.CPU_TABLE``) makes it the faster for
-        the call's mode, dtype and size on either side of jax.grad (oneDNN then runs that side, the xla
-        implementation the other); else "xla"; under ``jax.jit`` the choice is staged out per platform),
-        "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no seq_lengths, resets or
-        cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
-        forward-mode autodiff).
+        compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); on the CPU, per side of jax.grad,
+        "onednn" (or "onednn:plain", its backward on plain weights) where oneDNN's extension is loaded, runs the call
+        and is estimated the faster for the call's mode, dtype and size (``onednn.cpu_choice``; ``jax-cudnn-rnn
+        tune`` measures this machine), else "xla"; under ``jax.jit`` the choice is staged out per platform),
+        "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no resets or cell_clip),
+        "onednn:plain", "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
+        forward-mode autodiff), or "forward+training": one of those undifferentiated, another under jax.grad
+        ("onednn+xla"; what ``implementation_for`` names where the default's two sides differ).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):

@@ -10,7 +10,8 @@ are not one array each fails with "safe_zip() argument 1 has length 13 but argum
 keeps the static arguments in a closure and hands JAX a ``jax.custom_vjp`` of the array leaves alone, built once per
 (static values, argument structure), so that both implementations differentiate it the same way; the rules keep
 ``jax.custom_vjp``'s signatures: ``fwd(*args) -> (outputs, residuals)``, ``bwd(*static_args, residuals, cotangents)
--> one cotangent (or None) per differentiable argument``.
+-> one cotangent (or None) per differentiable argument``, where a record's cotangent may hold None for a field
+that gets none (a mask, the lengths).
 """
 
 from __future__ import annotations
@@ -77,9 +78,7 @@ class custom_vjp:
                     f"cotangents for its {len(arg_trees)} differentiable arguments"
                 )
             return tuple(
-                leaf
-                for tree, ct in zip(arg_trees, per_arg, strict=True)
-                for leaf in ([None] * tree.num_leaves if ct is None else tree.flatten_up_to(ct))
+                leaf for tree, ct in zip(arg_trees, per_arg, strict=True) for leaf in _cotangent_leaves(tree, ct)
             )
 
         flat_fun.__name__ = getattr(self._fun, "__name__", "fun")
@@ -87,3 +86,20 @@ class custom_vjp:
         flat = jax.custom_vjp(flat_fun)
         flat.defvjp(flat_fwd, flat_bwd)
         return flat
+
+
+def _cotangent_leaves(tree: Any, cotangent: Any) -> list[Any]:
+    """The leaves of ``cotangent`` in the structure ``tree`` of its primal argument, None for every leaf under a None
+    (no cotangent: zero)."""
+    leaves: list[Any] = [None] * tree.num_leaves
+    if cotangent is None:
+        return leaves
+    positions = tree.unflatten(range(tree.num_leaves))  # each leaf replaced by its index
+
+    def place(value: Any, where: Any) -> None:
+        if value is not None:
+            (index,) = jax.tree.leaves(where)
+            leaves[index] = value
+
+    jax.tree.map(place, cotangent, positions, is_leaf=lambda value: value is None)
+    return leaves

@@ -55,6 +55,18 @@ register(
     "is a CI-sized smoke run.",
 )
 
+register(
+    "tune",
+    "measure on this machine what rnn() chooses between on the CPU, and choose from that from now on",
+    "jax_cudnn_rnn.tools.tune",
+    description="Times the xla implementation, oneDNN and its variants at a grid of shapes (LSTM and GRU, float32 "
+    "and bfloat16; the forward and a training step), each in a process of its own, for a few minutes, and writes "
+    "the ratios to this machine's table in the user's cache directory ($XDG_CACHE_HOME or ~/.cache, "
+    "jax-cudnn-rnn/), keyed by the CPU, oneDNN's instruction set, the cores and the versions. From then on "
+    "rnn(implementation=None) estimates from this table instead of the rule fitted to the shipped measurements, "
+    "wherever it measured the call's mode and dtype; `jax-cudnn-rnn info` says which decided.",
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

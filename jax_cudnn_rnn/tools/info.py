@@ -4,8 +4,9 @@
 Reports the versions (this package, Python, jax, jaxlib, JAX's GPU plugins, cuDNN at run time and at build time,
 oneDNN), whether the cuDNN and oneDNN extensions are loaded and why not, a build/run-time version mismatch, JAX's
 devices, and for each device the implementation that ``rnn(..., implementation=None)`` picks for a float32 call of
-each mode on arrays placed there, asked of the package's own chooser (``backends.registry.implementation_for``) so
-that this report never disagrees with ``rnn()``.
+each mode on arrays placed there, on each side of jax.grad ("onednn+xla": oneDNN undifferentiated, xla in training)
+and what decided it (the CPU rule, this machine's tuned table, cuDNN's place on CUDA), asked of the package's own
+chooser (``backends.registry.decide``) so that this report never disagrees with ``rnn()``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
+from jax_cudnn_rnn.sharding import placement
 
 DISTRIBUTIONS = (
     "jax-cudnn-rnn",
@@ -66,14 +68,26 @@ def _devices() -> list[jax.Device]:
     return list(devices.values())
 
 
+def _probe(mode: str) -> Call:
+    return Call(RNNConfig(mode, 1, _PROBE_UNITS, _PROBE_UNITS), _PROBE_STEPS, _PROBE_BATCH)
+
+
 def implementation_on(device: jax.Device, mode: str = "lstm") -> str:
     """What ``rnn(..., implementation=None)`` picks for a float32 call of ``mode`` on arrays committed to ``device``
-    (or why asking failed)."""
-    call = Call(RNNConfig(mode, 1, _PROBE_UNITS, _PROBE_UNITS), _PROBE_STEPS, _PROBE_BATCH)
+    (the pair's name: ``implementation=`` runs it), or why asking failed."""
     try:
-        return registry.implementation_for(device, call)
+        return registry.implementation_for(device, _probe(mode))
     except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
         return f"unknown ({type(e).__name__}: {e})"
+
+
+def decided_by(device: jax.Device, mode: str = "lstm") -> list[str]:
+    """What decided ``implementation_on(device, mode)``: each side's source, once each."""
+    try:
+        choice = registry.decide(placement.lowering_platform(device), _probe(mode))
+    except Exception as e:  # noqa: BLE001 - a report must not crash on the device it reports on
+        return [f"unknown ({type(e).__name__}: {e})"]
+    return list(dict.fromkeys(choice.sources))
 
 
 def pure_jax_only() -> dict[str, dict[str, str]]:
@@ -144,7 +158,8 @@ def collect() -> dict[str, Any]:
             "error": onednn.extension_error(),
             "cpu_runtime": onednn.cpu_runtime(),
             "cpu_isa": onednn.effective_cpu_isa(),
-            "cpu_table": onednn.TABLE_MEASURED if onednn.extension_loaded() else None,
+            "tuned_table": onednn.tuned_table() if onednn.extension_loaded() else None,
+            "measured_cpus": [m.describe() for m in onednn.MEASUREMENTS],
             "built_against": _onednn_build(),
         },
         "devices": [
@@ -153,6 +168,7 @@ def collect() -> dict[str, Any]:
                 "platform": device.platform,
                 "kind": device.device_kind,
                 "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES},
+                "decided_by": sorted({source for mode in MODES for source in decided_by(device, mode)}),
             }
             for device in _devices()
         ],
@@ -185,15 +201,27 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {'why' if not one['loaded'] else 'note'}: {one['error']}")
     if one["loaded"]:
         lines.append(f"  CPU threading runtime: {one['cpu_runtime']} (onednn/threading.h: no process-wide setting)")
-        lines.append(f"  instruction set: {one['cpu_isa']}; the default's table: {one['cpu_table']}")
+        lines.append(f"  instruction set: {one['cpu_isa']}")
+        tuned = one["tuned_table"]
+        lines.append(
+            f"  the default's estimates: this machine's tuned table {tuned} where it measured the call"
+            if tuned
+            else "  the default's estimates: the rule fitted to the shipped measurements (`jax-cudnn-rnn tune` "
+            "measures this machine's own)"
+        )
+        lines += [f"    measured: {cpu}" for cpu in one["measured_cpus"]]
         build = one["built_against"]
         lines.append(
             f"  built against: the XLA FFI headers of jaxlib {build['jaxlib']}, XLA FFI API "
             f"{'.'.join(map(str, build['xla_ffi_api']))}"
         )
     lines.append(f"JAX default backend: {report['jax_default_backend']}")
-    lines.append("devices (what rnn(implementation=None) picks for a float32 call):")
-    lines += [f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}" for d in report["devices"]]
+    lines.append(
+        "devices (what rnn(implementation=None) picks for a float32 call; 'a+b': a undifferentiated, b under jax.grad):"
+    )
+    for d in report["devices"]:
+        lines.append(f"  {d['device']} [{d['kind']}]: {_picks(d['rnn_implementation'])}")
+        lines += [f"    decided by {source}" for source in d["decided_by"]]
     lines.append("run by the xla implementation only (the fused backends decline them):")
     for label, declined in report["pure_jax_only"].items():
         lines.append(f"  {label}:")

@@ -17,6 +17,7 @@ from jax_cudnn_rnn.backends.cudnn.algorithm import (
     DeviceInfo,
     Problem,
 )
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 H100 = DeviceInfo(9, 0, 132)
 A40 = DeviceInfo(8, 6, 84)
@@ -177,7 +178,7 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
     static = cudnn_backend.Static(cfg, False, PERSIST_STATIC_SMALL_H)
     text = (
-        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, None, static))
+        jax.jit(lambda p: cudnn_backend._rnn(KernelArrays(p, x, h0, h0), None, static))
         .trace(params)
         .lower(lowering_platforms=("cuda",))
         .as_text()
@@ -185,7 +186,7 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     assert 'algorithm = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
-        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, lengths, static)).trace(params)
+        jax.jit(lambda p: cudnn_backend._rnn(KernelArrays(p, x, h0, h0), lengths, static)).trace(params)
 
 
 @pytest.mark.parametrize("training", [False, True])

@@ -8,8 +8,9 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.onednn import backend as onednn_backend
 from jax_cudnn_rnn.tools import cli, info
 
 
@@ -26,13 +27,21 @@ def test_json_report_matches_this_process(capsys):
     assert report["extension"]["error"] == jcr.extension_error()
     assert report["onednn_extension"]["loaded"] == onednn.extension_loaded()
     cpu = [d for d in report["devices"] if d["platform"] == "cpu"]
-    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and faster for the mode (onednn.CPU_TABLE).
-    assert cpu and all(set(d["rnn_implementation"].values()) <= {"xla", "onednn"} for d in cpu)
+    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and estimated faster for the mode on a
+    # side (the CPU rule); the report names the pair, as implementation= takes it ("onednn+xla": oneDNN
+    # undifferentiated, xla under jax.grad), and what decided it.
+    assert cpu
     for d in cpu:
         for mode, picked in d["rnn_implementation"].items():
-            choice = onednn.cpu_choice(jcr.RNNConfig(mode, 1, 128, 128), 32)
-            want = "onednn" if onednn.extension_loaded() and choice != ("xla", "xla") else "xla"
+            forward, training = onednn.cpu_choice(jcr.RNNConfig(mode, 1, 128, 128), 32)
+            assert {forward, training.partition(":")[0]} <= (
+                {"xla", "onednn"} if onednn.extension_loaded() else {"xla"}
+            )
+            want = training if training.partition(":")[0] == forward else f"{forward}+{training}"
             assert picked == want, (mode, picked)
+        assert d["decided_by"] and all(isinstance(source, str) for source in d["decided_by"])
+        if onednn.extension_loaded() and any(p != "xla" for p in d["rnn_implementation"].values()):
+            assert any("the rule fitted to the shipped measurements" in source for source in d["decided_by"])
     if jcr.extension_loaded():
         build = _extension.build_versions(_extension.module())
         assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
@@ -46,7 +55,7 @@ def test_the_picked_implementation_is_what_rnn_runs(mode):
     """Cross-check with what rnn() really does on the CPU: the named implementation's result, bit for bit."""
     device = jax.devices("cpu")[0]
     picked_name = info.implementation_on(device, mode)
-    assert picked_name in ("xla", *onednn_backend._VARIANTS)
+    assert registry.why_not(picked_name, "cpu", Call(jcr.RNNConfig(mode, 1, 3, 2))) is None, picked_name
     cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2)
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jax.device_put(np.ones((4, 2, 2), np.float32), device)

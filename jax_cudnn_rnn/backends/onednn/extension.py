@@ -82,7 +82,7 @@ def cpu_runtime() -> str | None:
 def effective_cpu_isa() -> str | None:
     """oneDNN's name for the instruction set its kernels use on this CPU ("avx2", "avx512_core",
     "avx512_core_bf16", ...: the CPU's own, capped where the user set ONEDNN_MAX_CPU_ISA), or None when the extension
-    is not loaded. The CPU chooser's tables are per instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.json)."""
+    is not loaded. The CPU rule reads it (jax_cudnn_rnn/backends/onednn/cpu_rule.py)."""
     return EXTENSION.module().effective_cpu_isa() if EXTENSION.loaded() else None
 
 

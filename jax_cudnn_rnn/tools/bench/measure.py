@@ -406,7 +406,7 @@ def _worker(job: dict[str, Any]) -> dict[str, Any]:
     if job["kind"] == "neighbour":
         result = _neighbour_outcome(bc, job["dtype"], timing, job["with_package"])
     else:
-        contender = C.CONTENDERS[job["contender"]]
+        contender = C.contender(job["contender"])
         result = _with_precision(job["precision"], contender, lambda: _outcome(contender, bc, job["dtype"], timing))
     return {**result, "process": process_facts()}
 
