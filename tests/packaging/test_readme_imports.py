@@ -1,7 +1,7 @@
-"""Every public import path the README and docs/porting.md show still works (issue 29's done-when): each ``import``/
-``from ... import`` of this package in its python blocks, and each dotted name of it in its text (``jax_cudnn_rnn.cudnn.export``,
-``jcr.implementation_for``), is imported and resolved here, one test per path. Paths added to the README later are
-picked up without touching this file."""
+"""Every public import path the README and docs/porting.md show still works (issue 29's done-when): each
+``import``/``from ... import`` of this package in their python blocks, and each dotted name of it in their text
+(``jax_cudnn_rnn.cudnn.export``, ``jcr.implementation_for``), is imported and resolved here, one test per path. Paths
+added to them later are picked up without touching this file."""
 
 import ast
 import importlib
