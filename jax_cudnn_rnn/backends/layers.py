@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.cells.spec import leading
 from jax_cudnn_rnn.config import RNNConfig
@@ -53,8 +53,8 @@ def project(h_full: Array, w_proj: Array | None) -> Array:
 def layer_weights(params: Array, config: RNNConfig, dtype: Any):
     """Per pseudo-layer (layer * D + direction): (w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H],
     b_rec [G*H]) in ``dtype``; None where absent (w_in under skip input on layer 0, w_proj without projection, biases
-    per bias_mode). All taken at once by ``layout.unpack``, whose gradient is one concatenation in buffer order."""
-    return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in layout.unpack(params, config)]
+    per bias_mode). All taken at once by ``_buffer.unpack``, whose gradient is one concatenation in buffer order."""
+    return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in _buffer.unpack(params, config)]
 
 
 def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import stacking
 from jax_cudnn_rnn.backends.fused.convention import Runner, part
@@ -95,12 +95,12 @@ def _bidirectional_chunks(run: Runner, max_steps: int, call: Call, inputs: Input
         for direction in range(2):
             states = slice(direction, direction + 1)
             one = layer._replace(
-                params=layout.sub_params(layer.params, layer_call.config, 0, direction),
+                params=_buffer.sub_params(layer.params, layer_call.config, 0, direction),
                 x=layer.x if direction == 0 else reverse_rows(layer.x, seq_lengths),
                 h0=layer.h0[states],
                 c0=None if layer.c0 is None else layer.c0[states],
             )
-            one_call = part(layer_call, one, layout.sub_config(layer_call.config, 0, direction))
+            one_call = part(layer_call, one, _buffer.sub_config(layer_call.config, 0, direction))
             y, h_last, c_last = _forward_chunks(run, max_steps, one_call, one)
             outputs.append(y if direction == 0 else reverse_rows(y, seq_lengths))
             h_n.append(h_last)

@@ -33,7 +33,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer, layout
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import stacking
 from jax_cudnn_rnn.backends.fused.chunking import reverse_rows
@@ -119,14 +119,14 @@ def with_lengths(kernel: Kernel) -> Kernel:
             for direction in range(single.num_directions):
                 states = slice(direction, direction + 1)
                 one = layer._replace(
-                    params=layout.sub_params(layer.params, single, 0, direction)
+                    params=_buffer.sub_params(layer.params, single, 0, direction)
                     if single.num_directions > 1
                     else layer.params,
                     x=layer.x if direction == 0 else reverse_rows(layer.x, lengths),
                     h0=layer.h0[states],
                     c0=None if layer.c0 is None else layer.c0[states],
                 )
-                one_call = part(layer_call, one, layout.sub_config(single, 0, direction))
+                one_call = part(layer_call, one, _buffer.sub_config(single, 0, direction))
                 y, h_last, c_last = _one_direction(kernel, one_call, one, lengths)
                 outputs.append(y if direction == 0 else reverse_rows(y, lengths))
                 h_n.append(h_last)

@@ -3,7 +3,7 @@
 Their kernels run all layers in one call without dropout (cuDNN's masks cannot match the other implementations';
 oneDNN has none). With inter-layer dropout the network runs
 layer by layer instead: each layer a single-layer call over its own slice of the opaque buffer
-(``layout.sub_params``), and layer l's output multiplied by ``dropout.dropout_masks(key, ...)[l]`` before entering
+(``_buffer.sub_params``), and layer l's output multiplied by ``dropout.dropout_masks(key, ...)[l]`` before entering
 layer l + 1, as the xla implementation does; gradients flow back to the full buffer through the slicing.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import dropout, layout
+from jax_cudnn_rnn import _buffer, dropout
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused.convention import Kernel, part
 
@@ -27,13 +27,13 @@ def rnn_with_masks(run_layer: Kernel, call: Call, inputs: Inputs):
     for layer in range(config.num_layers):
         states = slice(layer * directions, (layer + 1) * directions)
         layer_inputs = inputs._replace(
-            params=layout.sub_params(inputs.params, config, layer),
+            params=_buffer.sub_params(inputs.params, config, layer),
             x=layer_input,
             h0=inputs.h0[states],
             c0=None if inputs.c0 is None else inputs.c0[states],
             dropout_masks=None,
         )
-        y, h_last, c_last = run_layer(part(call, layer_inputs, layout.sub_config(config, layer)), layer_inputs)
+        y, h_last, c_last = run_layer(part(call, layer_inputs, _buffer.sub_config(config, layer)), layer_inputs)
         h_n.append(h_last)
         c_n.append(c_last)
         if masks and layer < config.num_layers - 1:
