@@ -110,7 +110,7 @@ _ARGUMENT = {"w_input": "kernel_init", "w_projection": "kernel_init", "w_recurre
 def init_tree(
     key: jax.Array,
     parameters: Parameterization,
-    conventions: str,
+    defaults: str,
     kernel_init: Any = None,
     recurrent_kernel_init: Any = None,
     bias_init: Any = None,
@@ -118,8 +118,8 @@ def init_tree(
     """Fresh parameters as the named tree of ``parameters``, with Flax's initializer arguments meaning what they mean
     for ``nn.LSTMCell``/``GRUCell``/``SimpleCell``.
 
-    ``conventions`` says what an initializer left None is: "flax" and "nnx" (a module with its cells' biases, the
-    default) Flax's own, ``FLAX_INITIALIZERS``; "cudnn" (a module with one of cuDNN's bias modes) PyTorch's
+    ``defaults`` says what an initializer left None is: "flax" and "nnx" (a module with its cells' biases, the
+    default) Flax's own, ``FLAX_INITIALIZERS``; "uniform" (a module with one of cuDNN's bias modes) PyTorch's
     U(-k, k), k = 1/sqrt(hidden), exactly the buffer ``RNNParams.init(key, config)`` gives. Each initializer is called
     once per gate as Flax calls it per gate's Dense layer, with Flax's shapes (kernels [in, out], the canonical matrix
     transposed) and ``config.dtype``, each with a key of its own:
@@ -145,10 +145,10 @@ def init_tree(
         if init is not None and not isinstance(init, Mapping) and not callable(init):
             raise TypeError(f"{argument} is a {type(init).__name__}; expected an initializer init(key, shape, dtype)")
     flat = layout.flatten_tree(parameters.from_buffer(layout.init_params(key, config)))
-    if conventions == "cudnn" and all(init is None for init in given.values()):
+    if defaults == "uniform" and all(init is None for init in given.values()):
         return parameters.tree(flat)
-    defaults = FLAX_INITIALIZERS if conventions != "cudnn" else {}
-    joint = conventions == "nnx" and config.mode == "gru"
+    joint = defaults == "nnx" and config.mode == "gru"
+    fallback = FLAX_INITIALIZERS if defaults != "uniform" else {}
     slots = parameters.slots
     keys = jax.random.split(jax.random.fold_in(key, 1), len(slots))
     drawn: dict[tuple[int, int, str], jax.Array] = {}  # a joint draw, per pseudo-layer and group
@@ -158,7 +158,7 @@ def init_tree(
         if isinstance(init, Mapping):
             init = init.get("projection" if slot.group == "w_projection" else config.gate_names[slot.gate])
         if init is None:  # the gates a dict leaves out too
-            init = defaults.get(argument)
+            init = fallback.get(argument)
         if init is None:
             continue
         name = slot.name(config)

@@ -221,9 +221,9 @@ class RNN(nn.Module):
 
     @nn.nowrap
     def _init_tree(self, key: jax.Array, parameters: Parameterization) -> dict[str, Any]:
-        conventions = "flax" if self.bias_mode is None else "cudnn"
+        defaults = "flax" if self.bias_mode is None else "uniform"
         inits = (self.kernel_init, self.recurrent_kernel_init, self.bias_init)
-        return _flax_core.init_tree(key, parameters, conventions, *inits)
+        return _flax_core.init_tree(key, parameters, defaults, *inits)
 
 
 def _rnn_params(params: Any) -> Any:

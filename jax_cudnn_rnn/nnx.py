@@ -104,9 +104,9 @@ class RNN(nnx.Module):
         self.config = self.parameters.config
         self.precision = precision
         self.algorithm = algorithm
-        conventions = "nnx" if bias_mode is None else "cudnn"
+        defaults = "nnx" if bias_mode is None else "uniform"
         inits = (kernel_init, recurrent_kernel_init, bias_init)
-        tree = _flax_core.init_tree(rngs.params(), self.parameters, conventions, *inits)
+        tree = _flax_core.init_tree(rngs.params(), self.parameters, defaults, *inits)
         self.rnn_params = _data(jax.tree_util.tree_map(nnx.Param, tree))
         self.dtype = dtype
         self.param_dtype = param_dtype
