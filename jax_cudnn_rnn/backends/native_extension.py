@@ -30,9 +30,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 
 # The XLA FFI C API version (major, minor) of jaxlib releases, read from each release's wheel on PyPI
-# (jaxlib/include/xla/ffi/api/c_api.h: XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) on 2026-11-25; docs/compatibility.md
-# keeps the same table. The running jaxlib's own headers are read first (``running_xla_ffi_api_version``); this
-# table answers where they are missing, for a release at or after a listed one (the version never goes down).
+# (jaxlib/include/xla/ffi/api/c_api.h: XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) on 2026-11-25, 0.11.2 and 0.12.0.1 (the
+# newest on the index) on 2026-11-27; docs/compatibility.md keeps the same table. The running jaxlib's own headers are
+# read first (``running_xla_ffi_api_version``); this table answers where they are missing, for a release at or after a
+# listed one (the version never goes down).
 XLA_FFI_API_OF_JAXLIB = {
     "0.7.2": (0, 1),
     "0.8.0": (0, 1),
@@ -41,7 +42,9 @@ XLA_FFI_API_OF_JAXLIB = {
     "0.10.2": (0, 3),
     "0.11.0": (0, 3),
     "0.11.1": (0, 4),
+    "0.11.2": (0, 4),
     "0.12.0": (0, 5),
+    "0.12.0.1": (0, 5),
 }
 
 
