@@ -1,7 +1,7 @@
 """jax.export with this library (docs/lowering.md): the xla implementation exports for every platform; a cuDNN call is a
 clear error under plain jax.export and exports through ``jax_cudnn_rnn.export`` (the recipe), single-device only; the
 old ``jax_cudnn_rnn.cudnn.export`` still does, with a DeprecationWarning. Nothing runs on CUDA here (the GPU test at the
-end runs the recipe's result). The CPU default's export: tests/backends/test_export.py."""
+end runs the recipe's result). The CPU default's export: tests/backends/test_exporting.py."""
 
 import jax
 import jax.numpy as jnp
