@@ -161,8 +161,18 @@ def x_dims(x: Any, names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None 
     """(time steps, batch, features) of x in the caller's layout (batch 1 for an unbatched caller), after checking
     that x is an array of rank 3 (2 unbatched) with at least one step and one sequence, and, when ``input_size`` is
     given, that its last axis is that. The first of ``check_inputs``' checks, for a frontend that needs x's sizes
-    before it has a config (a module that takes its input size from x at init)."""
-    return x_shape_dims(_shape_of(names.x, x), names, input_size)
+    before it has a config (a module that takes its input size from x at init). A symbolic dimension (``jax.export``'s
+    shape polymorphism) is a ValueError: every implementation plans a call from its concrete sizes."""
+    shape = _shape_of(names.x, x)
+    symbolic = [str(d) for d in shape if not isinstance(d, int | np.integer)]
+    if symbolic:
+        raise ValueError(
+            f"{names.x} has shape ({', '.join(map(str, shape))}) with the symbolic dimension(s) "
+            f"{', '.join(symbolic)} (jax.export's shape polymorphism), but the recurrent network's implementations "
+            f"plan each call from concrete sizes (the time steps and the batch choose the kernels and size their "
+            f"buffers): export with concrete shapes, one artifact per shape"
+        )
+    return x_shape_dims(shape, names, input_size)
 
 
 def _check_layout(x_shape: tuple[int, ...], h0: Any, names: ArgumentNames) -> None:

@@ -26,7 +26,6 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jax_cudnn_rnn as jcr
-    from jax_cudnn_rnn import cudnn
     from jax_cudnn_rnn.sharding import placement
     sys.path.insert(0, sys.argv[2])
     from cudnn_stand_in import CudnnStandIn
@@ -126,7 +125,7 @@ SCRIPT = textwrap.dedent("""
         args = (on(params, P()), on(x, P(None, axes)), on(h0, P(None, axes)), on(c0, P(None, axes)),
                 on(lengths, P(axes)))
         try:
-            cudnn.export(jax.jit(ours), platforms=["cuda"])(*args)
+            jcr.export(jax.jit(ours), platforms=["cuda"])(*args)
         except ValueError as e:
             print("export refused:", "over 8 devices is not supported" in str(e))
 

@@ -38,6 +38,16 @@ EXTENSION = native_extension.NativeExtension(
         '(libimf.so, libintlc.so.5): `pip install "jax-cudnn-rnn[onednn]"` brings them (onednn-cpu-tbb, tbb, '
         "intel-cmplr-lib-rt)",
     ),
+    targets=(WEIGHTS_TARGET, FORWARD_TARGET, BACKWARD_TARGET),
+    # what kernels.py, this module, `jax-cudnn-rnn info` and the bench ask of it
+    attributes=(
+        "buffer_sizes",
+        "CPU_RUNTIME",
+        "JAXLIB_BUILD_VERSION",
+        "effective_cpu_isa",
+        "onednn_version",
+        "release_scratch",
+    ),
 )
 
 # The shared libraries loaded before the extension, per runtime wheel: (distribution, file name), in load order.
