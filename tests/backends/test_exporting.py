@@ -55,7 +55,7 @@ def trained():
     if not onednn.extension_loaded():
         skip_or_fail(f"the oneDNN extension is not loaded: {onednn.extension_error()}", REQUIRE_ONEDNN)
     if onednn.cpu_choice(CFG, B) != ("onednn", "onednn"):
-        pytest.skip(f"the CPU rule ({onednn.effective_cpu_isa()}) does not pick oneDNN on both sides for the test's network")
+        pytest.skip(f"the CPU rule ({onednn.effective_cpu_isa()}) does not pick oneDNN on both sides for this network")
     params = jcr.init_params(jax.random.key(0), CFG)
     args = _inputs()
     losses = []
