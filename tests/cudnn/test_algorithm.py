@@ -63,6 +63,9 @@ def test_heuristic_small_h_limits(mode, units, training, want):
         (dict(proj_size=32), "projection"),
         (dict(cell_clip=1.0), "cell_clip"),
         (dict(dtype="float64"), "float64"),
+        (dict(bias_mode="single_recurrent"), "bias_mode='single_recurrent'"),
+        (dict(bias_mode="single_input"), "bias_mode='single_input'"),
+        (dict(bias_mode="none"), "bias_mode='none'"),
     ],
 )
 def test_persistent_algorithms_refuse_what_cudnn_does_not_support(options, reason):

@@ -354,6 +354,18 @@ def test_options_match_xla(cfg):
     _compare(cfg, "float32", lengths=[T, 2, 5, 1])
 
 
+@pytest.mark.parametrize(
+    "mode, bias_mode",
+    [("lstm", "single_recurrent"), ("gru", "single_input"), ("rnn_tanh", "single_input"), ("rnn_relu", "none")],
+)
+def test_single_bias_without_lengths_matches_xla(mode, bias_mode):
+    """The Flax and Equinox modules' weight spaces, unpadded, with the heuristic's choice: cuDNN refused a single bias
+    with a persistent algorithm (CUDNN_STATUS_NOT_SUPPORTED at cudnnSetRNNDescriptor_v8, H200, cuDNN 9.19), which the
+    heuristic picked before; test_options_match_xla runs them padded, on the standard algorithm only."""
+    cfg = jcr.RNNConfig(mode, 2, 6, 5, direction="bidirectional", bias_mode=bias_mode)
+    _compare(cfg, "float32", algorithm="heuristic")
+
+
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 def test_dropout_matches_xla_for_the_same_key(direction):
     cfg = jcr.RNNConfig(mode="lstm", num_layers=3, num_units=6, input_size=5, direction=direction, dropout=0.4)

@@ -2,6 +2,7 @@
 records with the machine's and each process's facts, ratios, the roofline, the neighbour ratio, PNG and Markdown
 outputs; and ``--same-process``."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -279,6 +280,17 @@ def test_each_contender_ran_in_a_process_of_its_own(quick_run):
     # What the default ran, on each side: names of the CPU's implementations ("onednn+xla": oneDNN undifferentiated).
     cpu_names = {"xla", "onednn", "onednn:plain"}
     assert default and all(set(r["implementation"].split("+")) <= cpu_names for r in default)
+
+
+def test_workers_run_under_pythonsafepath(monkeypatch):
+    """A worker inherits PYTHONSAFEPATH=1 (Python then leaves the script's folder off sys.path): it still finds
+    contenders.py beside it (the GPU runbook's bench ran no contender at all before this)."""
+    monkeypatch.setenv("PYTHONSAFEPATH", "1")
+    bc = dataclasses.replace(contenders.CPU_CONFIGS[0], hidden=4, input_size=4, batch=2, time=3)
+    job = measure._contender_job(contenders.contender("jcr-xla"), bc, "float32", measure.QUICK_TIMING, "float32")
+    outcome = measure._in_worker(job)
+    assert "error" not in outcome, outcome
+    assert outcome["process"]["package_imported"] is True
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the neighbour ratio times PyTorch")
