@@ -66,7 +66,8 @@ class RecurrenceInputs(NamedTuple):
 def _recurrence(static: Recurrence, arrays: RecurrenceInputs):
     """Runs the recurrence over precomputed input projections. Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or
     None)."""
-    outputs, _ = _scan_cells(static, arrays, save=False)
+    with jax.default_matmul_precision(static.precision):
+        outputs, _ = _scan_cells(static, arrays, save=False)
     return outputs
 
 
@@ -110,8 +111,11 @@ def _scan_cells(static: Recurrence, arrays: RecurrenceInputs, save: bool):
 
 
 def _recurrence_fwd(static: Recurrence, arrays: RecurrenceInputs):
-    # The forward runs inside layers.run_layers's precision context.
-    outputs, (saved, h_prev, c_prev) = _scan_cells(static, arrays, save=True)
+    # Under the call's precision here, not only inside layers.run_layers's context: JAX may trace a custom_vjp's
+    # forward rule after that context has closed (under jax.grad, in the branch of the cuDNN backend's lax.cond that
+    # runs this implementation beyond max_segments), and a GPU then ran its GEMMs in TF32 (seen on an H200).
+    with jax.default_matmul_precision(static.precision):
+        outputs, (saved, h_prev, c_prev) = _scan_cells(static, arrays, save=True)
     residuals = (
         arrays.b_in is not None,
         arrays.w_rec,
@@ -191,9 +195,9 @@ def _weight_gradient(a: Array, d: Array, dtype: Any) -> Array:
 @functools.partial(custom_vjp, nondiff_argnums=(2,))
 def _input_gemm(x: Array, w_in: Array, precision: str) -> Array:
     """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``
-    (under ``precision``: the backward runs outside the forward's context)."""
-    del precision
-    return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
+    (each under ``precision`` itself: JAX may trace either rule outside the forward's context)."""
+    with jax.default_matmul_precision(precision):
+        return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
 
 
 def _input_gemm_fwd(x, w_in, precision):
