@@ -166,7 +166,8 @@ def test_nnx_projected_clipped_lstm_matches_rnn():
     assert model.params.config == RNNConfig("lstm", 2, H, I, **OPTIONS)
     y = model(x)
     y_ref, _, _ = _reference(model.params.buffer, model.params.config, x)
-    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    # TF32 is real on a GPU (10 mantissa bits: 1e-4 apart on an H200), a no-op on the CPU.
+    np.testing.assert_allclose(y, y_ref, atol=1e-5 if jax.default_backend() == "cpu" else 1e-3)
 
 
 def test_modules_pass_the_algorithm_to_rnn():
