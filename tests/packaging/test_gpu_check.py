@@ -294,7 +294,7 @@ def test_the_first_command_proves_the_most_under_hard_caps(tmp_path):
     ]
     for prefix, n in (("test_seq_lengths_match_xla", 6), ("test_resets_match_xla", 6), ("test_options_match_xla", 2)):
         assert len([case for case in cases if case.startswith(prefix)]) == n, prefix
-    assert "test_resets_with_dropout_and_projection_match_xla" in cases and len(cases) == 48
+    assert "test_resets_with_dropout_and_projection_match_xla" in cases and len(cases) == 52
     bench = commands[-1][1]
     assert bench[bench.index("bench") :][:7] == [
         "bench",
