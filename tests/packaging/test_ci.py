@@ -31,23 +31,33 @@ def test_ci_runs_the_readme_command_verbatim_then_the_newest_jax_job():
     lines = _read(".ci/run").splitlines()
     command = _readme_test_command()
     assert "pytest" in command and command in lines
-    assert lines.index(".ci/newest_jax") > lines.index(command)
+    prepare = next(i for i, line in enumerate(lines) if ".ci/newest_jax prepare" in line and line.endswith("&"))
+    test = next(i for i, line in enumerate(lines) if line.endswith(".ci/newest_jax test"))
+    assert prepare < lines.index(command) < test
     assert "set -euo pipefail" in lines
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
-@pytest.mark.parametrize("status", [0, 3])
-def test_a_failing_newest_jax_job_fails_the_run(tmp_path, status):
-    """.ci/run with the README's command replaced by `true` and the job by a stand-in exiting with ``status``."""
+STAND_IN = """#!/usr/bin/env bash
+echo "newest-jax stand-in $1 in $NEWEST_JAX_WORK"
+[ -d "$NEWEST_JAX_WORK" ] || exit 9
+if [ "$1" = "{fail}" ]; then sleep 0.2; exit 3; fi
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("setsid") is None, reason="no bash or setsid")
+@pytest.mark.parametrize("fail, status", [("none", 0), ("prepare", 1), ("test", 3)])
+def test_a_failing_newest_jax_job_fails_the_run(tmp_path, fail, status):
+    """.ci/run with the README's command replaced by `true` and the job by a stand-in failing in ``fail``: the run
+    fails when either step fails, and prints the background step's log."""
     ci = tmp_path / ".ci"
     ci.mkdir()
-    run = _read(".ci/run").replace(_readme_test_command(), "true")
-    (ci / "run").write_text(run)
-    (ci / "newest_jax").write_text(f"#!/usr/bin/env bash\necho newest-jax stand-in\nexit {status}\n")
+    (ci / "run").write_text(_read(".ci/run").replace(_readme_test_command(), "true"))
+    (ci / "newest_jax").write_text(STAND_IN.replace("{fail}", fail))
     (ci / "newest_jax").chmod(0o755)
     result = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60)
     assert result.returncode == status, result.stdout + result.stderr
-    assert "newest-jax stand-in" in result.stdout
+    assert "newest-jax stand-in prepare in " in result.stdout
+    assert ("newest-jax stand-in test in " in result.stdout) == (fail != "prepare")
 
 
 def test_the_job_tests_the_newest_jaxlib_the_table_lists():
