@@ -33,7 +33,7 @@ from jax_cudnn_rnn.models import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 from jax_cudnn_rnn.ops import rnn
 from jax_cudnn_rnn.params import RNNParams
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "CudnnFallbackWarning",

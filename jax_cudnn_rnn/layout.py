@@ -42,16 +42,10 @@ __all__ = [
     "DIRECTION_NAMES",
     "GROUP_NAMES",
     "ParamSlot",
-    "canonical_to_params",
     "check_canonical",
     "flatten_tree",
-    "init_params",
     "param_slots",
-    "params_size",
-    "params_to_canonical",
-    "params_to_tree",
     "tree_to_canonical",
-    "tree_to_params",
     "unflatten_tree",
 ]
 

@@ -1,5 +1,6 @@
-"""``rnn``: the public op. Checks every argument, prepares the call once (jax_cudnn_rnn/backends/call.py: its options,
-placement and dropout masks) and runs it on the implementation jax_cudnn_rnn/backends/registry.py chooses."""
+"""``rnn``, the public op (documented as ``jax_cudnn_rnn.rnn``, its one public path): checks every argument, prepares
+the call once (jax_cudnn_rnn/backends/call.py: its options, placement and dropout masks) and runs it on the
+implementation jax_cudnn_rnn/backends/registry.py chooses."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 from jax_cudnn_rnn.sharding import placement
 
-__all__ = ["rnn"]
+__all__ = []
 
 
 def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None:

@@ -93,16 +93,17 @@ def main() -> None:
             for target in targets:
                 if target in modules and target != name:
                     edges.add((name, target))
-    with open(os.path.join(package_dir, "__init__.py"), encoding="utf-8") as f:
-        init = ast.parse(f.read())
-    public = next(
-        (
-            ast.literal_eval(n.value)
-            for n in init.body
-            if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
-        ),
-        [],
-    )
+
+    def declared(path: str) -> list[str]:  # a module's __all__, read from its source
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for n in tree.body:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            if any(getattr(t, "id", None) == "__all__" for t in targets) and n.value is not None:
+                return list(ast.literal_eval(n.value))
+        return []
+
+    public = declared(os.path.join(package_dir, "__init__.py"))
     internal = ("backends", "cells", "sharding", "tools", "data")
 
     def deprecated(
@@ -124,6 +125,10 @@ def main() -> None:
     print(f"import edges between them: {len(edges)}")
     print(f"top-level public names: {len(public)}")
     print(f"public modules: {len(public_modules)} ({', '.join(m.split('.', 1)[1] for m in public_modules)})")
+    print(
+        f"public names (the top level's and every public module's __all__): "
+        f"{len(public) + sum(len(declared(modules[m])) for m in public_modules)}"
+    )
     deciders = sorted(
         name
         for name, tree in _sources(package_dir).items()

@@ -51,8 +51,6 @@ Canonical = _common.Canonical
 KERAS_GATES = _keras.KERAS_GATES
 
 __all__ = [
-    "Canonical",
-    "KERAS_GATES",
     "canonical_to_equinox",
     "canonical_to_flax",
     "canonical_to_keras",
