@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.flax import LSTM
 
 OBSERVATION_SIZE = 4  # cue, start flag, two noise features
@@ -51,40 +50,34 @@ class Policy(nn.Module):
 
     @nn.nowrap
     def initialize_carry(self, batch):
-        """The zero (h, c) for ``batch`` environments: the state at the very first step."""
+        """The zero carry, Flax's (c, h), for ``batch`` environments: the state at the very first step."""
         lstm = LSTM(num_units=self.num_units, num_layers=self.num_layers, time_major=True, parent=None)
         return lstm.initialize_carry(None, (batch, OBSERVATION_SIZE))
 
 
 def scan_policy(params, observations, resets, carry):
     """The same policy as a step-by-step scan, the state zeroed with ``jnp.where`` where a new episode starts (what
-    recurrent RL code writes by hand). Reads the LSTM's weights through ``params_to_tree``, so gradients reach the
-    same parameters."""
-    rnn_params = params["lstm"]["rnn_params"]
-    tree = jcr.params_to_tree(rnn_params.buffer, rnn_params.config)
+    recurrent RL code writes by hand). Reads the LSTM's named weights (Flax's LSTM cell's: one bias per gate, on the
+    recurrent side), so gradients reach the same parameters."""
+    tree = params["lstm"]["rnn_params"]
 
     def cell(weights, x, h, c):
         def gate(name):
-            return (
-                x @ weights["w_input"][name].T
-                + weights["b_input"][name]
-                + h @ weights["w_recurrent"][name].T
-                + weights["b_recurrent"][name]
-            )
+            return x @ weights["w_input"][name].T + h @ weights["w_recurrent"][name].T + weights["b_recurrent"][name]
 
         c = jax.nn.sigmoid(gate("f")) * c + jax.nn.sigmoid(gate("i")) * jnp.tanh(gate("g"))
         return jax.nn.sigmoid(gate("o")) * jnp.tanh(c), c
 
     def step(state, inputs):
         x, reset = inputs
-        h, c = (jnp.where(reset[None, :, None], 0.0, s) for s in state)
+        c, h = (jnp.where(reset[None, :, None], 0.0, s) for s in state)
         hs, cs = [], []
-        for layer in range(rnn_params.config.num_layers):
+        for layer in range(len(tree)):
             x, c_new = cell(tree[f"layer_{layer}"]["forward"], x, h[layer], c[layer])
             hs.append(x)
             cs.append(c_new)
         logits = x @ params["head"]["kernel"] + params["head"]["bias"]
-        return (jnp.stack(hs), jnp.stack(cs)), logits
+        return (jnp.stack(cs), jnp.stack(hs)), logits
 
     return jax.lax.scan(step, carry, (observations, resets))
 

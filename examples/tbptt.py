@@ -26,7 +26,7 @@ from jax_cudnn_rnn.flax import LSTM
 
 
 class CharLM(nn.Module):
-    """Embed -> LSTM -> Dense. tokens int [B, T], carry ((h, c), each [num_layers, B, num_units]), resets bool
+    """Embed -> LSTM -> Dense. tokens int [B, T], carry (Flax's (c, h), each [num_layers, B, num_units]), resets bool
     [B, T] or None -> (carry, logits [B, T, vocab])."""
 
     vocab_size: int

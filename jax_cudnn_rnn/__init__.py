@@ -10,13 +10,15 @@ Quick tour::
     weights, biases = jcr.params_to_canonical(params, cfg)    # canonical lists (portable)
     y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg)             # x [T, B, 64] time-major
 
-``extension_loaded()``/``extension_error()`` speak of the cuDNN extension, the one this package is named after
-(``jax_cudnn_rnn.cudnn`` has the same names); ``jax_cudnn_rnn.onednn`` has the oneDNN extension's.
+``export(fn)(*args)`` is ``jax.export`` for functions that use the package, on any implementation (``export_needs``
+says what the artifact needs where it runs). ``extension_loaded()``/``extension_error()`` speak of the cuDNN
+extension, the one this package is named after; ``jax_cudnn_rnn.onednn`` has the oneDNN extension's.
 """
 
 from jax_cudnn_rnn import _deprecated
 from jax_cudnn_rnn.backends.cudnn.extension import extension_error, extension_loaded
 from jax_cudnn_rnn.backends.cudnn.fallback import CudnnFallbackWarning
+from jax_cudnn_rnn.backends.exporting import export, export_needs
 from jax_cudnn_rnn.backends.registry import implementation_for
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.layout import (
@@ -31,7 +33,7 @@ from jax_cudnn_rnn.models import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 from jax_cudnn_rnn.ops import rnn
 from jax_cudnn_rnn.params import RNNParams
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "CudnnFallbackWarning",
@@ -42,6 +44,8 @@ __all__ = [
     "RNNConfig",
     "RNNParams",
     "canonical_to_params",
+    "export",
+    "export_needs",
     "extension_error",
     "extension_loaded",
     "implementation_for",

@@ -15,7 +15,7 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RNN_ARGUMENTS", "ArgumentNames", "check_inputs", "check_params", "x_dims", "x_shape_dims"]
+__all__ = ["RNN_ARGUMENTS", "ArgumentNames", "as_lengths", "check_inputs", "check_params", "x_dims", "x_shape_dims"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +115,15 @@ def _check_array(
         raise TypeError(f"{argument} has dtype {np.dtype(value.dtype).name}; expected {dtype.name} ({dtype_source})")
 
 
+def as_lengths(seq_lengths: Any) -> Any:
+    """``seq_lengths`` as an array for ``check_inputs``: a list or tuple (or, for an unbatched caller, one Python or
+    NumPy integer) becomes a NumPy array; anything else is returned as it is. ``check_inputs`` then checks that the
+    lengths are integers (of any width: NumPy's default int64 too) in range, and the caller converts them to int32."""
+    if isinstance(seq_lengths, (list, tuple, int, np.integer)) and not isinstance(seq_lengths, bool):
+        return np.asarray(seq_lengths)
+    return seq_lengths
+
+
 def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
@@ -152,8 +161,18 @@ def x_dims(x: Any, names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None 
     """(time steps, batch, features) of x in the caller's layout (batch 1 for an unbatched caller), after checking
     that x is an array of rank 3 (2 unbatched) with at least one step and one sequence, and, when ``input_size`` is
     given, that its last axis is that. The first of ``check_inputs``' checks, for a frontend that needs x's sizes
-    before it has a config (a module that takes its input size from x at init)."""
-    return x_shape_dims(_shape_of(names.x, x), names, input_size)
+    before it has a config (a module that takes its input size from x at init). A symbolic dimension (``jax.export``'s
+    shape polymorphism) is a ValueError: every implementation plans a call from its concrete sizes."""
+    shape = _shape_of(names.x, x)
+    symbolic = [str(d) for d in shape if not isinstance(d, int | np.integer)]
+    if symbolic:
+        raise ValueError(
+            f"{names.x} has shape ({', '.join(map(str, shape))}) with the symbolic dimension(s) "
+            f"{', '.join(symbolic)} (jax.export's shape polymorphism), but the recurrent network's implementations "
+            f"plan each call from concrete sizes (the time steps and the batch choose the kernels and size their "
+            f"buffers): export with concrete shapes, one artifact per shape"
+        )
+    return x_shape_dims(shape, names, input_size)
 
 
 def _check_layout(x_shape: tuple[int, ...], h0: Any, names: ArgumentNames) -> None:
@@ -275,8 +294,12 @@ def check_inputs(
             )
     elif shape != (batch,):
         raise ValueError(f"{names.seq_lengths} has shape {shape}; expected ({batch},) = ({batch_word},)")
-    if np.dtype(seq_lengths.dtype) != np.int32:
-        raise TypeError(f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected int32")
+    if not np.issubdtype(np.dtype(seq_lengths.dtype), np.integer):  # a cast would truncate 2.7 to 2 without a word
+        raise TypeError(
+            f"{names.seq_lengths} has dtype {np.dtype(seq_lengths.dtype).name}; expected "
+            f"{'integers' if names.batched else 'an integer'} (int32 or another integer type, converted after the "
+            "range check)"
+        )
     if _is_concrete(seq_lengths):
         lengths = np.asarray(seq_lengths).reshape(-1)
         bad = np.flatnonzero((lengths < 0) | (lengths > num_steps))

@@ -11,6 +11,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+DEPRECATED_SINCE = "0.2.0"  # the release that moved the names this module resolves
+REMOVED_IN = "0.3.0"
+
 
 def module_getattr(module_name: str, moved: dict[str, tuple[str, str, str]]) -> Callable[[str], Any]:
     """A module ``__getattr__`` that resolves the names of ``moved`` with a DeprecationWarning."""
@@ -20,7 +23,8 @@ def module_getattr(module_name: str, moved: dict[str, tuple[str, str, str]]) -> 
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         home, attribute, instead = moved[name]
         warnings.warn(
-            f"{module_name}.{name} is deprecated since 0.2.0 and will be removed in 0.3.0; use {instead}",
+            f"{module_name}.{name} is deprecated since {DEPRECATED_SINCE} and will be removed in {REMOVED_IN}; "
+            f"use {instead}",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -68,8 +68,6 @@ __all__ = [
     "CheckpointError",
     "FORMAT_VERSION",
     "METADATA_KEY",
-    "path_str",
-    "to_canonical_tree",
 ]
 
 #: The version of the canonical checkpoint layout, stored in the metadata (restoring checks it).

@@ -8,7 +8,7 @@ __all__: list[str] = []
 __getattr__ = _deprecated.module_getattr(
     "jax_cudnn_rnn.chunking",
     {
-        name: ("jax_cudnn_rnn.backends.fused.chunking", name, "jax_cudnn_rnn.rnn, which runs time chunks itself")
+        name: ("jax_cudnn_rnn._positional", name, "jax_cudnn_rnn.rnn, which runs time chunks itself")
         for name in ("allow_empty", "reverse_rows", "run_chunked")
     },
 )

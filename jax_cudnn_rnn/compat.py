@@ -1,6 +1,7 @@
-"""A drop-in for ``jax.experimental.rnn``: ``lstm``, ``init_lstm_weight``, ``unpack_lstm_weights`` and
-``get_num_params_in_lstm`` with its signatures, batch-major layout and flat weights, running on every platform through
-``jax_cudnn_rnn.rnn`` (cuDNN on a GPU, oneDNN or pure JAX on the CPU, where ``jax.experimental.rnn.lstm`` fails).
+"""A drop-in for ``jax.experimental.rnn``: ``lstm``, ``lstm_ref``, ``init_lstm_weight``, ``unpack_lstm_weights``,
+``swap_lstm_gates`` and ``get_num_params_in_lstm`` with its signatures, batch-major layout and flat weights, running
+on every platform through ``jax_cudnn_rnn.rnn`` (cuDNN on a GPU, oneDNN or pure JAX on the CPU, where
+``jax.experimental.rnn.lstm`` fails).
 
 Migration is the import line::
 
@@ -42,7 +43,7 @@ import numpy as np
 from jax_cudnn_rnn import _checks, layout, ops
 from jax_cudnn_rnn.config import RNNConfig, check_int
 
-__all__ = ["get_num_params_in_lstm", "init_lstm_weight", "lstm", "unpack_lstm_weights"]
+__all__ = ["get_num_params_in_lstm", "init_lstm_weight", "lstm", "lstm_ref", "swap_lstm_gates", "unpack_lstm_weights"]
 
 
 def _config(
@@ -191,6 +192,7 @@ def lstm(
     config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(x, "x"), dropout=rate)
     if seq_lengths is None:  # required, as in jax.experimental.rnn (check_inputs takes None for "no lengths")
         raise TypeError("seq_lengths must be an array, got NoneType")
+    seq_lengths = _checks.as_lengths(seq_lengths)
     _checks.check_inputs(weights, x, h_0, c_0, config, seq_lengths, names=_argument_names(config))
     applies = rate > 0 and config.num_layers > 1
     if applies and dropout_key is None:
@@ -213,3 +215,69 @@ def lstm(
         precision=_precision(precision),
     )
     return jnp.swapaxes(y, 0, 1), h_n, c_n
+
+
+def swap_lstm_gates(weights: Any, input_size: int, hidden_size: int, num_layers: int, bidirectional: bool) -> jax.Array:
+    """``jax.experimental.rnn.swap_lstm_gates``: the flat weights with the third and fourth gate of every matrix and
+    bias exchanged (i, f, g, o <-> i, f, o, g: for weights written in a framework that orders the gates i, f, o, g)."""
+    if getattr(weights, "shape", None) is None or not hasattr(weights, "dtype"):
+        raise TypeError(f"weights must be an array, got {type(weights).__name__}")
+    config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(weights, "weights"))
+    _checks.check_params(weights, config, _argument_names(config))
+    matrices, biases = layout.params_to_canonical(jnp.asarray(weights), config)
+    order = (0, 1, 3, 2)
+    swap = lambda tensors: [tensors[4 * (i // 4) + order[i % 4]] for i in range(len(tensors))]  # noqa: E731
+    return layout.canonical_to_params(swap(matrices), swap(biases), config)
+
+
+def lstm_ref(
+    x: Any,
+    h_0: Any,
+    c_0: Any,
+    W_ih: dict[int, Any],
+    W_hh: dict[int, Any],
+    b_ih: dict[int, Any],
+    b_hh: dict[int, Any],
+    seq_lengths: Any,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    bidirectional: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``jax.experimental.rnn.lstm_ref``: the LSTM of ``lstm`` computed step by step (this library's "reference"
+    implementation, a plain ``lax.scan`` that JAX differentiates in both modes), from the unpacked weights
+    ``unpack_lstm_weights`` returns (dicts by pseudo-layer layer * D + direction: W_ih [4H, in], W_hh [4H, H], b_ih
+    and b_hh [4H]). Arguments and results otherwise as ``lstm``'s; like jax's, it refuses dropout (NotImplementedError:
+    no dropout mask to reproduce)."""
+    if dropout != 0.0:
+        raise NotImplementedError("dropout is not supported in the LSTM reference, as in jax.experimental.rnn")
+    if getattr(x, "shape", None) is None or not hasattr(x, "dtype"):
+        raise TypeError(f"x must be an array, got {type(x).__name__}")
+    config = _config(input_size, hidden_size, num_layers, bidirectional, dtype=_dtype_of(x, "x"))
+    pseudo_layers = config.num_layers * config.num_directions
+    matrices, biases = [], []
+    for name, given in (("W_ih", W_ih), ("W_hh", W_hh), ("b_ih", b_ih), ("b_hh", b_hh)):
+        if not isinstance(given, dict) or sorted(given) != list(range(pseudo_layers)):
+            keys = sorted(given) if isinstance(given, dict) else type(given).__name__
+            raise ValueError(f"{name} must be a dict keyed 0..{pseudo_layers - 1} (layer * D + direction), got {keys}")
+    for pseudo in range(pseudo_layers):
+        for group in (W_ih, W_hh):
+            matrices += list(jnp.split(jnp.asarray(group[pseudo]), 4))
+        for group in (b_ih, b_hh):
+            biases += list(jnp.split(jnp.asarray(group[pseudo]), 4))
+    weights = layout.canonical_to_params(matrices, biases, config)
+    return lstm(
+        x,
+        h_0,
+        c_0,
+        weights,
+        seq_lengths,
+        input_size,
+        hidden_size,
+        num_layers,
+        0.0,
+        bidirectional,
+        "highest",
+        implementation="reference",
+    )

@@ -17,18 +17,7 @@ import numpy as np
 from jax_cudnn_rnn import cells
 from jax_cudnn_rnn.cells import activations
 
-__all__ = [
-    "ACTIVATIONS",
-    "BIAS_MODES",
-    "DIRECTIONS",
-    "GATE_NAMES",
-    "INPUT_MODES",
-    "LAYOUT_FIELDS",
-    "MODES",
-    "RNNConfig",
-    "SUPPORTED_DTYPES",
-    "canonical_dtype",
-]
+__all__ = ["ACTIVATIONS", "BIAS_MODES", "DIRECTIONS", "GATE_NAMES", "INPUT_MODES", "MODES", "SUPPORTED_DTYPES"]
 
 #: The values of ``RNNConfig.mode``: the cells jax_cudnn_rnn/cells/ defines (cuDNN's four, then "gru_reset_before").
 MODES = cells.MODES

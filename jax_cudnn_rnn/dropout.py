@@ -12,7 +12,7 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RECURRENT_STREAM", "compute_dtype", "dropout_masks", "masks_for", "recurrent_masks"]
+__all__ = ["RECURRENT_STREAM", "dropout_masks", "recurrent_masks"]
 
 #: The recurrent masks are drawn from ``jax.random.fold_in(key, RECURRENT_STREAM)``, a stream apart from the
 #: inter-layer masks' ``fold_in(key, l)`` (l < num_layers - 1 < 2**31 - 1).

@@ -1,13 +1,20 @@
-"""Equinox modules on the fused kernels: ``LSTM``, ``GRU`` and ``RNN`` (``eqx.Module``).
+"""Equinox modules on the fused kernels: ``LSTM``, ``GRU`` and ``RNN`` (``eqx.Module``), in Equinox's language.
 
-A module holds one ``RNNParams`` (the opaque buffer, the only array leaf; its ``RNNConfig`` static), so ``eqx.filter``,
-``eqx.filter_jit``, ``eqx.filter_grad``, optax (whose states mirror the ``RNNParams``), ``eqx.tree_serialise_leaves``
-and the Orbax handler of ``jax_cudnn_rnn.checkpoint`` all see it as they see any parameter.
+A module trains what Equinox's cells train, so a stack of ``eqx.nn.LSTMCell``/``GRUCell`` ported with ``from_cells``
+trains as it did: one bias per gate (the LSTM's ``bias``), the GRU's ``bias`` for r, z and n on the input side and
+``bias_n`` inside r * (...), none with ``use_bias=False``; every tensor from U(-1/sqrt(hidden), 1/sqrt(hidden)) as
+Equinox initialises its cells. cuDNN's two biases per gate are one argument away (``bias_mode="double"``).
+
+The parameters are the named canonical tensors, ``model.rnn_params["layer_0"]["forward"]["w_input"]["i"]`` [H, I]
+(the array leaves; jax_cudnn_rnn/_parameterization.py says which biases a module has), so ``eqx.filter``,
+``eqx.filter_jit``, ``eqx.filter_grad``, optax (weight-decay masks by ``ndim`` included), ``eqx.tree_serialise_leaves``
+and a plain Orbax checkpointer all see weight matrices and biases; ``model.params`` packs them into the opaque buffer
+with its config (the ``RNNParams`` ``rnn`` runs).
 
 Called unbatched, as Equinox's layers are: ``y, state = model(x, state=None)`` with x [T, input_size] and y
 [T, D*hidden_size]; ``jax.vmap(model)`` over a batch runs ONE fused call for the whole batch (``rnn``'s vmap rule
-folds the mapped axis into the kernel's batch). State: ``(h, c)`` for an LSTM, ``h`` otherwise, each
-[num_layers*D, hidden_size] (index layer*D + direction), zeros when None.
+folds the mapped axis into the kernel's batch). State: ``(h, c)`` for an LSTM (``eqx.nn.LSTMCell``'s order), ``h``
+otherwise, each [num_layers*D, hidden_size] (index layer*D + direction), zeros when None.
 
 ``LSTM.from_cells`` / ``GRU.from_cells`` take a stack of ``eqx.nn.LSTMCell`` / ``GRUCell`` (``cells[layer]
 [direction]``) and ``to_cells`` gives one back, through ``interop``'s converters (Equinox has no vanilla RNN cell).
@@ -22,21 +29,22 @@ gets the same masks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _checks, interop, ops
+from jax_cudnn_rnn import _checks, interop, layout, ops
+from jax_cudnn_rnn._parameterization import Parameterization, library_biases
 from jax_cudnn_rnn.config import RNNConfig, check_int
 from jax_cudnn_rnn.params import RNNParams
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
 
-def _make_config(
+def _parameters(
     mode: str,
     input_size: Any,
     hidden_size: Any,
@@ -46,8 +54,10 @@ def _make_config(
     dropout: Any,
     dtype: Any,
     recurrent_dropout: Any = 0.0,
-) -> RNNConfig:
-    """The config, after checks that name this module's arguments (RNNConfig's own would say num_units, direction)."""
+    bias_mode: str | None = None,
+) -> Parameterization:
+    """What the module trains: Equinox's cells' biases (``bias_mode`` None) or cuDNN's ``bias_mode``, after checks
+    that name this module's arguments (RNNConfig's own would say num_units, direction)."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
     if not isinstance(use_bias, (bool, np.bool_)):
@@ -55,17 +65,19 @@ def _make_config(
     for name, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
         if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating)) or not 0 <= rate < 1:
             raise ValueError(f"{name} must be a float in [0, 1), got {rate!r}")
-    return RNNConfig(
+    space, held = library_biases("equinox", mode, bias_mode, bool(use_bias))
+    config = RNNConfig(
         mode=mode,
         num_layers=check_int("num_layers", num_layers, 1),
         num_units=check_int("hidden_size", hidden_size, 1),
         input_size=check_int("input_size", input_size, 1),
         direction="bidirectional" if bidirectional else "unidirectional",
-        bias_mode="double" if use_bias else "none",
+        bias_mode=space,
         dropout=float(dropout),
         dtype=jnp.float32 if dtype is None else dtype,
         recurrent_dropout=float(recurrent_dropout),
     )
+    return Parameterization(config, held)
 
 
 def _argument_names(has_cell_state: bool) -> _checks.ArgumentNames:
@@ -89,23 +101,33 @@ def _argument_names(has_cell_state: bool) -> _checks.ArgumentNames:
 class _FusedRNN(eqx.Module):
     """What the three modules share: the parameters, the call and its checks."""
 
-    params: RNNParams
+    rnn_params: dict[str, Any]
     inference: bool
+    parameters: Parameterization = eqx.field(static=True)
     implementation: str | None = eqx.field(static=True)
     precision: str | None = eqx.field(static=True)
 
-    def _init(self, config: RNNConfig, inference: bool, implementation: str | None, precision: Any, key: Any) -> None:
+    def _init(
+        self, parameters: Parameterization, inference: bool, implementation: str | None, precision: Any, key: Any
+    ) -> None:
         if key is None:
             raise ValueError("key is None; pass a JAX PRNG key (jax.random.key(seed)) to initialise the parameters")
-        self.params = RNNParams.init(key, config)
+        self.parameters = parameters
+        self.rnn_params = parameters.from_buffer(layout.init_params(key, parameters.config))
         self.inference = inference
         self.implementation = implementation
         self.precision = precision
 
     @property
     def config(self) -> RNNConfig:
-        """The network: mode, sizes, direction, dropout, dtype."""
-        return self.params.config
+        """The network the kernels run: mode, sizes, direction, dropout, dtype, the weight space's bias_mode."""
+        return self.parameters.config
+
+    @property
+    def params(self) -> RNNParams:
+        """The parameters packed into the opaque buffer (the held biases zero), with its config (what ``rnn``
+        runs)."""
+        return RNNParams(self.parameters.pack(self.rnn_params, "rnn_params"), self.config)
 
     def _split_state(self, state: Any) -> tuple[Any, Any]:
         """(h0, c0 or None) from ``state`` as the caller passed it: the pair ``(h, c)`` for an LSTM, ``h`` otherwise;
@@ -140,12 +162,7 @@ class _FusedRNN(eqx.Module):
             zeros = jnp.zeros(config.state_shape(1)[::2], config.dtype)
             state = (zeros, jnp.zeros_like(zeros)) if config.has_cell_state else zeros
         h0, c0 = self._split_state(state)
-        if isinstance(seq_length, (int, np.integer)) and not isinstance(seq_length, bool):
-            seq_length = jnp.asarray(seq_length, jnp.int32)
-        if getattr(seq_length, "dtype", None) is not None:
-            if not jnp.issubdtype(seq_length.dtype, jnp.integer):  # a cast would truncate 2.7 to 2 without a word
-                raise TypeError(f"seq_length has dtype {np.dtype(seq_length.dtype).name}; expected an integer")
-            seq_length = seq_length.astype(jnp.int32)
+        seq_length = _checks.as_lengths(seq_length)
         _checks.check_inputs(None, x, h0, c0, config, seq_length, names=_argument_names(config.has_cell_state))
         reason = None if seq_length is None else ops.refuses_lengths(self.implementation, config)
         if reason:  # rnn() would blame seq_lengths, which the caller never passed
@@ -153,7 +170,7 @@ class _FusedRNN(eqx.Module):
                 f"seq_length was given, but implementation={self.implementation!r} has no per-sequence "
                 f"lengths (it needs {reason}); use implementation=None (the best one that can) or 'xla'"
             )
-        lengths = None if seq_length is None else jnp.reshape(seq_length, (1,))
+        lengths = None if seq_length is None else jnp.reshape(jnp.asarray(seq_length, jnp.int32), (1,))
         between = config.dropout > 0 and config.num_layers > 1
         dropout_applies = not self.inference and (between or config.recurrent_dropout > 0)
         if dropout_applies and key is None:
@@ -182,14 +199,45 @@ class _FusedRNN(eqx.Module):
 
 
 class _FromCells(_FusedRNN):
-    """``from_cells``/``to_cells`` for the modes Equinox has cells for."""
+    """``from_cells``/``to_cells`` and the constructor of the modes Equinox has cells for (``_mode``)."""
 
-    _mode = ""
+    _mode: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        use_bias: bool = True,
+        bias_mode: str | None = None,
+        dropout: float = 0.0,
+        inference: bool = False,
+        dtype: Any = None,
+        implementation: str | None = None,
+        precision: Any = None,
+        recurrent_dropout: float = 0.0,
+        key: Any,
+    ):
+        parameters = _parameters(
+            self._mode,
+            input_size,
+            hidden_size,
+            num_layers,
+            bidirectional,
+            use_bias,
+            dropout,
+            dtype,
+            recurrent_dropout,
+            bias_mode,
+        )
+        self._init(parameters, inference, implementation, precision, key)
 
     def to_cells(self) -> list[list[Any]]:
-        """``cells[layer][direction]`` of ``eqx.nn.LSTMCell`` / ``GRUCell`` computing what this module computes (LSTM's
-        two biases summed into the cell's one; GRU's kept apart as ``bias`` and ``bias_n``): ``interop.
-        canonical_to_equinox``."""
+        """``cells[layer][direction]`` of ``eqx.nn.LSTMCell`` / ``GRUCell`` computing what this module computes (an
+        LSTM's biases summed into the cell's one; a GRU's input side as ``bias`` and n's recurrent bias as ``bias_n``):
+        ``interop.canonical_to_equinox``."""
         weights, biases = self.params.to_canonical()
         return interop.canonical_to_equinox(weights, biases, self.config)
 
@@ -206,7 +254,8 @@ class _FromCells(_FusedRNN):
     ):
         """A module holding the weights of ``cells[layer][direction]`` (``eqx.nn.LSTMCell`` for ``LSTM``,
         ``eqx.nn.GRUCell`` for ``GRU``; one direction, or [forward, backward]); sizes, ``use_bias`` and dtype are
-        the cells'. Errors name the cell and field that do not fit (``interop.equinox_to_canonical``)."""
+        the cells', and it trains what they train. Errors name the cell and field that do not fit
+        (``interop.equinox_to_canonical``)."""
         if (
             isinstance(cells, (str, bytes))
             or not isinstance(cells, Sequence)
@@ -220,109 +269,51 @@ class _FromCells(_FusedRNN):
         first = cells[0][0]
         if not hasattr(first, "weight_ih"):
             raise TypeError(f"cells[0][0] is a {type(first).__name__}; expected an eqx.nn cell")
-        config = _make_config(
-            cls._mode,
+        module = cls(
             first.input_size,
             first.hidden_size,
-            len(cells),
-            len(cells[0]) == 2,
-            bool(first.use_bias),
-            dropout,
-            np.dtype(first.weight_ih.dtype),
-            recurrent_dropout,
-        )
-        weights, biases = interop.equinox_to_canonical(cells, config)
-        module = cls(
-            config.input_size,
-            config.num_units,
-            num_layers=config.num_layers,
-            bidirectional=config.num_directions == 2,
-            use_bias=config.bias_mode != "none",
-            dropout=config.dropout,
-            recurrent_dropout=config.recurrent_dropout,
+            num_layers=len(cells),
+            bidirectional=len(cells[0]) == 2,
+            use_bias=bool(first.use_bias),
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
             inference=inference,
-            dtype=config.dtype,
+            dtype=np.dtype(first.weight_ih.dtype),
             implementation=implementation,
             precision=precision,
             key=jax.random.key(0),
         )  # the key only fills what tree_at replaces
-        return eqx.tree_at(lambda m: m.params, module, RNNParams.from_canonical(weights, biases, config))
+        weights, biases = interop.equinox_to_canonical(cells, module.config)
+        tree = module.parameters.from_canonical(weights, biases)
+        return eqx.tree_at(lambda m: m.rnn_params, module, tree)
 
 
 class LSTM(_FromCells):
     """A stacked LSTM: ``LSTM(input_size, hidden_size, *, num_layers=1, bidirectional=False, use_bias=True,
-    dropout=0.0, inference=False, dtype=None, implementation=None, precision=None, recurrent_dropout=0.0, key)``.
+    bias_mode=None, dropout=0.0, inference=False, dtype=None, implementation=None, precision=None,
+    recurrent_dropout=0.0, key)``.
 
-    Weights and biases from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) like ``eqx.nn.LSTMCell``; dtype float32
-    unless given (float16, bfloat16, float64 too). ``implementation`` and ``precision`` are ``rnn``'s. Call:
-    ``y, (h, c) = model(x, state=None, *, seq_length=None, key=None)``, see ``__call__``.
+    ``eqx.nn.LSTMCell``'s parameters: one bias per gate (``bias_mode=None``; "double" trains cuDNN's two), every tensor
+    from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)); dtype float32 unless given (float16, bfloat16, float64 too).
+    ``implementation`` and ``precision`` are ``rnn``'s. Call: ``y, (h, c) = model(x, state=None, *, seq_length=None,
+    key=None)``, see ``__call__``.
     """
 
-    _mode = "lstm"
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        *,
-        num_layers: int = 1,
-        bidirectional: bool = False,
-        use_bias: bool = True,
-        dropout: float = 0.0,
-        inference: bool = False,
-        dtype: Any = None,
-        implementation: str | None = None,
-        precision: Any = None,
-        recurrent_dropout: float = 0.0,
-        key: Any,
-    ):
-        self._init(
-            _make_config(
-                "lstm", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype, recurrent_dropout
-            ),
-            inference,
-            implementation,
-            precision,
-            key,
-        )
+    _mode: ClassVar[str] = "lstm"
 
 
 class GRU(_FromCells):
-    """A stacked GRU (cuDNN's: ``eqx.nn.GRUCell``'s equations), arguments as ``LSTM``'s; call:
-    ``y, h = model(x, state=None, *, seq_length=None, key=None)``."""
+    """A stacked GRU (cuDNN's: ``eqx.nn.GRUCell``'s equations), arguments as ``LSTM``'s; ``eqx.nn.GRUCell``'s
+    parameters (``bias`` on the input side, ``bias_n`` inside r * (...)); call: ``y, h = model(x, state=None, *,
+    seq_length=None, key=None)``."""
 
-    _mode = "gru"
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        *,
-        num_layers: int = 1,
-        bidirectional: bool = False,
-        use_bias: bool = True,
-        dropout: float = 0.0,
-        inference: bool = False,
-        dtype: Any = None,
-        implementation: str | None = None,
-        precision: Any = None,
-        recurrent_dropout: float = 0.0,
-        key: Any,
-    ):
-        self._init(
-            _make_config(
-                "gru", input_size, hidden_size, num_layers, bidirectional, use_bias, dropout, dtype, recurrent_dropout
-            ),
-            inference,
-            implementation,
-            precision,
-            key,
-        )
+    _mode: ClassVar[str] = "gru"
 
 
 class RNN(_FusedRNN):
-    """A stacked vanilla RNN, h' = tanh or relu(W x + b_W + R h + b_R) (PyTorch's ``nn.RNN``): arguments as
-    ``LSTM``'s plus ``nonlinearity`` ("tanh" or "relu"); call: ``y, h = model(x, state=None, ...)``."""
+    """A stacked vanilla RNN, h' = tanh or relu(W x + b + R h) (Equinox has no such cell; one bias, as its cells keep,
+    ``bias_mode="double"`` PyTorch's ``nn.RNN``'s two): arguments as ``LSTM``'s plus ``nonlinearity`` ("tanh" or
+    "relu"); call: ``y, h = model(x, state=None, ...)``."""
 
     def __init__(
         self,
@@ -333,6 +324,7 @@ class RNN(_FusedRNN):
         num_layers: int = 1,
         bidirectional: bool = False,
         use_bias: bool = True,
+        bias_mode: str | None = None,
         dropout: float = 0.0,
         inference: bool = False,
         dtype: Any = None,
@@ -343,20 +335,16 @@ class RNN(_FusedRNN):
     ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"nonlinearity is {nonlinearity!r}; expected 'tanh' or 'relu'")
-        self._init(
-            _make_config(
-                "rnn_" + nonlinearity,
-                input_size,
-                hidden_size,
-                num_layers,
-                bidirectional,
-                use_bias,
-                dropout,
-                dtype,
-                recurrent_dropout,
-            ),
-            inference,
-            implementation,
-            precision,
-            key,
+        parameters = _parameters(
+            "rnn_" + nonlinearity,
+            input_size,
+            hidden_size,
+            num_layers,
+            bidirectional,
+            use_bias,
+            dropout,
+            dtype,
+            recurrent_dropout,
+            bias_mode,
         )
+        self._init(parameters, inference, implementation, precision, key)

@@ -55,14 +55,8 @@ needs ``import jax_cudnn_rnn.keras`` first (it registers the classes as ``jax_cu
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import shutil
-import tempfile
-import zipfile
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import keras
@@ -80,6 +74,9 @@ if keras.backend.backend() != "jax":
     )
 
 __all__ = ["GRU", "LSTM", "SimpleRNN", "Swap", "swap_layers"]
+
+# after the backend check: the model surgery imports keras too
+from jax_cudnn_rnn._keras_swap import Swap, swap_layers
 
 # Keras's legacy `implementation` values (LSTMCell/GRUCell): they order the same arithmetic differently (0, from old
 # configs, computes as 2).
@@ -196,6 +193,30 @@ class _Fused:
     the Keras class, so ``call``/``build``/``inner_loop``/``get_config`` here run first and defer to Keras's."""
 
     _mode: str  # "lstm", "gru" (reset_after=True) or "gru_reset_before", "rnn_tanh" (the config takes the activation)
+    #: Whether Keras's class takes ``use_cudnn`` (LSTM, GRU; not SimpleRNN).
+    _keras_use_cudnn: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        units: int,
+        *args: Any,
+        implementation: Any = None,
+        precision: Any = None,
+        use_cudnn: Any = "auto",
+        **kwargs: Any,
+    ):
+        chosen = _choose_implementation(implementation, use_cudnn, kwargs)
+        if self._keras_use_cudnn:
+            kwargs["use_cudnn"] = False  # the choice is ours (``_setup``)
+        elif use_cudnn != "auto":  # as Keras's SimpleRNN refuses it
+            raise TypeError(f"Unrecognized keyword arguments passed to SimpleRNN: {{'use_cudnn': {use_cudnn!r}}}")
+        elif "implementation" in kwargs:  # SimpleRNNCell has no legacy implementation argument
+            raise ValueError(
+                f"implementation is {kwargs['implementation']}; SimpleRNN has no Keras implementation "
+                "modes: expected None or one of rnn()'s implementations"
+            )
+        super().__init__(units, *args, **kwargs)
+        self._setup(chosen, precision, use_cudnn)
 
     def _setup(self, implementation: str | None, precision: Any, use_cudnn: Any = "auto") -> None:
         if precision is not None and not isinstance(precision, str):
@@ -242,9 +263,9 @@ class _Fused:
         """The implementation for ``use_cudnn=True``, Keras's: cuDNN when it can run this call; where it cannot, Keras's
         LSTM raises a ValueError naming ``use_cudnn``, and Keras's GRU (on JAX) runs its own loop off a CUDA device,
         as ours then runs what ``use_cudnn="auto"`` would."""
-        platform, reason = ops.where_and_why_not("cudnn", config, xs, seq_lengths=masked)
-        if reason is None and _rate(self.cell.recurrent_dropout):  # Keras's cuDNN path refuses it, training or not
-            reason = "recurrent_dropout=0 (cuDNN has no recurrent dropout)"
+        # Keras's cuDNN path refuses recurrent dropout training or not: asked as a call that applies it.
+        recurrent_dropout = bool(_rate(self.cell.recurrent_dropout))
+        platform, reason = ops.where_and_why_not("cudnn", config, xs, masked, recurrent_dropout)
         if reason is None:
             return "cudnn"
         if self._mode != "lstm" and platform != "cuda":
@@ -384,19 +405,6 @@ class LSTM(_Fused, keras.layers.LSTM):
 
     _mode = "lstm"
 
-    def __init__(
-        self,
-        units: int,
-        *args: Any,
-        implementation: Any = None,
-        precision: Any = None,
-        use_cudnn: Any = "auto",
-        **kwargs: Any,
-    ):
-        chosen = _choose_implementation(implementation, use_cudnn, kwargs)
-        super().__init__(units, *args, use_cudnn=False, **kwargs)
-        self._setup(chosen, precision, use_cudnn)
-
 
 @keras.saving.register_keras_serializable(package="jax_cudnn_rnn")
 class GRU(_Fused, keras.layers.GRU):
@@ -404,19 +412,6 @@ class GRU(_Fused, keras.layers.GRU):
     row; [3H] with ``reset_after=False``, which runs on the xla implementation) and results. Called as
     ``layer(inputs, initial_state=[h], mask=...)``.
     """
-
-    def __init__(
-        self,
-        units: int,
-        *args: Any,
-        implementation: Any = None,
-        precision: Any = None,
-        use_cudnn: Any = "auto",
-        **kwargs: Any,
-    ):
-        chosen = _choose_implementation(implementation, use_cudnn, kwargs)
-        super().__init__(units, *args, use_cudnn=False, **kwargs)
-        self._setup(chosen, precision, use_cudnn)
 
     @property
     def _mode(self) -> str:
@@ -434,115 +429,5 @@ class SimpleRNN(_Fused, keras.layers.SimpleRNN):
     RNN_RELU), with any other on the xla implementation; the same arguments, variables and results. Called as
     ``layer(inputs, initial_state=[h], mask=...)``."""
 
-    def __init__(self, units: int, *args: Any, implementation: Any = None, precision: Any = None, **kwargs: Any):
-        chosen = _choose_implementation(implementation, "auto", kwargs)
-        if "implementation" in kwargs:  # SimpleRNNCell has no legacy implementation argument
-            raise ValueError(
-                f"implementation is {kwargs['implementation']}; SimpleRNN has no Keras implementation "
-                "modes: expected None or one of rnn()'s implementations"
-            )
-        super().__init__(units, *args, **kwargs)
-        self._setup(chosen, precision)
-
+    _keras_use_cudnn: ClassVar[bool] = False
     _mode = "rnn_tanh"  # RNNConfig makes activation="relu" mode "rnn_relu" (cuDNN's RNN_RELU)
-
-
-# ------------------------------------------------------------------------------------------ swapping into a model
-
-_SWAPPED = ("LSTM", "GRU", "SimpleRNN")  # Keras's classes, and ours registered as "jax_cudnn_rnn>" + the name
-
-
-@dataclasses.dataclass(frozen=True)
-class Swap:
-    """One of Keras's ``LSTM``/``GRU``/``SimpleRNN`` layers that ``swap_layers`` met.
-
-    ``path`` is where it is, as the names in the saved configuration: the enclosing models' and wrappers', then its
-    own ("functional/bidirectional/forward_lstm"); ``class_name`` is "LSTM", "GRU" or "SimpleRNN"; ``kept`` is None
-    when ours took its place, else why Keras's layer stays (what our constructor refuses in its configuration).
-    """
-
-    path: str
-    class_name: str
-    kept: str | None = None
-
-    @property
-    def replaced(self) -> bool:
-        """Whether ours took the layer's place (``kept`` is None)."""
-        return self.kept is None
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.class_name} " + ("replaced" if self.replaced else f"kept ({self.kept})")
-
-
-def _swap_configs(node: Any, path: tuple[str, ...], swaps: list[Swap]) -> None:
-    """Points every serialized ``keras.layers`` LSTM/GRU/SimpleRNN under ``node`` (a saved model's config, as JSON)
-    at ours where ours takes its configuration, in place, and notes each in ``swaps``."""
-    if isinstance(node, list):
-        for item in node:
-            _swap_configs(item, path, swaps)
-        return
-    if not isinstance(node, dict):
-        return
-    config = node.get("config")
-    if isinstance(config, dict) and isinstance(node.get("class_name"), str):
-        path = (*path, str(config.get("name", node["class_name"])))
-        name = node["class_name"]
-        if node.get("module") == "keras.layers" and name in _SWAPPED and node.get("registered_name") in (None, name):
-            ours = {**node, "module": __name__, "registered_name": f"jax_cudnn_rnn>{name}"}
-            try:  # our constructor decides: what it refuses stays Keras's
-                keras.saving.deserialize_keras_object(ours)
-            except (ValueError, TypeError) as error:
-                swaps.append(Swap("/".join(path), name, str(error)))
-            else:
-                node.update(ours)
-                swaps.append(Swap("/".join(path), name))
-    for value in node.values():
-        _swap_configs(value, path, swaps)
-
-
-def swap_layers(
-    model: Any, *, custom_objects: dict[str, Any] | None = None, compile: bool = True, safe_mode: bool = True
-) -> tuple[Any, list[Swap]]:
-    """Puts this module's LSTM, GRU and SimpleRNN in place of Keras's in an existing model, with its weights.
-
-    ``model``: a ``keras.Model``, or the path of a saved model (a ``.keras`` file, or whatever
-    ``keras.models.load_model`` reads). Every ``keras.layers.LSTM``/``GRU``/``SimpleRNN`` is replaced wherever it is:
-    at the top, inside ``Bidirectional`` (both directions), ``TimeDistributed`` or nested models. A layer whose
-    configuration ours do not take stays Keras's, and the report says why; nothing is refused. ``custom_objects``,
-    ``compile`` and ``safe_mode`` are ``keras.models.load_model``'s.
-
-    Returns ``(new_model, swaps)``: a new model (``model`` is left as it is) with the same configuration otherwise,
-    the same weights and, when compiled, the same optimizer and its state; and one ``Swap`` per Keras RNN layer met,
-    in the configuration's order (``swap.replaced``, ``swap.path``, ``swap.kept``: the reason).
-
-    The model goes through Keras's own saving: its configuration is rewritten to name our classes and Keras loads
-    the weights into them, by their place in the model. (``load_model(path, custom_objects={"LSTM": ...})`` does not
-    do this: Keras resolves its own layers before custom objects.)
-    """
-    if not isinstance(model, (keras.Model, str, os.PathLike)):
-        raise TypeError(f"model must be a keras.Model or the path of a saved model, got {type(model).__name__}")
-    if compile not in (True, False) or safe_mode not in (True, False):
-        raise TypeError(f"compile and safe_mode must be bools, got compile={compile!r}, safe_mode={safe_mode!r}")
-    with tempfile.TemporaryDirectory() as folder:
-        saved = os.path.join(folder, "model.keras")
-        if isinstance(model, keras.Model):
-            model.save(saved)
-        elif str(model).endswith(".keras") and zipfile.is_zipfile(model):
-            saved = os.fspath(model)
-        else:  # a legacy .h5 file or another format Keras reads: loaded, then saved as .keras
-            keras.models.load_model(model, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode).save(
-                saved
-            )
-        swapped = os.path.join(folder, "swapped.keras")
-        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(swapped, "w", zipfile.ZIP_DEFLATED) as target:
-            for info in source.infolist():
-                if info.filename == "config.json":
-                    config = json.loads(source.read(info))
-                    swaps: list[Swap] = []
-                    _swap_configs(config, (), swaps)
-                    target.writestr(info, json.dumps(config))
-                else:
-                    with source.open(info) as reading, target.open(info, "w") as writing:
-                        shutil.copyfileobj(reading, writing)
-        loaded = keras.models.load_model(swapped, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode)
-    return loaded, swaps

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,22 +36,16 @@ import numpy as np
 
 from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
 
-# The documented names; the rest (sub_params, sub_config, slice_slots, unpack, assemble, layer_slots) serve the
-# package's own implementations and are not part of the API.
+# The documented names; layer_slots, assemble and _check_buffer serve the package's own modules
+# (jax_cudnn_rnn/_buffer.py has the implementations' views of the buffer: unpacking, one layer as a network of its own).
 __all__ = [
     "DIRECTION_NAMES",
     "GROUP_NAMES",
     "ParamSlot",
-    "canonical_to_params",
     "check_canonical",
     "flatten_tree",
-    "init_params",
     "param_slots",
-    "params_size",
-    "params_to_canonical",
-    "params_to_tree",
     "tree_to_canonical",
-    "tree_to_params",
     "unflatten_tree",
 ]
 
@@ -160,77 +153,9 @@ def _check_buffer(params: Any, config: RNNConfig, argument: str = "params") -> j
     return params
 
 
-def slice_slots(params: jax.Array, slots: Sequence[ParamSlot]) -> jax.Array:
-    """The gates of one group stacked along rows: [G*H, in] for matrices, [G*H] for biases.
-
-    One slice when the slots are adjacent in the buffer (the usual case), a concatenation otherwise.
-    """
-    first, last = slots[0], slots[-1]
-    rows = sum(s.shape[0] for s in slots)
-    if all(a.offset + a.size == b.offset for a, b in itertools.pairwise(slots)):
-        flat = jax.lax.slice(params, (first.offset,), (last.offset + last.size,))
-    else:
-        flat = jnp.concatenate([jax.lax.slice(params, (s.offset,), (s.offset + s.size,)) for s in slots])
-    return flat.reshape((rows, *first.shape[1:]))
-
-
-@functools.cache
-def _unpack_plan(config: RNNConfig) -> tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]]:
-    """(the sizes ``unpack`` splits the buffer into, gaps included; per pseudo-layer, per group of GROUP_NAMES: None
-    when absent, else (the indices of its pieces in gate order, its stacked shape))."""
-    layers = itertools.product(range(config.num_layers), range(config.num_directions))
-    pseudo_layers = [layer_slots(config, layer, direction) for layer, direction in layers]
-    runs = []  # (offset, size, pseudo-layer, group, position in the group): a group, or its slots where not adjacent
-    for pseudo, groups in enumerate(pseudo_layers):
-        for name, slots in groups.items():
-            adjacent = all(a.offset + a.size == b.offset for a, b in itertools.pairwise(slots))
-            for position, run in enumerate([slots] if adjacent else [[slot] for slot in slots]):
-                if run:
-                    runs.append((run[0].offset, sum(slot.size for slot in run), pseudo, name, position))
-    sizes: list[int] = []
-    pieces: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for offset, size, pseudo, name, position in sorted(runs):
-        if offset > sum(sizes):
-            sizes.append(offset - sum(sizes))
-        pieces.setdefault((pseudo, name), []).append((position, len(sizes)))
-        sizes.append(size)
-    if sum(sizes) < params_size(config):
-        sizes.append(params_size(config) - sum(sizes))
-    stacked = lambda slots: (sum(slot.shape[0] for slot in slots), *slots[0].shape[1:])  # noqa: E731
-    plan = tuple(
-        tuple(
-            (tuple(index for _, index in sorted(pieces[pseudo, name])), stacked(slots)) if slots else None
-            for name, slots in groups.items()
-        )
-        for pseudo, groups in enumerate(pseudo_layers)
-    )
-    return tuple(sizes), plan
-
-
-def unpack(params: jax.Array, config: RNNConfig) -> tuple[tuple[jax.Array | None, ...], ...]:
-    """Every pseudo-layer's tensors, indexed by layer * D + direction: (w_input, w_recurrent, w_projection, b_input,
-    b_recurrent), each group's gates stacked along rows as ``slice_slots`` stacks them, None where absent.
-
-    One ``lax.split`` of the whole buffer (gaps included), so that the gradient is one concatenation of the groups'
-    gradients in buffer order, zeros where a part is absent or unused; slicing each group instead transposes to a pad
-    and an add per group, which XLA copied into every consumer of the buffer's gradient (the slices of the NNX
-    modules' per-call packing: 1048 adds against 88 for a 2-layer bidirectional LSTM, a 1.3-1.5x slower training step
-    on the CPU). The concatenation is split's own transpose, not a custom_vjp, so forward mode (the reference
-    implementation's ``jax.jvp``) keeps working.
-    """
-    sizes, plan = _unpack_plan(config)
-    pieces = jax.lax.split(params, sizes)
-
-    def group(indices: tuple[int, ...], shape: tuple[int, ...]) -> jax.Array:
-        flat = pieces[indices[0]] if len(indices) == 1 else jnp.concatenate([pieces[i] for i in indices])
-        return flat.reshape(shape)
-
-    return tuple(tuple(None if entry is None else group(*entry) for entry in groups) for groups in plan)
-
-
 def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -> jax.Array:
     """Builds an opaque buffer from (slot, array) pairs that together cover every slot; gaps (if cuDNN ever pads) are
-    zero. Arrays may be stacked groups (see ``slice_slots``): pass the first slot of the group."""
+    zero. Arrays may be a group's gates stacked along rows: pass the group's first slot."""
     pieces = sorted(pieces, key=lambda p: p[0].offset)
     parts, cursor = [], 0
     for slot, array in pieces:
@@ -245,35 +170,6 @@ def assemble(pieces: Sequence[tuple[ParamSlot, jax.Array]], config: RNNConfig) -
             raise ValueError(f"pieces cover {cursor} elements; params_size is {total}")
         parts.append(jnp.zeros((total - cursor,), config.dtype))
     return jnp.concatenate(parts)
-
-
-def sub_config(config: RNNConfig, layer: int, direction: int | None = None) -> RNNConfig:
-    """Layer ``layer`` of ``config`` as a one-layer network: both its directions, or with ``direction`` (0 forward,
-    1 backward) that direction alone as a unidirectional network. Skip input only ever applies to layer 0; no dropout
-    (there is no next layer)."""
-    return dataclasses.replace(
-        config,
-        num_layers=1,
-        input_size=config.layer_input_size(layer),
-        dropout=0.0,
-        input_mode=config.input_mode if layer == 0 else "linear_input",
-        direction=config.direction if direction is None else "unidirectional",
-    )
-
-
-def sub_params(params: jax.Array, config: RNNConfig, layer: int, direction: int | None = None) -> jax.Array:
-    """The opaque buffer of ``sub_config(config, layer, direction)``: those weights and biases of ``params``, sliced
-    (differentiable: gradients flow back to the full buffer)."""
-    single = sub_config(config, layer, direction)
-    sources = range(config.num_directions) if direction is None else (direction,)
-    pieces = []
-    for target, source in enumerate(sources):
-        full_groups = layer_slots(config, layer, source)
-        single_groups = layer_slots(single, 0, target)
-        for group in GROUP_NAMES:
-            for full, part in zip(full_groups[group], single_groups[group], strict=True):
-                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
-    return assemble(pieces, single)
 
 
 def _buffer_and_config(params: Any, config: RNNConfig | None) -> tuple[Any, RNNConfig]:

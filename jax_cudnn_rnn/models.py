@@ -1,4 +1,5 @@
-"""Seed-style classes: ``CudnnLSTM``, ``CudnnGRU``, ``CudnnRNNTanh``, ``CudnnRNNRelu`` (``tf.contrib.cudnn_rnn``'s API).
+"""Seed-style classes: ``CudnnLSTM``, ``CudnnGRU``, ``CudnnRNNTanh``, ``CudnnRNNRelu`` (``tf.contrib.cudnn_rnn``'s API),
+documented as ``jax_cudnn_rnn.CudnnLSTM`` etc., their one public path.
 
 The typical use case of the seeds carries over: create a model, query ``params_size()``, initialise the opaque buffer
 (``init_params``) or load canonical weights (``canonical_to_params``), call the model, convert back with
@@ -14,7 +15,7 @@ import jax
 from jax_cudnn_rnn import _checks, layout, ops
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["ARGUMENTS", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+__all__ = []
 
 Array = jax.Array
 

@@ -1,5 +1,6 @@
-"""``rnn``: the public op. Checks every argument, prepares the call once (jax_cudnn_rnn/backends/call.py: its options,
-placement and dropout masks) and runs it on the implementation jax_cudnn_rnn/backends/registry.py chooses."""
+"""``rnn``, the public op (documented as ``jax_cudnn_rnn.rnn``, its one public path): checks every argument, prepares
+the call once (jax_cudnn_rnn/backends/call.py: its options, placement and dropout masks) and runs it on the
+implementation jax_cudnn_rnn/backends/registry.py chooses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import dropout
-from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, check_inputs
+from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
@@ -18,7 +19,7 @@ from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.params import RNNParams
 from jax_cudnn_rnn.sharding import placement
 
-__all__ = ["rnn"]
+__all__ = []
 
 
 def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None:
@@ -31,15 +32,17 @@ def refuses_lengths(implementation: str | None, config: RNNConfig) -> str | None
 
 
 def where_and_why_not(
-    implementation: str, config: RNNConfig, x: Any, seq_lengths: bool = False
+    implementation: str, config: RNNConfig, x: Any, seq_lengths: bool = False, recurrent_dropout: bool = False
 ) -> tuple[str, str | None]:
     """(the platform a call of ``config`` on ``x`` runs on, why ``implementation`` cannot run it there or None): x's
-    platform when tracing knows it, else JAX's default device's, and the registry's answer. For a frontend argument
-    that asks for an implementation in its own words (Keras's ``use_cudnn=True``) and names itself in the error."""
+    platform when tracing knows it, else JAX's default device's, and the registry's answer for a call with lengths
+    and recurrent dropout where asked. For a frontend argument that asks for an implementation in its own words
+    (Keras's ``use_cudnn=True``) and names itself in the error."""
     platform = placement.of_arrays([x], [None]).platform
     if platform is None:
-        platform = placement.lowering_platform(jax.config.jax_default_device or jax.devices()[0])
-    return platform, registry.why_not(implementation, platform, Call(config, seq_lengths=seq_lengths))
+        platform = registry.lowering_platform()
+    call = Call(config, seq_lengths=seq_lengths, recurrent_dropout=recurrent_dropout)
+    return platform, registry.why_not(implementation, platform, call)
 
 
 _PRECISIONS = {
@@ -98,7 +101,8 @@ def rnn(
         hidden_size is num_units, or proj_size for a projected LSTM.
       c0: LSTM initial cell state [num_layers * num_directions, B, num_units]; must be None for the other modes.
       config: the RNNConfig (optional with RNNParams).
-      seq_lengths: optional int32 [B], each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
+      seq_lengths: optional integers [B] (int32, or any integer array or a list: converted to int32 after the range
+        check), each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
         semantics). A length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed
         sequence has no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
@@ -110,13 +114,14 @@ def rnn(
       implementation: None (the best implementation available for the platform the computation is lowered for,
         as jax_cudnn_rnn/backends/registry.py decides and ``implementation_for`` reports: "cudnn" on CUDA when the
         extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16 needs cuDNN >= 9.13 and
-        compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); "onednn" on the CPU when oneDNN's
-        extension is loaded, runs the call and its measured table (``onednn.CPU_TABLE``) makes it the faster for
-        the call's mode, dtype and size on either side of jax.grad (oneDNN then runs that side, the xla
-        implementation the other); else "xla"; under ``jax.jit`` the choice is staged out per platform),
-        "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no seq_lengths, resets or
-        cell_clip), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
-        forward-mode autodiff).
+        compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); on the CPU, per side of jax.grad,
+        "onednn" (or "onednn:plain", its backward on plain weights) where oneDNN's extension is loaded, runs the call
+        and is estimated the faster for the call's mode, dtype and size (``onednn.cpu_choice``; ``jax-cudnn-rnn
+        tune`` measures this machine), else "xla"; under ``jax.jit`` the choice is staged out per platform),
+        "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no resets or cell_clip),
+        "onednn:plain", "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
+        forward-mode autodiff), or "forward+training": one of those undifferentiated, another under jax.grad
+        ("onednn+xla"; what ``implementation_for`` names where the default's two sides differ).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):
@@ -163,6 +168,7 @@ def rnn(
             "time-major, batched x and [num_layers*num_directions, batch, hidden] states: such a frontend "
             "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them"
         )
+    seq_lengths = as_lengths(seq_lengths)
     check_inputs(params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
@@ -202,7 +208,7 @@ def rnn(
         x,
         h0,
         c0,
-        None if seq_lengths is None else jnp.asarray(seq_lengths),
+        None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
         None if resets is None else jnp.asarray(resets),
         masks,
         recurrent_masks,

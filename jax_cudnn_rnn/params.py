@@ -20,7 +20,7 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RNNParams", "bias_mask", "is_rnn_params", "param_labels"]
+__all__ = ["bias_mask", "is_rnn_params", "param_labels"]
 
 
 @jax.tree_util.register_pytree_with_keys_class

@@ -8,9 +8,9 @@ __all__: list[str] = []
 __getattr__ = _deprecated.module_getattr(
     "jax_cudnn_rnn.xla",
     {
-        "rnn_xla": ("jax_cudnn_rnn.backends.xla", "rnn_xla", 'jax_cudnn_rnn.rnn(..., implementation="xla")'),
+        "rnn_xla": ("jax_cudnn_rnn._positional", "rnn_xla", 'jax_cudnn_rnn.rnn(..., implementation="xla")'),
         "rnn_reference": (
-            "jax_cudnn_rnn.backends.reference",
+            "jax_cudnn_rnn._positional",
             "rnn_reference",
             'jax_cudnn_rnn.rnn(..., implementation="reference")',
         ),

@@ -156,7 +156,7 @@ std::shared_ptr<LayerPlan> BuildLayerPlan(const Network& network, int64_t input_
   // 16 ms of a 66 ms forward, and the same primitive on the plain layout runs the forward in 56-58 ms.
   // With plain_backward_weights the backward takes the plain ldgoi layout whatever it would pick: oneDNN 3.2's
   // bfloat16 LSTM backward then runs its GEMM ("ref") driver instead of its brgemm kernels, which is faster at some
-  // shapes and slower at others (the CPU chooser's table, jax_cudnn_rnn/backends/onednn/cpu_table.json, says where).
+  // shapes and slower at others (the CPU rule's measurements, jax_cudnn_rnn/backends/onednn/cpu_measurements.json).
   const auto prop = network.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   WeightDescs forward_request = LayerWeights(network, input_size, data, tag::any, tag::any);
   WeightDescs backward_request = network.plain_backward_weights ? layer->plain : forward_request;

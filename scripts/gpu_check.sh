@@ -22,6 +22,11 @@
 # Every test command runs with PYTHONSAFEPATH=1, so the installed package is imported and not the source checkout.
 #
 # Stages, run in the order given (none given: $GPU_CHECK_STAGES, else "load"):
+#   first      a lending's first command (issue 52): the most proof in at most 8 minutes, each part under a hard cap
+#              (coreutils timeout; FIRST_CAPS) so that the command always returns its logs: nvidia-smi, `jax-cudnn-rnn
+#              info`, tests/cudnn/test_extension.py and implementation=None picking cuDNN, the float32 matrix against
+#              the xla implementation (values and gradients, LSTM/GRU/tanh/relu, both directions, 2 layers, lengths,
+#              resets, projection) with one bfloat16 case, then bench config F in float32 and bfloat16 against PyTorch
 #   load       nvidia-smi, `jax-cudnn-rnn info` (versions, extension, devices, choices), tests/cudnn/test_extension.py and
 #              the test that implementation=None picks cuDNN on this GPU
 #   core       the plan, handle pool, donation, platform-choice and export GPU tests, the float32 matrix
@@ -76,7 +81,7 @@ done
 if [ ${#STAGES[@]} -eq 0 ]; then
   read -ra STAGES <<< "${GPU_CHECK_STAGES:-load}"
 fi
-KNOWN_STAGES=" wheel build load core features memcheck matrix bench-f whole tests leaks racecheck bench "
+KNOWN_STAGES=" wheel build first load core features memcheck matrix bench-f whole tests leaks racecheck bench "
 for stage in "${STAGES[@]}"; do
   if [[ "$KNOWN_STAGES" != *" $stage "* ]]; then
     echo "gpu_check.sh: unknown stage '$stage'; expected one of:$KNOWN_STAGES" >&2
@@ -117,20 +122,33 @@ read -ra MEMCHECK <<< "${MEMCHECK_TESTS-$MEMCHECK_DEFAULT}"
 CURRENT_STAGE=""
 STAGE_STATUS=0
 FAILED=()
+CAP=()  # set by `capped` for one command: a hard time limit on it
+
+# capped SECONDS COMMAND...: runs one run_cmd/pytest_cmd command under `timeout` (then SIGKILL 10 s later); a command
+# stopped so exits 124 (137 when killed) and the stage counts as failed, its log kept.
+capped() {
+  local seconds="$1"
+  shift
+  CAP=(timeout -k 10 "$seconds")
+  "$@"
+  local status=$?
+  CAP=()
+  return "$status"
+}
 
 # Runs one command of the current stage, its output appended to the stage's log; under --dry-run prints it instead.
 run_cmd() {
   if [ "$DRY_RUN" = 1 ]; then
     printf '%s:' "$CURRENT_STAGE"
-    printf ' %q' "$@"
+    printf ' %q' "${CAP[@]}" "$@"
     printf '\n'
     return 0
   fi
-  local log="$LOG_DIR/$CURRENT_STAGE.log"
-  { printf '\n$'; printf ' %q' "$@"; printf '\n'; } | tee -a "$log"
-  "$@" 2>&1 | tee -a "$log"
+  local log="$LOG_DIR/$CURRENT_STAGE.log" started=$SECONDS
+  { printf '\n$'; printf ' %q' "${CAP[@]}" "$@"; printf '\n'; } | tee -a "$log"
+  "${CAP[@]}" "$@" 2>&1 | tee -a "$log"
   local status=${PIPESTATUS[0]}
-  echo "[exit status $status]" | tee -a "$log"
+  echo "[exit status $status after $((SECONDS - started)) s]" | tee -a "$log"
   [ "$status" -eq 0 ] || STAGE_STATUS=$status
   return "$status"
 }
@@ -221,6 +239,32 @@ stage_build() {
   run_cmd env "${BUILD_ENV[@]}" "$PYTHON" -m pip install -v --no-build-isolation --no-deps -e .
 }
 
+# The first command's parts and their caps in seconds (FIRST_CAPS="smi info load matrix bench"): with the wheel's
+# install (30 s) and each cap's 10 s before SIGKILL, 470 s at most, so that the command stays under 8 minutes (480 s)
+# whatever hangs.
+read -ra FIRST_CAP <<< "${FIRST_CAPS:-10 40 60 160 110}"
+# The float32 matrix against the xla implementation (32 cases: 4 modes x 2 directions x 2 input modes x the heuristic
+# and standard algorithms, 2 layers each), lengths (6), resets (6), projection (2 + resets with dropout and
+# projection), the single-bias weight spaces of the Flax and Equinox modules (4: cuDNN refused them with a persistent
+# algorithm on an H200) and one bfloat16 case: 52 tests.
+FIRST_MATRIX="(test_matches_xla and float32) or test_seq_lengths_match_xla or test_resets_match_xla or \
+(test_options_match_xla and proj) or test_resets_with_dropout_and_projection_match_xla or single_bias or \
+test_matches_xla[lstm-bidirectional-linear_input-bfloat16-heuristic]"
+
+stage_first() {
+  capped "${FIRST_CAP[0]}" run_cmd nvidia-smi
+  capped "${FIRST_CAP[1]}" run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli info
+  # -v: each test's name and result as it ends, so that a part stopped at its cap still logs what passed.
+  capped "${FIRST_CAP[2]}" pytest_cmd -v tests/cudnn/test_extension.py \
+    tests/cudnn/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn
+  capped "${FIRST_CAP[3]}" pytest_cmd -v -m gpu tests/cudnn/test_cudnn_gpu.py -k "$FIRST_MATRIX"
+  # Config F (LSTM H128 B32 T1000), float32 and bfloat16: rnn()'s default (cuDNN here) against PyTorch's cuDNN LSTM,
+  # each in a fresh process; the JSON and Markdown come back with the logs.
+  capped "${FIRST_CAP[4]}" run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli bench --configs F \
+    --dtypes float32,bfloat16 --contenders jcr-default,torch --json "$LOG_DIR/bench-f.json" \
+    --markdown "$LOG_DIR/bench-f.md"
+}
+
 stage_load() {
   run_cmd nvidia-smi
   run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli info
@@ -238,7 +282,8 @@ reserve_space or vmap_folds or batch_sharded or heuristic_and_autotune or infere
 stage_features() {
   pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-40}" -m gpu tests/cudnn/test_cudnn_gpu.py tests/backends/test_fuzz.py \
     -k "resets or empty_sequences or longer_than or max_time_steps or seq_lengths or outputs_past_length or \
-lengths_above or packed_and_padded or dropout or options or persist_static or allow_tf32 or cudnn_matches_the_oracle"
+lengths_above or packed_and_padded or dropout or options or single_bias or persist_static or allow_tf32 or \
+cudnn_matches_the_oracle"
 }
 
 stage_memcheck() { sanitizer_cmd memcheck; }
@@ -291,10 +336,13 @@ collect_errors() {
 
 if [ -n "$WHEEL_DIR" ]; then
   CURRENT_STAGE=install
+  # Capped only where the first stage runs (its 8 minutes); pip from a local file takes seconds.
+  if [[ " ${STAGES[*]} " == *" first "* ]]; then CAP=(timeout -k 10 30); fi
   if ! install_wheel "$WHEEL_DIR"; then
     echo "gpu_check.sh: installing the wheel failed; no stage ran" >&2
     exit 1
   fi
+  CAP=()
 fi
 
 for stage in "${STAGES[@]}"; do

@@ -6,6 +6,8 @@ marked ``gpu`` need the cuDNN extension and a CUDA device: they skip without the
 import filecmp
 import glob
 import os
+import pathlib
+import tempfile
 
 import pytest
 from cudnn_stand_in import CudnnStandIn
@@ -42,7 +44,17 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_sessionstart(session):
     import jax_cudnn_rnn
+    from jax_cudnn_rnn.backends.onednn import tuned
 
+    # The tests decide with the shipped rule, never with a tuned table (`jax-cudnn-rnn tune`) of the machine that runs
+    # them: tuned tables are looked for in an empty directory (tests/tools/test_tune.py writes its own).
+    empty = tempfile.mkdtemp(prefix="jcr-tests-no-tuned-table-")
+    tuned.cache_dir = lambda: pathlib.Path(empty)
+    tuned.this_machine.cache_clear()
+    _check_installed_copy(jax_cudnn_rnn)
+
+
+def _check_installed_copy(jax_cudnn_rnn):
     installed = os.path.dirname(os.path.abspath(jax_cudnn_rnn.__file__))
     if os.path.realpath(installed) == os.path.realpath(SOURCE):
         return

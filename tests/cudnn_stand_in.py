@@ -54,15 +54,13 @@ class CudnnStandIn:
             return self._run_forward(x, h0, params, *rest, plan=plan, config=config, training=training)
 
     def _run_forward(self, x, h0, params, *rest, plan, config, training):
-        from jax_cudnn_rnn.backends import reference
-
         self.forwards.append(training)
         self.batches.append(x.shape[1])
         self.plans.append(plan)
         self.calls.append((threading.get_ident(), "forward", plan.algorithm))
         c0 = rest[0] if config.has_cell_state else None
         lengths = rest[-1] if len(rest) > config.has_cell_state else None
-        y, h_n, c_n = _refused_rows_nan(lengths, *reference.rnn_reference(params, x, h0, c0, config, lengths))
+        y, h_n, c_n = _refused_rows_nan(lengths, *_reference(params, x, h0, c0, config, lengths))
         outs = (y, h_n) + ((c_n,) if c_n is not None else ())
         return outs + ((jnp.full((x.shape[1], plan.row_bytes), x.shape[1] % 256, jnp.uint8),) if training else ())
 
@@ -71,13 +69,11 @@ class CudnnStandIn:
             return self._run_backward(params, x, h0, y, dy, dh_n, reserve_space, *rest, plan=plan, config=config)
 
     def _run_backward(self, params, x, h0, y, dy, dh_n, reserve_space, *rest, plan, config):
-        from jax_cudnn_rnn.backends import reference
-
         self.calls.append((threading.get_ident(), "backward", plan.algorithm))
         lstm = config.has_cell_state
         c0, dc_n = rest[:2] if lstm else (None, None)
         lengths = rest[-1] if len(rest) > 2 * lstm else None
-        _, vjp = jax.vjp(lambda p, x, h, c: reference.rnn_reference(p, x, h, c, config, lengths), params, x, h0, c0)
+        _, vjp = jax.vjp(lambda p, x, h, c: _reference(p, x, h, c, config, lengths), params, x, h0, c0)
         dparams, dx, dh0, dc0 = vjp((dy, dh_n, dc_n))
         reserve = reserve_space.astype(jnp.int32)
         dx = dx + (jnp.max(reserve) - jnp.min(reserve) + reserve[0, 0] - x.shape[1] % 256).astype(dx.dtype)
@@ -110,6 +106,15 @@ class CudnnStandIn:
         for module, name, value in reversed(self._saved):
             setattr(module, name, value)
         self._saved.clear()
+
+
+def _reference(params, x, h0, c0, config, lengths):
+    """The reference implementation over one kernel call's arrays."""
+    from jax_cudnn_rnn.backends import reference
+    from jax_cudnn_rnn.backends.call import Call, Inputs
+
+    call = Call(config, x.shape[0], x.shape[1], lengths is not None)
+    return reference.rnn(call, Inputs(params, x, h0, c0, lengths, None, None))
 
 
 def _traced_constants():

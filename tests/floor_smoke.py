@@ -25,9 +25,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import plan
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 print("jax", jax.__version__, "jaxlib", jax.lib.__version__ if hasattr(jax.lib, "__version__") else "?")
 assert jax.__version__ == sys.argv[1], (jax.__version__, sys.argv[1])
@@ -112,14 +112,18 @@ sharded = (on(params, P()), batch_sharded(x), batch_sharded(h0), batch_sharded(c
 grad = jax.jit(jax.grad(lambda *a: jnp.sum(ours(*a)[0] ** 2), argnums=(0, 1)))
 hlo = grad.lower(*sharded).compile().as_text()
 assert "all-gather(" not in hlo, "the partitioned calls gathered the batch"
-want = jax.grad(lambda p, x: jnp.sum(xla.rnn_xla(p, x, h0, c0, cfg, lengths)[0] ** 2), argnums=(0, 1))(params, x)
+want = jax.grad(
+    lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation="xla")[0] ** 2), argnums=(0, 1)
+)(params, x)
 for a, b in zip(grad(*sharded), want, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 print("custom_partitioning per shard ok")
 
 stand_in.__exit__()
 text = (
-    jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))[0])
+    jax.jit(
+        lambda p: cudnn_backend._rnn(KernelArrays(p, x, h0, c0), None, cudnn_backend.Static(cfg, False, "standard"))[0]
+    )
     .trace(params)
     .lower(lowering_platforms=("cuda",))
     .as_text()

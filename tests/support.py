@@ -173,6 +173,33 @@ def run_xla(params, config, x, h0, c0, seq_lengths=None):
     return np.asarray(y), np.asarray(h_n), None if c_n is None else np.asarray(c_n)
 
 
+def records(params, x, h0, c0, config, seq_lengths=None, dropout_masks=None, resets=None, max_segments=None):
+    """The prepared call and its arrays (jax_cudnn_rnn/backends/call.py) that the fused kit's parts take, for tests
+    that call them directly (``max_segments``: cuDNN's option, which the reset segments read)."""
+    from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
+
+    call = Call(
+        config,
+        int(x.shape[0]),
+        int(x.shape[1]),
+        seq_lengths is not None,
+        bool(dropout_masks),
+        resets is not None,
+        cudnn=CudnnOptions(max_segments=max_segments),
+    )
+    return call, Inputs(params, x, h0, c0, seq_lengths, resets, dropout_masks)
+
+
+def positional(run, **options):
+    """The kit's ``run(call, inputs)`` as ``run(params, x, h0, c0, config, seq_lengths=None, dropout_masks=None)``,
+    the form these tests compare implementations in (``options``: ``records``' other keywords)."""
+
+    def run_positional(params, x, h0, c0, config, seq_lengths=None, dropout_masks=None):
+        return run(*records(params, x, h0, c0, config, seq_lengths, dropout_masks, **options))
+
+    return run_positional
+
+
 def assert_outputs_close(ours, theirs, atol=1e-5, rtol=1e-5, what=""):
     """(y, h_n, c_n) against a peer's or the oracle's, compared in float64; c_n None on both sides unless LSTM."""
     for name, a, b in zip(("y", "h_n", "c_n"), ours, theirs, strict=True):

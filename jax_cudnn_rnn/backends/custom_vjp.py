@@ -8,9 +8,10 @@ argument (``CustomVJPTraced.jvp``: ``[True] * len(tangents)``) where the transpo
 ``jax.grad(jax.checkpoint(f))`` (remat differentiates by jvp and partial evaluation) any custom_vjp whose arguments
 are not one array each fails with "safe_zip() argument 1 has length 13 but argument 0 has length 6". This wrapper
 keeps the static arguments in a closure and hands JAX a ``jax.custom_vjp`` of the array leaves alone, built once per
-(static values, argument structure), so that both implementations differentiate it the same way; the rules keep
-``jax.custom_vjp``'s signatures: ``fwd(*args) -> (outputs, residuals)``, ``bwd(*static_args, residuals, cotangents)
--> one cotangent (or None) per differentiable argument``.
+(static values with their types, argument structure), so that both implementations differentiate it the same way;
+the rules keep ``jax.custom_vjp``'s signatures: ``fwd(*args) -> (outputs, residuals)``, ``bwd(*static_args,
+residuals, cotangents) -> one cotangent (or None) per differentiable argument``, where a record's cotangent may hold
+None for a field that gets none (a mask, the lengths).
 """
 
 from __future__ import annotations
@@ -22,9 +23,21 @@ from typing import Any
 import jax
 
 
+def static_key(value: Any) -> Any:
+    """``value`` as a cache key that tells apart what compares equal but is not the same: ``1 == True == 1.0`` (and
+    ``hash`` agrees), so keyed by value alone the closure built for one would run for the others, with their types
+    (a ``True`` flag taken for the integer 1). Tuples, lists and dicts are keyed element by element; any other value
+    by (its type, itself), so it must be hashable, as a static argument of ``jax.custom_vjp`` must."""
+    if isinstance(value, tuple | list):
+        return type(value), tuple(static_key(item) for item in value)
+    if isinstance(value, dict):
+        return dict, tuple((static_key(k), static_key(v)) for k, v in value.items())
+    return type(value), value
+
+
 class custom_vjp:
     """``jax.custom_vjp(fun, nondiff_argnums)`` (lower case, as JAX names it) with positional arguments only, static
-    ones hashable."""
+    ones hashable (one closure per static values of one type each: ``static_key``)."""
 
     def __init__(self, fun: Callable[..., Any], nondiff_argnums: Sequence[int] = ()):
         functools.update_wrapper(self, fun)
@@ -46,7 +59,7 @@ class custom_vjp:
             raise AttributeError(f"no VJP defined for custom_vjp function {name}: call defvjp(fwd, bwd) first")
         statics = tuple(args[i] for i in self._nondiff)
         leaves, treedef = jax.tree.flatten([arg for i, arg in enumerate(args) if i not in self._nondiff])
-        key = (statics, treedef, len(args))
+        key = (static_key(statics), treedef, len(args))
         flat = self._built.get(key)
         if flat is None:
             flat = self._built[key] = self._build(statics, treedef, len(args))
@@ -77,9 +90,7 @@ class custom_vjp:
                     f"cotangents for its {len(arg_trees)} differentiable arguments"
                 )
             return tuple(
-                leaf
-                for tree, ct in zip(arg_trees, per_arg, strict=True)
-                for leaf in ([None] * tree.num_leaves if ct is None else tree.flatten_up_to(ct))
+                leaf for tree, ct in zip(arg_trees, per_arg, strict=True) for leaf in _cotangent_leaves(tree, ct)
             )
 
         flat_fun.__name__ = getattr(self._fun, "__name__", "fun")
@@ -87,3 +98,20 @@ class custom_vjp:
         flat = jax.custom_vjp(flat_fun)
         flat.defvjp(flat_fwd, flat_bwd)
         return flat
+
+
+def _cotangent_leaves(tree: Any, cotangent: Any) -> list[Any]:
+    """The leaves of ``cotangent`` in the structure ``tree`` of its primal argument, None for every leaf under a None
+    (no cotangent: zero)."""
+    leaves: list[Any] = [None] * tree.num_leaves
+    if cotangent is None:
+        return leaves
+    positions = tree.unflatten(range(tree.num_leaves))  # each leaf replaced by its index
+
+    def place(value: Any, where: Any) -> None:
+        if value is not None:
+            (index,) = jax.tree.leaves(where)
+            leaves[index] = value
+
+    jax.tree.map(place, cotangent, positions, is_leaf=lambda value: value is None)
+    return leaves

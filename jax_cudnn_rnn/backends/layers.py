@@ -12,13 +12,14 @@ it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer
+from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.cells.spec import leading
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.dropout import compute_dtype
@@ -52,8 +53,8 @@ def project(h_full: Array, w_proj: Array | None) -> Array:
 def layer_weights(params: Array, config: RNNConfig, dtype: Any):
     """Per pseudo-layer (layer * D + direction): (w_in [G*H, in], w_rec [G*H, P], w_proj [P, H], b_in [G*H],
     b_rec [G*H]) in ``dtype``; None where absent (w_in under skip input on layer 0, w_proj without projection, biases
-    per bias_mode). All taken at once by ``layout.unpack``, whose gradient is one concatenation in buffer order."""
-    return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in layout.unpack(params, config)]
+    per bias_mode). All taken at once by ``_buffer.unpack``, whose gradient is one concatenation in buffer order."""
+    return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in _buffer.unpack(params, config)]
 
 
 def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:
@@ -76,15 +77,42 @@ def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, n
     return recurrent
 
 
-def scan_general(config: RNNConfig, xs, gate_inputs_of, weights, h0, c0, mask, reset, rmask, reverse):
+class Direction(NamedTuple):
+    """One layer and direction's static facts for a direction function: its config (the whole network's), whether it
+    reads time backwards, and the matmul precision ("float32" or "tensorfloat32")."""
+
+    config: RNNConfig
+    reverse: bool
+    precision: str
+
+
+class DirectionInputs(NamedTuple):
+    """One layer and direction's arrays: x [T, B, in] in the computation dtype; weights as ``layer_weights`` gives one
+    pseudo-layer's; h0 [B, hidden], c0 [B, H] or None; mask [T, B, 1] bool (t < length) or None; reset [T, B, 1] bool
+    (zero the state entering the step, in scan order) or None; rmask [G, B, hidden] (recurrent dropout) or None."""
+
+    x: Array
+    weights: tuple[Any, ...]
+    h0: Array
+    c0: Array | None
+    mask: Array | None
+    reset: Array | None
+    rmask: Array | None
+
+
+DirectionFn = Callable[[Direction, DirectionInputs], tuple[Array, Array, Array | None]]
+"""``direction_fn(direction, arrays) -> (ys [T, B, hidden], h_n [B, hidden], c_n [B, H] or None)``."""
+
+
+def scan_general(direction: Direction, xs, gate_inputs_of, arrays: DirectionInputs):
     """One direction of one layer through the cell's ``general_step``: ``lax.scan`` over ``xs`` (a pytree with a
-    leading time axis), ``gate_inputs_of(x_t)`` giving the step's gate inputs (W x_t + b_W, split as the cell reads
-    them); weights as ``layer_weights`` (w_in and b_in are ``gate_inputs_of``'s); rmask [G, B, hidden] or None.
-    Returns (ys [T, B, hidden], h_n, c_n or None)."""
-    _, w_rec, w_proj, _, b_rec = weights
+    leading time axis, in place of ``arrays.x``), ``gate_inputs_of(x_t)`` giving the step's gate inputs (W x_t + b_W,
+    split as the cell reads them; w_in and b_in are its business). Returns (ys [T, B, hidden], h_n, c_n or None)."""
+    config = direction.config
+    _, w_rec, w_proj, _, b_rec = arrays.weights
     cell = config.cell
     activation, recurrent_activation = config.activation_functions
-    recurrent = recurrent_products(w_rec, b_rec, rmask, config.num_gates)
+    recurrent = recurrent_products(w_rec, b_rec, arrays.rmask, config.num_gates)
 
     def step(carry, inputs):
         x_t, mask_t, reset_t = inputs
@@ -96,7 +124,7 @@ def scan_general(config: RNNConfig, xs, gate_inputs_of, weights, h0, c0, mask, r
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (masked(mask_t, h_new, h), masked(mask_t, c_new, c)), y
 
-    (h_n, c_n), ys = lax.scan(step, (h0, c0), (xs, mask, reset), reverse=reverse)
+    (h_n, c_n), ys = lax.scan(step, (arrays.h0, arrays.c0), (xs, arrays.mask, arrays.reset), reverse=direction.reverse)
     return ys, h_n, c_n
 
 
@@ -113,79 +141,47 @@ def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]
     return resets[:, :, None], backward[:, :, None]
 
 
-def run_call(direction_fn, call, inputs):
-    """``run_layers`` on the registry's prepared ``call`` (``backends/call.py``'s Call and Inputs): the ``run`` of
-    both pure-JAX implementations."""
-    return run_layers(
-        direction_fn,
-        inputs.params,
-        inputs.x,
-        inputs.h0,
-        inputs.c0,
-        call.config,
-        inputs.seq_lengths,
-        inputs.dropout_masks,
-        call.precision,
-        inputs.resets,
-        inputs.recurrent_masks,
-    )
+def run_layers(direction_fn: DirectionFn, call: Call, inputs: Inputs):
+    """The layer loop around ``direction_fn`` for the registry's prepared call (jax_cudnn_rnn/backends/call.py), under
+    ``call.precision``: the ``run`` of both pure-JAX implementations. Returns (y, h_n, c_n or None)."""
+    with jax.default_matmul_precision(call.precision):
+        return _layer_loop(direction_fn, call, inputs)
 
 
-def run_layers(
-    direction_fn,
-    params,
-    x,
-    h0,
-    c0,
-    config: RNNConfig,
-    seq_lengths,
-    dropout_masks,
-    precision,
-    resets,
-    recurrent_masks=None,
-):
-    """The layer loop around ``direction_fn(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision)``
-    (rmask: that layer and direction's ``recurrent_masks`` entry [G, B, hidden], or None)."""
-    with jax.default_matmul_precision(precision):
-        return _layer_loop(
-            direction_fn, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets, recurrent_masks
-        )
-
-
-def _layer_loop(
-    direction_fn, params, x, h0, c0, config: RNNConfig, seq_lengths, dropout_masks, precision, resets, recurrent_masks
-):
+def _layer_loop(direction_fn: DirectionFn, call: Call, inputs: Inputs):
+    config = call.config
     dtype = compute_dtype(config.dtype)
-    num_steps = x.shape[0]
+    num_steps = inputs.x.shape[0]
     mask = None
-    if seq_lengths is not None:
-        mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < seq_lengths[None, :])[:, :, None]
-    reset = (None, None) if resets is None else reset_masks(resets, seq_lengths)
-    layer_input = x.astype(dtype)
-    all_weights = layer_weights(params, config, dtype)
+    if inputs.seq_lengths is not None:
+        mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < inputs.seq_lengths[None, :])[:, :, None]
+    reset = (None, None) if inputs.resets is None else reset_masks(inputs.resets, inputs.seq_lengths)
+    layer_input = inputs.x.astype(dtype)
+    all_weights = layer_weights(inputs.params, config, dtype)
+    c0, recurrent_masks = inputs.c0, inputs.recurrent_masks
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []
         for direction in range(config.num_directions):
             index = layer * config.num_directions + direction
             ys, h_last, c_last = direction_fn(
-                config,
-                layer_input,
-                all_weights[index],
-                h0[index].astype(dtype),
-                None if c0 is None else c0[index].astype(dtype),
-                mask,
-                reset[direction],
-                None if recurrent_masks is None else recurrent_masks[index].astype(dtype),
-                direction == 1,
-                precision,
+                Direction(config, direction == 1, call.precision),
+                DirectionInputs(
+                    layer_input,
+                    all_weights[index],
+                    inputs.h0[index].astype(dtype),
+                    None if c0 is None else c0[index].astype(dtype),
+                    mask,
+                    reset[direction],
+                    None if recurrent_masks is None else recurrent_masks[index].astype(dtype),
+                ),
             )
             outputs.append(ys)
             h_n.append(h_last)
             c_n.append(c_last)
         layer_input = outputs[0] if len(outputs) == 1 else jnp.concatenate(outputs, axis=-1)
-        if dropout_masks and layer < config.num_layers - 1:
-            layer_input = layer_input * dropout_masks[layer].astype(dtype)
+        if inputs.dropout_masks and layer < config.num_layers - 1:
+            layer_input = layer_input * inputs.dropout_masks[layer].astype(dtype)
     out_dtype = config.dtype
     return (
         layer_input.astype(out_dtype),

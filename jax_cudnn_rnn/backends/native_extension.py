@@ -30,9 +30,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 
 # The XLA FFI C API version (major, minor) of jaxlib releases, read from each release's wheel on PyPI
-# (jaxlib/include/xla/ffi/api/c_api.h: XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) on 2026-11-25; docs/compatibility.md
-# keeps the same table. The running jaxlib's own headers are read first (``running_xla_ffi_api_version``); this
-# table answers where they are missing, for a release at or after a listed one (the version never goes down).
+# (jaxlib/include/xla/ffi/api/c_api.h: XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR) on 2026-11-25, 0.11.2 and 0.12.0.1 (the
+# newest on the index) on 2026-11-27; docs/compatibility.md keeps the same table. The running jaxlib's own headers are
+# read first (``running_xla_ffi_api_version``); this table answers where they are missing, for a release at or after a
+# listed one (the version never goes down).
 XLA_FFI_API_OF_JAXLIB = {
     "0.7.2": (0, 1),
     "0.8.0": (0, 1),
@@ -41,7 +42,9 @@ XLA_FFI_API_OF_JAXLIB = {
     "0.10.2": (0, 3),
     "0.11.0": (0, 3),
     "0.11.1": (0, 4),
+    "0.11.2": (0, 4),
     "0.12.0": (0, 5),
+    "0.12.0.1": (0, 5),
 }
 
 
@@ -51,15 +54,22 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def _jaxlib_version() -> str | None:
+    """The running jaxlib's version: its distribution's metadata, else the version jaxlib itself declares
+    (``jaxlib.version``: a jaxlib built from source or installed without metadata), else None."""
     try:
         return importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return str(importlib.import_module("jaxlib.version").__version__)
+    except (ImportError, AttributeError):
         return None
 
 
 def running_xla_ffi_api_version() -> tuple[int, int] | None:
     """The XLA FFI C API version (major, minor) of the running jaxlib: read from the headers its wheel ships, else
-    from ``XLA_FFI_API_OF_JAXLIB`` (the newest listed release at or before it); None if neither tells."""
+    from ``XLA_FFI_API_OF_JAXLIB`` (the newest listed release at or before it); None if neither tells (jaxlib exposes
+    the version to Python nowhere else: ``ffi_api_refusal`` then registers nothing)."""
     spec = importlib.util.find_spec("jaxlib")
     if spec is not None and spec.origin:
         try:
@@ -82,7 +92,7 @@ def running_xla_ffi_api_version() -> tuple[int, int] | None:
 def ffi_api_refusal(what: str, platform: str, module: ModuleType) -> str | None:
     """Why the handlers of ``module`` (the ``what``, registered for ``platform``) must not be registered with the
     running jaxlib, or None when XLA accepts them: its recorded XLA FFI API version is newer than the running one, or
-    of another major version."""
+    of another major version, or the running one cannot be told."""
     built = tuple(getattr(module, "XLA_FFI_API_BUILD_VERSION", ()))
     fix = (
         "reinstall this package from an isolated build (`pip install --force-reinstall --no-deps jax-cudnn-rnn`, "
@@ -96,9 +106,18 @@ def ffi_api_refusal(what: str, platform: str, module: ModuleType) -> str | None:
             f"JAX computation on {platform}); {fix}"
         )
     running = running_xla_ffi_api_version()
-    if running is None or (built[0] == running[0] and built[1] <= running[1]):
-        return None
     jaxlib, built_jaxlib = _jaxlib_version(), getattr(module, "JAXLIB_BUILD_VERSION", "unknown")
+    if running is None:  # neither its headers nor its version tell: registering would be a guess at every computation
+        return (
+            f"the XLA FFI API version of the running jaxlib ({jaxlib or 'no version found'}) could not be told: "
+            f"its wheel ships no xla/ffi/api/c_api.h and its version is not in the table of releases this package "
+            f"knows (oldest {min(XLA_FFI_API_OF_JAXLIB, key=_release)}), so none of the {what}'s handlers (XLA FFI "
+            f"API {built[0]}.{built[1]}, from jaxlib {built_jaxlib}) were registered: a handler newer than the "
+            f"running XLA would have broken every JAX computation on {platform}. Fix: install a released jax and "
+            f"jaxlib >= {min(XLA_FFI_API_OF_JAXLIB, key=_release)} from the package index"
+        )
+    if built[0] == running[0] and built[1] <= running[1]:
+        return None
     first = min((r for r, v in XLA_FFI_API_OF_JAXLIB.items() if v >= built), key=_release, default=None)
     upgrade = (
         f"jax and jaxlib >= {first}" if first else "a jax and jaxlib whose XLA FFI API is " + ".".join(map(str, built))
@@ -113,8 +132,9 @@ def ffi_api_refusal(what: str, platform: str, module: ModuleType) -> str | None:
 
 
 class ExtensionRefusedWarning(UserWarning):
-    """A native extension is installed but was not registered, because the running jax cannot accept its handlers:
-    ``rnn()`` runs the pure-JAX implementation where it would have run. ``extension_error()`` says why and how to
+    """A native extension is installed but was not registered, because the running jax cannot accept its handlers
+    (or cannot tell whether it can), or because it lacks a target this version calls (a stale build): ``rnn()`` runs
+    the pure-JAX implementation where it would have run. ``extension_error()`` says why and how to
     fix it."""
 
 
@@ -164,14 +184,26 @@ class NativeExtension:
     name: its import name ("jax_cudnn_rnn._cudnn_rnn"); what: how messages call it ("cuDNN extension"); platform: the
     platform its targets are registered for; build_hint: how to build it; option: its CMake AUTO/ON/OFF option
     (whose recorded skip reason ``error()`` repeats); library: (a substring of a missing shared library's name in an
-    import error, what to install to get that library), or None.
+    import error, what to install to get that library), or None; targets: the FFI targets the Python side calls;
+    attributes: the module's functions and constants the Python side uses. A module that lacks one of those (left
+    from a build of an older version: the oneDNN weights call came later than its forward) is refused at load, where
+    the pure-JAX implementation can still run, not at the first lowering or call that needs it.
     """
 
     def __init__(
-        self, name: str, what: str, platform: str, build_hint: str, option: str, library: tuple[str, str] | None = None
+        self,
+        name: str,
+        what: str,
+        platform: str,
+        build_hint: str,
+        option: str,
+        library: tuple[str, str] | None = None,
+        targets: tuple[str, ...] = (),
+        attributes: tuple[str, ...] = (),
     ):
         self.name, self.what, self.platform, self.build_hint = name, what, platform, build_hint
         self.option, self.library = option, library
+        self.required_targets, self.required_attributes = targets, attributes
         self._module: ModuleType | None = None
         self._error: str | None = "not loaded yet"
         self._warning: str | None = None
@@ -229,7 +261,12 @@ class NativeExtension:
             if note:
                 self._error += f" ({note})"
             return
-        refusal = ffi_api_refusal(self.what, self.platform, module)
+        try:
+            registrations = dict(module.registrations())
+        except Exception as e:  # noqa: BLE001 - a module that cannot list its handlers registers none
+            self._error = f"asking the {self.what} for its FFI targets failed: {type(e).__name__}: {e}"
+            return
+        refusal = ffi_api_refusal(self.what, self.platform, module) or self._incomplete(module, registrations)
         if refusal:
             self._error = refusal
             warnings.warn(ExtensionRefusedWarning(refusal[0].upper() + refusal[1:]), stacklevel=2)
@@ -245,13 +282,33 @@ class NativeExtension:
             import jax
 
             registered = []
-            for name, capsule in module.registrations().items():
+            for name, capsule in registrations.items():
                 jax.ffi.register_ffi_target(name, capsule, platform=self.platform)
                 registered.append(name)
         except Exception as e:  # noqa: BLE001 - any failure here must become error(), never an import error
             self._error = f"registering the {self.what}'s FFI targets with JAX failed: {type(e).__name__}: {e}"
             return
         self._module, self._targets, self._error, self._warning = module, tuple(registered), None, warning
+
+    def _incomplete(self, module: ModuleType, registrations: dict[str, Any]) -> str | None:
+        """Why ``module`` cannot serve this version of the package (it lacks a target or an attribute the Python
+        side uses), or None."""
+        targets = [t for t in self.required_targets if t not in registrations]
+        attributes = [a for a in self.required_attributes if not hasattr(module, a)]
+        if not targets and not attributes:
+            return None
+        lacks = " and ".join(
+            f"the {kind} {', '.join(names)}"
+            for kind, names in (("FFI targets", targets), ("attributes", attributes))
+            if names
+        )
+        return (
+            f"the {self.what} ({getattr(module, '__file__', self.name)}) lacks {lacks}, which this version of "
+            f"jax_cudnn_rnn calls: it is left from a build of an older version, so none of its handlers were "
+            f"registered and the pure-JAX implementation runs instead. Fix: reinstall the package (`pip install "
+            f"--force-reinstall --no-deps jax-cudnn-rnn`, or `pip install .` in a checkout), which builds the "
+            f"extension of this version"
+        )
 
     def loaded(self) -> bool:
         """True when the module was imported and all its FFI targets are registered."""

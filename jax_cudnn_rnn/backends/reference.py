@@ -10,60 +10,31 @@ import jax.numpy as jnp
 
 from jax_cudnn_rnn.backends import layers, registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.config import RNNConfig
 
 
-def _reference_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision):
-    """Each step's input GEMM inside the scan, the cell's ``general_step`` (every cell, every activation)."""
-    del precision  # set around the whole run by layers.run_layers; autodiff keeps each matmul's precision
-    w_in, b_in = weights[0], weights[3]
+def _reference_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
+    """Each step's input GEMM inside the scan, the cell's ``general_step`` (every cell, every activation). The
+    precision is set around the whole run by ``layers.run_layers``; autodiff keeps each matmul's."""
+    config = direction.config
+    w_in, b_in = arrays.weights[0], arrays.weights[3]
 
     def gate_inputs_of(x_t):
         xp = jnp.tile(x_t, (1, config.num_gates)) if w_in is None else x_t @ w_in.T
         return config.cell.gate_inputs(layers.add_bias(xp, b_in))
 
-    return layers.scan_general(config, x, gate_inputs_of, weights, h0, c0, mask, reset, rmask, reverse)
-
-
-def rnn_reference(
-    params,
-    x,
-    h0,
-    c0,
-    config: RNNConfig,
-    seq_lengths=None,
-    dropout_masks=None,
-    precision="float32",
-    resets=None,
-    recurrent_masks=None,
-):
-    """The naive per-step version, differentiable in every mode (jvp included)."""
-    return layers.run_layers(
-        _reference_direction,
-        params,
-        x,
-        h0,
-        c0,
-        config,
-        seq_lengths,
-        dropout_masks,
-        precision,
-        resets,
-        recurrent_masks,
-    )
+    return layers.scan_general(direction, arrays.x, gate_inputs_of, arrays)
 
 
 def rnn(call: Call, inputs: Inputs):
-    """The registry's ``run``."""
-    return layers.run_call(_reference_direction, call, inputs)
+    """The registry's ``run``: the naive per-step version, differentiable in every mode (jvp included)."""
+    return layers.run_layers(_reference_direction, call, inputs)
 
 
-# Never the default: the xla implementation computes the same, faster.
+# Never the default (no cost): the xla implementation computes the same, faster.
 registry.register(
     registry.Backend(
         "reference",
         None,
-        priority=None,
         supports=registry.Supports("the reference implementation"),
         unavailable=lambda: None,
         run=rnn,

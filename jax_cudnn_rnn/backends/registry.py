@@ -1,130 +1,128 @@
 """The implementations ``rnn()`` can run, and the one place that decides among them.
 
-Each implementation is a ``Backend``: a name, the lowering platforms it runs on, its priority for
-``rnn(implementation=None)``, what it supports (``Supports``, stated once: modes, dtypes, lengths, resets, clipping,
-plus the rules only it has), whether it can run in this process, and ``run(call, inputs)``, which receives the call
-``ops.rnn`` prepared (jax_cudnn_rnn/backends/call.py). Everything that needs to know what runs where asks here:
-``rnn()`` (``run``), ``implementation_for`` (``jax-cudnn-rnn info``, the bench), ``why_not`` (the frontends' errors,
-the bench's skipped contenders) and the fallback warning a backend gives when the default passes it over
-(``Backend.passed_over``: cuDNN on CUDA).
+A backend declares what it is and nothing more (``Backend``): its name, the lowering platforms it runs on, what it
+supports (``Supports``), what this process lacks for it (``unavailable``), how it runs a prepared call
+(``run(call, inputs)``, jax_cudnn_rnn/backends/call.py), the variants it offers for one side or both (``Variant``:
+oneDNN's training step whose backward reads plain weights), and what a call costs on it (``cost``: an estimate relative
+to the xla implementation's time, or None where it has none). Everything that needs to know what runs where asks here:
+``rnn()`` (``run``), ``implementation_for`` (``jax-cudnn-rnn info``, the bench, the demo), ``decide`` (the same with
+what decided), ``why_not`` (the frontends' errors, the bench's skipped contenders), ``fallback`` (cuDNN's resets
+beyond ``max_segments``), and the warning a backend gives when the default passes it over (``Backend.passed_over``).
 
-``rnn(implementation=None)`` runs, per platform, the available backend of highest priority that supports the call and
-prefers it (``Backend.prefers``: oneDNN declines the calls its measured table gives to the xla implementation), with
-its ``run_default`` (oneDNN's table may pick its forward and its training step separately).
+Sides. A call runs either undifferentiated (``FORWARD``: inference) or under ``jax.grad`` (``TRAINING``: the training
+forward and its backward pass); ``rnn(implementation=None)`` chooses each side separately, per lowering platform
+(``decide``): the candidate of lowest estimated cost, where a variant must be more than ``TIE`` faster than its
+backend's own run and the two sides run one implementation unless running two is more than ``TIE`` faster on a side.
+Where the sides differ the registry runs them as one ``hybrid`` (jax_cudnn_rnn/backends/hybrid.py).
+
+Names (``rnn(implementation=...)``, what ``implementation_for`` returns, the bench's contenders):
+
+* ``"backend"``: the backend's own run on both sides ("xla", "cudnn", "onednn");
+* ``"backend:variant"``: the variant on the sides it offers, the backend's own run on the others ("onednn:plain": its
+  inference forward undifferentiated, its backward on plain weights under jax.grad);
+* ``"forward+training"``: one name per side, each offered on its side ("onednn+xla": oneDNN undifferentiated, the xla
+  implementation under jax.grad).
+
+A pair is named in its shortest form (``name``), so that ``implementation_for``'s answer, passed back as
+``implementation``, runs exactly what the default ran.
 
 The platform is the one the computation is lowered for, not ``jax.default_backend()``. When tracing knows it (an eager
-call's arrays, a traced array's mesh, ``jax.default_device``: jax_cudnn_rnn/sharding/placement.py), the chosen backend
-runs directly; otherwise, when the platforms' choices differ, every choice is staged out with
+call's arrays, a traced array's mesh, ``jax.default_device``: jax_cudnn_rnn/sharding/placement.py), the chosen
+implementation runs directly; otherwise, when the platforms' choices differ, every choice is staged out with
 ``lax.platform_dependent`` and lowering keeps the one for its platform, so one jitted function serves every platform it
-is lowered for (``.lower(lowering_platforms=...)``, ``jax.export(..., platforms=...)``, CPU- or GPU-committed inputs).
-Under ``jax.grad`` such a function carries both branches' residuals; XLA drops the unused branch's (zeros) when the
-forward and backward are compiled together, as in ``jax.jit(jax.grad(...))``.
+is lowered for. Under ``jax.grad`` such a function carries both branches' residuals; XLA drops the unused branch's
+(zeros) when the forward and backward are compiled together, as in ``jax.jit(jax.grad(...))``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
-import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
-import jax.extend
-from jax.interpreters import ad, mlir
-from jax.interpreters import batching as jax_batching
 
+from jax_cudnn_rnn.backends import staging
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.cells import activations
+from jax_cudnn_rnn.backends.hybrid import hybrid
+from jax_cudnn_rnn.backends.supports import Supports
 from jax_cudnn_rnn.sharding import placement
 
 DEFAULT = "default"  # the choice for platforms without one of their own
+BASELINE = "xla"
+"""The implementation every estimate is relative to (its cost is ``UNIT``), which runs every call on every platform:
+what runs where nothing else can."""
+FORWARD, TRAINING = "forward", "training"
+SIDES = (FORWARD, TRAINING)
+TIE = 1.05
+"""Estimates within 5 % are a tie (the spread between processes of one measurement): a variant runs only where it is
+estimated more than this much faster than its backend's own run, and a call runs two implementations only where that
+is more than this much faster on one side than running one of them on both."""
 Outputs = tuple[Any, Any, Any]  # (y, h_n, c_n or None)
+Run = Callable[[Call, Inputs], Outputs]
+
+
+class Cost(NamedTuple):
+    """An estimate of what a call costs on one side: ``relative``, its time over the xla implementation's for the same
+    call and side (the xla implementation's is ``UNIT``), and ``source``, what the number rests on."""
+
+    relative: float
+    source: str
+
+
+UNIT = Cost(1.0, "the xla implementation, the unit of every estimate (none estimated faster)")
+"""The baseline's cost (``BASELINE``), by definition."""
+PREFERRED = Cost(
+    0.0, "the platform's own library, run wherever it supports the call (a user of that platform expects it)"
+)
+"""What a backend declares that runs wherever it can on its platform, whatever the others estimate: cuDNN on CUDA (a
+GPU user expects cuDNN; its algorithm is chosen inside it, jax_cudnn_rnn/backends/cudnn/algorithm.py)."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Supports:
-    """What a backend runs, stated once; ``why_not(call)`` says what a call needs that it lacks.
+class Variant:
+    """Another way a backend runs a call: ``implementation="backend:name"``.
 
-    label: how messages name what lacks a feature ("oneDNN's RNN primitives").
-    modes, dtypes: the modes and dtype names it runs; None for every one.
-    seq_lengths, resets, cell_clip: whether it runs calls with per-sequence lengths, with resets, with a clipped cell.
-    activations: whether it runs other activations than the cells' own (``RNNConfig.activation``,
-      ``recurrent_activation``).
-    recurrent_dropout: whether it runs calls that apply recurrent dropout (``Call.recurrent_dropout``).
-    other: the rules only this backend has (``other(call)``: what the call lacks, or None).
+    run: as ``Backend.run``. On the sides it is not offered for it must run as the backend's own ``run`` does (oneDNN's
+      plain-weights variant: undifferentiated it is oneDNN's inference forward).
+    sides: the sides it is offered for (``FORWARD``, ``TRAINING``).
+    supports: what it runs, where that is less than its backend's (None: the backend's ``supports``).
     """
 
-    label: str
-    modes: tuple[str, ...] | None = None
-    dtypes: tuple[str, ...] | None = None
-    seq_lengths: bool = True
-    resets: bool = True
-    cell_clip: bool = True
-    activations: bool = True
-    recurrent_dropout: bool = True
-    other: Callable[[Call], str | None] = lambda call: None
-
-    def why_not(self, call: Call) -> str | None:
-        """What ``call`` needs that these do not give, or None. A call without a config (``implementation_for``
-        asking about a platform in general) is only checked for what it says."""
-        if call.resets and not self.resets:
-            return f"no resets ({self.label} cannot zero the state mid-sequence)"
-        if call.seq_lengths and not self.seq_lengths:
-            return f"no per-sequence lengths (seq_lengths), which {self.label} do not take"
-        if call.recurrent_dropout and not self.recurrent_dropout:
-            return (
-                f"no recurrent dropout in training (recurrent_dropout > 0 with is_training=True), which {self.label} "
-                "do not have"
-            )
-        config = call.config
-        if config is None:
-            return None
-        if self.modes is not None and config.mode not in self.modes:
-            return f"mode {' or '.join(map(repr, self.modes))}: {self.label} do not run {config.mode!r}"
-        if self.dtypes is not None and config.dtype.name not in self.dtypes:
-            return f"{' or '.join(self.dtypes)}: {self.label} do not run {config.dtype.name}"
-        if config.cell_clip is not None and not self.cell_clip:
-            return f"no cell clipping (cell_clip), which {self.label} do not have"
-        if not config.default_activations and not self.activations:
-            given = [
-                f"{name}={activations.activation_name(value)}"
-                for name in ("activation", "recurrent_activation")
-                if (value := getattr(config, name)) is not None
-            ]
-            own = "the cell's own activations (activation=None, recurrent_activation=None)"
-            return f"{own}: {self.label} do not run {', '.join(given)}"
-        return self.other(call)
+    run: Run
+    sides: tuple[str, ...] = SIDES
+    supports: Supports | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # one object per registered backend: compared by identity
 class Backend:
     """One implementation of ``rnn()``.
 
     name: ``rnn(implementation=name)``.
     platforms: the lowering platforms it runs on ("cpu", "cuda", ...); None for every platform.
-    priority: ``rnn(implementation=None)`` tries the highest first; None: only when asked for by name.
     supports: what it runs (``Supports``).
     unavailable: what it needs that this process lacks ("the cuDNN extension, which is not loaded: ..."), or None.
     run: ``run(call, inputs) -> (y, h_n, c_n)`` for a call it is available for and supports.
-    prefers: whether it is the faster choice for a call it runs (``implementation=None`` passes it over otherwise).
-    run_default: what runs when ``implementation=None`` chose it (None: ``run``).
+    cost: ``cost(call, side, variant) -> Cost | None``: the estimate for ``call`` on ``side`` run by ``variant`` (""
+      for its own run), or None where it has none (then that run is not chosen by default). None: the backend runs
+      only when asked for by name.
+    variants: {name: ``Variant``}, its other runs.
     passed_over: the warning to give when ``implementation=None`` runs another backend on one of its platforms
       (a GPU user expects cuDNN), or None to stay silent.
-    public: whether it is documented and listed (``names``); an internal one runs only when asked for by name.
+    scratch_bytes: ``scratch_bytes(call, side, variant) -> int | None``, the memory its kernels take for a call outside
+      the buffers XLA allocates (cuDNN's workspace, oneDNN's scratch pool), for the bench's memory column; None: none.
     """
 
     name: str
     platforms: tuple[str, ...] | None
-    priority: int | None
     supports: Supports
     unavailable: Callable[[], str | None]
-    run: Callable[[Call, Inputs], Outputs]
-    prefers: Callable[[Call], bool] = lambda call: True
-    run_default: Callable[[Call, Inputs], Outputs] | None = None
+    run: Run
+    cost: Callable[[Call, str, str], Cost | None] | None = None
+    variants: Mapping[str, Variant] = dataclasses.field(default_factory=dict)
     passed_over: Callable[[Call], Warning | None] | None = None
-    public: bool = True
+    scratch_bytes: Callable[[Call, str, str], int | None] | None = None
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -136,8 +134,9 @@ def register(backend: Backend) -> None:
 
 
 def names() -> tuple[str, ...]:
-    """The public implementations' names (what ``rnn(implementation=...)`` documents besides None)."""
-    return tuple(name for name, backend in _BACKENDS.items() if backend.public)
+    """The backends' names (what ``rnn(implementation=...)`` documents besides None and the forms of the module
+    docstring)."""
+    return tuple(_BACKENDS)
 
 
 def backend(name: str) -> Backend:
@@ -145,46 +144,235 @@ def backend(name: str) -> Backend:
     return _BACKENDS[name]
 
 
+def sides_of(name: str) -> tuple[str, ...]:
+    """The sides a single name ("backend", "backend:variant") is offered for: a backend's own run both, a variant
+    those it declares."""
+    backend_name, _, variant = name.partition(":")
+    return _BACKENDS[backend_name].variants[variant].sides if variant else SIDES
+
+
+def implementations(platform: str | None = None, by_default: bool = False) -> tuple[str, ...]:
+    """Every single name ("backend", "backend:variant") of the backends that run on ``platform`` (None: any), what the
+    bench and ``jax-cudnn-rnn tune`` time one by one; ``by_default``: only those with a cost, which the default may
+    choose."""
+    found = []
+    for entry in _BACKENDS.values():
+        if platform is not None and entry.platforms is not None and platform not in entry.platforms:
+            continue
+        if by_default and entry.cost is None:
+            continue
+        found += [entry.name, *(f"{entry.name}:{variant}" for variant in entry.variants)]
+    return tuple(found)
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+class _Run(NamedTuple):
+    """One side's implementation: its backend, its variant ("" for the backend's own) and what runs it."""
+
+    backend: Backend
+    variant: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend.name}:{self.variant}" if self.variant else self.backend.name
+
+    @property
+    def run(self) -> Run:
+        return self.backend.variants[self.variant].run if self.variant else self.backend.run
+
+    @property
+    def supports(self) -> Supports:
+        variant = self.backend.variants.get(self.variant)
+        return variant.supports if variant is not None and variant.supports is not None else self.backend.supports
+
+    def offers(self, side: str) -> bool:
+        return not self.variant or side in self.backend.variants[self.variant].sides
+
+    def on(self, side: str) -> _Run:
+        """What runs on ``side`` when this is asked for by its single name: itself where offered, else the backend's
+        own run."""
+        return self if self.offers(side) else _Run(self.backend, "")
+
+
+def _expected_names() -> str:
+    return (
+        f"None or one of {list(implementations())}, or 'forward+training' (one of those for each side of jax.grad, "
+        f"e.g. 'onednn+xla')"
+    )
+
+
+def _single(name: str, implementation: str) -> _Run:
+    backend_name, _, variant = name.partition(":")
+    entry = _BACKENDS.get(backend_name)
+    if entry is None or (variant and variant not in entry.variants):
+        raise ValueError(f"implementation is {implementation!r}; expected {_expected_names()}")
+    return _Run(entry, variant)
+
+
+def _parse(implementation: str) -> tuple[_Run, _Run]:
+    """(forward, training) of a name (see the module docstring); ValueError for a name that is not one."""
+    if not isinstance(implementation, str):
+        raise TypeError(f"implementation must be None or a str, got {type(implementation).__name__} {implementation!r}")
+    parts = implementation.split("+")
+    if len(parts) == 1:
+        one = _single(parts[0], implementation)
+        return one.on(FORWARD), one.on(TRAINING)
+    if len(parts) != 2:
+        raise ValueError(f"implementation is {implementation!r}; expected {_expected_names()}")
+    forward, training = (_single(part, implementation) for part in parts)
+    for side, run in ((FORWARD, forward), (TRAINING, training)):
+        if not run.offers(side):
+            offered = " and ".join(run.backend.variants[run.variant].sides)
+            raise ValueError(
+                f"implementation is {implementation!r}, but {run.name!r} runs only on the {offered} side, not the "
+                f"{side} side (name it alone, {run.name!r}, for {run.backend.name!r} on the other side)"
+            )
+    return forward, training
+
+
+def _name(forward: _Run, training: _Run) -> str:
+    """A pair's shortest name: one name where that name alone runs both sides, else "forward+training"."""
+    if training.on(FORWARD) == forward:
+        return training.name
+    if forward.on(TRAINING) == training:
+        return forward.name
+    return f"{forward.name}+{training.name}"
+
+
+def _runner(forward: _Run, training: _Run) -> Run:
+    """What runs a pair: one implementation's own run where one name runs both sides, else the hybrid."""
+    if training.on(FORWARD) == forward:
+        return training.run
+    if forward.on(TRAINING) == training:
+        return forward.run
+    return hybrid(forward.run, training.run)
+
+
+# ---------------------------------------------------------------------------------------------- deciding
+
 _DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU", "tpu": "TPU"}
 
 
-def why_not(name: str, platform: str | None, call: Call) -> str | None:
-    """What backend ``name`` needs that ``call`` lacks when lowered for ``platform`` (None: not known), or None when
-    it can run it."""
-    entry = _BACKENDS[name]
+def _why_not_run(run: _Run, platform: str | None, call: Call) -> str | None:
+    entry = run.backend
     if platform is not None and entry.platforms is not None and platform not in entry.platforms:
         wanted = " or ".join(_DEVICE_NAMES.get(p, p) for p in entry.platforms)
         return f"the arrays on a {wanted} device, but this call runs on {_DEVICE_NAMES.get(platform, platform)}"
-    return entry.unavailable() or entry.supports.why_not(call)
+    return entry.unavailable() or run.supports.why_not(call)
 
 
-def _candidates(platform: str) -> list[Backend]:
-    """The backends ``implementation=None`` may run on ``platform`` (``DEFAULT``: one without backends of its own),
-    highest priority first."""
-    on = [
-        b
-        for b in _BACKENDS.values()
-        if b.priority is not None and (b.platforms is None or (platform != DEFAULT and platform in b.platforms))
-    ]
-    return sorted(on, key=lambda b: -b.priority)
+def why_not(name: str, platform: str | None, call: Call) -> str | None:
+    """What implementation ``name`` (any form of the module docstring) needs that ``call`` lacks when lowered for
+    ``platform`` (None: not known), or None when it can run it."""
+    for run in dict.fromkeys(_parse(name)):
+        reason = _why_not_run(run, platform, call)
+        if reason is not None:
+            return reason
+    return None
 
 
-def _default_for(platform: str, call: Call) -> str:
-    for candidate in _candidates(platform):
-        if why_not(candidate.name, None if platform == DEFAULT else platform, call) is None and candidate.prefers(call):
-            return candidate.name
-    return "xla"
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What runs a call on one platform: ``forward`` undifferentiated, ``training`` under jax.grad (single names),
+    and what decided each side (``sources``: a ``Cost.source`` per side, or why it was the only choice)."""
+
+    forward: str
+    training: str
+    sources: tuple[str, str]
+
+    @property
+    def name(self) -> str:
+        """The pair's name, which ``rnn(implementation=...)`` takes to run exactly this."""
+        return _name(*(_parse(name)[i] for i, name in enumerate((self.forward, self.training))))
 
 
-def implementation_for(where: Any = None, call: Call = Call()) -> str:
-    """The implementation ``rnn(implementation=None)`` runs for ``call`` on ``where``: a lowering platform name
-    ("cpu", "cuda", "rocm", "tpu", ...), a ``jax.Device``, a concrete ``jax.Array`` (where it lives), or None (JAX's
-    default device)."""
+Estimates = dict[str, dict[str, Cost]]
+"""{side: {single name: its estimate}} for the candidates of one call on one platform."""
+
+
+def pick(estimates: Estimates, own: Callable[[str], str] = lambda name: name.partition(":")[0]) -> tuple[str, str]:
+    """(forward, training) from the candidates' estimates (the decision, apart from what can run where): per side the
+    lowest estimate, a variant only where more than ``TIE`` faster than its backend's own run (``own(name)``), then
+    one implementation on both sides unless two are more than ``TIE`` faster on one side. Both sides need a
+    candidate."""
+    chosen = {}
+    for side in SIDES:
+        costs = estimates[side]
+        best = min(costs, key=lambda name: costs[name].relative)
+        base = own(best)
+        if base != best and base in costs and costs[base].relative <= TIE * costs[best].relative:
+            best = base
+        chosen[side] = best
+    forward, training = chosen[FORWARD], chosen[TRAINING]
+    if own(forward) != own(training):
+        # How much slower each side gets by running the other side's implementation (inf: it cannot).
+        bend = {}
+        for side, other in ((FORWARD, training), (TRAINING, forward)):
+            costs, mine = estimates[side], chosen[side]
+            candidate = other if other in costs else own(other)
+            if candidate in costs:
+                bend[side] = (costs[candidate].relative / max(costs[mine].relative, 1e-12), candidate)
+        side = min(bend, key=lambda s: bend[s][0], default=None)
+        if side is not None and bend[side][0] <= TIE:
+            chosen[side] = bend[side][1]
+    return chosen[FORWARD], chosen[TRAINING]
+
+
+def _candidates(platform: str, call: Call, excluded: str | None = None) -> list[_Run]:
+    """The runs ``implementation=None`` may choose on ``platform`` (``DEFAULT``: one without backends of its own) for
+    ``call``: those of backends with a cost that run there and can run the call."""
+    where = None if platform == DEFAULT else platform
+    runs = []
+    for entry in _BACKENDS.values():
+        if entry.cost is None or entry.name == excluded:
+            continue
+        if entry.platforms is not None and (platform == DEFAULT or platform not in entry.platforms):
+            continue
+        for variant in ("", *entry.variants):
+            run = _Run(entry, variant)
+            if _why_not_run(run, where, call) is None:
+                runs.append(run)
+    return runs
+
+
+def estimates(platform: str, call: Call, excluded: str | None = None) -> Estimates:
+    """{side: {name: Cost}} of every run ``implementation=None`` may choose for ``call`` on ``platform``, with an
+    estimate (``Backend.cost``); ``excluded``: a backend left out (``fallback``)."""
+    found: Estimates = {side: {} for side in SIDES}
+    for run in _candidates(platform, call, excluded):
+        for side in SIDES:
+            if run.offers(side) and (cost := run.backend.cost(call, side, run.variant)) is not None:
+                found[side][run.name] = cost
+    return found
+
+
+def decide(platform: str, call: Call, excluded: str | None = None) -> Choice:
+    """What ``rnn(implementation=None)`` runs for ``call`` lowered for ``platform`` (``DEFAULT``: a platform without
+    backends of its own), with what decided (``excluded``: a backend left out, for ``fallback``)."""
+    found = estimates(platform, call, excluded)
+    if not all(found.values()):  # only the baseline has an estimate everywhere; where it has none, it still runs
+        return Choice(BASELINE, BASELINE, ("the only implementation left",) * 2)
+    forward, training = pick(found)
+    return Choice(forward, training, (found[FORWARD][forward].source, found[TRAINING][training].source))
+
+
+def lowering_platform(where: Any = None) -> str:
+    """The lowering platform of ``where``: a platform name ("cpu", "cuda", "rocm", "tpu", ...), a ``jax.Device``, a
+    concrete ``jax.Array`` (where it lives), or None (JAX's default device)."""
     if isinstance(where, jax.Array) and not isinstance(where, jax.core.Tracer):
         where = placement.of_arrays([where], [None]).platform
     if where is None:
         where = jax.config.jax_default_device or jax.devices()[0]
-    return _default_for(placement.lowering_platform(where), call)
+    return placement.lowering_platform(where)
+
+
+def implementation_for(where: Any = None, call: Call = Call()) -> str:
+    """The implementation ``rnn(implementation=None)`` runs for ``call`` on ``where`` (``lowering_platform``'s
+    argument). The answer names what runs on each side of jax.grad ("onednn", "onednn+xla": see the module
+    docstring), and passed back as ``implementation`` runs exactly that."""
+    return decide(lowering_platform(where), call).name
 
 
 def _platforms() -> tuple[str, ...]:
@@ -194,19 +382,18 @@ def _platforms() -> tuple[str, ...]:
 
 def choose(implementation: str | None, call: Call) -> dict[str, str]:
     """{lowering platform (or ``DEFAULT``): implementation name} for ``call``: one entry when its platform is known or
-    every platform picks the same. Raises ValueError for an unknown name, and RuntimeError for a requested
+    every platform picks the same. Raises ValueError for a name that is none, and RuntimeError for a requested
     implementation that cannot run where the call is known to run ("" in the result: refused when lowered for a
     platform other than the requested implementation's)."""
-    if implementation is not None and implementation not in _BACKENDS:
-        raise ValueError(f"implementation is {implementation!r}; expected None or one of {list(names())}")
     platform = call.placement.platform
     if implementation is None:
         if platform is not None:
-            return {platform: _default_for(platform, call)}
-        default = _default_for(DEFAULT, call)
+            return {platform: decide(platform, call).name}
+        default = decide(DEFAULT, call).name
         # Platforms that pick what the rest pick need no branch of their own.
-        choices = {p: name for p in _platforms() if (name := _default_for(p, call)) != default}
+        choices = {p: name for p in _platforms() if (name := decide(p, call).name) != default}
         return {**choices, DEFAULT: default}
+    pair = _parse(implementation)
     reason = why_not(implementation, platform, call)
     if reason is not None:
         where = " there" if platform is not None else ""
@@ -214,56 +401,45 @@ def choose(implementation: str | None, call: Call) -> dict[str, str]:
             f"implementation={implementation!r} needs {reason}. Use implementation=None to run the "
             f"best implementation available{where}."
         )
-    platforms = _BACKENDS[implementation].platforms
-    if platform is not None or platforms is None:
+    limited = [run.backend.platforms for run in pair if run.backend.platforms is not None]
+    if platform is not None or not limited:
         return {platform or DEFAULT: implementation}
+    platforms = [p for p in limited[0] if all(p in other for other in limited)]
     return {**dict.fromkeys(platforms, implementation), DEFAULT: ""}
 
 
-# ---------------------------------------------------------------------------------------------- the fallback warning
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def _warn(warning: Warning) -> None:
-    """Gives ``warning`` once per process and message: a reason that holds for one call holds for the next ones."""
-    with _warned_lock:
-        if str(warning) in _warned:
-            return
-        _warned.add(str(warning))
-    warnings.warn(warning, stacklevel=5)
+def fallback(name: str, call: Call) -> Run:
+    """What runs ``call`` where backend ``name``, chosen for it, cannot after all (cuDNN's resets beyond
+    ``max_segments`` segments, known only from the data): the registry's next choice for the call on that backend's
+    platform."""
+    platforms = _BACKENDS[name].platforms
+    if platforms is None:
+        platform = call.placement.platform or DEFAULT
+    else:
+        platform = call.placement.platform if call.placement.platform in platforms else platforms[0]
+    choice = decide(platform, call, excluded=name)
+    return _runner(*(_parse(n)[i] for i, n in enumerate((choice.forward, choice.training))))
 
 
-# Marks x when the platform is not known at trace time: an identity that lowers to nothing and, when lowered for a
-# platform whose expected backend was passed over, gives that backend's warning.
-_passed_over_p = jax.extend.core.Primitive("jax_cudnn_rnn_passed_over")
-_passed_over_p.multiple_results = True
-_passed_over_p.def_impl(lambda *args, warning, platform: args)
-_passed_over_p.def_abstract_eval(lambda *avals, warning, platform: avals)
-ad.primitive_jvps[_passed_over_p] = lambda primals, tangents, **params: (
-    _passed_over_p.bind(*primals, **params),
-    tangents,
-)
-ad.primitive_transposes[_passed_over_p] = lambda cotangents, *args, **params: cotangents
-jax_batching.primitive_batchers[_passed_over_p] = lambda args, dims, **params: (
-    _passed_over_p.bind(*args, **params),
-    dims,
-)
-mlir.register_lowering(_passed_over_p, lambda ctx, *args, warning, platform: args)
-_lowering_platforms: set[str] = set()
+def scratch_bytes(implementation: str, call: Call, side: str) -> int | None:
+    """The memory the implementation that ``implementation`` runs on ``side`` takes for ``call`` outside XLA's
+    buffers (``Backend.scratch_bytes``; 0 for a backend that declares none), or None where it cannot say."""
+    run = _parse(implementation)[SIDES.index(side)]
+    declared = run.backend.scratch_bytes
+    return 0 if declared is None else declared(call, side, run.variant)
 
 
-def _lower_warning(ctx, *args, warning, platform: str):
-    del ctx, platform  # registered for that platform only
-    _warn(warning.warning)
-    return args
+# ---------------------------------------------------------------------------------------------- running
 
 
 def note_passed_over(implementation: str | None, call: Call, x: jax.Array) -> jax.Array:
     """``x`` for ``call`` run with ``implementation``, after the backends ``implementation=None`` passes over where
     they expect to run have given their warnings (``run`` does this itself)."""
     return x if implementation is not None else _note_passed_over(call, choose(None, call), x)
+
+
+def _backends_of(name: str) -> set[str]:
+    return {run.backend.name for run in _parse(name)}
 
 
 def _note_passed_over(call: Call, choices: dict[str, str], x: jax.Array) -> jax.Array:
@@ -276,66 +452,20 @@ def _note_passed_over(call: Call, choices: dict[str, str], x: jax.Array) -> jax.
         for platform in entry.platforms:
             if call.placement.platform not in (platform, None):
                 continue
-            if choices.get(platform, choices.get(DEFAULT)) == entry.name:
+            if entry.name in _backends_of(choices.get(platform, choices.get(DEFAULT))):
                 continue
             warning = entry.passed_over(call)
             if warning is None:
                 continue
             if call.placement.platform == platform:
-                _warn(warning)
-                continue
-            if platform not in _lowering_platforms:
-                mlir.register_lowering(_passed_over_p, _lower_warning, platform=platform)
-                _lowering_platforms.add(platform)
-            (x,) = _passed_over_p.bind(x, warning=_Hashable(warning), platform=platform)
+                staging.warn_once(warning)
+            else:
+                x = staging.warn_when_lowered(x, warning, platform)
     return x
 
 
-@dataclasses.dataclass(frozen=True)
-class _Hashable:
-    """A warning as a primitive's parameter (parameters must hash)."""
-
-    warning: Warning
-
-    def __hash__(self) -> int:
-        return hash((type(self.warning), str(self.warning)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Hashable) and (type(self.warning), str(self.warning)) == (
-            type(other.warning),
-            str(other.warning),
-        )
-
-    def __str__(self) -> str:
-        return str(self.warning)
-
-
-# ---------------------------------------------------------------------------------------------- running
-
-
-_unavailable_p = jax.extend.core.Primitive("jax_cudnn_rnn_unavailable")
-_unavailable_p.multiple_results = True
-_unavailable_p.def_abstract_eval(lambda *, out_avals, message: out_avals)
-
-
-def _refuse_lowering(ctx, *, out_avals, message):
-    raise RuntimeError(message)
-
-
-mlir.register_lowering(_unavailable_p, _refuse_lowering)
-
-
-def _refusing(message: str) -> Callable[[Call, Inputs], Outputs]:
-    """A stand-in staged out for the platforms a requested implementation cannot run on: tracing it costs nothing,
-    lowering it raises RuntimeError(``message``)."""
-
-    def run(call: Call, inputs: Inputs) -> Outputs:
-        shapes = jax.eval_shape(lambda: _BACKENDS["xla"].run(call, inputs))
-        avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree.leaves(shapes))
-        outs = _unavailable_p.bind(out_avals=avals, message=message)
-        return jax.tree.unflatten(jax.tree.structure(shapes), outs)
-
-    return run
+def _run_named(name: str) -> Run:
+    return _runner(*_parse(name))
 
 
 def run(implementation: str | None, call: Call, inputs: Inputs) -> Outputs:
@@ -345,23 +475,19 @@ def run(implementation: str | None, call: Call, inputs: Inputs) -> Outputs:
     choices = choose(implementation, call)
     if implementation is None:
         inputs = inputs._replace(x=_note_passed_over(call, choices, inputs.x))
-
-    def runner(name: str) -> Callable[[Call, Inputs], Outputs]:
-        entry = _BACKENDS[name]
-        return (entry.run_default or entry.run) if implementation is None else entry.run
-
     if len(choices) == 1:
-        return runner(next(iter(choices.values())))(call, inputs)
+        return _run_named(next(iter(choices.values())))(call, inputs)
     branches = {}
     for platform, name in choices.items():
         if name:
-            branch = runner(name)
+            branch = _run_named(name)
         else:
-            platforms = ", ".join(_BACKENDS[implementation].platforms)
-            branch = _refusing(
+            platforms = ", ".join(p for p in choices if p != DEFAULT)
+            branch = staging.refusing(
                 f"implementation={implementation!r} runs only on {platforms}, but this computation is "
                 f"lowered for another platform; use implementation=None to run the best available "
-                f"implementation on each platform"
+                f"implementation on each platform",
+                _BACKENDS[BASELINE].run,
             )
         branches[platform] = functools.partial(lambda inputs, branch: branch(call, inputs), branch=branch)
     default = branches.pop(DEFAULT)

@@ -14,7 +14,7 @@ differentiated by JAX.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +24,6 @@ from jax_cudnn_rnn.backends import layers, registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.cells import Cell
-from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
 
@@ -34,34 +33,41 @@ Array = jax.Array
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _recurrence(
-    cell: Cell,
-    reverse: bool,
-    cell_clip: float | None,
-    precision: str,
-    xp: Array,
-    b_in: Array | None,
-    w_rec: Array,
-    b_rec: Array | None,
-    w_proj: Array | None,
-    h0: Array,
-    c0: Array | None,
-    mask: Array | None,
-    reset: Array | None,
-):
-    """Runs the recurrence over precomputed input projections.
+class Recurrence(NamedTuple):
+    """What one direction's recurrence is specialised on (the custom_vjp's static argument): the cell, whether it reads
+    time backwards, the LSTM's cell clip, and the matmul precision its backward pass runs under (JAX traces it after
+    the forward's context, set once around the layer loop by ``layers.run_layers``, has closed)."""
 
-    xp [T, B, G*H] without its bias, b_in [G*H] or None (added inside each step's elementwise fusion: a separate
-    pass over xp cost 7 ms of the CPU LSTM's training step), w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or
-    None, h0 [B, P], c0 [B, H] or None, mask [T, B, 1] bool or None (P = H without projection), reset [T, B, 1] bool
-    or None (zero the state entering the step, in scan order). ``precision``: the jax.default_matmul_precision value
-    the backward pass's matmuls run under (JAX traces it after the forward's context, set once around the layer loop
-    by ``layers.run_layers``, has closed).
-    Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or None).
-    """
-    del precision
-    outputs, _ = _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save=False)
+    cell: Cell
+    reverse: bool
+    cell_clip: float | None
+    precision: str
+
+
+class RecurrenceInputs(NamedTuple):
+    """One direction's arrays over precomputed input projections: xp [T, B, G*H] without its bias; b_in [G*H] or None
+    (added inside each step's elementwise fusion: a separate pass over xp cost 7 ms of the CPU LSTM's training step);
+    w_rec [G*H, P], b_rec [G*H] or None, w_proj [P, H] or None; h0 [B, P], c0 [B, H] or None; mask [T, B, 1] bool
+    or None; reset [T, B, 1] bool or None (zero the state entering the step, in scan order). P = H without
+    projection."""
+
+    xp: Array
+    b_in: Array | None
+    w_rec: Array
+    b_rec: Array | None
+    w_proj: Array | None
+    h0: Array
+    c0: Array | None
+    mask: Array | None
+    reset: Array | None
+
+
+@functools.partial(custom_vjp, nondiff_argnums=(0,))
+def _recurrence(static: Recurrence, arrays: RecurrenceInputs):
+    """Runs the recurrence over precomputed input projections. Returns (ys [T, B, P], h_n [B, P], c_n [B, H] or
+    None)."""
+    with jax.default_matmul_precision(static.precision):
+        outputs, _ = _scan_cells(static, arrays, save=False)
     return outputs
 
 
@@ -83,8 +89,9 @@ def _recurrent_matmul(h: Array, w_rec: Array) -> Array:
     return _dot(h, w_rec, _NT)
 
 
-def _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save):
+def _scan_cells(static: Recurrence, arrays: RecurrenceInputs, save: bool):
     """The forward scan; with ``save`` it also stacks, per step, what the backward pass needs."""
+    cell, b_in, w_rec, b_rec, w_proj = static.cell, arrays.b_in, arrays.w_rec, arrays.b_rec, arrays.w_proj
     b_ins = None if b_in is None else cell.gate_inputs(b_in[None])  # [1, G*H]: added to each step's [B, G*H]
 
     def step(carry, inputs):
@@ -93,29 +100,44 @@ def _scan_cells(cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0
         if b_ins is not None:
             xps_t = tuple(xp_t + b for xp_t, b in zip(xps_t, b_ins, strict=True))
         hp = layers.add_bias(_recurrent_matmul(h, w_rec), b_rec)
-        h_full, c_new, saved = cell.step(xps_t, hp, h, c, cell_clip)
+        h_full, c_new, saved = cell.step(xps_t, hp, h, c, static.cell_clip)
         h_new = h_full if w_proj is None else _dot(h_full, w_proj, _NT)
         y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
         return (layers.masked(mask_t, h_new, h), layers.masked(mask_t, c_new, c)), ((y, saved, h, c) if save else (y,))
 
-    (h_n, c_n), stacked = lax.scan(step, (h0, c0), (cell.gate_inputs(xp), mask, reset), reverse=reverse)
+    scanned = (cell.gate_inputs(arrays.xp), arrays.mask, arrays.reset)
+    (h_n, c_n), stacked = lax.scan(step, (arrays.h0, arrays.c0), scanned, reverse=static.reverse)
     return (stacked[0], h_n, c_n), stacked[1:]
 
 
-def _recurrence_fwd(cell, reverse, cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset):
-    del precision  # the forward runs inside layers.run_layers's context
-    outputs, (saved, h_prev, c_prev) = _scan_cells(
-        cell, reverse, cell_clip, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset, save=True
+def _recurrence_fwd(static: Recurrence, arrays: RecurrenceInputs):
+    # Under the call's precision here, not only inside layers.run_layers's context: JAX may trace a custom_vjp's
+    # forward rule after that context has closed (under jax.grad, in the branch of the cuDNN backend's lax.cond that
+    # runs this implementation beyond max_segments), and a GPU then ran its GEMMs in TF32 (seen on an H200).
+    with jax.default_matmul_precision(static.precision):
+        outputs, (saved, h_prev, c_prev) = _scan_cells(static, arrays, save=True)
+    residuals = (
+        arrays.b_in is not None,
+        arrays.w_rec,
+        arrays.b_rec is not None,
+        arrays.w_proj,
+        saved,
+        h_prev,
+        c_prev,
+        arrays.mask,
+        arrays.reset,
     )
-    return outputs, (b_in is not None, w_rec, b_rec is not None, w_proj, saved, h_prev, c_prev, mask, reset)
+    return outputs, residuals
 
 
-def _recurrence_bwd(cell, reverse, cell_clip, precision, residuals, cotangents):
-    with jax.default_matmul_precision(precision):
-        return _backward(cell, reverse, cell_clip, residuals, cotangents)
+def _recurrence_bwd(static: Recurrence, residuals, cotangents):
+    with jax.default_matmul_precision(static.precision):
+        return (_backward(static, residuals, cotangents),)
 
 
-def _backward(cell, reverse, cell_clip, residuals, cotangents):
+def _backward(static: Recurrence, residuals, cotangents) -> RecurrenceInputs:
+    """Every cotangent of ``RecurrenceInputs`` (None for the masks) from the forward's residuals."""
+    cell, cell_clip = static.cell, static.cell_clip
     has_b_in, w_rec, has_b_rec, w_proj, saved, h_prev, c_prev, mask, reset = residuals
     d_ys, dh_n, dc_n = cotangents
 
@@ -138,7 +160,7 @@ def _backward(cell, reverse, cell_clip, residuals, cotangents):
         return (layers.zeroed(reset_t, dh_prev), layers.zeroed(reset_t, dc_prev)), stacked
 
     (dh0, dc0), (d_xp, d_hp, proj_terms) = lax.scan(
-        step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset), reverse=not reverse
+        step, (dh_n, dc_n), (d_ys, saved, h_prev, c_prev, mask, reset), reverse=not static.reverse
     )
     # Weight gradients as one GEMM each, contracting time and batch together. Written as einsums over (t, b) rather
     # than reshapes to [T*B, ...], so that a batch-sharded computation reduces partial sums instead of gathering.
@@ -147,7 +169,7 @@ def _backward(cell, reverse, cell_clip, residuals, cotangents):
     d_b_rec = d_hp.sum(axis=(0, 1)) if has_b_rec else None
     d_w_proj = None if proj_terms is None else _einsum("tbp,tbh->ph", *proj_terms, w_proj.dtype).astype(w_proj.dtype)
     d_b_in = d_xp.sum(axis=(0, 1)) if has_b_in else None
-    return d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None, None
+    return RecurrenceInputs(d_xp, d_b_in, d_w_rec, d_b_rec, d_w_proj, dh0, dc0, None, None)
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
@@ -173,9 +195,9 @@ def _weight_gradient(a: Array, d: Array, dtype: Any) -> Array:
 @functools.partial(custom_vjp, nondiff_argnums=(2,))
 def _input_gemm(x: Array, w_in: Array, precision: str) -> Array:
     """x W_in^T for every time step at once, [T, B, in] -> [T, B, G*H]; its weight gradient by ``_weight_gradient``
-    (under ``precision``: the backward runs outside the forward's context)."""
-    del precision
-    return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
+    (each under ``precision`` itself: JAX may trace either rule outside the forward's context)."""
+    with jax.default_matmul_precision(precision):
+        return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
 
 
 def _input_gemm_fwd(x, w_in, precision):
@@ -199,63 +221,45 @@ def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: s
     return _input_gemm(x, w_in, precision)
 
 
-def _general_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision):
+def _general_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
     """The input GEMM for every step at once, then the cell's ``general_step`` in a scan that JAX differentiates."""
+    config = direction.config
     cell = config.cell
-    w_in, b_in = weights[0], weights[3]
-    xps = cell.gate_inputs(_input_projection(x, w_in, config.num_gates, precision))
+    w_in, b_in = arrays.weights[0], arrays.weights[3]
+    xps = cell.gate_inputs(_input_projection(arrays.x, w_in, config.num_gates, direction.precision))
     b_ins = None if b_in is None else cell.gate_inputs(b_in)
 
     def gate_inputs_of(xps_t):
         return xps_t if b_ins is None else tuple(layers.add_bias(a, b) for a, b in zip(xps_t, b_ins, strict=True))
 
-    return layers.scan_general(config, xps, gate_inputs_of, weights, h0, c0, mask, reset, rmask, reverse)
+    return layers.scan_general(direction, xps, gate_inputs_of, arrays)
 
 
-def _fast_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision):
-    if config.cell.step is None or not config.default_activations or rmask is not None:
-        return _general_direction(config, x, weights, h0, c0, mask, reset, rmask, reverse, precision)
-    w_in, w_rec, w_proj, b_in, b_rec = weights
+def _fast_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
+    config = direction.config
+    if config.cell.step is None or not config.default_activations or arrays.rmask is not None:
+        return _general_direction(direction, arrays)
+    w_in, w_rec, w_proj, b_in, b_rec = arrays.weights
     if config.dtype == jnp.bfloat16:  # the matrices back in their own dtype (exact): bfloat16 GEMMs (_dot, _einsum)
         w_in, w_rec, w_proj = (None if w is None else w.astype(jnp.bfloat16) for w in (w_in, w_rec, w_proj))
-    xp = _input_projection(x, w_in, config.num_gates, precision)
-    return _recurrence(
-        config.cell, reverse, config.cell_clip, precision, xp, b_in, w_rec, b_rec, w_proj, h0, c0, mask, reset
-    )
-
-
-def rnn_xla(
-    params,
-    x,
-    h0,
-    c0,
-    config: RNNConfig,
-    seq_lengths=None,
-    dropout_masks=None,
-    precision="float32",
-    resets=None,
-    recurrent_masks=None,
-):
-    """The fast path. Arguments as ``jax_cudnn_rnn.rnn`` after validation; ``dropout_masks`` and
-    ``recurrent_masks`` from ``dropout.py``; ``precision`` "float32" or "tensorfloat32"
-    (``jax.default_matmul_precision`` for every matmul); ``resets`` bool [T, B] or None."""
-    return layers.run_layers(
-        _fast_direction, params, x, h0, c0, config, seq_lengths, dropout_masks, precision, resets, recurrent_masks
-    )
+    xp = _input_projection(arrays.x, w_in, config.num_gates, direction.precision)
+    static = Recurrence(config.cell, direction.reverse, config.cell_clip, direction.precision)
+    recurrence = RecurrenceInputs(xp, b_in, w_rec, b_rec, w_proj, arrays.h0, arrays.c0, arrays.mask, arrays.reset)
+    return _recurrence(static, recurrence)
 
 
 def rnn(call: Call, inputs: Inputs):
-    """The registry's ``run``."""
-    return layers.run_call(_fast_direction, call, inputs)
+    """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py)."""
+    return layers.run_layers(_fast_direction, call, inputs)
 
 
 registry.register(
     registry.Backend(
         "xla",
         None,
-        priority=10,
         supports=registry.Supports("the xla implementation"),
         unavailable=lambda: None,
         run=rnn,
+        cost=lambda call, side, variant: registry.UNIT,  # every other estimate is relative to this one
     )
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from jax_cudnn_rnn.cells import activations, elman, gru, gru_reset_before, lstm
 from jax_cudnn_rnn.cells.spec import Cell
 
-__all__ = ["CELLS", "MODES", "Cell", "activations", "cell_for"]
+__all__ = ["CELLS", "MODES", "Cell", "activations"]
 
 #: Every cell by its mode: cuDNN's four in the order cuDNN lists them, then the ones only the pure-JAX
 #: implementations run.
@@ -19,11 +19,3 @@ CELLS: dict[str, Cell] = {
 }
 #: The values of ``RNNConfig.mode``.
 MODES = tuple(CELLS)
-
-
-def cell_for(mode: str) -> Cell:
-    """The cell of ``mode``; ValueError naming the modes for an unknown one."""
-    try:
-        return CELLS[mode]
-    except KeyError:
-        raise ValueError(f"mode is {mode!r}; expected one of {list(MODES)}") from None

@@ -3,8 +3,10 @@
 * PyTorch: the ``state_dict`` of ``torch.nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``weight_ih_l{l}[_reverse]``,
   ``weight_hh_l…``, ``bias_ih_l…``, ``bias_hh_l…``, ``weight_hr_l…`` with ``proj_size``). PyTorch's rows are the gates
   in the canonical order, so this is concatenation and slicing. ``torch_module_kwargs(config)`` gives the
-  constructor arguments of the matching module. torch itself is never imported: torch tensors are read with
-  ``.detach().cpu().numpy()``; pass the result to ``torch.from_numpy`` / ``load_state_dict``.
+  constructor arguments of the matching module, ``torch_config(module)`` the config of a module;
+  ``torch_to_canonical`` takes the module itself, or a larger model's state_dict with ``prefix="encoder.rnn."``.
+  torch itself is never imported: torch tensors are read with ``.detach().cpu().numpy()``; pass the result to
+  ``torch.from_numpy`` / ``load_state_dict``.
 * Plain Flax linen cells (``nn.LSTMCell``, ``nn.GRUCell``, ``nn.SimpleCell``) stacked per layer as in
   ``flax_cells.FlaxCellStack``: kernels are the canonical matrices transposed ([in, H]); Flax cells keep one bias per
   gate (GRUCell: plus the separate ``hn`` bias), so the canonical input and recurrent biases are summed going to Flax,
@@ -34,7 +36,13 @@ from jax_cudnn_rnn.interop import _common, _keras
 from jax_cudnn_rnn.interop._equinox import canonical_to_equinox, equinox_to_canonical
 from jax_cudnn_rnn.interop._flax import canonical_to_flax, flax_stack_kwargs, flax_to_canonical
 from jax_cudnn_rnn.interop._keras import canonical_to_keras, keras_layers, keras_to_canonical
-from jax_cudnn_rnn.interop._torch import canonical_to_torch, torch_module_kwargs, torch_module_name, torch_to_canonical
+from jax_cudnn_rnn.interop._torch import (
+    canonical_to_torch,
+    torch_config,
+    torch_module_kwargs,
+    torch_module_name,
+    torch_to_canonical,
+)
 
 #: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
 Canonical = _common.Canonical
@@ -43,8 +51,6 @@ Canonical = _common.Canonical
 KERAS_GATES = _keras.KERAS_GATES
 
 __all__ = [
-    "Canonical",
-    "KERAS_GATES",
     "canonical_to_equinox",
     "canonical_to_flax",
     "canonical_to_keras",
@@ -54,6 +60,7 @@ __all__ = [
     "flax_to_canonical",
     "keras_layers",
     "keras_to_canonical",
+    "torch_config",
     "torch_module_kwargs",
     "torch_module_name",
     "torch_to_canonical",

@@ -67,7 +67,9 @@ def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNN
 def flax_to_canonical(
     params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None, atol: float = 0.0
 ) -> common.Canonical:
-    """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too). Summed biases go to the input bias
+    """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too, and for one layer the params of
+    ``nn.RNN(cell)``, ``{"cell": ...}``, or of ``nn.Bidirectional`` of two, ``{"forward_rnn": ..., "backward_rnn":
+    ...}``, as they are). Summed biases go to the input bias
     (``bias_mode='single_recurrent'``: to the recurrent one); a bias with nowhere to go (e.g. bias_mode 'none') and
     skip input's input kernels (which must be the identity) are checked to within ``atol``.
 
@@ -78,6 +80,8 @@ def flax_to_canonical(
         params = params["params"]
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a nested dict, got {type(params).__name__}")
+    if config.num_layers == 1 and "layer_0" not in params:  # nn.RNN(cell)'s {"cell": ...}, nn.Bidirectional's
+        params = {"layer_0": params}
     found = {k: common.to_numpy(v, k) for k, v in layout.flatten_tree(params).items()}
     input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
     units = config.num_units

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 
 _COMMANDS: dict[str, tuple[str, str, str]] = {}
@@ -36,11 +37,11 @@ register(
     "info",
     "versions, the cuDNN and oneDNN extensions' status, which implementation rnn() picks on each device",
     "jax_cudnn_rnn.tools.info",
-    description="Prints this package's, Python's, JAX's, cuDNN's and oneDNN's versions (cuDNN at run time and "
-    "the one the extension was built against), whether the cuDNN and oneDNN extensions are loaded "
-    "and why not, a mismatch between the jax/cuDNN the cuDNN extension was built against and the ones "
-    "running, JAX's devices, and the implementation rnn(implementation=None) picks for arrays on each "
-    "device. Paste it into bug reports.",
+    description="Prints, in lines of at most 100 characters, this package's, Python's, JAX's, the peers' (Flax, "
+    "Keras, Equinox, PyTorch, Orbax, optax), cuDNN's and oneDNN's versions, whether the cuDNN and oneDNN "
+    "extensions are loaded and why not, JAX's devices, the implementation rnn(implementation=None) picks "
+    "for arrays on each device, and advice that fits this machine. --verbose adds build records, paths, "
+    "FFI targets and the CPU table's provenance; --json prints everything. Paste it into bug reports.",
 )
 register(
     "bench",
@@ -55,11 +56,32 @@ register(
     "is a CI-sized smoke run.",
 )
 
+register(
+    "tune",
+    "measure on this machine what rnn() chooses between on the CPU, and choose from that from now on",
+    "jax_cudnn_rnn.tools.tune",
+    description="Times the xla implementation, oneDNN and its variants at a grid of shapes (LSTM and GRU, float32 "
+    "and bfloat16; the forward and a training step), each in a process of its own, for a few minutes, and writes "
+    "the ratios to this machine's table in the user's cache directory ($XDG_CACHE_HOME or ~/.cache, "
+    "jax-cudnn-rnn/), keyed by the CPU, oneDNN's instruction set, the cores and the versions. From then on "
+    "rnn(implementation=None) estimates from this table instead of the rule fitted to the shipped measurements, "
+    "wherever it measured the call's mode and dtype; `jax-cudnn-rnn info` says which decided.",
+)
+
+
+def _version() -> str:
+    """The installed distribution's version, else the package's own (a source checkout on the path)."""
+    try:
+        return importlib.metadata.version("jax-cudnn-rnn")
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.import_module("jax_cudnn_rnn").__version__
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jax-cudnn-rnn", description="cuDNN's fused LSTM/GRU/RNN kernels for JAX: tools and demos."
     )
+    parser.add_argument("--version", action="version", version=f"jax-cudnn-rnn {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, description, module) in _COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=description)

@@ -37,12 +37,11 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from jax_cudnn_rnn import checkpoint, interop, layout, onednn
+from jax_cudnn_rnn import checkpoint, interop, onednn
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.flax import LSTM
 from jax_cudnn_rnn.interop.flax_cells import FlaxCellStack
-from jax_cudnn_rnn.params import RNNParams
 
 
 def load_text() -> str:
@@ -83,6 +82,9 @@ def _positive(text: str) -> int:
 CONFIG_FILE = "demo_config.json"
 # The settings a checkpoint depends on; the others (--save-every, --sample-length, ...) may change between runs.
 RUN_SETTINGS = ("batch_size", "seq_len", "num_units", "num_layers", "embed_size", "learning_rate", "seed")
+# The parameters' form: 2 since the linen LSTM keeps Flax's named tensors (one bias per gate) instead of one buffer,
+# so that a folder of an older run starts fresh instead of failing to restore.
+PARAMS_FORMAT = 2
 
 
 def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
@@ -90,6 +92,7 @@ def run_settings(args: argparse.Namespace, text: str) -> dict[str, Any]:
     return {
         **{name: getattr(args, name) for name in RUN_SETTINGS},
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "params_format": PARAMS_FORMAT,
     }
 
 
@@ -333,12 +336,11 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     item_dir = os.path.join(directory, str(last), "state")
     with ocp.StandardCheckpointer() as reader:
         raw = reader.restore(item_dir)
-    config = state["params"]["lstm"]["rnn_params"].config
-    lstm_canonical = raw["params"]["lstm"]["rnn_params"]
+    lstm = LSTM(num_units=args.num_units, num_layers=args.num_layers).packed(raw["params"]["lstm"])
     plain_params = {
         "embed": raw["params"]["embed"],
         "head": raw["params"]["head"],
-        "lstm": interop.canonical_to_flax(*layout.tree_to_canonical(lstm_canonical, config, check_dtype=False), config),
+        "lstm": interop.canonical_to_flax(*lstm.to_canonical(), lstm.config),
     }
     plain = CharLM(vocab, args.embed_size, args.num_units, args.num_layers, plain=True)
 
@@ -371,8 +373,3 @@ def _run(args: argparse.Namespace, stop: StopRequest) -> int:
     console.print("[bold]sample:[/]")
     console.print("".join(chars[t] for t in tokens), markup=False, highlight=False)
     return 0
-
-
-def params_of(state: Any) -> RNNParams:
-    """The LSTM's RNNParams in a demo training state (for tests and notebooks)."""
-    return state["params"]["lstm"]["rnn_params"]

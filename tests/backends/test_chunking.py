@@ -22,11 +22,17 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import chunking, segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import draw_inputs, make_config
+from support import draw_inputs, make_config, positional, records
 
 T, B = 7, 4
 LENGTHS = (5, 0, 7, 2)  # an empty row, a full one, and rows ending inside and at the edge of a chunk of 2 or 3
-XLA = functools.partial(xla.rnn_xla, precision="float32")
+XLA = positional(xla.rnn)  # the xla implementation as the kit's runner, called positionally here
+
+
+def _chunked(max_steps):
+    """The xla implementation as a fused backend whose calls take at most ``max_steps`` steps."""
+    return positional(lambda call, inputs: chunking.run_chunked(xla.rnn, max_steps, call, inputs))
+
 
 CASES = [  # (mode, num_layers, direction, with_lengths, config options, max_steps)
     ("lstm", 2, "unidirectional", True, dict(proj_size=2), 2),
@@ -58,7 +64,7 @@ def test_chunked_equals_unchunked(case):
     )
     lengths = jnp.array(LENGTHS, jnp.int32) if with_lengths else None
     argnums = (0, 1, 2, 3) if cfg.mode == "lstm" else (0, 1, 2)
-    chunked = functools.partial(chunking.run_chunked, XLA, max_steps)
+    chunked = _chunked(max_steps)
 
     @jax.jit
     def both(inputs):
@@ -90,13 +96,13 @@ def test_backend_never_sees_an_empty_chunk():
     params, x, h0, _ = (None if a is None else jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(0), T, B))
     seen = []
 
-    def strict(params, x, h0, c0, config, seq_lengths, dropout_masks):
-        seen.append(np.asarray(seq_lengths))
+    def strict(call, inputs):
+        seen.append(np.asarray(inputs.seq_lengths))
         assert seen[-1].min() >= 1, seen[-1]
-        return XLA(params, x, h0, c0, config, seq_lengths, dropout_masks)
+        return xla.rnn(call, inputs)
 
     lengths = jnp.array(LENGTHS, jnp.int32)
-    got = chunking.run_chunked(strict, 3, params, x, h0, None, cfg, lengths)
+    got = chunking.run_chunked(strict, 3, *records(params, x, h0, None, cfg, lengths))
     want = XLA(params, x, h0, None, cfg, lengths)
     assert len(seen) == 6  # 2 directions x 3 chunks
     np.testing.assert_array_equal(seen[2], [1, 1, 1, 1])  # the last chunk (step 6): only row 2 has a step there
@@ -126,13 +132,15 @@ def test_resets_compose_with_chunking():
     resets[[0, 1, 2], 1] = True
     resets[3, 2] = True
     resets = jnp.asarray(resets)
-    chunked = functools.partial(chunking.run_chunked, XLA, 2)
+
+    def chunked(call, inputs):
+        return chunking.run_chunked(xla.rnn, 2, call, inputs)
 
     def packed(params, x, h0, c0, cfg, lengths, masks):
-        return segments.rnn_segmented(chunked, XLA, params, x, h0, c0, cfg, lengths, resets, masks, T * B)
+        call, inputs = records(params, x, h0, c0, cfg, lengths, masks, resets, max_segments=T * B)
+        return segments.rnn_segmented(chunked, xla.rnn, call, inputs)
 
-    def own(params, x, h0, c0, cfg, lengths, masks):
-        return xla.rnn_xla(params, x, h0, c0, cfg, lengths, masks, resets=resets)
+    own = positional(xla.rnn, resets=resets)
 
     @jax.jit
     def both(inputs):
@@ -152,4 +160,4 @@ def test_max_steps_must_be_a_positive_int():
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(0), T, B)
     with pytest.raises(ValueError, match=r"max_steps is 0; expected an int >= 1"):
-        chunking.run_chunked(XLA, 0, params, x, h0, None, cfg)
+        chunking.run_chunked(xla.rnn, 0, *records(params, x, h0, None, cfg))

@@ -14,7 +14,7 @@ import pytest
 from cudnn_stand_in import CudnnStandIn
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import registry, staging
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import backend as onednn
@@ -27,7 +27,7 @@ CUDNN_CALL = re.compile(r"stablehlo\.custom_call @jax_cudnn_rnn_(forward|backwar
 def gpu_host(monkeypatch):
     """cuDNN counts as available (a GPU host), and reserve sizes come from a stand-in. The CPU's choice is the xla
     implementation here, oneDNN's extension or not (tests/onednn/test_onednn.py covers when the CPU picks oneDNN)."""
-    monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
+    monkeypatch.setattr(onednn, "cost", lambda call, side, variant: None)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with CudnnStandIn(reserve_bytes=lambda problem: 256, kernels=False):
         yield
@@ -131,10 +131,10 @@ def no_cudnn_extension(monkeypatch):
     """A GPU user's install whose cuDNN extension did not load; the once-per-process warning not yet given. The CPU's
     choice is the xla implementation here, so that both platforms' lowerings show the same pure-JAX scan."""
     reason = "the cuDNN extension jax_cudnn_rnn._cudnn_rnn is not part of this installation; build it with ..."
-    monkeypatch.setattr(onednn, "cpu_choice", lambda config, batch: ("xla", "xla"))
+    monkeypatch.setattr(onednn, "cost", lambda call, side, variant: None)
     monkeypatch.setattr(_extension, "extension_loaded", lambda: False)
     monkeypatch.setattr(_extension, "extension_error", lambda: reason)
-    monkeypatch.setattr(registry, "_warned", set())
+    monkeypatch.setattr(staging, "_warned", set())
     return reason
 
 
@@ -172,7 +172,7 @@ def test_lowering_for_cuda_without_the_extension_warns_once(no_cudnn_extension):
 
 def test_no_fallback_warning_with_the_extension_or_an_explicit_choice(gpu_host, monkeypatch):
     """With the extension loaded CUDA runs cuDNN; implementation="xla" is a choice, not a fallback: neither warns."""
-    monkeypatch.setattr(registry, "_warned", set())
+    monkeypatch.setattr(staging, "_warned", set())
     cfg, params, x, h0, c0 = _problem()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -240,7 +240,7 @@ def cudnn_9_28(gpu_host, monkeypatch):
     """A GPU host whose loaded libcudnn runs bfloat16 RNNs (9.28.0), whatever this machine's is; no warning given
     yet."""
     monkeypatch.setattr(_extension, "cudnn_version", lambda: 92800)
-    monkeypatch.setattr(registry, "_warned", set())
+    monkeypatch.setattr(staging, "_warned", set())
 
 
 @pytest.mark.parametrize(

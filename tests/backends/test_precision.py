@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 from cudnn_stand_in import CudnnStandIn
 from skips import REQUIRE_EXTENSION, skip_or_fail
+from support import jaxpr_eqns
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
@@ -98,3 +99,25 @@ def test_dropout_path_passes_allow_tf32_to_every_layer(lowers_for_cuda):
 
     assert _allow_tf32_attributes(lambda *a: forward(*a, "tensorfloat32"), params, x, h0) == ["true"] * 3
     assert _allow_tf32_attributes(lambda *a: forward(*a, "highest"), params, x, h0) == ["false"] * 3
+
+
+def test_precision_reaches_the_fallback_beyond_max_segments():
+    """Resets beyond ``max_segments`` run the registry's next choice (the xla implementation) in a branch of a
+    lax.cond: every matmul of that branch, forward and backward, is strict float32 (so are the stand-in's kernels).
+    On an H200 it was not: JAX traced the xla implementation's custom_vjp forward rules after rnn()'s precision
+    context had closed, so their GEMMs ran in TF32 and the gradients were 5e-4 off strict float32
+    (test_resets_beyond_max_segments_match_xla)."""
+    cfg = jcr.RNNConfig("lstm", 2, 6, 5, direction="bidirectional")
+    params, x = jcr.init_params(jax.random.key(0), cfg), jnp.ones((T, B, 5))
+    h0, c0 = jnp.zeros(cfg.state_shape(B)), jnp.zeros(cfg.cell_shape(B))
+    resets = jnp.ones((T, B), bool).at[0].set(False)  # (T - 1) B + B segments, beyond the default bound 2 B
+
+    def loss(p, x, h, c):
+        y, h_n, _ = jcr.rnn(p, x, h, c, cfg, implementation="cudnn", resets=resets, precision="float32")
+        return jnp.sum(jnp.sin(y)) + jnp.sum(h_n**2)
+
+    with CudnnStandIn():
+        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, x, h0, c0)
+    precisions = [eqn.params["precision"] for eqn in jaxpr_eqns(jaxpr.jaxpr) if eqn.primitive.name == "dot_general"]
+    highest = jax.lax.Precision.HIGHEST
+    assert precisions and set(precisions) == {(highest, highest)}

@@ -24,7 +24,7 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.fused import segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle
+from support import MODES, assert_outputs_close, draw_inputs, make_config, oracle, records
 
 T, B = 7, 3
 LENGTHS = (6, 7, 3)
@@ -44,9 +44,9 @@ RESETS = make_resets()
 NUM_SEGMENTS = 8
 
 
-def stand_in(precision="float32"):
+def stand_in(call, inputs):
     """The xla implementation as a fused backend without resets of its own (what cuDNN is to the fused kit)."""
-    return functools.partial(xla.rnn_xla, precision=precision)
+    return xla.rnn(call, inputs)
 
 
 def run(implementation, params, x, h0, c0, cfg, lengths, resets, dropout_key=None, max_segments=T * B):
@@ -69,7 +69,8 @@ def run(implementation, params, x, h0, c0, cfg, lengths, resets, dropout_key=Non
     masks = None
     if dropout_key is not None:
         masks = jcr.dropout.dropout_masks(dropout_key, cfg, (x.shape[0], x.shape[1], cfg.output_size), jnp.float32)
-    return segments.rnn_segmented(stand_in(), stand_in(), params, x, h0, c0, cfg, lengths, resets, masks, max_segments)
+    call, inputs = records(params, x, h0, c0, cfg, lengths, masks, resets, max_segments)
+    return segments.rnn_segmented(stand_in, stand_in, call, inputs)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -323,13 +324,15 @@ def test_more_segments_than_the_bound_run_the_fallback(max_segments, packed):
     cfg = make_config("gru", 1, "bidirectional")
     params, x, h0 = (jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(1), T, B)[:3])
 
-    def garbage(params, x, h0, c0, config, seq_lengths, dropout_masks):
-        y, h_n, c_n = stand_in()(params, x, h0, c0, config, seq_lengths, dropout_masks)
+    def garbage(call, inputs):
+        y, h_n, c_n = stand_in(call, inputs)
         return y + 100.0, h_n + 100.0, c_n
 
     lengths, resets = jnp.array(LENGTHS, jnp.int32), jnp.asarray(RESETS)
     got = jax.jit(
-        lambda *a: segments.rnn_segmented(garbage, stand_in(), *a, None, cfg, lengths, resets, None, max_segments)
+        lambda p, x, h: segments.rnn_segmented(
+            garbage, stand_in, *records(p, x, h, None, cfg, lengths, None, resets, max_segments)
+        )
     )(params, x, h0)
     want = jcr.rnn(params, x, h0, None, cfg, seq_lengths=lengths, resets=resets)
     assert np.allclose(got[1], want[1], atol=1e-5) != packed

@@ -13,9 +13,10 @@ from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import plan
 from jax_cudnn_rnn.backends.fused import batching
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from support import jaxpr_eqns
+from support import jaxpr_eqns, records
 
 CFG = jcr.RNNConfig(mode="lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional")
 T, B = 6, 2
@@ -25,7 +26,7 @@ TRACED = []
 def _kernel(x, h0, params, c0, lengths):
     """A batch-major call like cuDNN's forward (x [T, B, I], states [L*D, B, H], lengths [B]), in pure JAX."""
     TRACED.append(x.shape)
-    return xla.rnn_xla(params, x, h0, c0, CFG, seq_lengths=lengths)
+    return xla.rnn(*records(params, x, h0, c0, CFG, lengths))
 
 
 FOLDED = batching.fold_vmap(_kernel, in_axes=[1, 1, None, 1, 0], out_axes=[1, 1, 1])
@@ -88,7 +89,10 @@ def _ffi_calls(jaxpr):
 def test_cudnn_inference_under_nested_vmap_is_a_single_kernel_call():
     params = jcr.init_params(jax.random.key(0), CFG)
     x, h0, lengths = _inputs((3, 4))
-    forward = lambda x, h, n: cudnn_backend._rnn(params, x, h, h, n, cudnn_backend.Static(CFG, False, "heuristic"))  # noqa: E731
+
+    def forward(x, h, n):
+        return cudnn_backend._rnn(KernelArrays(params, x, h, h), n, cudnn_backend.Static(CFG, False, "heuristic"))
+
     jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(forward)))(x, h0, lengths).jaxpr
     assert _ffi_calls(jaxpr) == [("jax_cudnn_rnn_forward", (T, 3 * 4 * B, 3))]
 
@@ -100,7 +104,9 @@ def test_cudnn_vmap_of_grad_runs_per_element_training_calls(monkeypatch):
     x, h0, _ = _inputs((3,))
 
     def loss(p, x, h):
-        return jnp.sum(cudnn_backend._rnn(p, x, h, h, None, cudnn_backend.Static(CFG, False, "heuristic"))[0])
+        return jnp.sum(
+            cudnn_backend._rnn(KernelArrays(p, x, h, h), None, cudnn_backend.Static(CFG, False, "heuristic"))[0]
+        )
 
     jaxpr = jax.make_jaxpr(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))(params, x, h0).jaxpr
     calls = _ffi_calls(jaxpr)

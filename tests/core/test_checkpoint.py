@@ -313,8 +313,8 @@ def test_trained_module_restores_into_a_fresh_model(tmp_path, implementation):
     target = {"params": fresh_params, "opt_state": opt.init(fresh_params)}
     restored = _checkpointer().restore(tmp_path / "ckpt", args=ckpt.CanonicalRestore(target))
     _assert_trees_equal(restored, state)
-    rnn_params = restored["params"]["rnn_params"]
-    assert np.any(np.asarray(rnn_params.buffer) != np.asarray(fresh_params["rnn_params"].buffer))
+    rnn_params = model.packed(restored["params"])  # the module's named tensors in the buffer the kernels run
+    assert np.any(np.asarray(rnn_params.buffer) != np.asarray(model.packed(fresh_params).buffer))
     config = rnn_params.config
     zeros = np.zeros(config.state_shape(batch), np.float32)
     want = np.swapaxes(oracle(config, rnn_params.buffer, np.swapaxes(np.asarray(x), 0, 1), zeros, zeros)[0], 0, 1)

@@ -65,6 +65,7 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
 
     from jax_cudnn_rnn.backends.cudnn import algorithm
     from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+    from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
     measurements, favourite = [], {}
     favourites = iter(algorithm.ALGORITHMS * 4)
@@ -82,7 +83,12 @@ def test_threads_tracing_autotune_at_once_give_forward_and_backward_one_algorith
     cfg = jcr.RNNConfig(mode="lstm", num_layers=1, num_units=8, input_size=4)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
-    loss = lambda p: jnp.sum(cudnn_backend._rnn(p, x, h0, h0, None, cudnn_backend.Static(cfg, False, "autotune"))[0])  # noqa: E731
+
+    def loss(p):
+        return jnp.sum(
+            cudnn_backend._rnn(KernelArrays(p, x, h0, h0), None, cudnn_backend.Static(cfg, False, "autotune"))[0]
+        )
+
     threads = 6
     barrier = Barrier(threads)
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn import RNNConfig, layout
+from jax_cudnn_rnn import RNNConfig, _buffer, layout
 
 # ----------------------------------------------------------------------------------------------------------------------
 # params_size, hand-computed. Per layer and direction: G*H*in_l (input matrices, absent on layer 0 with skip input)
@@ -386,10 +386,10 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
     weights, biases = jcr.params_to_canonical(params, cfg)
     weight_slots, bias_slots = jcr.layout.param_slots(cfg)
     for layer, direction in itertools.product(range(cfg.num_layers), (None, *range(cfg.num_directions))):
-        single = layout.sub_config(cfg, layer, direction)
+        single = _buffer.sub_config(cfg, layer, direction)
         assert single.num_layers == 1 and single.input_size == cfg.layer_input_size(layer)
         assert single.direction == (cfg.direction if direction is None else "unidirectional")
-        part = layout.sub_params(params, cfg, layer, direction)
+        part = _buffer.sub_params(params, cfg, layer, direction)
         assert part.shape == (jcr.params_size(single),)
         got_w, got_b = jcr.params_to_canonical(part, single)
         want_w = [
@@ -431,7 +431,7 @@ def test_unpack_holds_the_canonical_tensors_and_its_gradient_is_one_concatenatio
     params = jcr.init_params(jax.random.key(4), cfg)
     weights, biases = jcr.params_to_canonical(params, cfg)
     slots = layout.param_slots(cfg)[0] + layout.param_slots(cfg)[1]
-    primitives, groups, vjp = _backward_primitives(lambda p: layout.unpack(p, cfg), params)
+    primitives, groups, vjp = _backward_primitives(lambda p: _buffer.unpack(p, cfg), params)
     assert primitives.count("concatenate") == 1 and not {"pad", "add", "add_any"} & set(primitives), primitives
     assert len(groups) == cfg.num_layers * cfg.num_directions
     cotangents = jax.tree.map(lambda g: jnp.arange(1, g.size + 1, dtype=g.dtype).reshape(g.shape), groups)
@@ -467,14 +467,14 @@ def test_unpack_with_gaps_and_scattered_gates(monkeypatch):
     scattered = (tuple(placed[s] for s in weights), tuple(placed[s] for s in biases), offset + 1)
     original = layout._layout
     monkeypatch.setattr(layout, "_layout", lambda config: scattered if config == cfg else original(config))
-    layout._unpack_plan.cache_clear()
+    _buffer._unpack_plan.cache_clear()
     try:
         params = jnp.arange(offset + 1, dtype=jnp.float32)
-        primitives, groups, vjp = _backward_primitives(lambda p: layout.unpack(p, cfg), params)
+        primitives, groups, vjp = _backward_primitives(lambda p: _buffer.unpack(p, cfg), params)
         cotangents = jax.tree.map(lambda g: -g, groups)
         gradient = np.asarray(vjp(cotangents)[0])
     finally:
-        layout._unpack_plan.cache_clear()
+        _buffer._unpack_plan.cache_clear()
     assert primitives.count("concatenate") == 1 and not {"pad", "add", "add_any"} & set(primitives), primitives
     expected = np.zeros(offset + 1, np.float32)
     for pseudo, got in enumerate(groups):

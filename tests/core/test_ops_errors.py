@@ -158,8 +158,35 @@ def test_seq_lengths_dtype():
     cfg, p, x, h0, c0 = _setup()
     _raises(
         TypeError,
-        "seq_lengths has dtype float32; expected int32",
+        "seq_lengths has dtype float32; expected integers",
         lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([1.0, 2.0, 3.0])),
+    )
+    _raises(
+        TypeError,
+        "seq_lengths has dtype float64; expected integers",
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=[1, 2.5, 3]),
+    )
+    _raises(
+        TypeError,
+        "seq_lengths has dtype bool; expected integers",
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=np.array([True, True, False])),
+    )
+
+
+def test_seq_lengths_of_any_integer_type_or_a_list_are_int32_s():
+    """NumPy's default int64, unsigned integers and a Python list give what int32 lengths give (range-checked first,
+    then converted)."""
+    cfg, p, x, h0, c0 = _setup()
+    x = jax.random.normal(jax.random.key(1), x.shape)
+    want = jcr.rnn(p, x, h0, c0, cfg, seq_lengths=jnp.array([5, 2, 1], jnp.int32))
+    for lengths in (np.array([5, 2, 1]), np.array([5, 2, 1], np.uint8), [5, 2, 1], (5, 2, 1)):
+        got = jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    _raises(
+        ValueError,
+        re.escape("seq_lengths[0] is 6; every length must be in [0, 5]"),
+        lambda: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=np.array([6, 2, 1], np.int64)),
     )
 
 

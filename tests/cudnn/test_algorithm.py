@@ -17,6 +17,7 @@ from jax_cudnn_rnn.backends.cudnn.algorithm import (
     DeviceInfo,
     Problem,
 )
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 H100 = DeviceInfo(9, 0, 132)
 A40 = DeviceInfo(8, 6, 84)
@@ -62,6 +63,9 @@ def test_heuristic_small_h_limits(mode, units, training, want):
         (dict(proj_size=32), "projection"),
         (dict(cell_clip=1.0), "cell_clip"),
         (dict(dtype="float64"), "float64"),
+        (dict(bias_mode="single_recurrent"), "bias_mode='single_recurrent'"),
+        (dict(bias_mode="single_input"), "bias_mode='single_input'"),
+        (dict(bias_mode="none"), "bias_mode='none'"),
     ],
 )
 def test_persistent_algorithms_refuse_what_cudnn_does_not_support(options, reason):
@@ -177,7 +181,7 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     x, h0 = jnp.zeros((5, 2, 8)), jnp.zeros((1, 2, 16))
     static = cudnn_backend.Static(cfg, False, PERSIST_STATIC_SMALL_H)
     text = (
-        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, None, static))
+        jax.jit(lambda p: cudnn_backend._rnn(KernelArrays(p, x, h0, h0), None, static))
         .trace(params)
         .lower(lowering_platforms=("cuda",))
         .as_text()
@@ -185,7 +189,7 @@ def test_explicit_algorithm_reaches_the_handler_attributes():
     assert 'algorithm = "persist_static_small_h"' in text
     lengths = jnp.full((2,), 5, jnp.int32)
     with pytest.raises(ValueError, match="cannot run this call: the call has seq_lengths"):
-        jax.jit(lambda p: cudnn_backend._rnn(p, x, h0, h0, lengths, static)).trace(params)
+        jax.jit(lambda p: cudnn_backend._rnn(KernelArrays(p, x, h0, h0), lengths, static)).trace(params)
 
 
 @pytest.mark.parametrize("training", [False, True])

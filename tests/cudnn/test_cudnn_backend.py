@@ -19,6 +19,7 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from support import draw_inputs, make_config
@@ -96,6 +97,8 @@ def test_the_stand_in_poisons_empty_rows(cudnn_stand_in):
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, _ = draw_inputs(cfg, np.random.default_rng(2), T, B)
     _, h_n, _ = cudnn_backend._rnn(
-        params, x, h0, None, jnp.array([T, 0, 3, 4], jnp.int32), cudnn_backend.Static(cfg, False, "standard")
+        KernelArrays(params, x, h0, None),
+        jnp.array([T, 0, 3, 4], jnp.int32),
+        cudnn_backend.Static(cfg, False, "standard"),
     )
     assert np.isnan(np.asarray(h_n)[:, 1]).all() and np.isfinite(np.asarray(h_n)[:, 0]).all()

@@ -25,6 +25,7 @@ from jax_cudnn_rnn import interop
 from jax_cudnn_rnn.backends.cudnn import algorithm, plan
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from skips import REQUIRE_GPU, import_or_skip, skip_or_fail
@@ -353,6 +354,18 @@ def test_options_match_xla(cfg):
     _compare(cfg, "float32", lengths=[T, 2, 5, 1])
 
 
+@pytest.mark.parametrize(
+    "mode, bias_mode",
+    [("lstm", "single_recurrent"), ("gru", "single_input"), ("rnn_tanh", "single_input"), ("rnn_relu", "none")],
+)
+def test_single_bias_without_lengths_matches_xla(mode, bias_mode):
+    """The Flax and Equinox modules' weight spaces, unpadded, with the heuristic's choice: cuDNN refused a single bias
+    with a persistent algorithm (CUDNN_STATUS_NOT_SUPPORTED at cudnnSetRNNDescriptor_v8, H200, cuDNN 9.19), which the
+    heuristic picked before; test_options_match_xla runs them padded, on the standard algorithm only."""
+    cfg = jcr.RNNConfig(mode, 2, 6, 5, direction="bidirectional", bias_mode=bias_mode)
+    _compare(cfg, "float32", algorithm="heuristic")
+
+
 @pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
 def test_dropout_matches_xla_for_the_same_key(direction):
     cfg = jcr.RNNConfig(mode="lstm", num_layers=3, num_units=6, input_size=5, direction=direction, dropout=0.4)
@@ -417,8 +430,8 @@ def test_allow_tf32_changes_the_result():
     params = jcr.init_params(k[0], cfg)
     x = jax.random.normal(k[1], (16, 32, cfg.input_size))
     h0 = c0 = 0.5 * jax.random.normal(k[2], cfg.state_shape(32))
-    strict = cudnn_backend._rnn(params, x, h0, c0, None, cudnn_backend.Static(cfg, False, "standard"))
-    fast = cudnn_backend._rnn(params, x, h0, c0, None, cudnn_backend.Static(cfg, True, "standard"))
+    strict = cudnn_backend._rnn(KernelArrays(params, x, h0, c0), None, cudnn_backend.Static(cfg, False, "standard"))
+    fast = cudnn_backend._rnn(KernelArrays(params, x, h0, c0), None, cudnn_backend.Static(cfg, True, "standard"))
     np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(strict[0]), rtol=2e-2, atol=2e-2)
     public = jcr.rnn(params, x, h0, c0, cfg, implementation="cudnn", precision="tensorfloat32", algorithm="standard")
     np.testing.assert_array_equal(np.asarray(public[0]), np.asarray(fast[0]))
@@ -638,8 +651,10 @@ def test_max_time_steps_in_one_call_and_one_more_chunked():
     x = 0.1 * jax.random.normal(jax.random.key(1), (steps + 1, 2, 4))
     h0 = jnp.zeros(cfg.state_shape(2))
     static = cudnn_backend.Static(cfg, False, "standard")
-    _, h_n, _ = jax.jit(lambda x: cudnn_backend._rnn(params, x, h0, h0, None, static))(x[:steps])
-    grads = jax.jit(jax.grad(lambda p: jnp.sum(cudnn_backend._rnn(p, x[:steps], h0, h0, None, static)[1])))(params)
+    _, h_n, _ = jax.jit(lambda x: cudnn_backend._rnn(KernelArrays(params, x, h0, h0), None, static))(x[:steps])
+    grads = jax.jit(
+        jax.grad(lambda p: jnp.sum(cudnn_backend._rnn(KernelArrays(p, x[:steps], h0, h0), None, static)[1]))
+    )(params)
     assert np.isfinite(np.asarray(grads)).all() and np.abs(np.asarray(grads)).max() > 0
     want = jcr.rnn(params, x[:steps], h0, h0, cfg, implementation="xla")
     _close(h_n, want[1], "float32", f"h_n after {steps} steps in one call")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends import xla
 from jax_cudnn_rnn.backends.cudnn import algorithm, plan
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays, Residuals
 from jax_cudnn_rnn.sharding.placement import UNKNOWN, Placement
 
 
@@ -153,8 +153,8 @@ def test_eager_vjp_consumes_the_reserve_space_and_a_second_backward_writes_it_ag
     x = jax.random.normal(jax.random.key(1), (5, 3, 4))
     h0 = c0 = jnp.zeros((1, 3, 6))
     static = cudnn_backend.Static(cfg, False, "standard")
-    y, vjp = jax.vjp(lambda p, x: cudnn_backend._rnn(p, x, h0, c0, None, static)[0], params, x)
-    _, want_vjp = jax.vjp(lambda p, x: xla.rnn_xla(p, x, h0, c0, cfg)[0], params, x)
+    y, vjp = jax.vjp(lambda p, x: cudnn_backend._rnn(KernelArrays(p, x, h0, c0), None, static)[0], params, x)
+    _, want_vjp = jax.vjp(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation="xla")[0], params, x)
     dy = jax.random.normal(jax.random.key(2), y.shape)
     want = want_vjp(dy)
     traced = len(forwards)
@@ -175,18 +175,12 @@ def test_the_eager_backward_donates_the_reserve_space_to_an_aliased_output():
     x, h0 = jnp.ones((5, 3, 4)), jnp.zeros((1, 3, 8))
     call_plan = plan.Plan("standard", row_bytes=64, local_batches=(3,))
     reserve = jnp.zeros((3, 64), jnp.uint8)
+    residuals = Residuals(KernelArrays(params, x, h0, None), None, jnp.ones((5, 3, 8)), None, None, None)
     text = (
         cudnn_backend._backward_donating.trace(
-            params,
-            x,
-            h0,
-            jnp.ones((5, 3, 8)),
-            jnp.ones((5, 3, 8)),
-            h0,
+            residuals,
             reserve,
-            None,
-            None,
-            None,
+            (jnp.ones((5, 3, 8)), h0, None),
             static=cudnn_backend.Static(cfg, False, "standard"),
             call_plan=call_plan,
         )
@@ -194,4 +188,5 @@ def test_the_eager_backward_donates_the_reserve_space_to_an_aliased_output():
         .as_text()
     )
     argument = next(line for line in text.splitlines() if "func.func public @main" in line)
-    assert "%arg6: tensor<3x64xui8> {tf.aliasing_output = 3 : i32}" in argument  # result[4]: dc0 is None, argument
+    # The arguments: params, x, h0, y, the reserve space, dy, dh_n; the reserve (result[4]: dc0 is None) aliased.
+    assert "%arg4: tensor<3x64xui8> {tf.aliasing_output = 3 : i32}" in argument

@@ -21,6 +21,7 @@ from jax_cudnn_rnn.backends import native_extension as _native
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.cudnn import plan
+from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
@@ -169,7 +170,9 @@ def test_inference_lowering_for_cuda():
     )
     params, x, h0, c0, lengths = _inputs(cfg)
     static = cudnn_backend.Static(cfg, False, "standard")
-    calls = _custom_calls(lambda *a: cudnn_backend._rnn(*a, static), params, x, h0, c0, lengths)
+    calls = _custom_calls(
+        lambda p, x, h, c, n: cudnn_backend._rnn(KernelArrays(p, x, h, c), n, static), params, x, h0, c0, lengths
+    )
     assert len(calls) == 1 and "@jax_cudnn_rnn_forward(" in calls[0]
     call = calls[0]
     for attribute in [
@@ -199,7 +202,9 @@ def test_gradient_lowering_for_cuda(monkeypatch):
     params, x, h0, _, lengths = _inputs(cfg)
 
     def loss(params, x, h0):
-        y, h_n, _ = cudnn_backend._rnn(params, x, h0, None, lengths, cudnn_backend.Static(cfg, False, "standard"))
+        y, h_n, _ = cudnn_backend._rnn(
+            KernelArrays(params, x, h0, None), lengths, cudnn_backend.Static(cfg, False, "standard")
+        )
         return jnp.sum(y) + jnp.sum(h_n)
 
     calls = _custom_calls(jax.grad(loss, argnums=(0, 1, 2)), params, x, h0)

@@ -25,7 +25,9 @@ def _inputs(num_layers, bidirectional, key=1):
 
 
 def test_signatures_are_jax_experimental_rnns():
-    for name in ("lstm", "init_lstm_weight", "unpack_lstm_weights", "get_num_params_in_lstm"):
+    names = ("lstm", "lstm_ref", "init_lstm_weight", "unpack_lstm_weights", "swap_lstm_gates", "get_num_params_in_lstm")
+    assert set(names) <= set(compat.__all__)
+    for name in names:
         theirs = inspect.signature(getattr(jax_rnn, name)).parameters
         ours = inspect.signature(getattr(compat, name)).parameters
         assert [(p.name, p.kind, p.default) for p in theirs.values()] == [
@@ -52,6 +54,29 @@ def test_weights_are_the_same_bytes(num_layers, bidirectional):
     np.testing.assert_array_equal(
         np.asarray(jnp.concatenate(matrices[:4])), np.asarray(jax_rnn.unpack_lstm_weights(weights, *args)[0][0])
     )
+
+
+@pytest.mark.parametrize("num_layers, bidirectional", CASES)
+def test_lstm_ref_and_swap_lstm_gates_are_jax_experimental_rnns(num_layers, bidirectional):
+    """The drop-in's ``lstm_ref`` computes what jax's computes (ragged lengths included), and ``swap_lstm_gates``
+    returns jax's bytes; lengths may also be a list or NumPy's default int64."""
+    args = (I, H, num_layers, bidirectional)
+    weights = compat.init_lstm_weight(jax.random.key(3), *args)
+    np.testing.assert_array_equal(
+        np.asarray(compat.swap_lstm_gates(weights, *args)), np.asarray(jax_rnn.swap_lstm_gates(weights, *args))
+    )
+    x, h_0, c_0 = _inputs(num_layers, bidirectional, key=4)
+    unpacked = jax_rnn.unpack_lstm_weights(weights, *args)
+    want = jax_rnn.lstm_ref(x, h_0, c_0, *unpacked, LENGTHS, *args[:3], 0.0, bidirectional)
+    got = compat.lstm_ref(x, h_0, c_0, *unpacked, LENGTHS, *args[:3], 0.0, bidirectional)
+    for ours, theirs in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-5)
+    as_list = compat.lstm(x, h_0, c_0, weights, [5, 2, 1], *args[:3], 0.0, bidirectional, "highest")
+    as_int32 = compat.lstm(x, h_0, c_0, weights, LENGTHS, *args[:3], 0.0, bidirectional, "highest")
+    for a, b in zip(as_list, as_int32, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(NotImplementedError, match="dropout"):
+        compat.lstm_ref(x, h_0, c_0, *unpacked, LENGTHS, *args[:3], 0.5, bidirectional)
 
 
 @pytest.mark.parametrize("num_layers, bidirectional", CASES)
@@ -186,14 +211,14 @@ def test_errors_name_the_argument():
         ),
         (dict(weights=weights.astype(jnp.bfloat16)), TypeError, r"weights has dtype bfloat16; expected float32"),
         (dict(seq_lengths=LENGTHS[:2]), ValueError, r"seq_lengths has shape \(2,\); expected \(3,\) = \(batch,\)"),
-        (dict(seq_lengths=LENGTHS.astype(jnp.float32)), TypeError, r"seq_lengths has dtype float32; expected int32"),
+        (dict(seq_lengths=LENGTHS.astype(jnp.float32)), TypeError, r"seq_lengths has dtype float32; expected int"),
         (
             dict(seq_lengths=jnp.array([5, 6, 1], jnp.int32)),
             ValueError,
             r"seq_lengths\[1\] is 6; every length must "
             r"be in \[0, 5\]",
         ),
-        (dict(seq_lengths=[5, 2, 1]), TypeError, r"seq_lengths must be an array, got list"),
+        (dict(seq_lengths=[5, 2, 1.5]), TypeError, r"seq_lengths has dtype float64; expected integers"),
         (dict(input_size=4.0), TypeError, r"input_size must be an int, got float 4.0"),
         (dict(hidden_size=0), ValueError, r"hidden_size must be >= 1, got 0"),
         (dict(num_layers=True), TypeError, r"num_layers must be an int, got bool"),

@@ -57,7 +57,7 @@ def test_linen_modules_take_the_size_first():
         (jcr_flax.LSTM(features=H), "lstm"),
         (jcr_flax.GRU(H, mode="gru"), "gru"),
     ]:
-        config = module.init(jax.random.key(0), x)["params"]["rnn_params"].config
+        config = module.packed(module.init(jax.random.key(0), x)).config
         assert (config.mode, config.num_units, config.input_size) == (mode, H, I)
 
 
@@ -135,8 +135,10 @@ def test_nnx_initializers_mean_what_they_mean_for_nnx_cells(mode):
 
 def test_orthogonal_recurrent_kernels_lecun_input_kernels_and_a_forget_bias_of_one():
     """Random initializers: one draw per gate (each recurrent matrix orthogonal, the gates different), the variance
-    Flax's lecun_normal gives [in, out] kernels, and a per-gate bias_init that sets LSTM's forget-gate bias to 1 on
-    Flax's side of the pair (the recurrent bias), leaving everything else as the default initialisation."""
+    Flax's lecun_normal gives [in, out] kernels, and a per-gate bias_init that sets the LSTM's forget-gate bias to 1,
+    the other gates keeping the default: Flax's zeros for a module with Flax's cells' biases (its one recurrent bias
+    per gate), and with bias_mode="double" the default U(-1/sqrt(H), 1/sqrt(H)) draw, the forget gate's 1 on Flax's
+    side of the pair (the recurrent bias) and its input bias 0."""
     n_in, n_hidden = 96, 64
     x = jnp.ones((1, 2, n_in))
     inits = dict(
@@ -144,26 +146,34 @@ def test_orthogonal_recurrent_kernels_lecun_input_kernels_and_a_forget_bias_of_o
         recurrent_kernel_init=nn.initializers.orthogonal(),
         bias_init={"f": nn.initializers.ones},
     )
-    module = jcr_flax.LSTM(n_hidden, num_layers=2, direction="bidirectional", **inits)
-    params = module.init(jax.random.key(0), x)["params"]["rnn_params"]
-    default = jcr_flax.LSTM(n_hidden, num_layers=2, direction="bidirectional").init(jax.random.key(0), x)
-    tree, default_tree = params.to_tree(), default["params"]["rnn_params"].to_tree()
-    seen = []
-    for layer in ("layer_0", "layer_1"):
-        for direction in ("forward", "backward"):
-            groups, defaults = tree[layer][direction], default_tree[layer][direction]
-            for gate in "ifgo":
-                r = np.asarray(groups["w_recurrent"][gate], np.float64)
-                np.testing.assert_allclose(r @ r.T, np.eye(n_hidden), atol=1e-5)
-                w = np.asarray(groups["w_input"][gate])
-                assert abs(w.var() * w.shape[1] - 1.0) < 0.25, (layer, gate, w.var() * w.shape[1])
-                seen += [w[0, 0], r[0, 0]]
-            np.testing.assert_array_equal(groups["b_recurrent"]["f"], np.ones(n_hidden))
-            np.testing.assert_array_equal(groups["b_input"]["f"], np.zeros(n_hidden))
-            for gate in "igo":  # not named by bias_init: the default U(-1/sqrt(H), 1/sqrt(H)) draw, unchanged
-                np.testing.assert_array_equal(groups["b_input"][gate], defaults["b_input"][gate])
-                np.testing.assert_array_equal(groups["b_recurrent"][gate], defaults["b_recurrent"][gate])
-    assert len(set(seen)) == len(seen)  # every matrix its own draw
+    for bias_mode in (None, "double"):
+        kwargs = dict(num_layers=2, direction="bidirectional", bias_mode=bias_mode)
+        module = jcr_flax.LSTM(n_hidden, **kwargs, **inits)
+        tree = module.packed(module.init(jax.random.key(0), x)).to_tree()
+        default = jcr_flax.LSTM(n_hidden, **kwargs)
+        default_tree = default.packed(default.init(jax.random.key(0), x)).to_tree()
+        seen = []
+        for layer in ("layer_0", "layer_1"):
+            for direction in ("forward", "backward"):
+                groups, defaults = tree[layer][direction], default_tree[layer][direction]
+                for gate in "ifgo":
+                    r = np.asarray(groups["w_recurrent"][gate], np.float64)
+                    np.testing.assert_allclose(r @ r.T, np.eye(n_hidden), atol=1e-5)
+                    w = np.asarray(groups["w_input"][gate])
+                    assert abs(w.var() * w.shape[1] - 1.0) < 0.25, (layer, gate, w.var() * w.shape[1])
+                    seen += [w[0, 0], r[0, 0]]
+                np.testing.assert_array_equal(groups["b_recurrent"]["f"], np.ones(n_hidden))
+                for gate in "igo":  # not named by bias_init: the default, unchanged
+                    np.testing.assert_array_equal(groups["b_recurrent"][gate], defaults["b_recurrent"][gate])
+                if bias_mode is None:
+                    assert "b_input" not in groups  # Flax's LSTM cell has no input-side bias
+                    np.testing.assert_array_equal(groups["b_recurrent"]["i"], np.zeros(n_hidden))
+                else:
+                    np.testing.assert_array_equal(groups["b_input"]["f"], np.zeros(n_hidden))
+                    for gate in "igo":
+                        np.testing.assert_array_equal(groups["b_input"][gate], defaults["b_input"][gate])
+                    assert np.abs(defaults["b_input"]["i"]).max() > 0
+        assert len(set(seen)) == len(seen)  # every matrix its own draw
 
 
 def test_initializers_on_a_projected_lstm_with_one_bias_and_nnx_equals_linen():
@@ -171,34 +181,34 @@ def test_initializers_on_a_projected_lstm_with_one_bias_and_nnx_equals_linen():
     bias_mode single_input the input bias stands in for Flax's recurrent one. NNX and linen give the same tensors."""
     kwargs = dict(num_layers=2, proj_size=2, bias_mode="single_input")
     inits = dict(kernel_init=kernel_init, recurrent_kernel_init=recurrent_init, bias_init=bias_init)
-    linen = jcr_flax.LSTM(H, **kwargs, **inits).init(jax.random.key(0), jnp.ones((B, T, I)))
-    tree = linen["params"]["rnn_params"].to_tree()
+    module = jcr_flax.LSTM(H, **kwargs, **inits)
+    linen = module.packed(module.init(jax.random.key(0), jnp.ones((B, T, I))))
+    tree = linen.to_tree()
     np.testing.assert_allclose(tree["layer_1"]["forward"]["w_input"]["g"], kernel_init(None, (2, H)).T)
     np.testing.assert_allclose(tree["layer_0"]["forward"]["w_recurrent"]["o"], recurrent_init(None, (2, H)).T)
     np.testing.assert_allclose(tree["layer_0"]["forward"]["w_projection"], kernel_init(None, (H, 2)).T)
     np.testing.assert_allclose(tree["layer_0"]["forward"]["b_input"]["f"], bias_init(None, (H,)))
     model = jcr_nnx.LSTM(I, H, **kwargs, **inits, rngs=nnx.Rngs(3))
-    np.testing.assert_array_equal(model.params.buffer, linen["params"]["rnn_params"].buffer)
-
-
-def test_initializer_errors_name_the_argument():
-    x = jnp.ones((B, T, I))
-    with pytest.raises(ValueError, match=re.escape("kernel_init returned shape (5, 3) for layer_0/forward/w_input/r")):
-        jcr_flax.GRU(H, kernel_init=lambda k, s, d: jnp.zeros(s[::-1], d)).init(jax.random.key(0), x)
-    with pytest.raises(ValueError, match=re.escape("bias_init names ['forget']; the gates of mode 'lstm' are")):
-        jcr_nnx.LSTM(I, H, bias_init={"forget": nn.initializers.ones}, rngs=nnx.Rngs(0))
-    with pytest.raises(TypeError, match="recurrent_kernel_init is a float; expected an initializer"):
-        jcr_nnx.LSTM(I, H, recurrent_kernel_init=1.0, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(model.params.buffer, linen.buffer)
 
 
 def test_without_initializers_the_buffer_is_the_default_one():
+    """With one of cuDNN's bias modes and no initializers, PyTorch's U(-1/sqrt(H), 1/sqrt(H)) buffer, exactly
+    ``init_params``' for NNX's key; by default, Flax's initializers (zero biases, orthogonal recurrent kernels)."""
     x = jnp.ones((B, T, I))
-    variables = jcr_flax.GRU(H, num_layers=2).init(jax.random.key(0), x)
-    config = variables["params"]["rnn_params"].config
-    buffer = np.asarray(variables["params"]["rnn_params"].buffer)
+    module = jcr_flax.GRU(H, num_layers=2, bias_mode="double")
+    params = module.packed(module.init(jax.random.key(0), x))
+    buffer = np.asarray(params.buffer)
     assert np.abs(buffer).max() <= 1 / math.sqrt(H) and buffer.std() > 0.5 / math.sqrt(3 * H)
-    model = jcr_nnx.GRU(I, H, num_layers=2, rngs=nnx.Rngs(7))
-    np.testing.assert_array_equal(model.params.buffer, jcr.init_params(nnx.Rngs(7).params(), config))
+    model = jcr_nnx.GRU(I, H, num_layers=2, bias_mode="double", rngs=nnx.Rngs(7))
+    np.testing.assert_array_equal(model.params.buffer, jcr.init_params(nnx.Rngs(7).params(), params.config))
+    flax_module = jcr_flax.GRU(H, num_layers=2)
+    tree = flax_module.packed(flax_module.init(jax.random.key(0), x)).to_tree()["layer_1"]["forward"]
+    for group in ("b_input", "b_recurrent"):
+        for gate in "rzn":
+            np.testing.assert_array_equal(tree[group][gate], np.zeros(H))
+    r = np.asarray(tree["w_recurrent"]["z"], np.float64)
+    np.testing.assert_allclose(r @ r.T, np.eye(H), atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------ carries
@@ -221,7 +231,7 @@ def test_zero_carry_of_a_nested_module_streams_with_one_compilation(dtype):
     parent = Parent(dtype=dtype)
     variables = parent.init(jax.random.key(1), x[:, :T])
     carry = jcr_flax.zero_carry(variables, B, dtype)  # no LSTM built for it: the one RNNParams in the tree says
-    h, c = carry
+    c, h = carry  # Flax's order
     assert h.shape == (2, B, H) and c.shape == (2, B, H) and h.dtype == (dtype or jnp.float32)
     assert not np.any(np.asarray(h, np.float32)) and not np.any(np.asarray(c, np.float32))
 
@@ -248,12 +258,16 @@ def test_zero_carry_of_a_nested_module_streams_with_one_compilation(dtype):
 def test_zero_carry_sources_and_errors():
     config = jcr.RNNConfig("gru", 3, H, I, direction="bidirectional")
     params = jcr.RNNParams.init(jax.random.key(0), config)
-    for source in (config, params, {"params": {"encoder": {"rnn_params": params}, "head": jnp.ones(2)}}):
+    module = jcr_flax.GRU(H, num_layers=3, direction="bidirectional")
+    named = module.init(jax.random.key(0), jnp.ones((B, T, I)))["params"]
+    for source in (config, params, {"params": {"encoder": {"rnn_params": params}, "head": jnp.ones(2)}}, named):
         h = jcr_flax.zero_carry(source, 4)
         assert h.shape == (6, 4, H) and h.dtype == jnp.float32
-    with pytest.raises(ValueError, match=re.escape("source holds 2 RNNParams (at ['a'], ['b']); expected")):
+    c, h = jcr_flax.zero_carry({"params": {"lstm": jcr_flax.LSTM(H).init(jax.random.key(0), jnp.ones((B, T, I)))}}, 2)
+    assert c.shape == h.shape == (1, 2, H)
+    with pytest.raises(ValueError, match=re.escape("source holds 2 RNN modules' parameters (at ['a'], ['b']); exp")):
         jcr_flax.zero_carry({"a": params, "b": params}, 4)
-    with pytest.raises(ValueError, match="source holds 0 RNNParams; expected"):
+    with pytest.raises(ValueError, match="source holds 0 RNN modules' parameters; expected"):
         jcr_flax.zero_carry({"a": jnp.ones(3)}, 4)
     with pytest.raises(TypeError, match=re.escape("batch must be an int, got float 4.0")):
         jcr_flax.zero_carry(config, 4.0)

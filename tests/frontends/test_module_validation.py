@@ -101,21 +101,33 @@ def _apply(kind, lstm, gru, nnx_lstm):
 
 
 H0, C0 = jnp.zeros((2, B, H)), jnp.zeros((2, B, H))
-BAD_CARRIES = [  # (module, initial_carry, error, message): the issue's case and its relatives
-    ("linen lstm", (H0[:1], C0), ValueError, f"initial_carry[0] has shape (1, 2, 4); expected (2, 2, 4) = {STATE}"),
-    ("linen lstm", (H0, C0[:, :1]), ValueError, f"initial_carry[1] has shape (2, 1, 4); expected (2, 2, 4) = {STATE}"),
-    ("nnx lstm", (H0, C0[..., :3]), ValueError, f"initial_carry[1] has shape (2, 2, 3); expected (2, 2, 4) = {STATE}"),
+LSTM_CARRY = "mode 'lstm' carries Flax's pair (c, h)"
+BAD_CARRIES = [  # (module, initial_carry, error, message): the issue's case and its relatives; an LSTM's is (c, h)
+    ("linen lstm", (C0[:1], H0), ValueError, f"initial_carry[0] (c) has shape (1, 2, 4); expected (2, 2, 4) = {STATE}"),
+    (
+        "linen lstm",
+        (C0, H0[:, :1]),
+        ValueError,
+        f"initial_carry[1] (h) has shape (2, 1, 4); expected (2, 2, 4) = {STATE}",
+    ),
+    (
+        "nnx lstm",
+        (C0, H0[..., :3]),
+        ValueError,
+        f"initial_carry[1] (h) has shape (2, 2, 3); expected (2, 2, 4) = {STATE}",
+    ),
     ("linen gru", H0[..., :3], ValueError, f"initial_carry has shape (2, 2, 3); expected (2, 2, 4) = {STATE}"),
-    ("linen lstm", H0, TypeError, "initial_carry is an array of shape (2, 2, 4); mode 'lstm' carries a pair (h, c)"),
-    ("nnx lstm", (H0,), TypeError, "initial_carry is a tuple of 1; mode 'lstm' carries a pair (h, c)"),
+    ("linen lstm", H0, TypeError, f"initial_carry is an array of shape (2, 2, 4); {LSTM_CARRY}"),
+    ("nnx lstm", (H0,), TypeError, f"initial_carry is a tuple of 1; {LSTM_CARRY}"),
     ("linen gru", (H0, C0), TypeError, "initial_carry is a tuple of 2; mode 'gru' carries h alone"),
     (
         "linen lstm",
-        (H0, None),
+        (None, H0),
         ValueError,
-        "initial_carry[1] is None; mode 'lstm' needs an initial cell state of shape (2, 2, 4)",
+        "initial_carry[0] (c) is None; mode 'lstm' needs an initial cell state of shape (2, 2, 4)",
     ),
-    ("nnx lstm", ([[0.0]], C0), TypeError, "initial_carry[0] must be an array, got list"),
+    ("nnx lstm", (C0, [[0.0]]), TypeError, "initial_carry[1] (h) must be an array, got list"),
+    ("linen lstm", (C0[0], H0[0]), ValueError, f"initial_carry[1] (h) has shape (2, 4); expected (2, 2, 4) = {STATE}"),
 ]
 
 
@@ -145,9 +157,10 @@ BAD_INPUTS = [  # (module, x, kwargs, error, message)
     (
         "linen lstm",
         jnp.ones((T, B, I)),
-        {"initial_carry": (H0, C0)},
+        {"initial_carry": (C0, H0)},
         ValueError,
-        "x has shape (5, 2, 3) and initial_carry[0] (2, 2, 4): initial_carry[0]'s batch is 2, x's second axis. The "
+        "x has shape (5, 2, 3) and initial_carry[1] (h) (2, 2, 4): initial_carry[1] (h)'s batch is 2, x's second axis. "
+        "The "
         "module takes batch-major x [B, T, features]; x looks time-major [T, B, features]: pass jnp.swapaxes(x, 0, 1), "
         "or build the module with time_major=True",
     ),

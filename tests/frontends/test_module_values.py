@@ -31,7 +31,7 @@ def _close(got, want, implementation, what):
 
 
 def _carry(cfg, seed):
-    """A non-zero initial carry: (h0, c0) for LSTM, h0 otherwise, [L*D, B, H] float32."""
+    """A non-zero initial state: (h0, c0) (c0 None but for LSTM), [L*D, B, H] float32."""
     rng = np.random.default_rng(seed)
     h0 = (0.5 * rng.normal(size=cfg.state_shape(B))).astype(np.float32)
     c0 = (0.5 * rng.normal(size=cfg.cell_shape(B))).astype(np.float32) if cfg.has_cell_state else None
@@ -39,14 +39,15 @@ def _carry(cfg, seed):
 
 
 def _check_carry_run(cfg, buffer, run, implementation, seed):
-    """``run(x, lengths, initial_carry)`` -> (carry, y) time-major, against the oracle."""
+    """``run(x, lengths, initial_carry)`` -> (carry, y) time-major, against the oracle; the carry is Flax's
+    ``(c, h)`` for an LSTM."""
     x = np.random.default_rng(seed).normal(size=(T, B, I)).astype(np.float32)
     h0, c0 = _carry(cfg, seed + 1)
     lengths = np.array(LENGTHS, np.int32)
-    carry, y = run(jnp.asarray(x), jnp.asarray(lengths), (h0, c0) if cfg.has_cell_state else h0)
+    carry, y = run(jnp.asarray(x), jnp.asarray(lengths), (c0, h0) if cfg.has_cell_state else h0)
     want_y, want_h, want_c = oracle(cfg, buffer, x, h0, c0, seq_lengths=lengths)
     _close(y, want_y, implementation, "y")
-    h_n, c_n = carry if cfg.has_cell_state else (carry, None)
+    c_n, h_n = carry if cfg.has_cell_state else (None, carry)
     _close(h_n, want_h, implementation, "h_n")
     if cfg.has_cell_state:
         _close(c_n, want_c, implementation, "c_n")
@@ -64,12 +65,12 @@ def _check_batch_major(cfg, buffer, run, implementation, seed):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("mode", MODES)
 def test_linen_module_matches_the_oracle(mode, implementation):
-    cfg = RNNConfig(mode, 2, H, I, direction="bidirectional")
     kwargs = dict(mode=mode, num_units=H, num_layers=2, direction="bidirectional", implementation=implementation)
     time_major = jcr_flax.RNN(time_major=True, **kwargs)
     variables = time_major.init(jax.random.key(1), jnp.zeros((T, B, I)))
-    buffer = variables["params"]["rnn_params"].buffer
-    assert variables["params"]["rnn_params"].config == cfg
+    params = time_major.packed(variables)
+    cfg, buffer = params.config, params.buffer
+    assert cfg == RNNConfig(mode, 2, H, I, direction="bidirectional", bias_mode=cfg.bias_mode)
     _check_carry_run(
         cfg,
         buffer,
@@ -84,11 +85,10 @@ def test_linen_module_matches_the_oracle(mode, implementation):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("mode", MODES)
 def test_nnx_module_matches_the_oracle(mode, implementation):
-    cfg = RNNConfig(mode, 2, H, I, direction="bidirectional")
     kwargs = dict(mode=mode, num_layers=2, direction="bidirectional", implementation=implementation)
     time_major = jcr_nnx.RNN(I, H, time_major=True, rngs=nnx.Rngs(4), **kwargs)
-    buffer = time_major.params.buffer
-    assert time_major.params.config == cfg
+    buffer, cfg = time_major.params.buffer, time_major.config
+    assert cfg == RNNConfig(mode, 2, H, I, direction="bidirectional", bias_mode=cfg.bias_mode)
     _check_carry_run(
         cfg,
         buffer,
@@ -132,13 +132,12 @@ def _check_dropout(cfg, buffer, y, key, xs, lengths, implementation, what):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_linen_dropout_uses_the_drawn_key(dropout_keys, implementation):
-    cfg = RNNConfig("lstm", 3, H, I, direction="bidirectional", dropout=0.4)
     module = jcr_flax.LSTM(
         num_units=H, num_layers=3, direction="bidirectional", dropout=0.4, implementation=implementation
     )
     x, xs, lengths = _dropout_problem(7)
     variables = module.init(jax.random.key(0), jnp.asarray(x))
-    buffer = variables["params"]["rnn_params"].buffer
+    cfg, buffer = module.rnn_config(I), module.packed(variables).buffer
     dropout_keys.clear()
     y = module.apply(
         variables, jnp.asarray(x), jnp.asarray(lengths), deterministic=False, rngs={"dropout": jax.random.key(8)}
@@ -153,11 +152,10 @@ def test_linen_dropout_uses_the_drawn_key(dropout_keys, implementation):
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_nnx_dropout_and_seq_lengths(dropout_keys, implementation):
-    cfg = RNNConfig("gru", 3, H, I, dropout=0.4)
     model = jcr_nnx.GRU(
         I, H, num_layers=3, dropout=0.4, deterministic=False, implementation=implementation, rngs=nnx.Rngs(0, dropout=3)
     )
-    buffer = model.params.buffer
+    cfg, buffer = model.config, model.params.buffer
     x, xs, lengths = _dropout_problem(9)
     first = model(jnp.asarray(x), jnp.asarray(lengths))
     second = model(jnp.asarray(x), jnp.asarray(lengths))  # the dropout stream moves on: another mask

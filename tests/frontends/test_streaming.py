@@ -96,14 +96,15 @@ def test_linen_lstm_streams_across_calls(with_lengths, with_resets):
     def call(params, x, lengths, carry, resets):
         return module.apply({"params": params}, x, lengths, carry, return_carry=True, resets=resets)
 
-    (h_n, c_n), y = assert_stream_equals_one_call(call, variables["params"], x, carry0, lengths, resets)
-    # The one long call is rnn() itself, resets transposed to time-major.
-    buffer = variables["params"]["rnn_params"].buffer
+    (c_n, h_n), y = assert_stream_equals_one_call(call, variables["params"], x, carry0, lengths, resets)
+    # The one long call is rnn() itself, resets transposed to time-major; the carry is Flax's (c, h).
+    params = module.packed(variables)
     want = jcr.rnn(
-        buffer,
+        params.buffer,
         jnp.swapaxes(x, 0, 1),
-        *carry0,
-        variables["params"]["rnn_params"].config,
+        carry0[1],
+        carry0[0],
+        params.config,
         seq_lengths=lengths,
         resets=None if resets is None else resets.T,
         implementation="reference",
@@ -130,7 +131,7 @@ def test_time_major_module_takes_time_major_resets():
     x = jax.random.normal(jax.random.key(0), (T, B, I))
     module = jcr_flax.RNN(mode="rnn_tanh", num_units=H, time_major=True)
     variables = module.init(jax.random.key(1), x)
-    params = variables["params"]["rnn_params"]
+    params = module.packed(variables)
     carry, y = module.apply(variables, x, return_carry=True, resets=jnp.asarray(RESETS.T))
     want = jcr.rnn(
         params.buffer,
@@ -182,7 +183,7 @@ def test_initialize_carry_shapes_and_dtypes(time_major):
         time_major=time_major,
         rngs=nnx.Rngs(0),
     )
-    for h, c in (
+    for c, h in (  # Flax's order
         linen.initialize_carry(jax.random.key(0), shape),
         linen.initialize_carry(None, (B, I)),
         model.initialize_carry(shape),

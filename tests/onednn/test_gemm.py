@@ -21,7 +21,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import extension, kernels
+from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
@@ -350,10 +350,17 @@ def test_gemm_recurrence_refuses_what_it_does_not_run(native):
 
 
 def test_gemm_is_a_variant_of_onednn_for_the_registry(native):
-    """Runnable by name where oneDNN runs, with oneDNN's refusals (``SUPPORTS``)."""
+    """A variant of oneDNN on both sides, listed where the CPU's implementations are (the bench and ``tune`` time
+    it), runnable by name where oneDNN runs, with oneDNN's refusals (``SUPPORTS``); the shipped measurements have no
+    cells of it, so the rule estimates nothing for it and the default never runs it from them."""
     cfg = make_config("lstm", 1, "unidirectional", dtype=BF16, proj_size=2)
+    assert GEMM in registry.implementations("cpu", by_default=True)
+    assert registry.sides_of(GEMM) == registry.SIDES
     assert registry.why_not(GEMM, "cpu", Call(make_config("gru", 1, "unidirectional"))) is None
     assert "projection" in registry.why_not(GEMM, "cpu", Call(cfg))
+    large = jcr.RNNConfig("gru", 1, 1024, 1024, dtype=BF16)
+    for side in registry.SIDES:
+        assert cpu_rule.estimate(large, 64, side, GEMM, isa=extension.effective_cpu_isa()) is None
 
 
 @pytest.mark.parametrize("mode", ["gru", "lstm"])

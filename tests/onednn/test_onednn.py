@@ -22,6 +22,7 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import interop, onednn
+from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import backend as onednn_backend
 from jax_cudnn_rnn.backends.onednn import extension, kernels
@@ -369,37 +370,34 @@ def test_lengths_under_vmap_and_jit_match_each_element(native):
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("units, batch", [(256, 1), (256, 32), (1024, 64)])
-def test_default_implementation_follows_the_table(native, mode, dtype, units, batch):
-    """What rnn(implementation=None) compiles on the CPU is the table's choice: oneDNN's forward target in the
-    undifferentiated call exactly where the table says "onednn" undifferentiated, and in the training step exactly
-    where it says "onednn" under jax.grad (the GEMM recurrence's where it says "onednn:gemm")."""
+def test_default_implementation_follows_the_registrys_choice(native, mode, dtype, units, batch):
+    """What rnn(implementation=None) compiles on the CPU is the registry's choice for each side: oneDNN's forward
+    target in the undifferentiated call exactly where it chose oneDNN undifferentiated, its backward in the training
+    step exactly where it chose oneDNN (or its plain-weights variant) under jax.grad; and implementation_for names the
+    pair ("onednn+xla": oneDNN undifferentiated, xla under jax.grad), which run by name gives the same program."""
     cfg = jcr.RNNConfig(mode, 1, units, units, dtype=dtype)
     inference, training = onednn.cpu_choice(cfg, batch)
+    # The name of the pair: one name where it runs both sides ("onednn:plain" is oneDNN's inference forward
+    # undifferentiated), else forward+training.
+    want = training if training in (inference, f"{inference}:plain") else f"{inference}+{training}"
     call = Call(cfg, 10, batch)
-    # The registry picks the oneDNN backend wherever the table puts oneDNN on either side; the backend runs the pair.
-    assert (
-        jcr.implementation_for("cpu", call)
-        == jcr.implementation_for(jnp.zeros(1), call)
-        == ("xla" if (inference, training) == ("xla", "xla") else "onednn")
-    )
-    assert onednn_backend.runs(None, call) == (inference, training)
+    assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == want
     # With seq_lengths the same (oneDNN runs them through the fused kit at 1.0-1.15x its time without; the xla
-    # implementation at 1.0-1.3x its own, never ahead where the table picks oneDNN without lengths).
-    with_lengths = Call(cfg, 10, batch, seq_lengths=True)
-    assert jcr.implementation_for("cpu", with_lengths) == jcr.implementation_for("cpu", call)
-    assert onednn_backend.runs(None, with_lengths) == (inference, training)
+    # implementation at 1.0-1.3x its own, never ahead where the rule picks oneDNN without lengths).
+    assert jcr.implementation_for("cpu", Call(cfg, 10, batch, seq_lengths=True)) == want
     params = jax.ShapeDtypeStruct((jcr.params_size(cfg),), cfg.dtype)
     x = jax.ShapeDtypeStruct((10, batch, units), cfg.dtype)
     h0 = jax.ShapeDtypeStruct(cfg.state_shape(batch), cfg.dtype)
     c0 = h0 if mode == "lstm" else None
-    run = lambda p, x, h, c: jcr.rnn(p, x, h, c, cfg)[0]  # noqa: E731
-    text = jax.jit(run).lower(params, x, h0, c0).as_text()
-    assert (extension.FORWARD_TARGET in text) == (inference == "onednn")
-    grad = jax.jit(jax.grad(lambda p, x, h, c: jnp.sum(run(p, x, h, c).astype(jnp.float32) ** 2)))
-    text = grad.lower(params, x, h0, c0).as_text()
-    assert (extension.BACKWARD_TARGET in text) == (training in ("onednn", "onednn:plain"))
-    assert ("plain_backward_weights = true" in text) == (training == "onednn:plain")
-    assert (extension.GEMM_BACKWARD_TARGET in text) == (training == "onednn:gemm")
+    for implementation in (None, want):
+        run = lambda p, x, h, c, i=implementation: jcr.rnn(p, x, h, c, cfg, implementation=i)[0]  # noqa: E731
+        text = jax.jit(run).lower(params, x, h0, c0).as_text()
+        assert (extension.FORWARD_TARGET in text) == (inference == "onednn")
+        grad = jax.jit(jax.grad(lambda p, x, h, c, run=run: jnp.sum(run(p, x, h, c).astype(jnp.float32) ** 2)))
+        text = grad.lower(params, x, h0, c0).as_text()
+        assert (extension.BACKWARD_TARGET in text) == (training in ("onednn", "onednn:plain"))
+        assert ("plain_backward_weights = true" in text) == (training == "onednn:plain")
+        assert (extension.GEMM_BACKWARD_TARGET in text) == (training == "onednn:gemm")
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
@@ -458,7 +456,14 @@ def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, ch
     and the other platforms' xla implementation under lax.platform_dependent; jax.grad of that vmapped (as an Equinox
     model is) once failed in JAX ("Expected cotangent type f32[3,6,...] but got f32[6,3,...]": the hybrid's two
     sides came back mapped on different axes). Its gradients are the differentiated implementation's."""
-    monkeypatch.setattr(onednn_backend, "cpu_choice", lambda config, batch: choice)
+
+    # Estimates that make the registry choose ``choice``: on each side the oneDNN run it names far ahead of the xla
+    # implementation, every other oneDNN run (its own or a variant's) far behind.
+    def cost(call, side, variant):
+        name = f"onednn:{variant}" if variant else "onednn"
+        return registry.Cost(0.5 if name == choice[registry.SIDES.index(side)] else 2.0, "test")
+
+    monkeypatch.setattr(onednn_backend, "cost", cost)
     cfg = make_config(mode, 2, "unidirectional")
     params, _, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
     xs = jax.random.normal(jax.random.key(4), (3, 6, h0.shape[1], cfg.input_size))
@@ -467,8 +472,8 @@ def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, ch
         ys = jax.vmap(lambda x: jcr.rnn(params, x, h0, c0, cfg, implementation=implementation)[0])(xs)
         return jnp.sum(ys**2)
 
-    assert jcr.implementation_for("cpu", Call(cfg, 6, h0.shape[1])) == "onednn"
-    assert onednn_backend.runs(None, Call(cfg, 6, h0.shape[1])) == choice
+    assert jcr.implementation_for("cpu", Call(cfg, 6, h0.shape[1])) == "+".join(choice)
+    assert onednn.cpu_choice(cfg, h0.shape[1]) == choice
     got = jax.jit(jax.grad(loss), static_argnums=1)(params, None)
     want = jax.jit(jax.grad(loss), static_argnums=1)(params, differentiated)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
@@ -675,6 +680,7 @@ sys.modules["jax_cudnn_rnn._onednn_rnn"] = None  # an import of it fails, as wit
 import os, jax.numpy as jnp, numpy as np
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 assert not onednn.extension_loaded(), onednn.extension_error()
 assert "OMP_WAIT_POLICY" not in os.environ

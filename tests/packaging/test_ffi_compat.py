@@ -8,11 +8,14 @@ implementation, an explicit ``implementation="onednn"`` names the versions). tes
 isolated build next to the declared floor jax and one between the floor and this one, in fresh processes.
 """
 
+import contextlib
+import importlib
 import importlib.metadata
 import os
 import re
 import sys
 import tomllib
+import types
 import warnings
 
 import jax
@@ -181,3 +184,100 @@ def test_the_loaded_modules_record_an_accepted_build(name):
     if os.environ.get("CI"):
         assert _build_floor() == module.JAXLIB_BUILD_VERSION
         assert tuple(module.XLA_FFI_API_BUILD_VERSION) == native_extension.XLA_FFI_API_OF_JAXLIB[_build_floor()]
+
+
+def test_an_unknown_running_version_is_refused_by_name(monkeypatch):
+    """Issue 51: neither the running jaxlib's headers nor its version tell its XLA FFI API: registering would be a
+    guess that can break every computation, so nothing is registered and the reason says what could not be told."""
+    monkeypatch.setattr(native_extension, "running_xla_ffi_api_version", lambda: None)
+    monkeypatch.setattr(native_extension, "_jaxlib_version", lambda: "0.6.0")
+    reason = native_extension.ffi_api_refusal("oneDNN extension", "cpu", _Module((0, 1), jaxlib="0.7.2"))
+    assert reason is not None
+    assert "XLA FFI API version of the running jaxlib (0.6.0) could not be told" in reason
+    assert "none of the oneDNN extension's handlers (XLA FFI API 0.1, from jaxlib 0.7.2) were registered" in reason
+    assert "on cpu" in reason and "jaxlib >= 0.7.2" in reason
+
+
+def test_without_metadata_jaxlib_tells_its_own_version(monkeypatch):
+    """A jaxlib without distribution metadata (built from source) and without headers: its own ``jaxlib.version``
+    answers, and the table gives the FFI API version from it."""
+    import jaxlib.version
+
+    def no_metadata(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(native_extension.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(native_extension.importlib.metadata, "version", no_metadata)
+    monkeypatch.setattr(jaxlib.version, "__version__", "0.9.2")
+    assert native_extension._jaxlib_version() == "0.9.2"
+    assert native_extension.running_xla_ffi_api_version() == (0, 2)
+
+
+@contextlib.contextmanager
+def _stale_load(name, monkeypatch):
+    """An extension reloaded as if it were left from a build of an older version, whose module lacks a target the
+    Python side calls (the oneDNN weights call, cuDNN's backward weights): (its loader, the extension module, the
+    warnings its load gave, the FFI targets it tried to register). Reloaded as it was after the test."""
+    if name == "onednn":
+        extension, reload, missing = onednn, lambda: onednn.EXTENSION.load(onednn._preload), onednn.WEIGHTS_TARGET
+        required = REQUIRE_ONEDNN
+    else:
+        extension, reload, missing = cudnn_extension, cudnn_extension.load, cudnn_extension.BACKWARD_WEIGHTS_TARGET
+        required = REQUIRE_EXTENSION
+    if not extension.extension_loaded():
+        skip_or_fail(f"the {name} extension is not loaded: {extension.extension_error()}", required)
+    real = extension.module()
+    stale = types.ModuleType(real.__name__)
+    stale.__dict__.update({k: v for k, v in vars(real).items() if k != "registrations"})
+    stale.registrations = lambda: {k: v for k, v in real.registrations().items() if k != missing}
+    import_module = importlib.import_module
+    registered = []
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            importlib, "import_module", lambda name, *a: stale if name == real.__name__ else import_module(name, *a)
+        )
+        patch.setattr(jax.ffi, "register_ffi_target", lambda *args, **kwargs: registered.append(args[0]))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reload()
+        yield extension, missing, caught, registered
+    reload()
+    assert extension.extension_loaded(), extension.extension_error()
+
+
+@pytest.fixture(params=["onednn", "cudnn"])
+def stale_extension(request, monkeypatch):
+    with _stale_load(request.param, monkeypatch) as stale:
+        yield stale
+
+
+def test_a_module_that_lacks_a_target_is_refused_at_load(stale_extension):
+    """Issue 51: a stale build's module used to load and register, then fail when a call was lowered; now it is
+    refused at load, naming what it lacks, and the pure-JAX implementation runs."""
+    extension, missing, caught, registered = stale_extension
+    assert registered == []
+    assert not extension.extension_loaded()
+    error = extension.extension_error()
+    assert f"lacks the FFI targets {missing}, which this version of jax_cudnn_rnn calls" in error
+    assert "left from a build of an older version" in error and "--force-reinstall" in error
+    refused = [w for w in caught if issubclass(w.category, native_extension.ExtensionRefusedWarning)]
+    assert len(refused) == 1 and missing in str(refused[0].message)
+
+
+def test_a_module_that_lacks_an_attribute_is_refused_at_load():
+    module = _Module((0, 1))
+    module.registrations = dict
+    incomplete = native_extension.NativeExtension(
+        "jax_cudnn_rnn._onednn_rnn", "oneDNN extension", "cpu", "", "", targets=(), attributes=("buffer_sizes",)
+    )._incomplete(module, {})
+    assert "lacks the attributes buffer_sizes" in incomplete and "_onednn_rnn.so" in incomplete
+
+
+def test_a_stale_onednn_module_leaves_the_default_on_xla(monkeypatch):
+    cfg = jcr.RNNConfig("lstm", 1, 4, 3)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x, h0 = jnp.ones((5, 2, 3)), jnp.zeros(cfg.state_shape(2))
+    with _stale_load("onednn", monkeypatch):
+        y, _, _ = jcr.rnn(params, x, h0, h0, cfg)
+        want, _, _ = jcr.rnn(params, x, h0, h0, cfg, implementation="xla")
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(want))

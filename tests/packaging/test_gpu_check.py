@@ -49,7 +49,7 @@ def pytest_args(words: list[str]) -> list[str]:
             skip_next = False
         elif word in ("-n", "--timeout", "-p"):
             skip_next = True
-        elif word != "-rfEs":
+        elif word not in ("-rfEs", "-v"):
             selection.append(word)
     return selection
 
@@ -261,3 +261,47 @@ def test_the_runbook_carries_an_isolated_build_for_the_devices_python():
     with open(os.path.join(ROOT, "scripts", "build_wheel.sh"), encoding="utf-8") as f:
         script = f.read()
     assert "pip wheel -q --no-deps . -w" in script and "--no-build-isolation" not in script
+
+
+def test_the_first_command_proves_the_most_under_hard_caps(tmp_path):
+    """Issue 52: a lending's first command installs the carried wheel and runs the `first` stage, every part under a
+    hard cap (timeout, then SIGKILL 10 s later), so that it returns its logs within 8 minutes whatever hangs; it
+    selects the extension tests, the default's choice, the float32 matrix (4 modes, both directions, 2 layers, lengths,
+    resets, projection), one bfloat16 case, and bench F in float32 and bfloat16 against PyTorch."""
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    (tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl").write_bytes(b"")
+    commands = dry_run("--wheel", str(tmp_path), "first")
+    assert [stage for stage, _ in commands] == ["install"] + ["first"] * 5
+    worst = 0
+    for _, words in commands:
+        assert words[:3] == ["timeout", "-k", "10"], words
+        worst += int(words[3]) + 10
+    assert worst <= 8 * 60, worst
+    tests = [collect(words[4:]) for _, words in commands if "pytest" in words]
+    load, matrix = tests
+    assert "tests/cudnn/test_cudnn_gpu.py::test_default_implementation_on_gpu_is_cudnn" in load
+    assert sum(node.startswith("tests/cudnn/test_extension.py::") for node in load) == len(load) - 1 >= 20
+    cases = {node.split("::")[1] for node in matrix}
+    float32 = [case for case in cases if case.startswith("test_matches_xla[") and "-float32-" in case]
+    assert len(float32) == 32 and {case.split("[")[1].split("-")[0] for case in float32} == {
+        "lstm",
+        "gru",
+        "rnn_tanh",
+        "rnn_relu",
+    }
+    assert [case for case in cases if "bfloat16" in case] == [
+        "test_matches_xla[lstm-bidirectional-linear_input-bfloat16-heuristic]"
+    ]
+    for prefix, n in (("test_seq_lengths_match_xla", 6), ("test_resets_match_xla", 6), ("test_options_match_xla", 2)):
+        assert len([case for case in cases if case.startswith(prefix)]) == n, prefix
+    assert "test_resets_with_dropout_and_projection_match_xla" in cases and len(cases) == 52
+    bench = commands[-1][1]
+    assert bench[bench.index("bench") :][:7] == [
+        "bench",
+        "--configs",
+        "F",
+        "--dtypes",
+        "float32,bfloat16",
+        "--contenders",
+        "jcr-default,torch",
+    ]

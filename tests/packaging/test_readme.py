@@ -1,5 +1,6 @@
-"""Every ```python block of README.md runs as written: each in a fresh interpreter, in an empty temporary directory,
-with nothing defined beforehand. Blocks added to the README later are picked up without touching this file."""
+"""Every ```python block of README.md and docs/porting.md runs as written: each in a fresh interpreter, in an empty
+temporary directory, with nothing defined beforehand. Blocks added to them later are picked up without touching this
+file."""
 
 import os
 import re
@@ -8,7 +9,9 @@ import sys
 
 import pytest
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+README = os.path.join(ROOT, "README.md")
+DOCUMENTS = ("README.md", os.path.join("docs", "porting.md"))
 
 
 def python_blocks(text):
@@ -19,12 +22,15 @@ def python_blocks(text):
     ]
 
 
-with open(README, encoding="utf-8") as _f:
-    BLOCKS = python_blocks(_f.read())
+BLOCKS = []
+for _name in DOCUMENTS:
+    with open(os.path.join(ROOT, _name), encoding="utf-8") as _f:
+        BLOCKS += [(f"{_name}:{line}", source) for line, source in python_blocks(_f.read())]
 
 
-def test_the_readme_has_python_blocks():
-    assert len(BLOCKS) >= 2
+def test_the_documents_have_python_blocks():
+    for name in DOCUMENTS:
+        assert sum(where.startswith(f"{name}:") for where, _ in BLOCKS) >= 2, name
 
 
 def test_block_extraction():
@@ -32,10 +38,10 @@ def test_block_extraction():
     assert python_blocks(text) == [(2, "a = 1\n"), (8, "b = 2\nprint(b)\n")]
 
 
-@pytest.mark.parametrize("line, source", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
-def test_readme_block_runs(line, source, tmp_path):
+@pytest.mark.parametrize("where, source", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_readme_block_runs(where, source, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [sys.executable, "-c", source], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env, check=False
     )
-    assert result.returncode == 0, f"README.md block at line {line} failed:\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"the block at {where} failed:\n{result.stderr[-3000:]}"

@@ -26,7 +26,6 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jax_cudnn_rnn as jcr
-    from jax_cudnn_rnn import cudnn, dropout, xla
     from jax_cudnn_rnn.sharding import placement
     sys.path.insert(0, sys.argv[2])
     from cudnn_stand_in import CudnnStandIn
@@ -66,7 +65,7 @@ SCRIPT = textwrap.dedent("""
             return ours(*args)
         finally:
             placement.of_arrays = of_arrays
-    ref = lambda p, x, h, c, n: xla.rnn_xla(p, x, h, c, cfg, n)
+    ref = lambda p, x, h, c, n: jcr.rnn(p, x, h, c, cfg, seq_lengths=n, implementation="xla")
     want_y = ref(params, x, h0, c0, lengths)[0]
     want_grad = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2, 3))(params, x, h0, c0, lengths)
 
@@ -103,10 +102,11 @@ SCRIPT = textwrap.dedent("""
         dparams = jcr.init_params(jax.random.key(4), dcfg)
         dh0 = jax.random.normal(jax.random.key(5), dcfg.state_shape(B))
         key = jax.random.key(6)
-        masks = dropout.dropout_masks(key, dcfg, (5, B, dcfg.output_size), jnp.float32)
         dropped = lambda p, x, h: jnp.sum(jcr.rnn(p, x, h, None, dcfg, is_training=True, dropout_key=key,
                                                   implementation="cudnn", algorithm="standard")[0] ** 2)
-        dropped_ref = lambda p, x, h: jnp.sum(xla.rnn_xla(p, x, h, None, dcfg, None, masks)[0] ** 2)
+        # The same masks (drawn from the key, whatever the implementation), on the xla implementation.
+        dropped_ref = lambda p, x, h: jnp.sum(jcr.rnn(p, x, h, None, dcfg, is_training=True, dropout_key=key,
+                                                      implementation="xla")[0] ** 2)
         mesh = Mesh(devices, ("batch",))
         on = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
         grad = jax.jit(jax.grad(dropped, argnums=(0, 1, 2)))
@@ -125,7 +125,7 @@ SCRIPT = textwrap.dedent("""
         args = (on(params, P()), on(x, P(None, axes)), on(h0, P(None, axes)), on(c0, P(None, axes)),
                 on(lengths, P(axes)))
         try:
-            cudnn.export(jax.jit(ours), platforms=["cuda"])(*args)
+            jcr.export(jax.jit(ours), platforms=["cuda"])(*args)
         except ValueError as e:
             print("export refused:", "over 8 devices is not supported" in str(e))
 

@@ -2,6 +2,7 @@
 records with the machine's and each process's facts, ratios, the roofline, the neighbour ratio, PNG and Markdown
 outputs; and ``--same-process``."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -168,19 +169,24 @@ def test_measure_counts_the_peak_above_the_allocation_at_reset():
 
 
 def test_cudnn_workspace_is_unknown_rather_than_wrong_without_a_gpu(monkeypatch):
+    """The bench's memory column asks the registry what a run takes outside XLA's buffers: cuDNN's workspace, None
+    where cuDNN cannot be asked (no GPU), never a wrong number."""
+    from jax_cudnn_rnn.backends import registry
+    from jax_cudnn_rnn.backends.call import Call
     from jax_cudnn_rnn.backends.cudnn import plan
 
     bc = bench.CONFIGS["F"]
-    cfg = bc.rnn_config("float32")
+    call = Call(bc.rnn_config("float32"), bc.time, bc.batch)
 
     def no_gpu(problem, algo):
         raise RuntimeError("temp_space_sizes needs a CUDA GPU")
 
     monkeypatch.setattr(plan, "temp_space_sizes", no_gpu)
-    assert contenders.cudnn_workspace(bc, cfg, training=True) is None
+    assert registry.scratch_bytes("cudnn", call, registry.TRAINING) is None
     asked = []
     monkeypatch.setattr(plan, "temp_space_sizes", lambda problem, algo: asked.append((problem, algo)) or (4096, 0))
-    assert contenders.cudnn_workspace(bc, cfg, training=False) == 4096
+    assert registry.scratch_bytes("cudnn", call, registry.FORWARD) == 4096
+    assert registry.scratch_bytes("xla", call, registry.FORWARD) == 0  # nothing outside XLA's buffers
     problem, _ = asked[0]
     assert (problem.max_time, problem.batch, problem.training, problem.allow_tf32) == (bc.time, bc.batch, False, False)
 
@@ -271,7 +277,20 @@ def test_each_contender_ran_in_a_process_of_its_own(quick_run):
     all_pids = [next(iter(p)) for p in pids.values()]
     assert len(set(all_pids)) == len(all_pids)
     default = [r for r in data["records"] if r["contender"] == "jcr-default"]
-    assert default and all(r["implementation"] in ("xla", "onednn", "onednn+xla", "xla+onednn") for r in default)
+    # What the default ran, on each side: names of the CPU's implementations ("onednn+xla": oneDNN undifferentiated).
+    cpu_names = {"xla", "onednn", "onednn:plain"}
+    assert default and all(set(r["implementation"].split("+")) <= cpu_names for r in default)
+
+
+def test_workers_run_under_pythonsafepath(monkeypatch):
+    """A worker inherits PYTHONSAFEPATH=1 (Python then leaves the script's folder off sys.path): it still finds
+    contenders.py beside it (the GPU runbook's bench ran no contender at all before this)."""
+    monkeypatch.setenv("PYTHONSAFEPATH", "1")
+    bc = dataclasses.replace(contenders.CPU_CONFIGS[0], hidden=4, input_size=4, batch=2, time=3)
+    job = measure._contender_job(contenders.contender("jcr-xla"), bc, "float32", measure.QUICK_TIMING, "float32")
+    outcome = measure._in_worker(job)
+    assert "error" not in outcome, outcome
+    assert outcome["process"]["package_imported"] is True
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the neighbour ratio times PyTorch")
@@ -408,16 +427,27 @@ def test_padded_configs_time_every_contender_with_the_same_lengths(tmp_path):
         (("xla", "onednn:plain"), "xla+onednn:plain"),
     ],
 )
-def test_default_records_the_onednn_pair_it_runs(monkeypatch, pair, name):
-    """Where the registry chose oneDNN, the default runs what oneDNN's table gives for the call, oneDNN throughout or
-    a hybrid; the record names that (it named only "onednn", so the report's "picked" column hid the xla training
-    steps of the B=1 GRUs)."""
+def test_default_records_the_pair_it_runs(monkeypatch, pair, name):
+    """The default's record names what ran on each side, as the registry chose it: oneDNN throughout, its
+    plain-weights variant, or a hybrid (it once named only "onednn", so the report's "picked" column hid the xla
+    training steps of the B=1 GRUs). The estimates are made up so that the registry chooses ``pair``."""
+    from jax_cudnn_rnn.backends import registry
     from jax_cudnn_rnn.backends.onednn import backend
 
-    seen = []
-    monkeypatch.setattr(backend, "variant_for", lambda call: seen.append(call) or pair)
-    assert contenders._onednn_pair("the call") == name
-    assert seen == ["the call"]
+    if backend.unavailable() is not None:
+        pytest.skip(backend.unavailable())
+    wanted = dict(zip(registry.SIDES, pair, strict=True))
+
+    def cost(call, side, variant):
+        chosen = wanted[side]
+        if variant:  # the plain-weights variant, training side only
+            return registry.Cost(0.5, "test") if chosen == "onednn:plain" else None
+        return registry.Cost({"onednn": 0.5, "onednn:plain": 1.0}.get(chosen, 2.0), "test")
+
+    monkeypatch.setattr(backend, "cost", cost)
+    runner = contenders._build_jcr(contenders.CONFIGS["cpu-lstm"].shrunk(), "float32", None)
+    assert runner.notes["implementation"] == name
+    assert jcr.implementation_for("cpu", jcr.backends.call.Call(jcr.RNNConfig("lstm", 1, 32, 32), 10, 4)) == name
 
 
 def test_decoding_configs_carry_the_states_through_one_step_calls(tmp_path):

@@ -1,6 +1,9 @@
 """``jax-cudnn-rnn info``: versions, the extension's status and why, devices, and the implementation rnn() picks."""
 
+import itertools
 import json
+import os
+import sys
 
 import jax
 import numpy as np
@@ -8,9 +11,14 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
+from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
-from jax_cudnn_rnn.backends.onednn import backend as onednn_backend
+from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.tools import cli, info
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from skips import REQUIRE_ONEDNN, skip_or_fail
 
 
 def _report(capsys, *flags):
@@ -26,13 +34,21 @@ def test_json_report_matches_this_process(capsys):
     assert report["extension"]["error"] == jcr.extension_error()
     assert report["onednn_extension"]["loaded"] == onednn.extension_loaded()
     cpu = [d for d in report["devices"] if d["platform"] == "cpu"]
-    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and faster for the mode (onednn.CPU_TABLE).
-    assert cpu and all(set(d["rnn_implementation"].values()) <= {"xla", "onednn"} for d in cpu)
+    # cuDNN never runs on a CPU device; oneDNN runs there where it is loaded and estimated faster for the mode on a
+    # side (the CPU rule); the report names the pair, as implementation= takes it ("onednn+xla": oneDNN
+    # undifferentiated, xla under jax.grad), and what decided it.
+    assert cpu
     for d in cpu:
         for mode, picked in d["rnn_implementation"].items():
-            choice = onednn.cpu_choice(jcr.RNNConfig(mode, 1, 128, 128), 32)
-            want = "onednn" if onednn.extension_loaded() and choice != ("xla", "xla") else "xla"
+            forward, training = onednn.cpu_choice(jcr.RNNConfig(mode, 1, 128, 128), 32)
+            assert {forward, training.partition(":")[0]} <= (
+                {"xla", "onednn"} if onednn.extension_loaded() else {"xla"}
+            )
+            want = training if training.partition(":")[0] == forward else f"{forward}+{training}"
             assert picked == want, (mode, picked)
+        assert d["decided_by"] and all(isinstance(source, str) for source in d["decided_by"])
+        if onednn.extension_loaded() and any(p != "xla" for p in d["rnn_implementation"].values()):
+            assert any("the rule fitted to the shipped measurements" in source for source in d["decided_by"])
     if jcr.extension_loaded():
         build = _extension.build_versions(_extension.module())
         assert report["extension"]["built_against"]["jaxlib"] == build["jaxlib"]
@@ -46,7 +62,7 @@ def test_the_picked_implementation_is_what_rnn_runs(mode):
     """Cross-check with what rnn() really does on the CPU: the named implementation's result, bit for bit."""
     device = jax.devices("cpu")[0]
     picked_name = info.implementation_on(device, mode)
-    assert picked_name in ("xla", *onednn_backend._VARIANTS)
+    assert registry.why_not(picked_name, "cpu", Call(jcr.RNNConfig(mode, 1, 3, 2))) is None, picked_name
     cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2)
     params = jcr.init_params(jax.random.key(0), cfg)
     x = jax.device_put(np.ones((4, 2, 2), np.float32), device)
@@ -60,17 +76,22 @@ def test_the_picked_implementation_is_what_rnn_runs(mode):
 def test_text_report_says_why_the_extension_is_not_loaded(capsys, monkeypatch):
     monkeypatch.setattr(_extension.EXTENSION, "_module", None)
     monkeypatch.setattr(_extension.EXTENSION, "_error", "the cuDNN extension was not built: no C++ compiler was found")
+    for gpu in (True, False):
+        monkeypatch.setattr(info, "nvidia_gpu", lambda gpu=gpu: gpu)
+        out = _report(capsys, "--verbose")
+        assert "cuDNN extension: not loaded" in out
+        assert "why: the cuDNN extension was not built: no C++ compiler was found" in out
+        assert "cpu:0" in out and "xla" in out
+    # Without an NVIDIA GPU the reason is no advice: only --verbose shows it.
     out = _report(capsys)
-    assert "cuDNN extension: not loaded" in out
-    assert "why: the cuDNN extension was not built: no C++ compiler was found" in out
-    assert "cpu:0" in out and "xla" in out
+    assert "cuDNN extension: not loaded (not needed here: no NVIDIA GPU)" in out and "no C++ compiler" not in out
 
 
 def test_text_report_shows_a_version_mismatch(capsys, monkeypatch):
     note = "the cuDNN extension is loaded, but it was compiled against jaxlib 0"
     monkeypatch.setattr(_extension.EXTENSION, "_warning", note)
     monkeypatch.setattr(_extension.EXTENSION, "_error", note)
-    out = _report(capsys)
+    out = _report(capsys, "--verbose")
     assert ("note: " if jcr.extension_loaded() else "why: ") + "the cuDNN extension is loaded, but" in out
 
 
@@ -81,6 +102,88 @@ def test_report_says_what_only_the_xla_implementation_runs(capsys):
     for label, declined in report.items():
         assert set(declined) == {"cudnn", "onednn"}, label
     assert "do not run 'gru_reset_before'" in report["mode 'gru_reset_before'"]["cudnn"]
-    text = _report(capsys)
+    text = _report(capsys, "--verbose")
     assert "run by the xla implementation only" in text
     assert "onednn: needs no recurrent dropout in training" in text
+    short = _report(capsys)
+    assert "xla only: other activations than the cell's own, mode 'gru_reset_before', recurrent dropout" in short
+    assert "needs no recurrent dropout" not in short
+
+
+LONG_ERROR = "the oneDNN extension failed: " + " ".join(["/a/very/long/path/to/libdnnl.so.3"] * 12) + " Fix: reinstall"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("loaded", [True, False])
+def test_every_line_fits_in_100_columns(capsys, monkeypatch, gpu, loaded):
+    """Issue 51: the report was one line of about 1,400 characters (the CPU table's provenance)."""
+    monkeypatch.setattr(info, "nvidia_gpu", lambda: gpu)
+    if not loaded:
+        for extension in (_extension.EXTENSION, onednn_extension.EXTENSION):
+            monkeypatch.setattr(extension, "_module", None)
+            monkeypatch.setattr(extension, "_error", LONG_ERROR)
+    for flags in ((), ("--verbose",)):
+        out = _report(capsys, *flags)
+        assert max(map(len, out.splitlines())) <= 100, [line for line in out.splitlines() if len(line) > 100]
+        assert out.count("\n") >= 8
+
+
+def test_the_rules_measurements_are_behind_verbose(capsys):
+    if not onednn.extension_loaded():
+        skip_or_fail(f"the oneDNN extension is not loaded: {onednn.extension_error()}", REQUIRE_ONEDNN)
+    cpus = [m.describe() for m in onednn.MEASUREMENTS]
+    assert len(cpus) >= 2 and all(len(cpu) > 30 for cpu in cpus)
+    flat = lambda text: " ".join(text.split())  # noqa: E731 - joins the wrapped lines back
+    plain, verbose = flat(_report(capsys)), flat(_report(capsys, "--verbose"))
+    assert not any(cpu in plain for cpu in cpus)
+    assert all(cpu in verbose for cpu in cpus)
+
+
+def test_the_peers_versions_are_reported(capsys):
+    lines = _report(capsys).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("peers: "))
+    rest = itertools.takewhile(lambda line: line.startswith("  "), lines[first + 1 :])
+    text = " ".join(" ".join([lines[first], *rest]).split())  # the wrapped "peers:" line, joined
+    installed = {name: v for name in info.PEERS if (v := info._version(name))}
+    assert {"flax", "orbax-checkpoint", "optax"} <= set(installed)  # the package's and the test extra's
+    for name, version in installed.items():
+        assert f"{name} {version}" in text, name
+    report = json.loads(_report(capsys, "--json"))
+    assert report["peers"] == {name: info._version(name) for name in info.PEERS}
+
+
+def test_no_cudnn_advice_without_an_nvidia_gpu(capsys, monkeypatch):
+    monkeypatch.setattr(_extension.EXTENSION, "_module", None)
+    monkeypatch.setattr(_extension.EXTENSION, "_error", "libcudnn.so.9 is missing; pip install nvidia-cudnn-cu13")
+    monkeypatch.setattr(info, "nvidia_gpu", lambda: False)
+    report = json.loads(_report(capsys, "--json"))
+    assert not any("cudnn" in tip.lower() or "cuda" in tip.lower() for tip in report["advice"]), report["advice"]
+    assert "nvidia-cudnn-cu13" not in _report(capsys)
+    # With an NVIDIA GPU that JAX does not see, the advice is JAX's CUDA plugin; seen without the extension, its fix.
+    monkeypatch.setattr(info, "nvidia_gpu", lambda: True)
+    advice = json.loads(_report(capsys, "--json"))["advice"]
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        assert any('pip install "jax[cuda13]"' in tip for tip in advice), advice
+    else:
+        assert any("pip install nvidia-cudnn-cu13" in tip for tip in advice), advice
+
+
+def test_the_oneDNN_advice_gives_the_fix_where_it_applies(capsys, monkeypatch):
+    monkeypatch.setattr(info, "nvidia_gpu", lambda: False)
+    monkeypatch.setattr(onednn_extension.EXTENSION, "_module", None)
+    monkeypatch.setattr(onednn_extension.EXTENSION, "_error", "the oneDNN extension is not part of this installation")
+    report = json.loads(_report(capsys, "--json"))
+    onednn_tips = [tip for tip in report["advice"] if "oneDNN" in tip]
+    if report["machine"] == "x86_64":
+        assert onednn_tips == [
+            'the CPU default could run oneDNN\'s kernels where faster: `pip install "jax-cudnn-rnn[onednn]"`'
+        ]
+    else:  # no oneDNN wheels there: nothing to advise
+        assert onednn_tips == []
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"jax-cudnn-rnn {jcr.__version__}"

@@ -6,10 +6,13 @@ H100 (docs/BENCHMARKS.md, config F, LSTM H128 B32 T1000) PyTorch's forward takes
 ``RNN_blockPersist_fp_LSTM`` kernel where the standard algorithm takes 16-21 ms in 2,000 launches.
 
 Limits (cuDNN's documentation of cudnnRNNAlgo_t and cudnnSetRNNDescriptor_v8): no persistent algorithm supports
-per-sequence lengths, projection or float64; PERSIST_STATIC_SMALL_H needs a small hidden size (smaller still for the
-backward pass); cuDNN says not to mix algorithms between the forward and the backward of one training step, so a
-differentiated call chooses with the backward limits and both passes use that choice. Cell clipping stays on the
-standard algorithm: the clipping semantics were verified only there.
+per-sequence lengths, projection or float64; nor, as seen on an H200 with cuDNN 9.19 (cudnnSetRNNDescriptor_v8
+answers CUDNN_STATUS_NOT_SUPPORTED), a single-bias weight space (the Flax and Equinox modules' own
+parameterizations), so only double bias, the one mode seen to run (PyTorch's), runs persistent.
+PERSIST_STATIC_SMALL_H needs a small hidden size (smaller still for the backward pass); cuDNN says not to mix
+algorithms between the forward and the backward of one training step, so a differentiated call chooses with the
+backward limits and both passes use that choice. Cell clipping stays on the standard algorithm: the clipping
+semantics were verified only there.
 
 The weight space is the same for every algorithm, so a choice never changes ``params``.
 """
@@ -111,6 +114,8 @@ def unsupported_reason(algorithm: str, problem: Problem) -> str | None:
         return "cell_clip runs only with the standard algorithm here"
     if config.dtype.name == "float64":
         return "the persistent algorithms have no float64"
+    if config.bias_mode != "double":
+        return f"bias_mode={config.bias_mode!r} runs only with the standard algorithm (persistent ones need 'double')"
     if algorithm == PERSIST_STATIC_SMALL_H:
         limit = _small_h_limit(config, problem.training)
         if config.num_units > limit:

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.backends import registry, xla
+from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, fallback, kernels, plan
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
@@ -78,7 +78,7 @@ def _time_algorithm(problem: algorithm.Problem, chosen: str, device: jax.Device 
         static = Static(config, problem.allow_tf32, chosen)
 
         def run(params, x):
-            return _rnn(params, x, h0, c0, lengths, static)[0]
+            return _rnn(vjp.KernelArrays(params, x, h0, c0), lengths, static)[0]
 
         if problem.training:
             step = jax.jit(jax.grad(lambda p, x: jnp.sum(run(p, x).astype(jnp.float32)), argnums=(0, 1)))
@@ -100,15 +100,15 @@ def _plan(static: Static, x_shape, seq_lengths, training: bool) -> plan.Plan:
     )
 
 
-def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, call_plan: plan.Plan | None = None):
+def _forward(arrays: vjp.KernelArrays, seq_lengths, static: Static, training: bool, call_plan: plan.Plan | None = None):
     """One cuDNN forward: (y, h_n, c_n or None, Reserve or None), run per batch shard under sharding. The training
     forward runs under its plan (made here unless given) once per mapped element of ``jax.vmap``; the inference
     forward folds ``jax.vmap`` into its batch and plans for that batch."""
     config, lstm = static.config, static.config.has_cell_state
-    operands, batch_axes = convention.forward_operands(x, h0, params, c0, seq_lengths)
+    operands, batch_axes = convention.forward_operands(arrays.x, arrays.h0, arrays.params, arrays.c0, seq_lengths)
     out_axes = convention.output_axes(lstm, training)
     if training and call_plan is None:
-        call_plan = _plan(static, x.shape, seq_lengths, training=True)
+        call_plan = _plan(static, arrays.x.shape, seq_lengths, training=True)
 
     def call(*operands):
         this_plan = call_plan or _plan(static, operands[0].shape, seq_lengths, training=False)
@@ -126,17 +126,18 @@ def _forward(params, x, h0, c0, seq_lengths, static: Static, training: bool, cal
     return y, h_n, c_n, (Reserve(space, call_plan) if training else None)
 
 
-def _backward_sharded(
-    params, x, h0, y, dy, dh_n, space, c0, dc_n, seq_lengths, *, static: Static, call_plan: plan.Plan
-):
-    """The backward passes of one call, per batch shard: (dparams, dx, dh0, dc0 or None, reserve space)."""
+def _backward_sharded(res: vjp.Residuals, space, cotangents, *, static: Static, call_plan: plan.Plan):
+    """The backward passes of one call, per batch shard: (dparams, dx, dh0, dc0 or None, reserve space). ``space`` is
+    the reserve space apart from the other residuals (``res.reserve`` is not read), so that an eager call can donate
+    it alone."""
+    (dy, dh_n, dc_n), arrays = cotangents, res.arrays
     lstm = static.config.has_cell_state
-    operands, batch_axes = [params, x, h0, y, dy, dh_n, space], [None, 1, 1, 1, 1, 1, 0]
+    operands, batch_axes = [arrays.params, arrays.x, arrays.h0, res.y, dy, dh_n, space], [None, 1, 1, 1, 1, 1, 0]
     if lstm:
-        operands += [c0, dc_n]
+        operands += [arrays.c0, dc_n]
         batch_axes += [1, 1]
-    if seq_lengths is not None:
-        operands.append(seq_lengths)
+    if res.seq_lengths is not None:
+        operands.append(res.seq_lengths)
         batch_axes.append(0)
     local = functools.partial(kernels.backward, plan=call_plan, config=static.config, allow_tf32=static.allow_tf32)
     # dparams sums over the batch: per shard a partial sum, added up across the shards. The split follows the
@@ -151,37 +152,27 @@ def _backward_sharded(
 
 # Called eagerly (the backward of an eager jax.vjp), the backward donates the reserve space: cuDNN updates it in
 # place, and without donation XLA would copy the whole buffer first to keep the residual intact.
-_backward_donating = jax.jit(_backward_sharded, static_argnames=("static", "call_plan"), donate_argnums=(6,))
+_backward_donating = jax.jit(_backward_sharded, static_argnames=("static", "call_plan"), donate_argnums=(1,))
 
 
 def _is_concrete(*values) -> bool:
     return all(not isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values))
 
 
-def _backward(static: Static, res: vjp.Residuals, dy, dh_n, dc_n):
-    """(dparams, dx, dh0, dc0 or None) from the training forward's residuals."""
+def _backward(static: Static, res: vjp.Residuals, cotangents) -> vjp.KernelArrays:
+    """Every gradient of the kernel's arrays from the training forward's residuals."""
     space, call_plan = res.reserve
     backward = _backward_sharded
-    if _is_concrete(res, dy, dh_n, dc_n):
+    if _is_concrete(res, cotangents):
         if space.is_deleted():
             # This vjp function ran before and its backward consumed the reserve space: write it again.
-            space = _forward(res.params, res.x, res.h0, res.c0, res.seq_lengths, static, True, call_plan)[3].space
+            space = _forward(res.arrays, res.seq_lengths, static, True, call_plan)[3].space
         backward = _backward_donating
-    dparams, dx, dh0, dc0, _ = backward(
-        res.params,
-        res.x,
-        res.h0,
-        res.y,
-        dy,
-        dh_n,
-        space,
-        res.c0,
-        dc_n,
-        res.seq_lengths,
-        static=static,
-        call_plan=call_plan,
-    )
-    return dparams, dx, dh0, dc0
+    # The residuals travel without the reserve (its space is an argument of its own, its plan static) and without the
+    # final states, which cuDNN's backward does not read.
+    needed = res._replace(h_n=None, c_n=None, reserve=None)
+    dparams, dx, dh0, dc0, _ = backward(needed, space, cotangents, static=static, call_plan=call_plan)
+    return vjp.KernelArrays(dparams, dx, dh0, dc0)
 
 
 _rnn = vjp.fused_rnn(_forward, _backward)
@@ -193,22 +184,23 @@ def kernel_for(call: Call) -> compose.Kernel:
         allow_tf32=call.precision == "tensorfloat32", algorithm=call.cudnn.algorithm, placement=call.placement
     )
 
-    def run(params, x, h0, c0, config: RNNConfig, seq_lengths):
-        return _rnn(params, x, h0, c0, seq_lengths, Static(config, **static))
+    def run(part: Call, inputs: Inputs):  # the call or a part of it (a layer, a chunk, the packed segments)
+        arrays = vjp.KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0)
+        return _rnn(arrays, inputs.seq_lengths, Static(part.config, **static))
 
     return run
 
 
 def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """The registry's ``run``: ``call`` on cuDNN, with the xla implementation for resets beyond max_segments."""
-    fallback = functools.partial(xla.rnn_xla, precision=call.precision)
+    """The registry's ``run``: ``call`` on cuDNN; resets beyond max_segments run the registry's next choice for the
+    call (``registry.fallback``: one with resets of its own)."""
+    next_choice = None if inputs.resets is None else registry.fallback("cudnn", call)
     return compose.run(
         kernel_for(call),
         call,
         inputs,
         max_time_steps=MAX_TIME_STEPS,
-        fallback=fallback,
-        max_segments=call.cudnn.max_segments,
+        fallback=next_choice,
     )
 
 
@@ -275,6 +267,26 @@ def unsupported(call: Call) -> str | None:
     return None
 
 
+def workspace_bytes(call: Call, side: str, variant: str) -> int | None:
+    """The workspace cuDNN asks for ``call`` on ``side`` under the heuristic's algorithm (taken from XLA's scratch
+    allocator, outside XLA's memory analysis), or None where it cannot be asked (no GPU) or the call is not known."""
+    del variant  # cuDNN has none
+    if call.config is None or call.max_time is None or call.batch is None:
+        return None
+    problem = algorithm.Problem(
+        call.config,
+        call.max_time,
+        call.batch,
+        padded=call.seq_lengths,
+        training=side == registry.TRAINING,
+        allow_tf32=call.precision == "tensorfloat32",
+    )
+    try:
+        return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
+    except Exception:  # noqa: BLE001 - then the bench's memory column is unknown rather than wrong
+        return None
+
+
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 """The cells cuDNN's RNN kernels run (cudnnRNNMode_t); another mode is refused by name before any kernel."""
 
@@ -282,7 +294,6 @@ registry.register(
     registry.Backend(
         "cudnn",
         ("cuda",),
-        priority=30,
         supports=registry.Supports(
             "cuDNN's RNN kernels",
             modes=MODES,
@@ -292,6 +303,9 @@ registry.register(
         ),
         unavailable=lambda: unavailable(),
         run=rnn,
+        # Wherever it runs the call on CUDA, on both sides: its algorithm is chosen inside it (algorithm.py).
+        cost=lambda call, side, variant: registry.PREFERRED,
         passed_over=lambda call: fallback.passed_over(call, unavailable, unsupported),
+        scratch_bytes=workspace_bytes,
     )
 )

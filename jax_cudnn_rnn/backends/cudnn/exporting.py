@@ -1,24 +1,21 @@
-"""``jax.export`` of cuDNN calls: refused by default, allowed through ``export`` for a single device.
+"""``jax.export`` of cuDNN calls: refused by default, allowed through ``jax_cudnn_rnn.export`` for a single device.
 
 The cuDNN FFI targets are not on JAX's list of custom calls with compatibility guarantees, and a batch-sharded call's
 custom_partitioning callback lives in the exporting process. A marker (``guard``) on every forward makes exporting
-them a clear error at lowering time, unless ``export`` asked for it (single-device, with JAX's check disabled for the
-targets).
+them a clear error at lowering time, unless ``jax_cudnn_rnn.export`` asked for it (``allowed``: single-device, with
+JAX's check disabled for the targets; ``jax_cudnn_rnn/backends/exporting.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import jax
-import jax.export
 import jax.extend
 from jax.interpreters import batching as jax_batching
 from jax.interpreters import mlir
-
-from jax_cudnn_rnn.backends.cudnn import extension
 
 _exporting = threading.local()
 
@@ -29,8 +26,8 @@ _export_guard_p.def_abstract_eval(lambda *avals: avals)
 jax_batching.primitive_batchers[_export_guard_p] = lambda args, dims: (_export_guard_p.bind(*args), dims)
 
 EXPORT_ADVICE = (
-    "use implementation='xla' (it exports for every platform), or jax_cudnn_rnn.cudnn.export(...) for "
-    "a single-device cuDNN function (docs/lowering.md)"
+    "export with jax_cudnn_rnn.export(...), which exports a single-device cuDNN function and names what it needs "
+    "where it runs, or use implementation='xla' (it exports for every platform with plain jax.export; docs/lowering.md)"
 )
 
 
@@ -57,33 +54,16 @@ def _export_guard_lowering(ctx, *args):
 mlir.register_lowering(_export_guard_p, _export_guard_lowering)
 
 
-def export(fn, *, platforms: Sequence[str] = ("cuda",), disabled_checks: Sequence[Any] = (), **kwargs):
-    """``jax.export.export(fn, ...)`` for a jitted function whose ``rnn()`` calls run cuDNN on one device.
-
-    It disables JAX's compatibility check for this library's FFI targets only. The result runs where this library is
-    imported (that registers the targets) with a cuDNN and a GPU model like the exporting machine's: the reserve-space
-    size of a differentiated call is fixed at export (the handlers check it at run time and fail with the sizes).
-    Calls sharded over several devices cannot be exported (ValueError): export the per-device function.
-
-    Returns the function that ``jax.export.export`` returns (call it with the arguments or their shapes).
-    """
-    checks = [
-        *disabled_checks,
-        *(
-            jax.export.DisabledSafetyCheck.custom_call(target)
-            for target in (extension.FORWARD_TARGET, extension.BACKWARD_DATA_TARGET, extension.BACKWARD_WEIGHTS_TARGET)
-        ),
-    ]
-    exporter = jax.export.export(fn, platforms=platforms, disabled_checks=checks, **kwargs)
-
-    def run(*args, **call_kwargs):
-        _exporting.allowed = True
-        try:
-            return exporter(*args, **call_kwargs)
-        finally:
-            _exporting.allowed = False
-
-    return run
+@contextlib.contextmanager
+def allowed() -> Iterator[None]:
+    """Within it, this thread's lowerings for ``jax.export`` let single-device cuDNN calls through
+    (``jax_cudnn_rnn.export``, which disables JAX's check for their targets)."""
+    before = getattr(_exporting, "allowed", False)
+    _exporting.allowed = True
+    try:
+        yield
+    finally:
+        _exporting.allowed = before
 
 
 def guard(*outputs: jax.Array) -> tuple[jax.Array, ...]:

@@ -49,6 +49,9 @@ EXTENSION = native_extension.NativeExtension(
         'the extension needs cuDNN 9\'s libcudnn.so.9: `pip install "jax-cudnn-rnn[cudnn]"` or '
         "`pip install nvidia-cudnn-cu13` brings it",
     ),
+    targets=(FORWARD_TARGET, BACKWARD_DATA_TARGET, BACKWARD_WEIGHTS_TARGET),
+    # what kernels.py and this module ask of it
+    attributes=("cudnn_version", "CUDNN_BUILD_VERSION", "temp_space_sizes"),
 )
 _cudnn_path: str | None = None
 # The cuDNN an isolated build compiles against (pyproject.toml's pin of nvidia-cudnn-cu13, the first cuDNN for CUDA 13),

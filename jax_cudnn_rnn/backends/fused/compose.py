@@ -1,8 +1,8 @@
 """A fused-kernel backend's ``run``: one kernel call, and around it in ordinary JAX what the kernel cannot do itself.
 
-A *kernel* is ``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n)`` over the whole network without
-dropout (``convention.Kernel``). ``run`` builds the call from the inside out, each step a ``convention.Runner`` (the
-same with dropout masks):
+A *kernel* is ``kernel(call, inputs) -> (y, h_n, c_n)`` over the whole network without dropout
+(``convention.Kernel``). ``run`` builds the call from the inside out, each step a ``convention.Runner`` (the same with
+dropout masks):
 
 1. dropout masks: the network layer by layer, each layer one kernel call (jax_cudnn_rnn/backends/fused/stacking.py);
 2. sequences longer than ``max_time_steps``: time chunks with the state carried, and lengths of 0 as empty
@@ -18,7 +18,6 @@ never sends it such calls) and no lengths, so steps 0 and 1 apply there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from jax_cudnn_rnn.backends.call import Call, Inputs
@@ -29,14 +28,10 @@ from jax_cudnn_rnn.backends.fused.convention import Kernel, Runner
 def with_masks(kernel: Kernel) -> Runner:
     """``kernel`` extended to dropout masks: without them one call, with them layer by layer."""
 
-    def run(params, x, h0, c0, config, seq_lengths, dropout_masks):
-        if not dropout_masks:
-            return kernel(params, x, h0, c0, config, seq_lengths)
-
-        def run_layer(params, x, h0, c0, single):
-            return kernel(params, x, h0, c0, single, seq_lengths)
-
-        return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, dropout_masks)
+    def run(call: Call, inputs: Inputs):
+        if not inputs.dropout_masks:
+            return kernel(call, inputs)
+        return stacking.rnn_with_masks(kernel, call, inputs)
 
     return run
 
@@ -47,33 +42,21 @@ def run(
     inputs: Inputs,
     *,
     max_time_steps: int | None = None,
-    fallback: Callable[..., tuple[Any, Any, Any]] | None = None,
-    max_segments: int | None = None,
+    fallback: Runner | None = None,
     takes_lengths: bool = True,
 ) -> tuple[Any, Any, Any]:
-    """``call`` on ``kernel`` (see the module docstring). ``fallback(params, x, h0, c0, config, seq_lengths,
-    dropout_masks, resets=...)`` runs a batch with resets that has more segments than ``max_segments`` (None: twice
-    the batch). ``takes_lengths=False``: ``kernel`` is always called with lengths None (``lengths.with_lengths``)."""
+    """``call`` on ``kernel`` (see the module docstring). ``fallback(call, inputs)`` runs a batch with resets that
+    has more segments than ``call.cudnn.max_segments`` (None: twice the batch). ``takes_lengths=False``: ``kernel`` is
+    always called with lengths None (``lengths.with_lengths``)."""
     layered = with_masks(kernel if takes_lengths else lengths.with_lengths(kernel))
 
-    def chunked(params, x, h0, c0, config, seq_lengths, dropout_masks):
+    def chunked(call: Call, inputs: Inputs):
         if max_time_steps is None:
-            return layered(params, x, h0, c0, config, seq_lengths, dropout_masks)
-        return chunking.run_chunked(layered, max_time_steps, params, x, h0, c0, config, seq_lengths, dropout_masks)
+            return layered(call, inputs)
+        return chunking.run_chunked(layered, max_time_steps, call, inputs)
 
-    params, x, h0, c0, seq_lengths, resets, dropout_masks = (
-        inputs.params,
-        inputs.x,
-        inputs.h0,
-        inputs.c0,
-        inputs.seq_lengths,
-        inputs.resets,
-        inputs.dropout_masks,
-    )
-    if resets is None:
-        return chunked(params, x, h0, c0, call.config, seq_lengths, dropout_masks)
+    if inputs.resets is None:
+        return chunked(call, inputs)
     if fallback is None:
         raise ValueError("resets on a fused kernel need a fallback implementation with resets of its own")
-    return segments.rnn_segmented(
-        chunked, fallback, params, x, h0, c0, call.config, seq_lengths, resets, dropout_masks, max_segments
-    )
+    return segments.rnn_segmented(chunked, fallback, call, inputs)

@@ -6,28 +6,47 @@ batch), ``c0`` [L*D, B, H] for an LSTM and ``seq_lengths`` [B] where the call ha
 ``h_n``, ``c_n`` for an LSTM and, from the training forward, the reserve space the backward reads (its rows are the
 batch). ``forward_operands`` lays the operands out with their batch axes, ``vmapped`` gives the call its ``jax.vmap``
 rule, ``output_types`` types what comes back and ``forward_outputs`` names it. ``Kernel`` is the signature of a whole
-network's run without dropout, ``Runner`` that of one with dropout masks, which the rest of the kit composes.
+network's run without dropout, ``Runner`` that of one with dropout masks, which the rest of the kit composes: both take
+the prepared call and its arrays as the records ``ops.rnn`` made (jax_cudnn_rnn/backends/call.py), a part of the call
+(a layer, a direction, a chunk) as a call of its own (``part``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused.batching import fold_vmap, sequential_vmap
 from jax_cudnn_rnn.config import RNNConfig
 
-Kernel = Callable[..., tuple[Any, Any, Any]]
-"""``kernel(params, x, h0, c0, config, seq_lengths) -> (y, h_n, c_n or None)``: a whole network without dropout over
-time-major arrays as ``rnn`` takes them (lengths int32 [B] or None), differentiable: a native backend's kernel call."""
+Kernel = Callable[[Call, Inputs], tuple[Any, Any, Any]]
+"""``kernel(call, inputs) -> (y, h_n, c_n or None)``: the network ``call.config`` without dropout over time-major
+arrays as ``rnn`` takes them (``inputs``: no dropout masks, no resets; lengths int32 [B] or None), differentiable: a
+native backend's kernel call."""
 
-Runner = Callable[..., tuple[Any, Any, Any]]
-"""``runner(params, x, h0, c0, config, seq_lengths, dropout_masks) -> (y, h_n, c_n or None)``: a ``Kernel`` with
-dropout masks as ``dropout.masks_for`` makes them (or None), what ``compose.with_masks`` makes of a kernel, what the
-time chunks and the reset segments compose, and what they fall back to (the xla implementation has this signature)."""
+Runner = Callable[[Call, Inputs], tuple[Any, Any, Any]]
+"""``runner(call, inputs) -> (y, h_n, c_n or None)``: a ``Kernel`` that also takes ``inputs.dropout_masks`` as
+``dropout.masks_for`` makes them (or None): what ``compose.with_masks`` makes of a kernel, what the time chunks and the
+reset segments compose, and what they fall back to (every registered backend's ``run`` is one)."""
+
+
+def part(call: Call, inputs: Inputs, config: RNNConfig | None = None) -> Call:
+    """The call of a part of ``call`` (a layer, a direction, a time chunk, the packed segments) whose arrays are
+    ``inputs``: its network (``config``; None: the call's), its T and B, whether it has lengths and resets; its
+    options and placement are the call's."""
+    return dataclasses.replace(
+        call,
+        config=call.config if config is None else config,
+        max_time=int(inputs.x.shape[0]),
+        batch=int(inputs.x.shape[1]),
+        seq_lengths=inputs.seq_lengths is not None,
+        resets=inputs.resets is not None,
+    )
 
 
 def config_attributes(config: RNNConfig) -> dict[str, Any]:

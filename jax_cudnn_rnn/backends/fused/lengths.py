@@ -35,11 +35,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer, layout
+from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import stacking
 from jax_cudnn_rnn.backends.fused.chunking import reverse_rows
-from jax_cudnn_rnn.backends.fused.convention import Kernel
+from jax_cudnn_rnn.backends.fused.convention import Kernel, part
 from jax_cudnn_rnn.config import RNNConfig
 
 Array = jax.Array
@@ -142,8 +143,9 @@ def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
     return jnp.where((lengths > 0)[None, :, None], last, initial)
 
 
-def _one_direction(kernel: Kernel, params, x, h0, c0, config: RNNConfig, lengths: Array):
-    """A one-layer unidirectional ``config`` over rows whose padding follows their ``lengths`` valid steps."""
+def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array):
+    """A one-layer unidirectional ``call.config`` over rows whose padding follows their ``lengths`` valid steps."""
+    x, params, config = inputs.x, inputs.params, call.config
     valid = (jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
     if config.mode in CHANNEL_WEIGHTS:  # zero padding and the channel in one pass (a pad fuses; a concatenate not)
         extra = channel_width(config) - config.input_size
@@ -153,45 +155,47 @@ def _one_direction(kernel: Kernel, params, x, h0, c0, config: RNNConfig, lengths
         params, config = with_channel(params, config)
     else:
         x = jnp.where(valid, x, jnp.zeros((), x.dtype))
-    y, _, c_n = kernel(params, x, h0, c0, config, None)
+    padded = inputs._replace(params=params, x=x, seq_lengths=None)
+    y, _, c_n = kernel(part(call, padded, config), padded)
     y = jnp.where(valid, y, jnp.zeros((), y.dtype))
-    return y, _last_valid(y, lengths, h0), c_n
+    return y, _last_valid(y, lengths, inputs.h0), c_n
 
 
 def with_lengths(kernel: Kernel) -> Kernel:
-    """``kernel`` (which takes no lengths: it is always called with None) extended to ``seq_lengths`` int32 [B] in
-    [0, T] (see the module docstring); without lengths it is ``kernel`` itself."""
+    """``kernel`` (which takes no lengths: it is always called with ``inputs.seq_lengths`` None) extended to
+    ``seq_lengths`` int32 [B] in [0, T] (see the module docstring); without lengths it is ``kernel`` itself."""
 
-    def run(params, x, h0, c0, config: RNNConfig, seq_lengths):
-        if seq_lengths is None:
-            return kernel(params, x, h0, c0, config, None)
-        lengths = jnp.clip(seq_lengths, 0, x.shape[0]).astype(jnp.int32)
+    def run(call: Call, inputs: Inputs):
+        if inputs.seq_lengths is None:
+            return kernel(call, inputs)
+        lengths = jnp.clip(inputs.seq_lengths, 0, inputs.x.shape[0]).astype(jnp.int32)
 
-        def run_layer(params, x, h0, c0, single: RNNConfig):
+        def run_layer(layer_call: Call, layer: Inputs):
+            single = layer_call.config
             outputs, h_n, c_n = [], [], []
             for direction in range(single.num_directions):
                 states = slice(direction, direction + 1)
-                inputs = x if direction == 0 else reverse_rows(x, lengths)
-                y, h_last, c_last = _one_direction(
-                    kernel,
-                    layout.sub_params(params, single, 0, direction) if single.num_directions > 1 else params,
-                    inputs,
-                    h0[states],
-                    None if c0 is None else c0[states],
-                    layout.sub_config(single, 0, direction),
-                    lengths,
+                one = layer._replace(
+                    params=_buffer.sub_params(layer.params, single, 0, direction)
+                    if single.num_directions > 1
+                    else layer.params,
+                    x=layer.x if direction == 0 else reverse_rows(layer.x, lengths),
+                    h0=layer.h0[states],
+                    c0=None if layer.c0 is None else layer.c0[states],
                 )
+                one_call = part(layer_call, one, _buffer.sub_config(single, 0, direction))
+                y, h_last, c_last = _one_direction(kernel, one_call, one, lengths)
                 outputs.append(y if direction == 0 else reverse_rows(y, lengths))
                 h_n.append(h_last)
                 c_n.append(c_last)
             return (
                 jnp.concatenate(outputs, axis=-1),
                 jnp.concatenate(h_n),
-                None if c0 is None else jnp.concatenate(c_n),
+                None if layer.c0 is None else jnp.concatenate(c_n),
             )
 
-        if config.num_layers == 1:
-            return run_layer(params, x, h0, c0, config)
-        return stacking.rnn_with_masks(run_layer, params, x, h0, c0, config, None)
+        if call.config.num_layers == 1:
+            return run_layer(call, inputs)
+        return stacking.rnn_with_masks(run_layer, call, inputs._replace(dropout_masks=None))
 
     return run

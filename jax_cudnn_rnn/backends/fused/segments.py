@@ -12,10 +12,11 @@ initial state and up to its own length, so ``rnn_segmented`` repacks the batch:
 3. The backend runs the packed batch once with the segments' lengths; ``unpack`` gathers the outputs back to [T, B]
    and the final states from the last segment (forward entries) and the first segment (backward entries) of each row.
 
-S = ``max_segments`` is static. A batch with more segments than that runs ``fallback`` (the xla implementation,
-which masks resets inside its scan) through ``lax.cond``: results are the same either way, only the speed differs.
-The packed batch is S rows of T steps, so memory grows with S; the default, ``default_max_segments``, is 2 B (on
-average one reset per row inside the window). Under ``jax.vmap`` the condition is batched and both branches run.
+S = ``max_segments`` is static. A batch with more segments than that runs ``fallback`` (the registry's next choice
+for the call: the xla implementation, which masks resets inside its scan) through ``lax.cond``: results are the same
+either way, only the speed differs. The packed batch is S rows of T steps, so memory grows with S; the default,
+``default_max_segments``, is 2 B (on average one reset per row inside the window). Under ``jax.vmap`` the condition
+is batched and both branches run.
 
 Everything here is ordinary JAX (integer bookkeeping, gathers) around one backend call, so it composes with the
 backend's custom_vjp and with ``chunking.run_chunked`` for long windows. Segment gathers cross batch rows: under batch
@@ -24,15 +25,14 @@ sharding they gather across devices.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_cudnn_rnn.backends.fused.convention import Runner
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.fused.convention import Runner, part
 
 Array = jax.Array
 
@@ -122,58 +122,47 @@ def _final_states(packed: Array, initial: Array, plan: SegmentPlan, seq_lengths:
     return jnp.where((seq_lengths > 0)[None, :, None], gathered, initial)
 
 
-def rnn_segmented(
-    run: Runner,
-    fallback: Callable[..., tuple[Array, Array, Array | None]],
-    params: Array,
-    x: Array,
-    h0: Array,
-    c0: Array | None,
-    config: RNNConfig,
-    seq_lengths: Array | None,
-    resets: Array,
-    dropout_masks: Sequence[Array] | None = None,
-    max_segments: int | None = None,
-):
-    """``rnn`` with ``resets`` through a fused backend that has no resets of its own (see the module docstring).
+def rnn_segmented(run: Runner, fallback: Runner, call: Call, inputs: Inputs):
+    """``rnn`` with ``inputs.resets`` (bool [T, B]) through a fused backend that has no resets of its own (see the
+    module docstring).
 
     Args:
       run: the fused kernel with masks (``convention.Runner``), called once on the packed batch [T, S] with lengths in
-        [1, T].
-      fallback: ``fallback(params, x, h0, c0, config, seq_lengths, dropout_masks, resets=resets)``, an
-        implementation with resets of its own, run when the batch has more than ``max_segments`` segments.
-      params, x [T, B, I], h0 [L*D, B, hidden], c0 [L*D, B, H] or None, config: as ``rnn``.
-      seq_lengths: int32 [B] in [0, T], or None (all T).
-      resets: bool [T, B].
-      dropout_masks: None or L-1 arrays [T, B, D*hidden] (``dropout.dropout_masks``), applied to each segment's rows.
-      max_segments: static bound S >= B on the segments of one batch; None: ``default_max_segments(B)``.
+        [1, T] and no resets.
+      fallback: an implementation with resets of its own (``convention.Runner``), run on the whole call when the batch
+        has more than ``call.cudnn.max_segments`` segments (None: ``default_max_segments(B)``).
+      call, inputs: the prepared call (jax_cudnn_rnn/backends/call.py); seq_lengths int32 [B] in [0, T] or None (all
+        T); dropout_masks None or L-1 arrays [T, B, D*hidden], applied to each segment's rows.
 
     Returns:
       (y [T, B, D*hidden], h_n like h0, c_n like c0 or None), as ``rnn`` with resets.
     """
+    x, resets, seq_lengths = inputs.x, inputs.resets, inputs.seq_lengths
     num_steps, batch, _ = x.shape
+    max_segments = call.cudnn.max_segments
     max_segments = default_max_segments(batch) if max_segments is None else max_segments
     lengths = jnp.full((batch,), num_steps, jnp.int32) if seq_lengths is None else jnp.clip(seq_lengths, 0, num_steps)
     plan = plan_segments(resets, lengths, max_segments)
-    directions = config.num_directions
+    directions = call.config.num_directions
 
-    def packed_run(params, x, h0, c0, dropout_masks):
-        y, h_n, c_n = run(
-            params,
-            pack(x, plan),
-            _packed_states(h0, plan, resets, lengths, directions),
-            None if c0 is None else _packed_states(c0, plan, resets, lengths, directions),
-            config,
-            jnp.maximum(plan.length, 1),
-            None if dropout_masks is None else [pack(mask, plan) for mask in dropout_masks],
+    def packed_run(inputs: Inputs):
+        h0, c0, masks = inputs.h0, inputs.c0, inputs.dropout_masks
+        packed = inputs._replace(
+            x=pack(inputs.x, plan),
+            h0=_packed_states(h0, plan, resets, lengths, directions),
+            c0=None if c0 is None else _packed_states(c0, plan, resets, lengths, directions),
+            seq_lengths=jnp.maximum(plan.length, 1),
+            resets=None,
+            dropout_masks=None if masks is None else [pack(mask, plan) for mask in masks],
         )
+        y, h_n, c_n = run(part(call, packed), packed)
         return (
             unpack(y, plan),
             _final_states(h_n, h0, plan, lengths, directions),
             None if c_n is None else _final_states(c_n, c0, plan, lengths, directions),
         )
 
-    def fallback_run(params, x, h0, c0, dropout_masks):
-        return fallback(params, x, h0, c0, config, seq_lengths, dropout_masks, resets=resets)
+    def fallback_run(inputs: Inputs):
+        return fallback(call, inputs)
 
-    return lax.cond(plan.count <= max_segments, packed_run, fallback_run, params, x, h0, c0, dropout_masks)
+    return lax.cond(plan.count <= max_segments, packed_run, fallback_run, inputs)

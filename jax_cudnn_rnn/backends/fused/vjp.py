@@ -19,13 +19,20 @@ import jax
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 
 
-class Residuals(NamedTuple):
-    """What the training forward leaves for the backward pass: the inputs, the outputs and the reserve space."""
+class KernelArrays(NamedTuple):
+    """The arrays of one kernel call that get gradients: the opaque buffer, x [T, B, I], h0 [L*D, B, hidden] and c0
+    [L*D, B, H] (LSTM) or None."""
 
     params: jax.Array
     x: jax.Array
     h0: jax.Array
     c0: jax.Array | None
+
+
+class Residuals(NamedTuple):
+    """What the training forward leaves for the backward pass: the inputs, the outputs and the reserve space."""
+
+    arrays: KernelArrays
     seq_lengths: jax.Array | None
     y: jax.Array
     h_n: jax.Array
@@ -33,29 +40,27 @@ class Residuals(NamedTuple):
     reserve: Any
 
 
-# forward(params, x, h0, c0, seq_lengths, static, training) -> (y, h_n, c_n or None, reserve or None)
+# forward(arrays, seq_lengths, static, training) -> (y, h_n, c_n or None, reserve or None)
 Forward = Callable[..., tuple[Any, Any, Any, Any]]
-# backward(static, residuals, dy, dh_n, dc_n or None) -> (dparams, dx, dh0, dc0 or None)
-Backward = Callable[..., tuple[Any, Any, Any, Any]]
+# backward(static, residuals, (dy, dh_n, dc_n or None)) -> KernelArrays of cotangents (dc0 None without c0)
+Backward = Callable[..., KernelArrays]
 
 
 def fused_rnn(forward: Forward, backward: Backward) -> Callable[..., tuple[Any, Any, Any]]:
-    """``rnn(params, x, h0, c0, seq_lengths, static) -> (y, h_n, c_n or None)``, differentiable in its array
-    arguments (seq_lengths gets no gradient) through ``backward``."""
+    """``rnn(arrays: KernelArrays, seq_lengths, static) -> (y, h_n, c_n or None)``, differentiable in ``arrays``
+    (seq_lengths gets no gradient) through ``backward``."""
 
-    @functools.partial(custom_vjp, nondiff_argnums=(5,))
-    def rnn(params, x, h0, c0, seq_lengths, static):
-        y, h_n, c_n, _ = forward(params, x, h0, c0, seq_lengths, static, training=False)
+    @functools.partial(custom_vjp, nondiff_argnums=(2,))
+    def rnn(arrays: KernelArrays, seq_lengths, static):
+        y, h_n, c_n, _ = forward(arrays, seq_lengths, static, training=False)
         return y, h_n, c_n
 
-    def rnn_fwd(params, x, h0, c0, seq_lengths, static):
-        y, h_n, c_n, reserve = forward(params, x, h0, c0, seq_lengths, static, training=True)
-        return (y, h_n, c_n), Residuals(params, x, h0, c0, seq_lengths, y, h_n, c_n, reserve)
+    def rnn_fwd(arrays: KernelArrays, seq_lengths, static):
+        y, h_n, c_n, reserve = forward(arrays, seq_lengths, static, training=True)
+        return (y, h_n, c_n), Residuals(arrays, seq_lengths, y, h_n, c_n, reserve)
 
     def rnn_bwd(static, residuals: Residuals, cotangents):
-        dy, dh_n, dc_n = cotangents
-        dparams, dx, dh0, dc0 = backward(static, residuals, dy, dh_n, dc_n)
-        return dparams, dx, dh0, dc0, None
+        return backward(static, residuals, cotangents), None
 
     rnn.defvjp(rnn_fwd, rnn_bwd)
     return rnn

@@ -5,19 +5,18 @@ primitive over both directions: ``lstm_forward``/``lstm_backward`` (with project
 new gate keeps its recurrent bias inside the reset product) and ``vanilla_rnn`` with tanh or relu, in float32 and
 bfloat16.
 
-``_rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
+``rnn`` is the fused kit's custom_vjp (jax_cudnn_rnn/backends/fused/vjp.py), as cuDNN's is: undifferentiated it runs
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
-``_rnn_plain`` ("onednn:plain") is the same with the backward on the weights in the plain ldgoi layout (another oneDNN
-kernel, faster at some shapes: onednn/plan.cc). "onednn:gemm" is the network as GEMMs on oneDNN's matmul primitive,
-the gates in XLA (jax_cudnn_rnn/backends/onednn/gemm.py), forward and backward. Dropout runs layer by layer through the
-fused kit (jax_cudnn_rnn/backends/fused/compose.py). The hybrids (``_hybrid``) run one implementation where nothing
-differentiates the call and the other under jax.grad: "xla+onednn" the xla forward and oneDNN's training step,
-"onednn+xla" oneDNN's inference forward and the xla implementation.
+``rnn_plain`` (the variant "onednn:plain", offered for the training side) is the same with the backward on the weights
+in the plain ldgoi layout (another oneDNN kernel, faster at some shapes: onednn/plan.cc). ``rnn_gemm`` (the variant
+"onednn:gemm", both sides) is the network as GEMMs on oneDNN's matmul primitive, the recurrence's steps in C++
+(jax_cudnn_rnn/backends/onednn/gemm.py). Dropout runs layer by layer through the fused kit
+(jax_cudnn_rnn/backends/fused/compose.py).
 
-``run_default`` is what ``rnn(implementation=None)`` runs when the registry chose oneDNN, which it does where the table
-measured per mode, dtype and size for this CPU's instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.py,
-``variant_for``) puts oneDNN on either side.
+The backend decides nothing: it declares its cost (``cost``: the CPU rule's estimate against the xla implementation,
+jax_cudnn_rnn/backends/onednn/cpu_rule.py) and the registry chooses per side, running a hybrid where the sides differ
+(jax_cudnn_rnn/backends/hybrid.py).
 
 oneDNN's primitives take no per-sequence lengths: calls with ``seq_lengths`` run every row for all T steps, arranged by
 the fused kit (jax_cudnn_rnn/backends/fused/lengths.py) so that the results are exactly those of lengths. What oneDNN
@@ -31,15 +30,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import jax
-
-from jax_cudnn_rnn.backends import registry, xla
+from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
-from jax_cudnn_rnn.backends.fused.batching import batch_first, sequential_vmap
-from jax_cudnn_rnn.backends.onednn import extension, gemm, kernels
-from jax_cudnn_rnn.backends.onednn.cpu_table import cpu_choice
+from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
+from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, gemm, kernels, tuned
 from jax_cudnn_rnn.config import RNNConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -109,26 +104,36 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return SUPPORTS.why_not(Call(config, seq_lengths=seq_lengths is not None))
 
 
-def _forward(params, x, h0, c0, seq_lengths, config: RNNConfig, training: bool, plain_backward_weights: bool):
+def _forward(arrays: vjp.KernelArrays, seq_lengths, config: RNNConfig, training: bool, plain_backward_weights: bool):
     """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule
-    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_compose``)."""
+    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_runner``)."""
     del seq_lengths
     lstm = config.has_cell_state
-    operands, batch_axes = convention.forward_operands(x, h0, params, c0, None)
+    operands, batch_axes = convention.forward_operands(arrays.x, arrays.h0, arrays.params, arrays.c0, None)
     call = functools.partial(
         kernels.forward, config=config, training=training, plain_backward_weights=plain_backward_weights
     )
     return convention.forward_outputs(convention.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
 
 
-def _backward(config: RNNConfig, res: vjp.Residuals, dy, dh_n, dc_n, plain_backward_weights: bool):
-    """(dparams, dx, dh0, dc0 or None), once per mapped element under ``jax.vmap``."""
+def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_weights: bool) -> vjp.KernelArrays:
+    """Every gradient of the kernel's arrays, once per mapped element under ``jax.vmap``."""
+    dy, dh_n, dc_n = cotangents
     lstm = config.has_cell_state
+    arrays = res.arrays
     call = functools.partial(kernels.backward, config=config, plain_backward_weights=plain_backward_weights)
     dparams, dx, dh0, *dc0 = sequential_vmap(call)(
-        res.params, res.x, res.h0, res.y, res.h_n, dy, dh_n, res.reserve, *([res.c0, res.c_n, dc_n] if lstm else [])
+        arrays.params,
+        arrays.x,
+        arrays.h0,
+        res.y,
+        res.h_n,
+        dy,
+        dh_n,
+        res.reserve,
+        *([arrays.c0, res.c_n, dc_n] if lstm else []),
     )
-    return dparams, dx, dh0, (dc0[0] if lstm else None)
+    return vjp.KernelArrays(dparams, dx, dh0, dc0[0] if lstm else None)
 
 
 def _fused(plain_backward_weights: bool):
@@ -139,93 +144,34 @@ def _fused(plain_backward_weights: bool):
     )
 
 
-_rnn, _rnn_plain = _fused(False), _fused(True)
+def _runner(fused) -> registry.Run:
+    """The registry's ``run`` over ``fused``: the call with what the fused kit adds (lengths, which oneDNN's
+    primitives do not take, and dropout layer by layer)."""
+
+    def kernel(call: Call, inputs: Inputs):
+        # inputs.seq_lengths is always None: the fused kit runs lengths around the kernel (takes_lengths=False).
+        return fused(vjp.KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0), None, call.config)
+
+    return _composed(kernel)
 
 
-def _onednn(params, x, h0, c0, config: RNNConfig):
-    """oneDNN: its inference forward undifferentiated, its training forward and backward under jax.grad."""
-    return _rnn(params, x, h0, c0, None, config)
+def _composed(kernel) -> registry.Run:
+    """``kernel`` (the whole network without lengths or dropout) with what the fused kit adds around it."""
 
+    def run(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
+        return compose.run(kernel, call, inputs, takes_lengths=False)
 
-def _onednn_plain(params, x, h0, c0, config: RNNConfig):
-    """oneDNN as ``_onednn``, its backward on the plain ldgoi weights: the same function, another backward kernel."""
-    return _rnn_plain(params, x, h0, c0, None, config)
-
-
-def _xla(params, x, h0, c0, config: RNNConfig):
-    """The xla implementation, strict float32 as oneDNN's."""
-    return xla.rnn_xla(params, x, h0, c0, config)
-
-
-# What each side of a (undifferentiated, under jax.grad) pair names; "onednn:gemm" is oneDNN's matmul primitive
-# under the xla implementation's decomposition (jax_cudnn_rnn/backends/onednn/gemm.py), forward and backward.
-_SIDES = {"onednn": _onednn, "onednn:plain": _onednn_plain, "onednn:gemm": gemm.rnn, "xla": _xla}
-
-
-def _hybrid(undifferentiated, differentiated):
-    """``(params, x, h0, c0, config) -> (y, h_n, c_n)``: ``undifferentiated`` where nothing differentiates the call,
-    ``differentiated``'s values and gradients under jax.grad (a custom_vjp over its own vjp). Both sides' outputs go
-    through ``batch_first`` (jax_cudnn_rnn/backends/fused/batching.py: why)."""
-
-    @functools.partial(custom_vjp, nondiff_argnums=(4,))
-    def run(params, x, h0, c0, config: RNNConfig):
-        return batch_first(undifferentiated(params, x, h0, c0, config))
-
-    def run_fwd(params, x, h0, c0, config):
-        outputs, pullback = jax.vjp(lambda *args: differentiated(*args, config), params, x, h0, c0)
-        return batch_first(outputs), pullback
-
-    run.defvjp(run_fwd, lambda config, pullback, cotangents: pullback(cotangents))
     return run
 
 
-def _as_kernel(run):
-    """``run`` as the fused kit's kernel (jax_cudnn_rnn/backends/fused/convention.py ``Kernel``), which the kit calls
-    without lengths (``_compose``)."""
-
-    def kernel_(params, x, h0, c0, config: RNNConfig, seq_lengths):
-        del seq_lengths  # always None: the fused kit runs lengths around the kernel
-        return run(params, x, h0, c0, config)
-
-    return kernel_
-
-
-def _compose(kernel, call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """``call`` on ``kernel`` with what the fused kit adds: lengths (the kernel takes none) and dropout."""
-    return compose.run(kernel, call, inputs, takes_lengths=False)
-
-
-# What each side runs where nothing differentiates it, where that is another side's: "onednn:plain" differs from
-# "onednn" only in its backward.
-_UNDIFFERENTIATED = {"onednn:plain": "onednn"}
-
-
-def _one_implementation(pair: tuple[str, str]) -> bool:
-    """Whether both sides of an (undifferentiated, under jax.grad) pair run one implementation: the same name, or
-    oneDNN and a variant whose inference forward is oneDNN's own ("onednn:plain")."""
-    undifferentiated, differentiated = pair
-    return _UNDIFFERENTIATED.get(differentiated, differentiated) == undifferentiated
-
-
-def variant_name(pair: tuple[str, str]) -> str:
-    """The name of an (undifferentiated, under jax.grad) pair: its differentiated side's where both run one
-    implementation ("onednn", "onednn:plain", "xla"), else the hybrid's ("onednn+xla", "xla+onednn", ...)."""
-    return pair[1] if _one_implementation(pair) else "+".join(pair)
-
-
-@functools.cache
-def _kernel(pair: tuple[str, str]):
-    """The fused kit's kernel for ``pair``: that implementation's own where both sides run one, else the hybrid of
-    the two sides."""
-    undifferentiated, differentiated = pair
-    if _one_implementation(pair):
-        return _as_kernel(_SIDES[differentiated])
-    return _as_kernel(_hybrid(_SIDES[undifferentiated], _SIDES[differentiated]))
-
-
-def rnn(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """The registry's ``run``: ``call`` on oneDNN (lengths and dropout by the fused kit)."""
-    return _compose(_kernel(("onednn", "onednn")), call, inputs)
+rnn = _runner(_fused(False))
+"""implementation="onednn": its inference forward undifferentiated, its training forward and backward under jax.grad."""
+rnn_plain = _runner(_fused(True))
+"""implementation="onednn:plain": the same, its backward reading the weights in the plain ldgoi layout (another
+oneDNN kernel, faster at some shapes: onednn/plan.cc); undifferentiated it is ``rnn`` (the inference forward)."""
+rnn_gemm = _composed(lambda call, inputs: gemm.rnn(inputs.params, inputs.x, inputs.h0, inputs.c0, call.config))
+"""implementation="onednn:gemm": the network as GEMMs on oneDNN's matmul primitive (jax_cudnn_rnn/backends/onednn/
+gemm.py), forward and backward, its own custom_vjp per layer and direction; lengths and dropout by the fused kit."""
 
 
 def unavailable() -> str | None:
@@ -235,65 +181,48 @@ def unavailable() -> str | None:
     return f"the oneDNN extension, which is not loaded: {extension.extension_error()}"
 
 
-def variant_for(call: Call) -> tuple[str, str]:
-    """(what runs undifferentiated, what runs under jax.grad) when ``rnn(implementation=None)`` runs ``call`` on the
-    CPU: the table's choice (``cpu_choice``); ("xla", "xla") without a config."""
-    return ("xla", "xla") if call.config is None else cpu_choice(call.config, call.batch)
-
-
-# The pairs that run when asked for by name (the bench and the tests measure them alone), by name.
-_VARIANTS = {
-    variant_name(pair): pair
-    for pair in (
-        ("onednn", "onednn"),
-        ("onednn", "onednn:plain"),
-        ("onednn:gemm", "onednn:gemm"),
-        ("xla", "onednn"),
-        ("onednn", "xla"),
+def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
+    """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla
+    implementation, on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this
+    machine's tuned table where there is one (jax_cudnn_rnn/backends/onednn/tuned.py); None where nothing measured
+    covers the call (then the xla implementation runs), and where the batch is not known."""
+    if call.config is None or call.batch is None:
+        return None
+    implementation = f"onednn:{variant}" if variant else "onednn"
+    found = cpu_rule.estimate(
+        call.config, call.batch, side, implementation, isa=extension.effective_cpu_isa(), tuned=tuned.this_machine()
     )
-}
+    return None if found is None else registry.Cost(*found)
 
 
-def runs(implementation: str | None, call: Call) -> tuple[str, str]:
-    """(what runs undifferentiated, what runs under jax.grad) for ``rnn(implementation=...)`` on the CPU: the
-    registry's choice for None (oneDNN's ``variant_for`` where it chose oneDNN); "xla" stands for every other
-    implementation (the bench sizes oneDNN's scratch memory by it)."""
-    if implementation is None:
-        implementation = registry.implementation_for("cpu", call)
-        if implementation == "onednn":
-            return variant_for(call)
-    return _VARIANTS.get(implementation, ("xla", "xla"))
-
-
-def run_default(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-    """What ``rnn(implementation=None)`` runs when it chose oneDNN: the pair the table gives (its forward and its
-    training step measured separately)."""
-    return _compose(_kernel(variant_for(call)), call, inputs)
+def scratch_bytes(call: Call, side: str, variant: str) -> int | None:
+    """The memory oneDNN's calls for ``call`` on ``side`` take from the extension's scratch pool (outside XLA's
+    buffers): the largest of the weights call's, the forward's and (training) the backward's."""
+    if call.config is None or call.max_time is None or call.batch is None:
+        return None
+    if unavailable() is not None:
+        return 0  # nothing of oneDNN runs
+    training = side == registry.TRAINING
+    if variant == "gemm":
+        return gemm.pool_bytes(call.config, call.max_time, call.batch, training)
+    sizes = kernels.buffer_sizes(call.config, call.max_time, call.batch, training, variant == "plain")
+    return max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
 
 
 registry.register(
     registry.Backend(
         "onednn",
         ("cpu",),
-        priority=20,
         supports=SUPPORTS,
         unavailable=lambda: unavailable(),
         run=rnn,
-        prefers=lambda call: variant_for(call) != ("xla", "xla"),
-        run_default=run_default,
+        cost=lambda call, side, variant: cost(call, side, variant),
+        variants={
+            "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,)),
+            # Both sides; no cells of its own in cpu_measurements.json yet, so the rule has no estimate for it and it
+            # runs only by name (implementation="onednn:gemm").
+            "gemm": registry.Variant(rnn_gemm),
+        },
+        scratch_bytes=lambda call, side, variant: scratch_bytes(call, side, variant),
     )
 )
-# The other pairs by name, for tests and the bench that measure them alone; undocumented (the default picks them).
-for _name, _variant in _VARIANTS.items():
-    if _name != "onednn":
-        registry.register(
-            registry.Backend(
-                _name,
-                ("cpu",),
-                priority=None,
-                supports=SUPPORTS,
-                unavailable=lambda: unavailable(),
-                run=functools.partial(_compose, _kernel(_variant)),
-                public=False,
-            )
-        )

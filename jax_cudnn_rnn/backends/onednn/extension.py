@@ -43,6 +43,16 @@ EXTENSION = native_extension.NativeExtension(
         '(libimf.so, libintlc.so.5): `pip install "jax-cudnn-rnn[onednn]"` brings them (onednn-cpu-tbb, tbb, '
         "intel-cmplr-lib-rt)",
     ),
+    targets=(WEIGHTS_TARGET, FORWARD_TARGET, BACKWARD_TARGET),
+    # what kernels.py, this module, `jax-cudnn-rnn info` and the bench ask of it
+    attributes=(
+        "buffer_sizes",
+        "CPU_RUNTIME",
+        "JAXLIB_BUILD_VERSION",
+        "effective_cpu_isa",
+        "onednn_version",
+        "release_scratch",
+    ),
 )
 
 # The shared libraries loaded before the extension, per runtime wheel: (distribution, file name), in load order.
@@ -87,7 +97,7 @@ def cpu_runtime() -> str | None:
 def effective_cpu_isa() -> str | None:
     """oneDNN's name for the instruction set its kernels use on this CPU ("avx2", "avx512_core",
     "avx512_core_bf16", ...: the CPU's own, capped where the user set ONEDNN_MAX_CPU_ISA), or None when the extension
-    is not loaded. The CPU chooser's tables are per instruction set (jax_cudnn_rnn/backends/onednn/cpu_table.json)."""
+    is not loaded. The CPU rule reads it (jax_cudnn_rnn/backends/onednn/cpu_rule.py)."""
     return EXTENSION.module().effective_cpu_isa() if EXTENSION.loaded() else None
 
 

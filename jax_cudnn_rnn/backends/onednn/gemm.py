@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.onednn import gemm_scan, kernels
 from jax_cudnn_rnn.config import RNNConfig
@@ -140,7 +140,7 @@ def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
     layer_input = x.astype(f32) if config.num_directions == 2 else x
     weights = [
         tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
-        for groups in layout.unpack(params, config)
+        for groups in _buffer.unpack(params, config)
     ]
     h_n, c_n = [], []
     for layer in range(config.num_layers):

@@ -211,6 +211,9 @@ def inputs(bc: BenchConfig) -> np.ndarray:
 
 
 def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runner:
+    """``rnn(implementation=implementation)`` on ``bc``. This library's contenders use its public names and the
+    registry's documented questions (jax_cudnn_rnn/backends/registry.py: what the default runs, what a run takes
+    outside XLA's buffers) with its record of a call (jax_cudnn_rnn/backends/call.py), nothing of a backend's own."""
     import jax
     import jax.numpy as jnp
 
@@ -238,68 +241,30 @@ def _build_jcr(bc: BenchConfig, dtype: str, implementation: str | None) -> Runne
         return (h, c), y[0]
 
     one_call = dataclasses.replace(bc, time=1) if bc.decode else bc  # what each rnn() call runs
-    call = Call(cfg, one_call.time, bc.batch, seq_lengths=bc.padded)
+    # rnn(precision=None) follows JAX's setting, which the bench sets to "float32" or "tensorfloat32" (--precision).
+    precision = jax.config.jax_default_matmul_precision or "float32"
+    call = Call(cfg, one_call.time, bc.batch, seq_lengths=bc.padded, precision=precision)
     picked = implementation or registry.implementation_for(x, call)
-    extra = (
-        {FWD: cudnn_workspace(one_call, cfg, False), TRAIN: cudnn_workspace(one_call, cfg, True)}
-        if picked == "cudnn"
-        else onednn_scratch(one_call, cfg, implementation, call)
-    )
+    # The memory each measurement's kernels take outside XLA's buffers (cuDNN's workspace, oneDNN's scratch pool).
+    extra = {
+        measurement: registry.scratch_bytes(picked, call, side)
+        for measurement, side in ((FWD, registry.FORWARD), (TRAIN, registry.TRAINING))
+    }
     runner = _jax_runner(
         forward, lambda p, x, *n: _sum_squares(forward(p, x, *n)), (params, x, *lengths), bc.inference_only, extra
     )
-    if implementation is None:  # what the chooser picked (jax_cudnn_rnn/backends/registry.py)
-        runner.notes["implementation"] = _onednn_pair(call) if picked == "onednn" else picked
+    if implementation is None:  # what the registry chose, on each side ("onednn+xla": see registry.py's names)
+        runner.notes["implementation"] = picked
     return runner
-
-
-def _onednn_pair(call: Any) -> str:
-    """The name of what the default runs where the registry chose oneDNN: "onednn", "onednn:plain" (its backward on
-    plain weights), or the hybrid of its table ("onednn+xla": oneDNN undifferentiated, xla under jax.grad; ...)."""
-    from jax_cudnn_rnn.backends.onednn import backend
-
-    return backend.variant_name(backend.variant_for(call))
-
-
-def onednn_scratch(bc: BenchConfig, cfg: Any, implementation: str | None, call: Any) -> dict[str, int]:
-    """Per measurement, the scratch memory oneDNN's calls take from the extension's pool (outside XLA's buffers, so
-    outside its memory analysis): the largest of the weights call's, the forward's and (training) the backward's."""
-    from jax_cudnn_rnn.backends.onednn import backend, gemm, kernels
-
-    inference, training = backend.runs(implementation, call)  # the oneDNN backend's own answer
-    extra = {}
-    for measurement, runs in ((FWD, inference), (TRAIN, training)):
-        if runs in ("onednn", "onednn:plain"):
-            sizes = kernels.buffer_sizes(cfg, bc.time, bc.batch, measurement == TRAIN, runs == "onednn:plain")
-            extra[measurement] = max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
-        elif runs == "onednn:gemm":
-            extra[measurement] = gemm.pool_bytes(cfg, bc.time, bc.batch, measurement == TRAIN)
-    return extra
-
-
-def cudnn_workspace(bc: BenchConfig, cfg: Any, training: bool) -> int | None:
-    """The workspace cuDNN asks for the benchmark's call (under the default algorithm choice), or None if unknown."""
-    from jax_cudnn_rnn import ops
-    from jax_cudnn_rnn.backends.cudnn import algorithm, plan
-
-    allow_tf32 = ops.resolve_precision(None) == "tensorfloat32"  # rnn(precision=None) follows the bench's setting
-    problem = algorithm.Problem(cfg, bc.time, bc.batch, padded=bc.padded, training=training, allow_tf32=allow_tf32)
-    try:
-        return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
-    except Exception:  # noqa: BLE001 - then op_bytes is unknown rather than wrong
-        return None
 
 
 def _needs(name: str, bc: BenchConfig | None, dtype: str | None) -> str | None:
     """The registry's own answer (jax_cudnn_rnn/backends/registry.py) to why ``name`` cannot run the call here."""
-    import jax
-
     from jax_cudnn_rnn.backends import registry
     from jax_cudnn_rnn.backends.call import Call
-    from jax_cudnn_rnn.sharding import placement
 
     call = Call() if bc is None else Call(bc.rnn_config(dtype), bc.time, bc.batch, seq_lengths=bc.padded)
-    reason = registry.why_not(name, placement.lowering_platform(jax.devices()[0]), call)
+    reason = registry.why_not(name, registry.lowering_platform(), call)
     return None if reason is None else f"implementation={name!r} needs {reason}"
 
 
@@ -517,11 +482,10 @@ class Contender:
 
 
 def _ours(name: str, implementation: str | None, by_default: bool = True) -> Contender:
-    """``rnn(implementation=implementation)``; a native backend's is skipped where the registry says it cannot run."""
-    if implementation in (None, "xla"):  # the default and the xla implementation run every call
-        checks = ()
-    else:
-        checks = (implementation_unavailable(implementation), implementation_unsupported(implementation))
+    """``rnn(implementation=implementation)``, skipped where the registry says it cannot run (the default always
+    runs)."""
+    checks = () if implementation is None else (implementation_unavailable(implementation),)
+    checks += () if implementation is None else (implementation_unsupported(implementation),)
 
     def build(bc: BenchConfig, dtype: str) -> Runner:
         return _build_jcr(bc, dtype, implementation)
@@ -534,8 +498,8 @@ CONTENDERS = {
     for c in (
         _ours("jcr-cudnn", "cudnn"),
         _ours("jcr-onednn", "onednn"),
-        # oneDNN with its backward on plain weights: another kernel, which benchmarks/cpu_table.py measures for the
-        # CPU chooser's table (where it runs by default); named only.
+        # oneDNN with its backward on plain weights (the variant "onednn:plain"), which the CPU rule's measurements
+        # time (where the default runs it); named only. Any other implementation name runs as "jcr-<name>".
         _ours("jcr-onednn-plain", "onednn:plain", by_default=False),
         # The network as GEMMs on oneDNN's matmul primitive (jax_cudnn_rnn/backends/onednn/gemm.py); named only.
         _ours("jcr-onednn-gemm", "onednn:gemm", by_default=False),
@@ -547,6 +511,16 @@ CONTENDERS = {
         Contender(TORCH, _build_torch, _module_missing("torch"), framework="torch"),
     )
 }
+
+
+def contender(name: str) -> Contender:
+    """The contender ``name``: one of ``CONTENDERS``, or "jcr-<implementation>" for any implementation name the
+    registry takes (``jax-cudnn-rnn tune`` times every single name it lists, variants included)."""
+    if name in CONTENDERS:
+        return CONTENDERS[name]
+    if name.startswith("jcr-"):
+        return _ours(name, name.removeprefix("jcr-"), by_default=False)
+    raise KeyError(f"no contender {name!r}; known: {', '.join(CONTENDERS)}, or jcr-<implementation>")
 
 
 def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:

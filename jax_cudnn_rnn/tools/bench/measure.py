@@ -26,7 +26,10 @@ from typing import Any
 
 if __package__:
     from jax_cudnn_rnn.tools.bench import contenders as C
-else:  # run by path as a worker: this folder is sys.path[0], and this package stays unimported
+else:  # run by path as a worker: contenders.py beside it, and this package stays unimported
+    # This folder by name: Python puts a script's folder first on sys.path only without PYTHONSAFEPATH (or -P), which
+    # the worker inherits from whoever ran the bench (scripts/gpu_check.sh sets it).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import contenders as C  # type: ignore[no-redef]
 
 
@@ -432,7 +435,7 @@ def _worker(job: dict[str, Any]) -> dict[str, Any]:
     if job["kind"] == "neighbour":
         result = _neighbour_outcome(bc, job["dtype"], timing, job["with_package"])
     else:
-        contender = C.CONTENDERS[job["contender"]]
+        contender = C.contender(job["contender"])
         result = _with_precision(job["precision"], contender, lambda: _outcome(contender, bc, job["dtype"], timing))
     return {**result, "process": process_facts()}
 

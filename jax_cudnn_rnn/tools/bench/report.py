@@ -86,7 +86,6 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
 
     import jax_cudnn_rnn as jcr
     from jax_cudnn_rnn import onednn
-    from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 
     device = jax.devices()[0]
     facts = {
@@ -107,7 +106,7 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
         "jax_device_count": jax.device_count(),
         "cudnn_extension_loaded": jcr.extension_loaded(),
         "onednn_extension_loaded": onednn.extension_loaded(),
-        "onednn_version": list(onednn_extension.module().onednn_version()) if onednn.extension_loaded() else None,
+        "onednn_version": list(onednn.library_version() or []) or None,
         "onednn_cpu_runtime": onednn.cpu_runtime(),
         "onednn_cpu_isa": onednn.effective_cpu_isa(),
         "isolation": "process per contender" if isolated else "one process",

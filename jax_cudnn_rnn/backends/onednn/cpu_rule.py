@@ -1,0 +1,202 @@
+"""What a call costs on oneDNN against the xla implementation, on this CPU: the rule fitted to the measurements
+(``cpu_measurements.json`` beside this file), or to this machine's own where its user ran ``jax-cudnn-rnn tune``
+(jax_cudnn_rnn/backends/onednn/tuned.py). The registry (jax_cudnn_rnn/backends/registry.py) compares the estimates;
+nothing here chooses.
+
+The rule. What oneDNN's kernels are on a CPU follows from its instruction set (oneDNN's effective ISA): for float32,
+AVX2 or AVX-512 kernels; for bfloat16, native bfloat16 dot products (``avx512_core_bf16`` and everything above it, AMX
+included), emulated ones (AVX-512 without them: 2-4x oneDNN's float32 time), or none (below AVX-512, which the
+backend's ``Supports`` refuses). That is the CPU's class for a dtype (``kernel_class``). Every measurement of a class
+counts, whichever CPU it came from: per (class, mode, dtype, side, implementation), the log of the measured time over
+the xla implementation's is a function of the log of the first layer's step in multiply-adds (``step_macs``), the mean
+of the measurements at a step, linear between measured steps and constant beyond them (``Curve``). A call's estimate
+is that function at its step, for what the class has measured; for anything else (another mode, a class nothing was
+measured on) there is none, and the xla implementation runs.
+
+Core counts and cache sizes are recorded with each CPU's measurements and not used yet: every CPU measured so far has
+two cores, so no measurement shows how a choice moves with them. A tuned table replaces the shipped measurements for
+the (mode, dtype) pairs it measured: those are this machine's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import pathlib
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jax_cudnn_rnn.config import RNNConfig
+
+SIDES = ("forward", "training")
+
+# oneDNN's instruction sets as the bits of dnnl_cpu_isa_t (oneapi/dnnl/dnnl_types.h): a set includes another when it
+# has all of its bits.
+ISA_BITS = {
+    "sse41": 0x1,
+    "avx": 0x3,
+    "avx2": 0x7,
+    "avx2_vnni": 0xF,
+    "avx2_vnni_2": 0x1F,
+    "avx512_core": 0x27,
+    "avx512_core_vnni": 0x67,
+    "avx512_core_bf16": 0xE7,
+    "avx512_core_fp16": 0x1EF,
+    "avx512_core_amx": 0xFEF,
+    "avx512_core_amx_fp16": 0x1FEF,
+}
+
+
+def includes(isa: str | None, other: str) -> bool:
+    """Whether instruction set ``isa`` has every instruction of ``other`` (False for an unknown or None ``isa``)."""
+    bits = ISA_BITS.get(isa or "")
+    return bits is not None and bits & ISA_BITS[other] == ISA_BITS[other]
+
+
+def kernel_class(isa: str | None, dtype: str) -> str | None:
+    """What oneDNN's RNN kernels in ``dtype`` are on a CPU of instruction set ``isa``: "avx512", "avx2" (float32),
+    "bf16 native", "bf16 emulated" (bfloat16), or None (none, or none measured)."""
+    if dtype == "float32":
+        return "avx512" if includes(isa, "avx512_core") else "avx2" if includes(isa, "avx2") else None
+    if dtype == "bfloat16":
+        if includes(isa, "avx512_core_bf16"):
+            return "bf16 native"
+        return "bf16 emulated" if includes(isa, "avx512_core") else None
+    return None
+
+
+def step_macs(config: RNNConfig, batch: int) -> int:
+    """Multiply-adds of one step of the first layer and direction: B * G * H * (I + hidden)."""
+    return batch * config.num_gates * config.num_units * (config.input_size + config.hidden_size)
+
+
+class Cell(NamedTuple):
+    """One measured shape: ``ratios`` {implementation: (forward, training step)}, each its time over the xla
+    implementation's (None where not measured on that side)."""
+
+    mode: str
+    dtype: str
+    hidden: int  # = input size
+    batch: int
+    time: int
+    ratios: dict[str, tuple[float | None, float | None]]
+
+    @property
+    def macs(self) -> int:
+        config = RNNConfig(self.mode, 1, self.hidden, self.hidden)
+        return step_macs(config, self.batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One CPU's measurements: what it is (model, oneDNN instruction set, cores, caches where known), when and how it
+    was measured, and its cells."""
+
+    cpu: str
+    isa: str
+    cores: int | None
+    l2_kib_per_core: int | None
+    l3_kib: int | None
+    date: str
+    software: str
+    how: str
+    cells: tuple[Cell, ...]
+
+    def describe(self) -> str:
+        return f"{self.date} on a {self.cores}-core {self.cpu} ({self.isa}), {self.software}"
+
+
+def measured_from(data: dict[str, Any]) -> Measured:
+    """A ``Measured`` from its JSON form (cpu_measurements.json's entries, a tuned table)."""
+    cells = tuple(
+        Cell(mode, dtype, int(hidden), int(batch), int(time), {k: tuple(v) for k, v in ratios.items()})
+        for mode, dtype, hidden, batch, time, ratios in data["cells"]
+    )
+    fields = {f.name for f in dataclasses.fields(Measured)} - {"cells"}
+    return Measured(**{name: data.get(name) for name in fields}, cells=cells)
+
+
+def as_json(measured: Measured) -> dict[str, Any]:
+    """``measured`` in its JSON form (cells as lists)."""
+    return {**dataclasses.asdict(measured), "cells": [[*cell[:5], cell.ratios] for cell in measured.cells]}
+
+
+def _load() -> tuple[Measured, ...]:
+    data = json.loads((pathlib.Path(__file__).parent / "cpu_measurements.json").read_text(encoding="utf-8"))
+    return tuple(measured_from(entry) for entry in data["cpus"])
+
+
+MEASUREMENTS = _load()
+"""Every CPU's shipped measurements (cpu_measurements.json), each with the CPU it was measured on."""
+
+
+class Curve(NamedTuple):
+    """log(ratio) against log(step multiply-adds) at the measured steps, ascending: linear between them, constant
+    beyond them."""
+
+    log_macs: np.ndarray
+    log_ratio: np.ndarray
+
+    def at(self, macs: int) -> float:
+        return math.exp(float(np.interp(math.log(macs), self.log_macs, self.log_ratio)))
+
+
+Key = tuple[str, str, str, str]  # (mode, dtype, side, implementation)
+
+
+def curves(measured: Iterable[Measured], dtype_class: str | None = None) -> dict[Key, Curve]:
+    """The curves of ``measured`` per (mode, dtype, side, implementation), pooling every CPU given, or only those whose
+    class for the cell's dtype is ``dtype_class`` (None: all, as for one machine's own table)."""
+    points: dict[Key, dict[int, list[float]]] = {}
+    for entry in measured:
+        for cell in entry.cells:
+            if dtype_class is not None and kernel_class(entry.isa, cell.dtype) != dtype_class:
+                continue
+            for implementation, sides in cell.ratios.items():
+                for side, ratio in zip(SIDES, sides, strict=True):
+                    if ratio is not None:
+                        key = (cell.mode, cell.dtype, side, implementation)
+                        points.setdefault(key, {}).setdefault(cell.macs, []).append(math.log(ratio))
+    return {
+        key: Curve(np.log(np.array(sorted(at), float)), np.array([np.mean(at[m]) for m in sorted(at)]))
+        for key, at in points.items()
+    }
+
+
+@functools.cache
+def _class_curves(dtype_class: str) -> dict[Key, Curve]:
+    return curves(MEASUREMENTS, dtype_class)
+
+
+def _measured_at(dtype_class: str) -> list[str]:
+    """The instruction sets whose measurements the class pools."""
+    return list(
+        dict.fromkeys(
+            entry.isa
+            for entry in MEASUREMENTS
+            if any(kernel_class(entry.isa, cell.dtype) == dtype_class for cell in entry.cells)
+        )
+    )
+
+
+def estimate(
+    config: RNNConfig, batch: int, side: str, implementation: str, *, isa: str | None, tuned: Measured | None = None
+) -> tuple[float, str] | None:
+    """(time over the xla implementation's, what the number rests on) for a call of ``config`` over ``batch``
+    sequences on ``side`` run by ``implementation`` ("onednn", "onednn:plain"), on a CPU of instruction set ``isa``
+    whose tuned table is ``tuned`` (None: none); None where nothing measured covers it."""
+    key = (config.mode, config.dtype.name, side, implementation)
+    macs = step_macs(config, batch)
+    if tuned is not None and any((c.mode, c.dtype) == key[:2] for c in tuned.cells):
+        curve = curves([tuned]).get(key)
+        return None if curve is None else (curve.at(macs), f"this machine's tuned table ({tuned.date})")
+    dtype_class = kernel_class(isa, config.dtype.name)
+    curve = None if dtype_class is None else _class_curves(dtype_class).get(key)
+    if curve is None:
+        return None
+    isas = ", ".join(_measured_at(dtype_class))
+    return curve.at(macs), f"the rule fitted to the shipped measurements ({dtype_class} kernels, measured at {isas})"
