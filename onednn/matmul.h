@@ -72,7 +72,7 @@ std::shared_ptr<const MatmulPlan> PackedProductPlan(int64_t rows, int64_t packed
                                                     xla::ffi::DataType dtype, bool transpose_b);
 
 // Runs `plan`'s product (in the caller's RunOnednn) on row-major a and c and on b in the plan's layout; `scratchpad`
-// holds plan.scratchpad_bytes.
+// holds the plan's scratchpad_bytes.
 void RunMatmul(const MatmulPlan& plan, const dnnl::stream& stream, const void* a, const void* b, void* c,
                void* scratchpad);
 

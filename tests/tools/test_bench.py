@@ -320,7 +320,7 @@ def test_roofline_fractions(quick_run):
     assert peak > 0
     reached = data["machine"]["gemm_peak"]["float32"]
     assert reached["gflops"] == peak and reached["size"] == bench.QUICK_GEMM_SIZES[0]
-    assert reached["framework"] in (["onednn"] if onednn.extension_loaded() else []) + ["jax", "torch"]
+    assert reached["framework"] in (["onednn-matmul"] if onednn.extension_loaded() else []) + ["jax", "torch"]
     markdown = paths["markdown"].read_text()
     assert f"Roofline: the GEMM peak on {data['machine']['processor']}" in markdown
     assert f"float32 {peak:.0f} GFLOP/s ({reached['framework']} [{reached['size']}]^3)" in markdown
@@ -338,7 +338,7 @@ def test_gemm_peak_is_the_fastest_product_of_any_framework_and_size(monkeypatch)
     """The peak per dtype is the highest rate over the frameworks and sizes (each framework's worker reports its
     fastest run per size), with what reached it; a framework that lacks a dtype or fails is skipped with its reason."""
     outcomes = {
-        "onednn": {"gflops": {"float32": {"2048": 190.0, "4096": 210.0}}, "skipped": {"float16": "no float16"}},
+        "onednn-matmul": {"gflops": {"float32": {"2048": 190.0, "4096": 210.0}}, "skipped": {"float16": "no float16"}},
         "jax": {"gflops": {"float32": {"2048": 170.0, "4096": 120.0}, "float16": {"2048": 30.0, "4096": 35.5}}},
         "torch": {"error": "torch failed"},
     }
@@ -348,10 +348,10 @@ def test_gemm_peak_is_the_fastest_product_of_any_framework_and_size(monkeypatch)
         ["float32", "float16"], (2048, 4096), bench.GEMM_TIMING, list(outcomes), lambda *line: logged.append(line)
     )
     assert peak == {
-        "float32": {"gflops": 210.0, "framework": "onednn", "size": 4096},
+        "float32": {"gflops": 210.0, "framework": "onednn-matmul", "size": 4096},
         "float16": {"gflops": 35.5, "framework": "jax", "size": 4096},
     }
-    assert ("skip", "GEMM peak in onednn float16: no float16") in logged
+    assert ("skip", "GEMM peak in onednn-matmul float16: no float16") in logged
     assert ("skip", "GEMM peak in torch: torch failed") in logged
 
 

@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         from jax_cudnn_rnn import onednn
 
         frameworks = (
-            (["onednn"] if onednn.extension_loaded() else [])
+            (["onednn-matmul"] if onednn.extension_loaded() else [])
             + ["jax"]
             + ([] if contenders.CONTENDERS[contenders.TORCH].unavailable() else ["torch"])
         )

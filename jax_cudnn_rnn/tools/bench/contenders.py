@@ -524,7 +524,7 @@ def contender(name: str) -> Contender:
 
 
 def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
-    """A [size, size] x [size, size] matrix product in ``framework`` ("onednn": oneDNN's matmul primitive through
+    """A [size, size] x [size, size] matrix product in ``framework`` ("onednn-matmul": oneDNN's matmul primitive through
     this package's extension, the fastest GEMM in the process on the CPU; "jax": XLA's dot; "torch") and ``dtype``
     (float32 accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's
     attainable GEMM throughput, the roofline's ceiling."""
@@ -539,7 +539,7 @@ def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
     import jax.numpy as jnp
 
     ja, jb = (jnp.asarray(m, dtype) for m in (a, b))
-    if framework == "onednn":
+    if framework == "onednn-matmul":
         from jax_cudnn_rnn.backends.onednn import kernels
 
         product = jax.jit(kernels.matmul)

@@ -127,7 +127,7 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
 
 
 def peak_text(facts: dict[str, Any]) -> str:
-    """The machine's GEMM peak per dtype and what reached it, e.g. "float32 213 GFLOP/s (onednn [4096]^3)"."""
+    """The machine's GEMM peak per dtype and what reached it, e.g. "float32 213 GFLOP/s (onednn-matmul [4096]^3)"."""
     peaks = facts.get("gemm_peak") or {}
     return ", ".join(
         f"{dtype} {p['gflops']:.0f} GFLOP/s ({p['framework']} [{p['size']}]^3)" for dtype, p in peaks.items()
