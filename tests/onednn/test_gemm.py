@@ -401,3 +401,19 @@ def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode):
         gemm.pool_bytes(cfg, steps, batch, True) == max(expected)
         and gemm.pool_bytes(cfg, steps, batch, False) == expected[0]
     )
+
+
+def test_the_registry_sizes_gemms_scratch_from_its_recurrence_calls(native):
+    """What the bench's memory column asks the registry for "onednn:gemm" (and for it on one side of a pair) is
+    ``gemm.pool_bytes``, per side; oneDNN's own run on the other side keeps its primitives' sizes."""
+    from jax_cudnn_rnn.backends.onednn import gemm
+
+    cfg = jcr.RNNConfig("gru", 2, 32, 48, dtype=BF16)
+    call = Call(cfg, 7, 5)
+    for side in registry.SIDES:
+        expected = gemm.pool_bytes(cfg, 7, 5, side == registry.TRAINING)
+        assert registry.scratch_bytes(GEMM, call, side) == expected > 0
+    sizes = kernels.buffer_sizes(cfg, 7, 5, False, False)
+    own = max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
+    assert registry.scratch_bytes(f"onednn+{GEMM}", call, registry.FORWARD) == own
+    assert registry.scratch_bytes(f"onednn+{GEMM}", call, registry.TRAINING) == gemm.pool_bytes(cfg, 7, 5, True)
