@@ -5,11 +5,12 @@ process of its own), over more rounds by default, printed as the JSON entry to a
 rule makes from this CPU's measurements alone in each cell. ONEDNN_MAX_CPU_ISA (oneDNN) and
 XLA_FLAGS=--xla_cpu_max_isa (XLA) measure a lesser instruction set on this CPU. Writes nothing of the user's cache.
 
-    python benchmarks/cpu_table.py [--modes lstm,gru] [--dtypes float32,bfloat16] [--repeats 10] [--rounds 2]
-                                   [--json out.json]
+    python benchmarks/cpu_table.py [--modes lstm,gru] [--dtypes float32,bfloat16] [--shapes 1024x64x25,...]
+                                   [--repeats 10] [--rounds 2] [--json out.json]
 
 Each round times every (shape, dtype, implementation) once; the fastest median over the rounds is kept, the time
-least disturbed by whatever else ran on the machine. Add the entry to cpu_measurements.json with what the run was
+least disturbed by whatever else ran on the machine. ``--shapes`` re-measures part of the grid (a new variant's
+cells, a shape whose measurements flipped between days). Add the entry to cpu_measurements.json with what the run was
 ("how": the load, anything unusual), then check tests/onednn/test_cpu_rule.py.
 """
 
@@ -29,17 +30,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="lstm,gru")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(f"{h}x{b}x{t}" for h, b, t in tune.SHAPES),
+        help="hidden (= input size) x batch x time steps, comma-separated",
+    )
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json")
     args = parser.parse_args()
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     timing = measure.Timing(repeats=args.repeats, warmup=3, warmup_seconds=0.25)
     start = measure.loadavg()
     print("load", start, flush=True)
     cells = tune.measure_cells(
         args.modes.split(","),
         args.dtypes.split(","),
-        tune.SHAPES,
+        shapes,
         timing=timing,
         rounds=args.rounds,
         progress=lambda text: print("timed", text, flush=True),

@@ -119,9 +119,10 @@ def rnn(
         and is estimated the faster for the call's mode, dtype and size (``onednn.cpu_choice``; ``jax-cudnn-rnn
         tune`` measures this machine), else "xla"; under ``jax.jit`` the choice is staged out per platform),
         "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no resets or cell_clip),
-        "onednn:plain", "xla" (fast pure JAX with a custom backward pass) or "reference" (naive scan; supports
-        forward-mode autodiff), or "forward+training": one of those undifferentiated, another under jax.grad
-        ("onednn+xla"; what ``implementation_for`` names where the default's two sides differ).
+        "onednn:plain", "onednn:gemm" (the network as GEMMs on oneDNN's matmul, both sides; run only by name until
+        the CPU rule has measurements of it), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive
+        scan; supports forward-mode autodiff), or "forward+training": one of those undifferentiated, another under
+        jax.grad ("onednn+xla"; what ``implementation_for`` names where the default's two sides differ).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):

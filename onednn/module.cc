@@ -2,12 +2,16 @@
 // (platform "cpu"), and the sizes of the reserve and scratch buffers that the handlers need, which Python must know
 // when tracing (they come from the same cached plan the handlers then run).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "gemm_recurrence.h"
+#include "matmul.h"
 #include "module_helpers.h"
 #include "network.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -84,12 +88,37 @@ PYBIND11_MODULE(_onednn_rnn, m) {
   m.doc() = "oneDNN's fused RNN primitives as XLA FFI handlers for the CPU (see jax_cudnn_rnn/backends/onednn/)";
   DefRegistrations(m, {{"jax_cudnn_rnn_onednn_weights", RnnWeights},
                        {"jax_cudnn_rnn_onednn_forward", RnnForward},
-                       {"jax_cudnn_rnn_onednn_backward", RnnBackward}});
+                       {"jax_cudnn_rnn_onednn_backward", RnnBackward},
+                       {"jax_cudnn_rnn_onednn_matmul", Matmul},
+                       {"jax_cudnn_rnn_onednn_matmul_pack", MatmulPack},
+                       {"jax_cudnn_rnn_onednn_matmul_packed", MatmulPacked},
+                       {"jax_cudnn_rnn_onednn_gemm_forward", GemmForward},
+                       {"jax_cudnn_rnn_onednn_gemm_backward", GemmBackward}});
   DefBuildRecord(m);
   DefWithConfig(m, "buffer_sizes", &BufferSizes, py::arg("dtype"), py::arg("max_time"), py::arg("batch"),
                 py::arg("training"), py::arg("plain_backward_weights") = false);
   m.def("cached_plans", &CachedPlanCount, "Number of call plans (primitives per network and shape) in the cache.");
   m.attr("PLAN_CACHE_CAPACITY") = kPlanCacheCapacity;
+  m.def(
+      "matmul_implementation",
+      [](const std::vector<int64_t>& a_shape, const std::vector<int64_t>& b_shape, const std::string& dtype,
+         const std::string& out_dtype, bool transpose_a, bool transpose_b) {
+        return MatmulImplementation(a_shape, b_shape, DataTypeFromName(dtype), DataTypeFromName(out_dtype), transpose_a,
+                                    transpose_b);
+      },
+      py::arg("a_shape"), py::arg("b_shape"), py::arg("dtype"), py::arg("out_dtype"), py::arg("transpose_a") = false,
+      py::arg("transpose_b") = false,
+      "oneDNN's name for the kernel jax_cudnn_rnn_onednn_matmul runs for such a product (matmul.h); ValueError for "
+      "shapes or dtypes it refuses.");
+  m.def(
+      "matmul_packed_bytes",
+      [](int64_t rows, const std::vector<int64_t>& b_shape, const std::string& dtype, bool transpose_b) {
+        return PackedBytes(rows, b_shape, DataTypeFromName(dtype), transpose_b);
+      },
+      py::arg("rows"), py::arg("b_shape"), py::arg("dtype"), py::arg("transpose_b") = false,
+      "Bytes of weights packed by jax_cudnn_rnn_onednn_matmul_pack for products of `rows` rows (matmul.h).");
+  m.def("cached_matmuls", &CachedMatmulCount, "Number of matmul primitives in the cache.");
+  m.attr("MATMUL_CACHE_CAPACITY") = kMatmulCacheCapacity;
   m.attr("CPU_RUNTIME") = CpuRuntime();
   m.def(
       "kept_scratch", []() { return py::make_tuple(KeptScratchBytes(), KeptScratchBuffers()); },

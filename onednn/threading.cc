@@ -5,6 +5,7 @@
 #include "plan.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 #elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <pthread.h>
@@ -83,6 +84,23 @@ ffi::Error RunOnednn(const std::function<ffi::Error(dnnl::stream&)>& fn) {
 #else
   static OnednnThread* thread = new OnednnThread();  // never destroyed, like the arena above
   return thread->Run([&fn] { return RunWithStream(fn); });
+#endif
+}
+
+void ParallelFor(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t, int64_t)>& body) {
+  auto piece = [&](int64_t chunk) { body(chunk, chunk * n / chunks, (chunk + 1) * n / chunks); };
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  tbb::parallel_for(int64_t{0}, chunks, piece);
+#else
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) piece(chunk);
+#endif
+}
+
+int64_t ParallelThreads() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  return tbb::this_task_arena::max_concurrency();
+#else
+  return 1;
 #endif
 }
 

@@ -16,6 +16,7 @@
 #ifndef JAX_CUDNN_RNN_ONEDNN_THREADING_H_
 #define JAX_CUDNN_RNN_ONEDNN_THREADING_H_
 
+#include <cstdint>
 #include <functional>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -26,6 +27,14 @@ namespace jax_cudnn_rnn::onednn {
 // Runs `fn` with a stream whose primitives execute on the threads described above and returns its result (an
 // exception it throws is rethrown here).
 xla::ffi::Error RunOnednn(const std::function<xla::ffi::Error(dnnl::stream&)>& fn);
+
+// Inside RunOnednn's `fn`: runs body(chunk, begin, end) for `chunks` consecutive pieces of [0, n), the pieces at once
+// on the arena's threads (TBB); on the OMP runtime one after another on the calling thread. The pieces are the same for
+// the same (n, chunks), so that sums taken per piece and then added up are the same from call to call.
+void ParallelFor(int64_t n, int64_t chunks, const std::function<void(int64_t chunk, int64_t begin, int64_t end)>& body);
+
+// How many threads ParallelFor runs on: the arena's concurrency (TBB), 1 (OMP).
+int64_t ParallelThreads();
 
 // The CPU runtime this extension was built for: "tbb" or "omp".
 const char* CpuRuntime();

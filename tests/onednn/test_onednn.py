@@ -379,7 +379,7 @@ def test_default_implementation_follows_the_registrys_choice(native, mode, dtype
     inference, training = onednn.cpu_choice(cfg, batch)
     # The name of the pair: one name where it runs both sides ("onednn:plain" is oneDNN's inference forward
     # undifferentiated), else forward+training.
-    want = training if training.partition(":")[0] == inference else f"{inference}+{training}"
+    want = training if training in (inference, f"{inference}:plain") else f"{inference}+{training}"
     call = Call(cfg, 10, batch)
     assert jcr.implementation_for("cpu", call) == jcr.implementation_for(jnp.zeros(1), call) == want
     # With seq_lengths the same (oneDNN runs them through the fused kit at 1.0-1.15x its time without; the xla
@@ -397,6 +397,7 @@ def test_default_implementation_follows_the_registrys_choice(native, mode, dtype
         text = grad.lower(params, x, h0, c0).as_text()
         assert (extension.BACKWARD_TARGET in text) == (training in ("onednn", "onednn:plain"))
         assert ("plain_backward_weights = true" in text) == (training == "onednn:plain")
+        assert (extension.GEMM_BACKWARD_TARGET in text) == (training == "onednn:gemm")
     assert jcr.implementation_for("cpu", Call(cfg)) == "xla"  # without a batch (what the platform picks in general)
 
 
@@ -445,20 +446,24 @@ def test_hybrids_run_one_implementation_per_transformation(native, mode, hybrid,
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("choice, differentiated", [(("onednn", "xla"), "xla"), (("xla", "onednn"), "onednn")])
+@pytest.mark.parametrize(
+    "choice, differentiated",
+    [(("onednn", "xla"), "xla"), (("xla", "onednn"), "onednn"), (("onednn", "onednn:gemm"), "onednn:gemm")],
+)
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
 def test_a_staged_hybrid_differentiates_under_vmap(native, monkeypatch, mode, choice, differentiated):
     """Under jax.jit the platform is not known at trace time, so rnn(implementation=None) stages the CPU's hybrid
     and the other platforms' xla implementation under lax.platform_dependent; jax.grad of that vmapped (as an Equinox
     model is) once failed in JAX ("Expected cotangent type f32[3,6,...] but got f32[6,3,...]": the hybrid's two
     sides came back mapped on different axes). Its gradients are the differentiated implementation's."""
-    # Estimates that make the registry choose ``choice``: oneDNN far ahead on one side, far behind on the other.
-    ahead = {"forward": choice[0] == "onednn", "training": choice[1] == "onednn"}
-    monkeypatch.setattr(
-        onednn_backend,
-        "cost",
-        lambda call, side, variant: None if variant else registry.Cost(0.5 if ahead[side] else 2.0, "test"),
-    )
+
+    # Estimates that make the registry choose ``choice``: on each side the oneDNN run it names far ahead of the xla
+    # implementation, every other oneDNN run (its own or a variant's) far behind.
+    def cost(call, side, variant):
+        name = f"onednn:{variant}" if variant else "onednn"
+        return registry.Cost(0.5 if name == choice[registry.SIDES.index(side)] else 2.0, "test")
+
+    monkeypatch.setattr(onednn_backend, "cost", cost)
     cfg = make_config(mode, 2, "unidirectional")
     params, _, h0, c0 = draw_inputs(cfg, np.random.default_rng(9))
     xs = jax.random.normal(jax.random.key(4), (3, 6, h0.shape[1], cfg.input_size))

@@ -311,11 +311,19 @@ def test_neighbour_ratio_is_recorded(quick_run):
 
 
 def test_roofline_fractions(quick_run):
-    """Each record's GEMM flops over its time, as a fraction of the GEMM throughput measured on this machine."""
+    """Each record's GEMM flops over its time, as a fraction of the machine's GEMM peak: the fastest square product
+    measured in the run, oneDNN's matmul among the candidates where the extension is loaded, recorded with what
+    reached it and named in the Markdown beside the CPU."""
     _, paths = quick_run
     data = json.loads(paths["json"].read_text())
     peak = data["machine"]["gemm_gflops"]["float32"]
     assert peak > 0
+    reached = data["machine"]["gemm_peak"]["float32"]
+    assert reached["gflops"] == peak and reached["size"] == bench.QUICK_GEMM_SIZES[0]
+    assert reached["framework"] in (["onednn-matmul"] if onednn.extension_loaded() else []) + ["jax", "torch"]
+    markdown = paths["markdown"].read_text()
+    assert f"Roofline: the GEMM peak on {data['machine']['processor']}" in markdown
+    assert f"float32 {peak:.0f} GFLOP/s ({reached['framework']} [{reached['size']}]^3)" in markdown
     bc = bench.CONFIGS["cpu-lstm"].shrunk()
     for record in data["records"]:
         if record["config"] == "cpu-lstm":
@@ -324,6 +332,27 @@ def test_roofline_fractions(quick_run):
             assert record["gflop"] * 1e9 == pytest.approx(expected) == bc.gemm_flops(record["measurement"])
             rate = record["gflop"] / (record["ms"] / 1e3)
             assert record["roofline_fraction"] == pytest.approx(rate / peak)
+
+
+def test_gemm_peak_is_the_fastest_product_of_any_framework_and_size(monkeypatch):
+    """The peak per dtype is the highest rate over the frameworks and sizes (each framework's worker reports its
+    fastest run per size), with what reached it; a framework that lacks a dtype or fails is skipped with its reason."""
+    outcomes = {
+        "onednn-matmul": {"gflops": {"float32": {"2048": 190.0, "4096": 210.0}}, "skipped": {"float16": "no float16"}},
+        "jax": {"gflops": {"float32": {"2048": 170.0, "4096": 120.0}, "float16": {"2048": 30.0, "4096": 35.5}}},
+        "torch": {"error": "torch failed"},
+    }
+    monkeypatch.setattr(measure, "_in_worker", lambda job: {"skipped": {}, **outcomes[job["framework"]]})
+    logged = []
+    peak = measure.gemm_peak(
+        ["float32", "float16"], (2048, 4096), bench.GEMM_TIMING, list(outcomes), lambda *line: logged.append(line)
+    )
+    assert peak == {
+        "float32": {"gflops": 210.0, "framework": "onednn-matmul", "size": 4096},
+        "float16": {"gflops": 35.5, "framework": "jax", "size": 4096},
+    }
+    assert ("skip", "GEMM peak in onednn-matmul float16: no float16") in logged
+    assert ("skip", "GEMM peak in torch: torch failed") in logged
 
 
 def test_same_process_runs_every_contender_here(tmp_path):

@@ -101,7 +101,9 @@ def test_tune_measures_every_implementation_in_processes_of_their_own(cache, tmp
     measured = cpu_rule.measured_from(entry)
     assert [cell[:5] for cell in measured.cells] == [("gru", "float32", 64, 8, 100), ("gru", "float32", 256, 32, 100)]
     for cell in measured.cells:
-        assert set(cell.ratios) == {"onednn", "onednn:plain"}
+        # Every variant the registry lists: "onednn:plain" on the training side alone, "onednn:gemm" on both.
+        assert set(cell.ratios) == {"onednn", "onednn:plain", "onednn:gemm"}
         assert all(r > 0 for r in cell.ratios["onednn"]) and cell.ratios["onednn:plain"][0] is None
+        assert all(r > 0 for r in cell.ratios["onednn:gemm"])
     assert tuned.this_machine().cells == measured.cells
     assert "written" in capsys.readouterr().out

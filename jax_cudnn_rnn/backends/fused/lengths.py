@@ -20,7 +20,8 @@ at the valid steps and at step T is exactly that:
   through unchanged (f = 1) and gives those gates zero gradient (f(1-f) = 0 = i(1-i)). At valid steps the channel is
   0 and changes nothing. A ReLU RNN gets the channel too (-``SATURATION`` on its one gate), so that its padding
   steps output 0 instead of growing without bound (0·inf in the weight gradients would be NaN); GRU and tanh
-  outputs stay bounded without it.
+  outputs stay bounded without it. In bfloat16 a zero input with zero weights comes before the channel where the
+  width would be odd, which oneDNN's kernels run slower (``channel_width``).
 
 Everything is ordinary JAX around the kernel's calls (slices, gathers, a rebuilt buffer for the channel's config), so
 gradients flow through it and it composes with ``jax.jit`` and ``jax.vmap``.
@@ -29,12 +30,14 @@ gradients flow through it and it composes with ``jax.jit`` and ``jax.vmap``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 
 from jax_cudnn_rnn import _buffer, layout
 from jax_cudnn_rnn.backends.call import Call, Inputs
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import stacking
 from jax_cudnn_rnn.backends.fused.chunking import reverse_rows
 from jax_cudnn_rnn.backends.fused.convention import Kernel, part
@@ -51,16 +54,26 @@ states)."""
 CHANNEL_WEIGHTS = {"lstm": (-SATURATION, SATURATION, 0.0, 0.0), "rnn_relu": (-SATURATION,)}
 
 
+def channel_width(config: RNNConfig) -> int:
+    """The input width of ``config`` with the channel: one more, and for a 16-bit dtype an even number (a zero channel
+    before it where needed). Its dot products take inputs in pairs (AVX512-BF16), and oneDNN 3.2 runs an odd input
+    width on a slower kernel: a bfloat16 LSTM T=100 B=1 H=256 forward took 1.62 ms of CPU time at 257 inputs, 1.45 at
+    258 and 1.30 at 256 (1.35 at 288, whose extra columns cost more than they save at B=32; loaded 2-core Zen 4); at
+    H=1024 the widths made no difference."""
+    width = config.input_size + 1
+    return width + width % 2 if config.dtype.itemsize == 2 else width
+
+
 def with_channel(params: Array, config: RNNConfig) -> tuple[Array, RNNConfig]:
-    """(the buffer, the config) of ``config``'s one-layer unidirectional network with one more input channel, whose
-    input weights are ``CHANNEL_WEIGHTS[config.mode]`` (a constant: no gradient reaches it). Skip input becomes
-    linear input with identity matrices.
+    """(the buffer, the config) of ``config``'s one-layer unidirectional network with ``channel_width`` inputs: the
+    channel last, whose input weights are ``CHANNEL_WEIGHTS[config.mode]`` (a constant: no gradient reaches it),
+    zero weights for the inputs between. Skip input becomes linear input with identity matrices.
 
     The input matrices lead a one-layer, one-direction buffer and everything after them keeps its order, so the new
     buffer is the wider matrices followed by the rest of ``params`` as it is: two concatenations, which XLA runs as
     plain copies (a concatenation of every slot, each sliced, ran as one loop that cost 3 ms of a 100-step B=1 LSTM
-    training step)."""
-    wider = dataclasses.replace(config, input_size=config.input_size + 1, input_mode="linear_input")
+    training step), and whose gradient is ``_widened``'s."""
+    wider = dataclasses.replace(config, input_size=channel_width(config), input_mode="linear_input")
     old, new = layout.layer_slots(config, 0, 0), layout.layer_slots(wider, 0, 0)
     rows = config.num_gates * config.num_units
     stored = rows * config.input_size if old["w_input"] else 0  # skip input stores no input matrices
@@ -71,13 +84,56 @@ def with_channel(params: Array, config: RNNConfig) -> tuple[Array, RNNConfig]:
     ]
     if new["w_input"][0].offset != 0 or any(a != b for a, b in moved):
         raise AssertionError("layout: the input matrices do not lead a one-layer buffer")
-    if old["w_input"]:
-        matrices = params[:stored].reshape(rows, config.input_size)
+    return _widened(config.mode, rows, config.input_size, wider.input_size, bool(old["w_input"]), params), wider
+
+
+def _as_bits(a: Array) -> Array:
+    """A 16-bit float array as its bits: XLA:CPU computes a bfloat16 concatenation in float32 (a conversion of every
+    operand and back), where it copies integers as they are (the bfloat16 LSTM T=25 B=64 H=1024 forward: three passes
+    over the 8 M weights, 32 ms of a 222 ms call on a loaded 2-core Zen 4)."""
+    return jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype.itemsize == 2 else a
+
+
+def _from_bits(a: Array, dtype) -> Array:
+    return jax.lax.bitcast_convert_type(a, dtype) if a.dtype != dtype else a
+
+
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _widened(mode: str, rows: int, input_size: int, width: int, has_input: bool, params: Array) -> Array:
+    """``params`` with its [rows, input_size] input matrices (identity matrices where ``has_input`` is False: skip
+    input) widened to ``width`` columns, the channel's last and zeros between."""
+    stored = rows * input_size if has_input else 0
+    bits = _as_bits(params)  # before any slice, so that the slices are the concatenations' operands, not copies
+    if has_input:
+        matrices = bits[:stored].reshape(rows, input_size)
     else:
-        matrices = jnp.tile(jnp.eye(config.num_units, dtype=params.dtype), (config.num_gates, 1))
-    column = jnp.repeat(jnp.asarray(CHANNEL_WEIGHTS[config.mode], params.dtype), config.num_units)[:, None]
+        matrices = _as_bits(jnp.tile(jnp.eye(input_size, dtype=params.dtype), (rows // input_size, 1)))
+    weights = jnp.asarray(CHANNEL_WEIGHTS[mode], params.dtype)
+    column = jnp.repeat(weights, rows // len(CHANNEL_WEIGHTS[mode]))[:, None]
+    column = _as_bits(jnp.pad(column, ((0, 0), (width - input_size - 1, 0))))  # zeros are zeros in every dtype
     wide = jnp.concatenate([matrices, column], axis=1).reshape(-1)
-    return jnp.concatenate([wide, params[stored:]]), wider
+    return _from_bits(jnp.concatenate([wide, bits[stored:]]), params.dtype)
+
+
+def _widened_fwd(mode, rows, input_size, width, has_input, params):
+    return _widened(mode, rows, input_size, width, has_input, params), None
+
+
+def _widened_bwd(mode, rows, input_size, width, has_input, residuals, d_widened):
+    """The gradient as one concatenation of the wide matrices' first columns and the rest: autodiff's transpose (a
+    pad of each part to the whole buffer, then their sum) ran as one elementwise loop over the buffer with 2-D index
+    arithmetic at every element, 2.5 ms of a 100-step B=1 bfloat16 LSTM training step on a loaded 2-core Zen 4."""
+    del mode, residuals
+    wide = rows * width
+    rest = d_widened[wide:]
+    if not has_input:  # the identity matrices are constants
+        return (rest,)
+    bits = _as_bits(d_widened)
+    matrices = bits[:wide].reshape(rows, width)[:, :input_size].reshape(-1)
+    return (_from_bits(jnp.concatenate([matrices, bits[wide:]]), d_widened.dtype),)
+
+
+_widened.defvjp(_widened_fwd, _widened_bwd)
 
 
 def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
@@ -92,7 +148,8 @@ def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array):
     x, params, config = inputs.x, inputs.params, call.config
     valid = (jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
     if config.mode in CHANNEL_WEIGHTS:  # zero padding and the channel in one pass (a pad fuses; a concatenate not)
-        x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0), (0, 1, 0)))
+        extra = channel_width(config) - config.input_size
+        x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0), (0, extra, 0)))
         channel = jnp.arange(x.shape[-1]) == x.shape[-1] - 1
         x = jnp.where(valid, x, channel.astype(x.dtype))
         params, config = with_channel(params, config)

@@ -9,8 +9,10 @@ bfloat16.
 oneDNN's inference forward; under ``jax.grad`` the training forward, which also returns a reserve space (oneDNN's
 workspace per layer and the outputs of all but the last layer), and the backward pass runs oneDNN's backward over it.
 ``rnn_plain`` (the variant "onednn:plain", offered for the training side) is the same with the backward on the weights
-in the plain ldgoi layout (another oneDNN kernel, faster at some shapes: onednn/plan.cc). Dropout runs layer by layer
-through the fused kit (jax_cudnn_rnn/backends/fused/compose.py).
+in the plain ldgoi layout (another oneDNN kernel, faster at some shapes: onednn/plan.cc). ``rnn_gemm`` (the variant
+"onednn:gemm", both sides) is the network as GEMMs on oneDNN's matmul primitive, the recurrence's steps in C++
+(jax_cudnn_rnn/backends/onednn/gemm.py). Dropout runs layer by layer through the fused kit
+(jax_cudnn_rnn/backends/fused/compose.py).
 
 The backend decides nothing: it declares its cost (``cost``: the CPU rule's estimate against the xla implementation,
 jax_cudnn_rnn/backends/onednn/cpu_rule.py) and the registry chooses per side, running a hybrid where the sides differ
@@ -32,7 +34,7 @@ from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
-from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, kernels, tuned
+from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, gemm, kernels, tuned
 from jax_cudnn_rnn.config import RNNConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -150,6 +152,12 @@ def _runner(fused) -> registry.Run:
         # inputs.seq_lengths is always None: the fused kit runs lengths around the kernel (takes_lengths=False).
         return fused(vjp.KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0), None, call.config)
 
+    return _composed(kernel)
+
+
+def _composed(kernel) -> registry.Run:
+    """``kernel`` (the whole network without lengths or dropout) with what the fused kit adds around it."""
+
     def run(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
         return compose.run(kernel, call, inputs, takes_lengths=False)
 
@@ -161,6 +169,9 @@ rnn = _runner(_fused(False))
 rnn_plain = _runner(_fused(True))
 """implementation="onednn:plain": the same, its backward reading the weights in the plain ldgoi layout (another
 oneDNN kernel, faster at some shapes: onednn/plan.cc); undifferentiated it is ``rnn`` (the inference forward)."""
+rnn_gemm = _composed(lambda call, inputs: gemm.rnn(inputs.params, inputs.x, inputs.h0, inputs.c0, call.config))
+"""implementation="onednn:gemm": the network as GEMMs on oneDNN's matmul primitive (jax_cudnn_rnn/backends/onednn/
+gemm.py), forward and backward, its own custom_vjp per layer and direction; lengths and dropout by the fused kit."""
 
 
 def unavailable() -> str | None:
@@ -192,6 +203,8 @@ def scratch_bytes(call: Call, side: str, variant: str) -> int | None:
     if unavailable() is not None:
         return 0  # nothing of oneDNN runs
     training = side == registry.TRAINING
+    if variant == "gemm":
+        return gemm.pool_bytes(call.config, call.max_time, call.batch, training)
     sizes = kernels.buffer_sizes(call.config, call.max_time, call.batch, training, variant == "plain")
     return max(sizes["weights_scratch"], sizes["forward_scratch"], sizes["backward_scratch"])
 
@@ -204,7 +217,12 @@ registry.register(
         unavailable=lambda: unavailable(),
         run=rnn,
         cost=lambda call, side, variant: cost(call, side, variant),
-        variants={"plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,))},
+        variants={
+            "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,)),
+            # Both sides; no cells of its own in cpu_measurements.json yet, so the rule has no estimate for it and it
+            # runs only by name (implementation="onednn:gemm").
+            "gemm": registry.Variant(rnn_gemm),
+        },
         scratch_bytes=lambda call, side, variant: scratch_bytes(call, side, variant),
     )
 )

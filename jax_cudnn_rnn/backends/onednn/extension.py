@@ -18,6 +18,11 @@ from jax_cudnn_rnn.backends import native_extension
 WEIGHTS_TARGET = "jax_cudnn_rnn_onednn_weights"
 FORWARD_TARGET = "jax_cudnn_rnn_onednn_forward"
 BACKWARD_TARGET = "jax_cudnn_rnn_onednn_backward"
+MATMUL_TARGET = "jax_cudnn_rnn_onednn_matmul"
+PACK_TARGET = "jax_cudnn_rnn_onednn_matmul_pack"
+PACKED_MATMUL_TARGET = "jax_cudnn_rnn_onednn_matmul_packed"
+GEMM_FORWARD_TARGET = "jax_cudnn_rnn_onednn_gemm_forward"
+GEMM_BACKWARD_TARGET = "jax_cudnn_rnn_onednn_gemm_backward"
 BUILD_HINT = (
     'install the package with its `onednn` extra (`pip install ".[onednn]"`: the isolated build brings '
     "oneDNN's headers from the onednn-devel-cpu-tbb and tbb-devel wheels on Linux x86_64 with a C++17 "

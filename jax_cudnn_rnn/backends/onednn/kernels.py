@@ -1,4 +1,7 @@
-"""oneDNN's three FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network.
+"""oneDNN's FFI calls (C++ in onednn/): the weights, the forward and the backward over the whole network, a matrix
+product on oneDNN's matmul primitive (``matmul``, with weights packed once: ``pack_weights``, ``matmul_packed``), and
+the recurrence of one layer and direction on it (``gemm_forward``, ``gemm_backward``): what "onednn:gemm" is built
+from.
 
 The handlers read the weights from the opaque buffer's bytes (gate blocks reordered into the format the primitive
 chose), so the same ``params`` run here, on cuDNN and on the xla implementation: the forward through the weights call,
@@ -13,6 +16,7 @@ agree on it (it is part of their plan).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -108,3 +112,150 @@ def backward(
             **attributes(config),
         )
     )
+
+
+def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, out_dtype=np.float32):
+    """``op(a) @ op(b)`` on oneDNN's matmul primitive (onednn/matmul.h): a [..., M, K] (stored [..., K, M] where
+    ``transpose_a``), b [..., K, N] (stored [..., N, K] where ``transpose_b``), both float32 or both bfloat16;
+    ``out_dtype`` float32 (bfloat16 products accumulate in float32 and keep it) or a's dtype. The transposes are
+    strides, never copies. Under ``jax.vmap`` an unmapped operand gets a leading 1, which oneDNN broadcasts."""
+    if a.ndim != b.ndim or a.ndim < 2:
+        raise ValueError(f"a has shape {a.shape} and b {b.shape}; expected the same rank, at least 2")
+    m = a.shape[-1] if transpose_a else a.shape[-2]
+    n = b.shape[-2] if transpose_b else b.shape[-1]
+    batch = tuple(max(i, j) for i, j in zip(a.shape[:-2], b.shape[:-2], strict=True))
+    out_type = jax.ShapeDtypeStruct((*batch, m, n), out_dtype)
+    return jax.ffi.ffi_call(extension.MATMUL_TARGET, out_type, vmap_method="expand_dims")(
+        a, b, transpose_a=np.bool_(transpose_a), transpose_b=np.bool_(transpose_b)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def packed_bytes(rows: int, b_shape: tuple[int, int], dtype: str, transpose_b: bool) -> int:
+    """Bytes of a [K, N] (or [N, K]: ``transpose_b``) matrix of ``dtype`` packed for products of ``rows`` rows."""
+    return extension.module().matmul_packed_bytes(rows, list(b_shape), dtype, transpose_b)
+
+
+def _packed_attributes(rows: int, b_shape, transpose_b: bool) -> dict[str, Any]:
+    return dict(rows=np.int64(rows), b_shape=np.asarray(b_shape, np.int64), transpose_b=np.bool_(transpose_b))
+
+
+def pack_weights(b, rows: int, *, transpose_b: bool = False):
+    """``b`` [..., K, N] (stored [..., N, K] where ``transpose_b``) packed into the layout oneDNN's matmul kernels read
+    for products of ``rows`` rows: uint8 [..., bytes], for ``matmul_packed``. Packing once saves the copy into that
+    layout which every plain product makes (onednn/matmul.h)."""
+    b_shape = tuple(b.shape[-2:])
+    size = packed_bytes(rows, b_shape, np.dtype(b.dtype).name, transpose_b)
+    out_type = jax.ShapeDtypeStruct((*b.shape[:-2], size), np.uint8)
+    return jax.ffi.ffi_call(extension.PACK_TARGET, out_type, vmap_method="expand_dims")(
+        b, **_packed_attributes(rows, b_shape, transpose_b)
+    )
+
+
+def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b: bool = False):
+    """``a @ op(b)`` in float32 for ``packed`` = ``pack_weights(b, rows, transpose_b=...)`` of a b of stored shape
+    ``b_shape``: a [..., M, K] of b's dtype, packed [..., bytes] (batch axes equal or 1) -> [..., M, N]."""
+    n = b_shape[0] if transpose_b else b_shape[1]
+    batch = tuple(max(i, j) for i, j in zip(a.shape[:-2], packed.shape[:-1], strict=True))
+    out_type = jax.ShapeDtypeStruct((*batch, a.shape[-2], n), np.float32)
+    return jax.ffi.ffi_call(extension.PACKED_MATMUL_TARGET, out_type, vmap_method="expand_dims")(
+        a, packed, **_packed_attributes(rows, b_shape, transpose_b)
+    )
+
+
+def _recurrence_attributes(
+    config: RNNConfig, input_size: int, skip_input: bool, reverse: bool, training: bool, rows: int, weights_dtype
+) -> dict:
+    """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
+    one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
+    rows the recurrent weights were packed for and their dtype."""
+    one = dataclasses.replace(
+        config,
+        num_layers=1,
+        direction="unidirectional",
+        input_mode="skip_input" if skip_input else "linear_input",
+        input_size=input_size,
+        proj_size=0,
+        bias_mode="double",
+        dropout=0.0,
+    )
+    return dict(
+        **convention.config_attributes(one),
+        reverse=np.bool_(reverse),
+        training=np.bool_(training),
+        rows=np.int64(rows),
+        weights_dtype=np.dtype(weights_dtype).name,
+    )
+
+
+def gemm_forward(
+    x, packed, b_in, b_rec, h0, w_in, c0, *, config: RNNConfig, reverse: bool, training: bool, weights_dtype, y_dtype
+):
+    """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
+    the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
+    w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32.
+    Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
+    reads (gates, [aux], [h_prev], h_gemm), else ()."""
+    num_steps, batch, input_size = x.shape
+    units, mode = config.num_units, config.mode
+    width = config.num_gates * units
+    lstm, gru = mode == "lstm", mode == "gru"
+    f32 = np.float32
+    out_types = [jax.ShapeDtypeStruct((num_steps, batch, units), y_dtype), jax.ShapeDtypeStruct((batch, units), f32)]
+    out_types += [jax.ShapeDtypeStruct((batch, units), f32)] if lstm else []
+    if training:
+        steps = (num_steps, batch, units)
+        out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
+        out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
+        out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
+    outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
+        x,
+        packed,
+        b_in,
+        b_rec,
+        h0,
+        *([] if w_in is None else [w_in]),
+        *([c0] if lstm else []),
+        **_recurrence_attributes(config, input_size, w_in is None, reverse, training, batch, weights_dtype),
+    )
+    y, h_n, *rest = outputs
+    c_n = rest.pop(0) if lstm else None
+    return y, h_n, c_n, tuple(rest)
+
+
+def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, *, config: RNNConfig, reverse: bool):
+    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x and w_in and c0 the forward's, ``packed`` the
+    recurrent weights as ``pack_weights(w_rec, B)`` packs them, dy [T, B, H] (y's dtype), dh_n, dc_n (LSTM) [B, H]
+    float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0 or None): x's
+    gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
+    _, batch, input_size = x.shape
+    gates, h_gemm = saved[0], saved[-1]
+    weights_dtype = h_gemm.dtype
+    width, units = gates.shape[-1], h_gemm.shape[-1]
+    lstm = config.mode == "lstm"
+    f32 = np.float32
+    out_types = [
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct((width, units), weights_dtype),
+        jax.ShapeDtypeStruct((width,), f32),
+        jax.ShapeDtypeStruct((width,), f32),
+        jax.ShapeDtypeStruct(dh_n.shape, f32),
+    ]
+    out_types += [] if w_in is None else [jax.ShapeDtypeStruct(w_in.shape, weights_dtype)]
+    out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
+    dx, dw_rec, d_b_in, d_b_rec, dh0, *rest = jax.ffi.ffi_call(
+        extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential"
+    )(
+        x,
+        packed,
+        dy,
+        dh_n,
+        gates,
+        h_gemm,
+        *([] if w_in is None else [w_in]),
+        *saved[1:-1],  # [aux], [h_prev]
+        *([c0, dc_n] if lstm else []),
+        **_recurrence_attributes(config, input_size, w_in is None, reverse, True, batch, weights_dtype),
+    )
+    dw_in = None if w_in is None else rest.pop(0)
+    return dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)

@@ -28,7 +28,10 @@ from jax_cudnn_rnn.tools.bench import contenders, measure, report
 from jax_cudnn_rnn.tools.bench.contenders import CONFIGS, CONTENDERS, CPU_CONFIGS, DTYPES, GPU_CONFIGS, QUICK_SIZES
 from jax_cudnn_rnn.tools.bench.measure import DEFAULT_TIMING, QUICK_TIMING, Timing
 
-GEMM_SIZE, QUICK_GEMM_SIZE = 2048, 256
+# The roofline's GEMMs: square products large enough for the GEMMs' peak rate (oneDNN's matmul gains 0-10 % from 2048
+# to 4096 on a 2-core Zen 4), and what --quick measures.
+GEMM_SIZES, QUICK_GEMM_SIZES = (2048, 4096), (256,)
+GEMM_TIMING = Timing(repeats=5, warmup=1)  # the fastest of 5 runs is the peak (measure.gemm_peak)
 
 
 def _names(kind: str, known: Sequence[str]) -> Callable[[str], list[str]]:
@@ -214,10 +217,16 @@ def run(args: argparse.Namespace) -> int:
     for c in configs:
         log("info", f"  {c.name}: {c.describe()}")
     if isolated and not contenders.on_gpu():  # the CPU's roofline; its worker processes keep it from the timings
-        frameworks = ["jax"] + ([] if contenders.CONTENDERS[contenders.TORCH].unavailable() else ["torch"])
-        facts["gemm_gflops"] = measure.gemm_throughput(
-            dtypes, QUICK_GEMM_SIZE if args.quick else GEMM_SIZE, timing, frameworks, log
+        from jax_cudnn_rnn import onednn
+
+        frameworks = (
+            (["onednn-matmul"] if onednn.extension_loaded() else [])
+            + ["jax"]
+            + ([] if contenders.CONTENDERS[contenders.TORCH].unavailable() else ["torch"])
         )
+        sizes, gemm_timing = (QUICK_GEMM_SIZES, QUICK_TIMING) if args.quick else (GEMM_SIZES, GEMM_TIMING)
+        facts["gemm_peak"] = measure.gemm_peak(dtypes, sizes, gemm_timing, frameworks, log)
+        facts["gemm_gflops"] = {dtype: peak["gflops"] for dtype, peak in facts["gemm_peak"].items()}
     results = measure.run_all(configs, dtypes, chosen, timing, log, isolated, args.precision, args.rounds)
     _neighbour(args, configs, timing, log, results)
     report.add_roofline(results.records, facts.get("gemm_gflops") or {})
@@ -228,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         report.print_table(
             console,
             report.roofline_rows(results.records),
-            f"roofline: GEMM throughput {facts['gemm_gflops']} GFLOP/s",
+            f"roofline: GEMM peak {report.peak_text(facts)}",
             report.ROOFLINE_COLUMNS,
             (),
         )

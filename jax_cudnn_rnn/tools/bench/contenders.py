@@ -501,6 +501,8 @@ CONTENDERS = {
         # oneDNN with its backward on plain weights (the variant "onednn:plain"), which the CPU rule's measurements
         # time (where the default runs it); named only. Any other implementation name runs as "jcr-<name>".
         _ours("jcr-onednn-plain", "onednn:plain", by_default=False),
+        # The network as GEMMs on oneDNN's matmul primitive (jax_cudnn_rnn/backends/onednn/gemm.py); named only.
+        _ours("jcr-onednn-gemm", "onednn:gemm", by_default=False),
         _ours("jcr-xla", "xla"),
         # What rnn(implementation=None) picks for the call (registry.implementation_for), for comparison with the peers.
         _ours("jcr-default", None),
@@ -522,9 +524,10 @@ def contender(name: str) -> Contender:
 
 
 def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
-    """A [size, size] x [size, size] matrix product in ``framework`` ("jax" or "torch") and ``dtype`` (float32
-    accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's attainable
-    GEMM throughput, the roofline's ceiling."""
+    """A [size, size] x [size, size] matrix product in ``framework`` ("onednn-matmul": oneDNN's matmul primitive through
+    this package's extension, the fastest GEMM in the process on the CPU; "jax": XLA's dot; "torch") and ``dtype``
+    (float32 accumulation in bfloat16 and float16, as the RNN kernels do), blocking on its result: the machine's
+    attainable GEMM throughput, the roofline's ceiling."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
     if framework == "torch":
@@ -536,5 +539,10 @@ def gemm(framework: str, dtype: str, size: int) -> Callable[[], Any]:
     import jax.numpy as jnp
 
     ja, jb = (jnp.asarray(m, dtype) for m in (a, b))
-    product = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    if framework == "onednn-matmul":
+        from jax_cudnn_rnn.backends.onednn import kernels
+
+        product = jax.jit(kernels.matmul)
+    else:
+        product = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
     return lambda: jax.block_until_ready(product(ja, jb))

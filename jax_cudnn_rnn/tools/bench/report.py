@@ -1,6 +1,6 @@
 """What ``jax-cudnn-rnn bench`` reports: the machine it ran on (CPU model and features, load, thread counts,
 library versions), the results table and its legend, the roofline (each step's matrix products at the machine's
-measured GEMM throughput), the neighbour ratio, and the JSON, Markdown and PNG outputs."""
+measured GEMM peak), the neighbour ratio, and the JSON, Markdown and PNG outputs."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ NOTES = (
     "process: each record's worker process (settings.isolation 'process per contender'): its thread count at the "
     "end, PyTorch's thread counts where PyTorch was imported, whether this package was imported, the load average.",
     "gflop: the step's matrix products (2 flops per multiply-add; the training step 3x the forward's); "
-    "roofline_fraction: gflop / time over the machine's measured GEMM throughput for the dtype (machine.gemm_gflops).",
+    "roofline_fraction: gflop / time over the machine's GEMM peak for the dtype (machine.gemm_gflops): the fastest "
+    "run of the fastest square product in the process (machine.gemm_peak: which framework and size; oneDNN's matmul "
+    "where the extension is loaded), measured by the same run.",
     "neighbour: PyTorch's forward in a fresh process alone and in one that first ran this package's rnn() with each "
     "implementation; ratio = median after / median alone (target <= 1.15).",
 )
@@ -124,9 +126,17 @@ def machine_facts(isolated: bool) -> dict[str, Any]:
     return facts
 
 
+def peak_text(facts: dict[str, Any]) -> str:
+    """The machine's GEMM peak per dtype and what reached it, e.g. "float32 213 GFLOP/s (onednn-matmul [4096]^3)"."""
+    peaks = facts.get("gemm_peak") or {}
+    return ", ".join(
+        f"{dtype} {p['gflops']:.0f} GFLOP/s ({p['framework']} [{p['size']}]^3)" for dtype, p in peaks.items()
+    )
+
+
 def add_roofline(records: list[dict[str, Any]], gemm_gflops: dict[str, float]) -> None:
     """Sets ``gflops_per_s`` (the step's matrix products over its time) and ``roofline_fraction`` (that over the
-    machine's GEMM throughput for the dtype, where measured)."""
+    machine's GEMM peak for the dtype, where measured)."""
     for record in records:
         rate = record["gflop"] / (record["ms"] / 1e3) if record.get("gflop") else None
         peak = gemm_gflops.get(record["dtype"])
@@ -282,7 +292,7 @@ def markdown_report(
     parts = [context, markdown_table(rows)]
     if facts.get("gemm_gflops"):
         parts.append(
-            f"GEMM throughput (GFLOP/s): {facts['gemm_gflops']}\n\n"
+            f"Roofline: the GEMM peak on {facts['processor']} ({facts['onednn_cpu_isa']}), {peak_text(facts)}\n\n"
             + markdown_table(roofline_rows(results.records), ROOFLINE_COLUMNS, ())
         )
     parts += [f"* {line}\n" for line in neighbour_lines(results.neighbour)]

@@ -1,0 +1,168 @@
+"""implementation="onednn:gemm": the network as matrix products on oneDNN's matmul primitive.
+
+The decomposition PyTorch's CPU GRU runs, and the xla implementation's (jax_cudnn_rnn/backends/xla.py), with every
+product on oneDNN's brgemm kernels (``kernels.matmul``: onednn/matmul.h), which reach the CPU's bfloat16 rate where
+XLA:CPU's GEMM does not. Per layer and direction:
+
+* the input product of all time steps is one GEMM;
+* the recurrence is one FFI call (``kernels.gemm_forward``: onednn/gemm_recurrence.h): per step one product with the
+  recurrent weights, packed once into the layout the kernels read, and the cell's arithmetic (onednn/gemm_cells.h)
+  around it in C++. As an XLA scan (what ``gemm_scan`` still runs for a projected LSTM) the arithmetic and its stacked
+  outputs cost about 40 % of the forward's time (GRU T=25 B=64 H=1024 bfloat16, a scan whose step kept the products
+  and dropped the cell: 62 against 104 ms, on a loaded 2-core Zen 4);
+* its gradient is one FFI call too (``kernels.gemm_backward``: the gate gradients and the gradient w.r.t. the state,
+  step by step), then the weight gradients and the input's are one GEMM each over all steps.
+
+bfloat16 runs its GEMMs in bfloat16 with float32 accumulation and everything else in float32, as the xla
+implementation does. This is a kernel of the fused kit (``rnn``: the whole network, no lengths, no dropout;
+jax_cudnn_rnn/backends/fused/ arranges those around it), for the modes oneDNN's backend runs with their default
+activations; an LSTM with a projection runs its layers as ``gemm_scan``'s scan.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jax_cudnn_rnn import _buffer
+from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
+from jax_cudnn_rnn.backends.onednn import gemm_scan, kernels
+from jax_cudnn_rnn.config import RNNConfig
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One layer and direction: a forward call and a backward call (onednn/gemm_recurrence.h).
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array, Array]:
+    zeros = jnp.zeros((width,), jnp.float32)
+    return (zeros if b_in is None else b_in), (zeros if b_rec is None else b_rec)
+
+
+def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training):
+    b_in, b_rec = _biases(b_in, b_rec, w_rec.shape[0])
+    return kernels.gemm_forward(
+        x,
+        kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
+        b_in,
+        b_rec,
+        h0,
+        w_in,
+        c0,
+        config=config,
+        reverse=reverse,
+        training=training,
+        weights_dtype=w_rec.dtype,
+        y_dtype=out_dtype,
+    )
+
+
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2))
+def _layer(config: RNNConfig, reverse: bool, out_dtype: Any, x, w_in, b_in, w_rec, b_rec, h0, c0):
+    """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
+    (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states). Returns (ys [T, B, H] in ``out_dtype``,
+    h_n, c_n or None in float32)."""
+    y, h_n, c_n, _ = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=False)
+    return y, h_n, c_n
+
+
+def _layer_fwd(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0):
+    y, h_n, c_n, saved = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=True)
+    return (y, h_n, c_n), (x, w_in, b_in is not None, w_rec, b_rec is not None, c0, saved)
+
+
+def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
+    x, w_in, has_b_in, w_rec, has_b_rec, c0, saved = residuals
+    d_ys, dh_n, dc_n = cotangents
+    dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
+        x,
+        kernels.pack_weights(w_rec, dh_n.shape[0]),
+        d_ys,
+        dh_n,
+        dc_n,
+        w_in,
+        c0,
+        saved,
+        config=config,
+        reverse=reverse,
+    )
+    return dx, dw_in, d_b_in if has_b_in else None, dw_rec, d_b_rec if has_b_rec else None, dh0, dc0
+
+
+_layer.defvjp(_layer_fwd, _layer_bwd)
+
+
+def call_bytes(config: RNNConfig, layer: int, num_steps: int, batch: int) -> tuple[int, int]:
+    """The scratch (bytes) the forward and the backward call of one direction of ``layer`` take from the extension's
+    pool (onednn/scratch.h) over [num_steps, batch]: what onednn/gemm_recurrence.cc lays out, without oneDNN's
+    products' scratchpads (tens of kilobytes)."""
+    rows, units, inputs = num_steps * batch, config.num_units, config.layer_input_size(layer)
+    width, weights = config.num_gates * units, config.dtype.itemsize
+    forward = rows * (width * 4 + inputs * weights) + batch * (width * 8 + units * (20 + weights))
+    backward = rows * (width * weights * (2 if config.mode == "gru" else 1) + inputs * weights)
+    return forward, backward + batch * (width * 8 + units * 20 + inputs * 4)
+
+
+def pool_bytes(config: RNNConfig, num_steps: int, batch: int, training: bool) -> int:
+    """The largest scratch one of a call's recurrence calls takes from the extension's pool (``call_bytes``): outside
+    XLA's buffers, so outside its memory analysis (the bench's op memory adds it)."""
+    sizes = [call_bytes(config, layer, num_steps, batch) for layer in range(config.num_layers)]
+    return max(max(forward, backward if training else 0) for forward, backward in sizes)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The network.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _direction(config: RNNConfig, x, weights, h0, c0, reverse: bool, last: bool):
+    """One layer and direction; its outputs in the network's dtype where they are the network's, else in float32 (the
+    next layer's GEMMs round them, and their gradient stays float32, as the xla implementation's)."""
+    w_in, w_rec, w_proj, b_in, b_rec = weights
+    out_dtype = config.dtype if last else jnp.float32
+    if w_proj is not None:
+        return gemm_scan.layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
+    return _layer(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0)
+
+
+def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
+    """The whole network (every layer and direction, no lengths, no dropout): (y, h_n, c_n or None) in
+    ``config.dtype``; arguments as ``jax_cudnn_rnn.rnn``'s."""
+    f32 = jnp.float32
+    # Each layer's GEMMs round their input to the weights' dtype and give its gradient in the input's dtype: two
+    # directions' gradients of x add up in float32, as the xla implementation's, and are rounded once.
+    layer_input = x.astype(f32) if config.num_directions == 2 else x
+    weights = [
+        tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
+        for groups in _buffer.unpack(params, config)
+    ]
+    h_n, c_n = [], []
+    for layer in range(config.num_layers):
+        outputs = []
+        for direction in range(config.num_directions):
+            index = layer * config.num_directions + direction
+            ys, h_last, c_last = _direction(
+                config,
+                layer_input,
+                weights[index],
+                h0[index].astype(f32),
+                None if c0 is None else c0[index].astype(f32),
+                direction == 1,
+                layer == config.num_layers - 1,
+            )
+            outputs.append(ys)
+            h_n.append(h_last)
+            c_n.append(c_last)
+        layer_input = outputs[0] if len(outputs) == 1 else jnp.concatenate(outputs, axis=-1)
+    dtype = config.dtype
+    return (
+        layer_input.astype(dtype),
+        jnp.stack(h_n).astype(dtype),
+        None if c0 is None else jnp.stack(c_n).astype(dtype),
+    )

@@ -1,0 +1,454 @@
+#include "gemm_recurrence.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ffi_args.h"
+#include "gemm_cells.h"
+#include "matmul.h"
+#include "pages.h"
+#include "plan.h"
+#include "rnn_config.h"
+#include "scratch.h"
+#include "threading.h"
+
+namespace jax_cudnn_rnn::onednn {
+// The handlers' attributes (jax_cudnn_rnn/backends/onednn/kernels.py `gemm_forward`, `gemm_backward`).
+struct RecurrenceAttrs {
+  RnnConfigAttrs config;
+  bool reverse;
+  bool training;
+  int64_t rows;
+  std::string_view weights_dtype;
+};
+}  // namespace jax_cudnn_rnn::onednn
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::RecurrenceAttrs, JCR_RNN_CONFIG_ATTRS,
+                                      ::xla::ffi::StructMember<bool>("reverse"),
+                                      ::xla::ffi::StructMember<bool>("training"),
+                                      ::xla::ffi::StructMember<int64_t>("rows"),
+                                      ::xla::ffi::StructMember<std::string_view>("weights_dtype"));
+
+namespace jax_cudnn_rnn::onednn {
+
+namespace ffi = ::xla::ffi;
+
+namespace {
+
+using Result = ffi::Result<ffi::AnyBuffer>;
+
+// One call's recurrence: the cell, the sizes and the weights' element type.
+struct Recurrence {
+  Mode mode = Mode::kLstm;
+  int64_t steps = 0, batch = 0, units = 0, gates = 0, rows = 0, inputs = 0;  // inputs: the width of x (I)
+  bool reverse = false, training = false, skip_input = false;
+  ffi::DataType weights_type = ffi::DataType::F32;
+
+  int64_t width() const { return gates * units; }  // G*H
+  bool bf16() const { return weights_type == ffi::DataType::BF16; }
+  size_t weights_bytes() const { return bf16() ? 2 : 4; }
+  // The time of the `s`-th step in processing order, and whether it is the first one.
+  int64_t time(int64_t s) const { return reverse ? steps - 1 - s : s; }
+};
+
+template <typename Fn>
+ffi::Error Guarded(const char* handler, Fn&& body) {
+  try {
+    return body();
+  } catch (const dnnl::error& e) {
+    return ffi::Error::Internal(std::string(handler) + ": oneDNN failed: " + e.what() + " (dnnl_status_t " +
+                                std::to_string(static_cast<int>(e.status)) + ")");
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string(handler) + " failed: " + e.what());
+  }
+}
+
+// The recurrence of a call from its attributes and its input x [T, B, I] (float32 or the weights' type).
+ffi::Error DecodeRecurrence(const RecurrenceAttrs& attrs, const ffi::AnyBuffer& x, Recurrence* recurrence) {
+  RnnConfig config;
+  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
+  if (config.num_layers != 1 || config.num_directions != 1 || config.proj_size != 0 || config.cell_clip != 0) {
+    return ffi::Error::InvalidArgument("the recurrence runs one layer and direction without projection or clipping");
+  }
+  Recurrence r;
+  r.mode = config.mode;
+  r.units = config.num_units;
+  r.gates = config.num_gates();
+  r.inputs = config.input_size;
+  r.skip_input = config.skip_input;
+  r.reverse = attrs.reverse;
+  r.training = attrs.training;
+  r.rows = attrs.rows;
+  if (attrs.weights_dtype == "bfloat16") r.weights_type = ffi::DataType::BF16;
+  else if (attrs.weights_dtype != "float32") {
+    return ffi::Error::InvalidArgument("weights_dtype is '" + std::string(attrs.weights_dtype) +
+                                       "'; expected float32 or bfloat16");
+  }
+  const auto dims = x.dimensions();
+  if (dims.size() != 3 || dims[2] != r.inputs ||
+      (x.element_type() != ffi::DataType::F32 && x.element_type() != r.weights_type)) {
+    return ffi::Error::InvalidArgument("x has shape " + ShapeString(dims) + "; expected [T, B, " +
+                                       std::to_string(r.inputs) + "] of float32 or the weights' element type");
+  }
+  r.steps = dims[0];
+  r.batch = dims[1];
+  *recurrence = r;
+  return ffi::Error::Success();
+}
+
+// x as the input product reads it, in the weights' type: x itself where it has that type, else rounded into `buffer`.
+const void* InputOperand(const Recurrence& r, const ffi::AnyBuffer& x, void* buffer, int64_t chunks) {
+  if (x.element_type() == r.weights_type) return x.untyped_data();
+  const int64_t count = r.steps * r.batch;
+  ParallelFor(count, chunks, [&](int64_t, int64_t begin, int64_t end) {
+    StoreRow(r.bf16(), static_cast<const float*>(x.untyped_data()) + begin * r.inputs,
+             static_cast<char*>(buffer) + begin * r.inputs * r.weights_bytes(), (end - begin) * r.inputs);
+  });
+  return buffer;
+}
+
+// The packed recurrent weights: a uint8 buffer of exactly the plan's packed size.
+ffi::Error CheckPacked(const ffi::AnyBuffer& packed, const MatmulPlan& plan) {
+  return CheckBuffer("packed", packed, ffi::DataType::U8, {static_cast<int64_t>(plan.b.get_size())});
+}
+
+// y's element type: float32, or the weights' (a network's last layer in bfloat16).
+ffi::Error CheckOutputType(const char* name, const ffi::AnyBuffer& buffer, const Recurrence& r) {
+  if (buffer.element_type() != ffi::DataType::F32 && buffer.element_type() != r.weights_type) {
+    return ffi::Error::InvalidArgument(std::string(name) + " must be float32 or the weights' element type");
+  }
+  return CheckBuffer(name, buffer, buffer.element_type(), {r.steps, r.batch, r.units});
+}
+
+// Row `b` of step `t` of a [T, B, width] array of `bytes`-byte elements (t = -1: none).
+template <typename T>
+T* Row(void* base, const Recurrence& r, int64_t t, int64_t b, int64_t width, size_t bytes) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + ((t * r.batch + b) * width) * bytes);
+}
+
+// Pieces of the batch for ParallelFor: at most one per thread, the same for every call of a given size.
+int64_t Chunks(int64_t batch) { return std::max<int64_t>(1, std::min(batch, ParallelThreads())); }
+
+ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer b_in, ffi::AnyBuffer b_rec,
+                           ffi::AnyBuffer h0, ffi::RemainingArgs optional_args, Result y, Result h_n,
+                           ffi::RemainingRets optional_rets, RecurrenceAttrs attrs) {
+  return Guarded("jax_cudnn_rnn_onednn_gemm_forward", [&]() -> ffi::Error {
+    Recurrence r;
+    JCR_RETURN_IF_ERROR(DecodeRecurrence(attrs, x, &r));
+    const bool lstm = r.mode == Mode::kLstm, gru = r.mode == Mode::kGru, training = r.training;
+    const int64_t T = r.steps, B = r.batch, H = r.units, W = r.width(), I = r.inputs;
+    std::optional<ffi::AnyBuffer> w_in, c0;
+    OptionalBuffers args(optional_args, "argument");
+    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input, "w_in", &w_in));
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+    JCR_RETURN_IF_ERROR(args.CheckAllTaken());
+    std::optional<Result> c_n, gates, aux, h_prev, h_gemm;
+    OptionalBuffers rets(optional_rets, "result");
+    JCR_RETURN_IF_ERROR(rets.Take(lstm, "c_n", &c_n));
+    JCR_RETURN_IF_ERROR(rets.Take(training, "gates", &gates));
+    JCR_RETURN_IF_ERROR(rets.Take(training && (lstm || gru), "aux", &aux));
+    JCR_RETURN_IF_ERROR(rets.Take(training && gru, "h_prev", &h_prev));
+    JCR_RETURN_IF_ERROR(rets.Take(training, "h_gemm", &h_gemm));
+    JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
+    const auto F32 = ffi::DataType::F32;
+    if (w_in) JCR_RETURN_IF_ERROR(CheckBuffer("w_in", *w_in, r.weights_type, {W, I}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("b_in", b_in, F32, {W}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("b_rec", b_rec, F32, {W}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("h0", h0, F32, {B, H}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("h_n", *h_n, F32, {B, H}));
+    JCR_RETURN_IF_ERROR(CheckOutputType("y", *y, r));
+    if (lstm) {
+      JCR_RETURN_IF_ERROR(CheckBuffer("c0", *c0, F32, {B, H}));
+      JCR_RETURN_IF_ERROR(CheckBuffer("c_n", **c_n, F32, {B, H}));
+    }
+    if (training) {
+      JCR_RETURN_IF_ERROR(CheckBuffer("gates", **gates, F32, {T, B, W}));
+      if (aux) JCR_RETURN_IF_ERROR(CheckBuffer("aux", **aux, F32, {T, B, H}));
+      if (h_prev) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", **h_prev, F32, {T, B, H}));
+      JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", **h_gemm, r.weights_type, {T, B, H}));
+    }
+    std::shared_ptr<const MatmulPlan> plan = PackedProductPlan(B, r.rows, H, W, r.weights_type, true);
+    JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    std::shared_ptr<const MatmulPlan> input_plan =
+        w_in && T * B > 0 ? ProductPlan({T * B, I}, {W, I}, r.weights_type, F32, false, true) : nullptr;
+
+    // The input product of every step and what each step reads and writes come from the extension's pool: buffers
+    // XLA allocated would be new pages to fault in at every call.
+    RegionAllocator layout;
+    const Region xp = layout.Add(T * B * W * 4), x_operand = layout.Add(T * B * I * r.weights_bytes()),
+                 hp = layout.Add(B * W * 4), state[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
+                 cell[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
+                 operand = layout.Add(B * H * r.weights_bytes()), step_gates = layout.Add(B * W * 4),
+                 step_aux = layout.Add(B * H * 4),
+                 scratchpad =
+                     layout.Add(std::max(plan->scratchpad_bytes, input_plan ? input_plan->scratchpad_bytes : 0));
+    ScratchLease lease = TakeScratch(layout.total());
+    void* work = lease.data();
+    // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
+    for (std::optional<Result>* saved : {&gates, &aux, &h_prev, &h_gemm}) {
+      if (*saved) AdviseHugePages((**saved)->untyped_data(), (**saved)->size_bytes());
+    }
+    AdviseHugePages(y->untyped_data(), y->size_bytes());
+    const bool y_bf16 = y->element_type() == ffi::DataType::BF16;
+    const auto* xp_data = reinterpret_cast<const float*>(xp.in(work));
+    const auto* b_in_data = static_cast<const float*>(b_in.untyped_data());
+    const auto* b_rec_data = static_cast<const float*>(b_rec.untyped_data());
+
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
+      const int64_t chunks = Chunks(B);
+      if (input_plan) {  // W x for every step at once
+        RunMatmul(*input_plan, stream, InputOperand(r, x, x_operand.in(work), chunks), w_in->untyped_data(),
+                  xp.in(work), scratchpad.in(work));
+        stream.wait();
+      } else if (T * B > 0) {  // skip input: x itself enters every gate
+        ParallelFor(T * B, chunks, [&](int64_t, int64_t begin, int64_t end) {
+          for (int64_t row = begin; row < end; ++row) {
+            float* out = reinterpret_cast<float*>(xp.in(work)) + row * W;
+            LoadRow(x.element_type() == ffi::DataType::BF16,
+                    static_cast<const char*>(x.untyped_data()) + row * I * (x.element_type() == F32 ? 4 : 2), out, I);
+            for (int64_t g = 1; g < r.gates; ++g) std::copy_n(out, H, out + g * H);
+          }
+        });
+      }
+      float* h = reinterpret_cast<float*>(state[0].in(work));
+      float* h_next = reinterpret_cast<float*>(state[1].in(work));
+      float* c = reinterpret_cast<float*>(cell[0].in(work));
+      float* c_next = reinterpret_cast<float*>(cell[1].in(work));
+      std::memcpy(h, h0.untyped_data(), B * H * 4);
+      if (lstm) std::memcpy(c, c0->untyped_data(), B * H * 4);
+      for (int64_t s = 0; s < T && B > 0; ++s) {
+        const int64_t t = r.time(s);
+        // The product's operand: h rounded to the weights' type (kept for the weight gradient in training).
+        void* a = training ? Row<char>((*h_gemm)->untyped_data(), r, t, 0, H, r.weights_bytes()) : operand.in(work);
+        const bool rounds = training || r.bf16();
+        ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end && rounds; ++b) {
+            StoreRow(r.bf16(), h + b * H, static_cast<char*>(a) + b * H * r.weights_bytes(), H);
+          }
+          if (h_prev) {
+            std::memcpy(Row<float>((*h_prev)->untyped_data(), r, t, begin, H, 4), h + begin * H, (end - begin) * H * 4);
+          }
+        });
+        auto* products = reinterpret_cast<float*>(hp.in(work));
+        RunMatmul(*plan, stream, rounds ? a : h, packed.untyped_data(), products, scratchpad.in(work));
+        stream.wait();
+        ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end; ++b) {
+            float* row_gates = training ? Row<float>((*gates)->untyped_data(), r, t, b, W, 4)
+                                        : reinterpret_cast<float*>(step_gates.in(work)) + b * W;
+            float* row_aux = aux && gru ? Row<float>((*aux)->untyped_data(), r, t, b, H, 4)
+                                        : reinterpret_cast<float*>(step_aux.in(work)) + b * H;
+            ForwardRow(r.mode, H, xp_data + (t * B + b) * W, products + b * W, b_in_data, b_rec_data, h + b * H,
+                       c + b * H, h_next + b * H, c_next + b * H, row_gates, row_aux);
+            StoreRow(y_bf16, h_next + b * H, Row<char>(y->untyped_data(), r, t, b, H, y_bf16 ? 2 : 4), H);
+            if (aux && lstm) std::memcpy(Row<float>((*aux)->untyped_data(), r, t, b, H, 4), c_next + b * H, H * 4);
+          }
+        });
+        std::swap(h, h_next);
+        std::swap(c, c_next);
+      }
+      std::memcpy(h_n->untyped_data(), h, B * H * 4);
+      if (lstm) std::memcpy((*c_n)->untyped_data(), c, B * H * 4);
+      return ffi::Error::Success();
+    });
+  });
+}
+
+ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n,
+                            ffi::AnyBuffer gates, ffi::AnyBuffer h_gemm, ffi::RemainingArgs optional_args, Result dx,
+                            Result dw_rec, Result d_b_in, Result d_b_rec, Result dh0, ffi::RemainingRets optional_rets,
+                            RecurrenceAttrs attrs) {
+  return Guarded("jax_cudnn_rnn_onednn_gemm_backward", [&]() -> ffi::Error {
+    Recurrence r;
+    JCR_RETURN_IF_ERROR(DecodeRecurrence(attrs, x, &r));
+    const bool lstm = r.mode == Mode::kLstm, gru = r.mode == Mode::kGru;
+    const int64_t T = r.steps, B = r.batch, H = r.units, W = r.width(), I = r.inputs;
+    std::optional<ffi::AnyBuffer> w_in, aux, h_prev, c0, dc_n;
+    OptionalBuffers args(optional_args, "argument");
+    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input, "w_in", &w_in));
+    JCR_RETURN_IF_ERROR(args.Take(lstm || gru, "aux", &aux));
+    JCR_RETURN_IF_ERROR(args.Take(gru, "h_prev", &h_prev));
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+    JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
+    JCR_RETURN_IF_ERROR(args.CheckAllTaken());
+    std::optional<Result> dw_in, dc0;
+    OptionalBuffers rets(optional_rets, "result");
+    JCR_RETURN_IF_ERROR(rets.Take(!r.skip_input, "dw_in", &dw_in));
+    JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
+    JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
+    const auto F32 = ffi::DataType::F32, wtype = r.weights_type;
+    JCR_RETURN_IF_ERROR(CheckOutputType("dy", dy, r));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dh_n", dh_n, F32, {B, H}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("gates", gates, F32, {T, B, W}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", h_gemm, wtype, {T, B, H}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, x.element_type(), {T, B, I}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dw_rec", *dw_rec, wtype, {W, H}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("d_b_in", *d_b_in, F32, {W}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("d_b_rec", *d_b_rec, F32, {W}));
+    JCR_RETURN_IF_ERROR(CheckBuffer("dh0", *dh0, F32, {B, H}));
+    if (w_in) {
+      JCR_RETURN_IF_ERROR(CheckBuffer("w_in", *w_in, wtype, {W, I}));
+      JCR_RETURN_IF_ERROR(CheckBuffer("dw_in", **dw_in, wtype, {W, I}));
+    }
+    if (aux) JCR_RETURN_IF_ERROR(CheckBuffer("aux", *aux, F32, {T, B, H}));
+    if (gru) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", *h_prev, F32, {T, B, H}));
+    if (lstm) {
+      for (const auto& [name, buffer] : {std::pair{"c0", &*c0}, std::pair{"dc_n", &*dc_n}}) {
+        JCR_RETURN_IF_ERROR(CheckBuffer(name, *buffer, F32, {B, H}));
+      }
+      JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, F32, {B, H}));
+    }
+    std::shared_ptr<const MatmulPlan> plan = PackedProductPlan(B, r.rows, W, H, wtype, false);
+    JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    // After the steps, over all of them: dW_rec = d_hp^T h_gemm, dW_in = d_xp^T x, dx = d_xp W_in.
+    const int64_t TB = T * B;
+    std::shared_ptr<const MatmulPlan> rec_plan, in_plan, dx_plan;
+    if (TB > 0) {
+      rec_plan = ProductPlan({TB, W}, {TB, H}, wtype, wtype, true, false);
+      if (w_in) {
+        in_plan = ProductPlan({TB, W}, {TB, I}, wtype, wtype, true, false);
+        dx_plan = ProductPlan({TB, W}, {W, I}, wtype, x.element_type(), false, false);
+      }
+    }
+    size_t scratchpad_bytes = plan->scratchpad_bytes;
+    for (const auto& p : {rec_plan, in_plan, dx_plan}) {
+      if (p) scratchpad_bytes = std::max(scratchpad_bytes, p->scratchpad_bytes);
+    }
+
+    const int64_t chunks = Chunks(B);
+    // The gate gradients of every step and what each step reads and writes come from the extension's pool.
+    RegionAllocator layout;
+    const Region d_xp = layout.Add(TB * W * r.weights_bytes()), d_hp = layout.Add(gru ? TB * W * r.weights_bytes() : 0),
+                 x_operand = layout.Add(TB * I * r.weights_bytes()), dh = layout.Add(B * H * 4),
+                 dc = layout.Add(B * H * 4), dh_new = layout.Add(B * H * 4), d_pre = layout.Add(B * W * 4),
+                 d_rec = layout.Add(B * W * 4), direct = layout.Add(B * H * 4), products = layout.Add(B * H * 4),
+                 skip = layout.Add(B * I * 4), sums = layout.Add(chunks * W * 4), sums_rec = layout.Add(chunks * W * 4),
+                 scratchpad = layout.Add(scratchpad_bytes);
+    ScratchLease lease = TakeScratch(layout.total());
+    void* work = lease.data();
+    AdviseHugePages(dx->untyped_data(), dx->size_bytes());  // as the forward's outputs
+    const bool dy_bf16 = dy.element_type() == ffi::DataType::BF16, x_bf16 = x.element_type() == ffi::DataType::BF16;
+    auto f32 = [&](Region region) { return reinterpret_cast<float*>(region.in(work)); };
+    void* d_rec_all = gru ? d_hp.in(work) : d_xp.in(work);  // what the recurrent product's gradient reads
+
+    return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
+      std::memcpy(f32(dh), dh_n.untyped_data(), B * H * 4);
+      if (lstm) std::memcpy(f32(dc), dc_n->untyped_data(), B * H * 4);
+      std::fill_n(f32(sums), chunks * W, 0.0f);
+      std::fill_n(f32(sums_rec), chunks * W, 0.0f);
+      std::fill_n(f32(direct), B * H, 0.0f);
+      for (int64_t s = T - 1; s >= 0 && B > 0; --s) {
+        const int64_t t = r.time(s);
+        // The cell state step t read: c0 at the forward's first step, else the c the step before it wrote.
+        const float* c_read = !lstm    ? nullptr
+                              : s == 0 ? static_cast<const float*>(c0->untyped_data())
+                                       : Row<const float>(aux->untyped_data(), r, r.time(s - 1), 0, H, 4);
+        ParallelFor(B, chunks, [&](int64_t chunk, int64_t begin, int64_t end) {
+          float* sum = f32(sums) + chunk * W;
+          float* sum_rec = f32(sums_rec) + chunk * W;
+          for (int64_t b = begin; b < end; ++b) {
+            float* dh_row = f32(dh_new) + b * H;
+            LoadRow(dy_bf16, Row<char>(dy.untyped_data(), r, t, b, H, dy_bf16 ? 2 : 4), dh_row, H);
+            const float* carried = f32(dh) + b * H;
+            for (int64_t j = 0; j < H; ++j) dh_row[j] += carried[j];
+            float* pre = f32(d_pre) + b * W;
+            float* rec = f32(d_rec) + b * W;
+            BackwardRow(r.mode, H, Row<const float>(gates.untyped_data(), r, t, b, W, 4),
+                        aux ? Row<const float>(aux->untyped_data(), r, t, b, H, 4) : nullptr,
+                        gru ? Row<const float>(h_prev->untyped_data(), r, t, b, H, 4) : nullptr,
+                        lstm ? c_read + b * H : nullptr, dh_row, f32(dc) + b * H, pre, rec, f32(direct) + b * H);
+            for (int64_t j = 0; j < W; ++j) sum[j] += pre[j];
+            StoreRow(r.bf16(), pre, Row<char>(d_xp.in(work), r, t, b, W, r.weights_bytes()), W);
+            if (gru) {
+              for (int64_t j = 0; j < W; ++j) sum_rec[j] += rec[j];
+              StoreRow(r.bf16(), rec, Row<char>(d_hp.in(work), r, t, b, W, r.weights_bytes()), W);
+            }
+            if (r.skip_input) {  // x entered every gate: its gradient is the sum of theirs, in float32
+              float* dx_row = f32(skip) + b * I;
+              std::copy_n(pre, I, dx_row);
+              for (int64_t g = 1; g < r.gates; ++g) {
+                for (int64_t j = 0; j < I; ++j) dx_row[j] += pre[g * H + j];
+              }
+              StoreRow(x_bf16, dx_row, Row<char>(dx->untyped_data(), r, t, b, I, x_bf16 ? 2 : 4), I);
+            }
+          }
+        });
+        // dh w.r.t. the state the step read: through the recurrent product, plus (GRU) the direct part.
+        RunMatmul(*plan, stream, Row<char>(d_rec_all, r, t, 0, W, r.weights_bytes()), packed.untyped_data(),
+                  products.in(work), scratchpad.in(work));
+        stream.wait();
+        const float* through = f32(products);
+        const float* bypass = f32(direct);
+        float* next = f32(dh);
+        for (int64_t i = 0; i < B * H; ++i) next[i] = through[i] + bypass[i];
+      }
+      std::memcpy(dh0->untyped_data(), f32(dh), B * H * 4);
+      if (lstm) std::memcpy((*dc0)->untyped_data(), f32(dc), B * H * 4);
+      auto reduce = [&](const float* partial, void* out) {
+        auto* total = static_cast<float*>(out);
+        std::fill_n(total, W, 0.0f);
+        for (int64_t k = 0; k < chunks; ++k) {
+          for (int64_t j = 0; j < W; ++j) total[j] += partial[k * W + j];
+        }
+      };
+      reduce(f32(sums), d_b_in->untyped_data());
+      reduce(gru ? f32(sums_rec) : f32(sums), d_b_rec->untyped_data());
+      // The weights' gradients and the input's, one product each over every step and row.
+      if (TB == 0) {
+        std::fill_n(static_cast<char*>(dw_rec->untyped_data()), dw_rec->size_bytes(), 0);
+        if (dw_in) std::fill_n(static_cast<char*>((*dw_in)->untyped_data()), (*dw_in)->size_bytes(), 0);
+        return ffi::Error::Success();
+      }
+      RunMatmul(*rec_plan, stream, d_rec_all, h_gemm.untyped_data(), dw_rec->untyped_data(), scratchpad.in(work));
+      if (w_in) {
+        RunMatmul(*in_plan, stream, d_xp.in(work), InputOperand(r, x, x_operand.in(work), chunks),
+                  (*dw_in)->untyped_data(), scratchpad.in(work));
+        RunMatmul(*dx_plan, stream, d_xp.in(work), w_in->untyped_data(), dx->untyped_data(), scratchpad.in(work));
+      }
+      stream.wait();
+      return ffi::Error::Success();
+    });
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmForward, GemmForwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // packed
+                                  .Arg<ffi::AnyBuffer>()  // b_in
+                                  .Arg<ffi::AnyBuffer>()  // b_rec
+                                  .Arg<ffi::AnyBuffer>()  // h0
+                                  .RemainingArgs()        // [w_in], [c0]
+                                  .Ret<ffi::AnyBuffer>()  // y
+                                  .Ret<ffi::AnyBuffer>()  // h_n
+                                  .RemainingRets()        // [c_n], [gates, [aux], [h_prev], h_gemm]
+                                  .Attrs<RecurrenceAttrs>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmBackward, GemmBackwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // packed
+                                  .Arg<ffi::AnyBuffer>()  // dy
+                                  .Arg<ffi::AnyBuffer>()  // dh_n
+                                  .Arg<ffi::AnyBuffer>()  // gates
+                                  .Arg<ffi::AnyBuffer>()  // h_gemm
+                                  .RemainingArgs()        // [w_in], [aux], [h_prev], [c0, dc_n]
+                                  .Ret<ffi::AnyBuffer>()  // dx
+                                  .Ret<ffi::AnyBuffer>()  // dw_rec
+                                  .Ret<ffi::AnyBuffer>()  // d_b_in
+                                  .Ret<ffi::AnyBuffer>()  // d_b_rec
+                                  .Ret<ffi::AnyBuffer>()  // dh0
+                                  .RemainingRets()        // [dw_in], [dc0]
+                                  .Attrs<RecurrenceAttrs>());
+
+}  // namespace jax_cudnn_rnn::onednn

@@ -1,0 +1,39 @@
+// One layer and direction of "onednn:gemm" (jax_cudnn_rnn/backends/onednn/gemm.py) as two XLA FFI handlers (platform
+// "cpu"), each one call: the forward's input product of every step, then per step one product with the recurrent
+// weights packed once (matmul.h) and the cell's arithmetic around it (gemm_cells.h); the backward's steps in reverse,
+// then the weights' and the input's gradients, one product each over every step. As an XLA scan the per-step
+// arithmetic and its stacked outputs cost about 40 % of the forward, and every array between two calls is a buffer
+// XLA allocates anew (pages faulted in and zeroed at every call); here the step arrays and the products' operands
+// come from the extension's pool (scratch.h). G gates of H units, B rows, T steps, I inputs, P = H (no projection);
+// float32 unless said; "wdtype" is the weights' element type (`weights_dtype`), x's is float32 or wdtype.
+//
+//   jax_cudnn_rnn_onednn_gemm_forward(x [T, B, I], packed, b_in [G*H], b_rec [G*H], h0 [B, H],
+//                                     [w_in [G*H, I] wdtype: linear input], [c0 [B, H]: lstm])
+//       -> (y [T, B, H] float32 or wdtype, h_n [B, H], [c_n: lstm], [training: gates [T, B, G*H],
+//           [aux [T, B, H]: lstm, gru], [h_prev [T, B, H]: gru], h_gemm [T, B, H] wdtype])
+//   jax_cudnn_rnn_onednn_gemm_backward(x, packed, dy [T, B, H] (y's type), dh_n [B, H], gates, h_gemm,
+//                                      [w_in: linear input], [aux: lstm, gru], [h_prev: gru], [c0, dc_n: lstm])
+//       -> (dx [T, B, I] (x's type), dw_rec [G*H, H] wdtype, d_b_in [G*H], d_b_rec [G*H], dh0 [B, H],
+//           [dw_in [G*H, I] wdtype: linear input], [dc0: lstm])
+//
+// `packed` is the recurrent weights w_rec [G*H, H] packed for products of `rows` rows by
+// jax_cudnn_rnn_onednn_matmul_pack, transposed for the forward (h w_rec^T), as they are for the backward (d_hp w_rec).
+// With skip input (the network's input_mode) x itself enters every gate. The step at time t reads the state of step
+// t - 1 (t + 1 where `reverse`). gates, aux (LSTM: c after the step; GRU: R_n h + b_Rn), h_prev (GRU: the state each
+// step read) and h_gemm (that state rounded to wdtype, as its product read it) are what the backward reads. The
+// gradients of the gates are rounded to wdtype for the products that follow; the biases' are their sums in float32
+// (an LSTM's and a vanilla RNN's d_b_rec is their d_b_in). Attributes: the network (RnnConfigAttrs: one layer and
+// direction, its input size and mode), `reverse`, `training`, `rows`, `weights_dtype` ("float32" or "bfloat16").
+#ifndef JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
+#define JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_cudnn_rnn::onednn {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmForward);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmBackward);
+
+}  // namespace jax_cudnn_rnn::onednn
+
+#endif  // JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
