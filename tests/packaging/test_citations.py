@@ -19,7 +19,10 @@ checked against this checkout:
   (``config.num_units``: a value named after its module, here an ``RNNConfig``; ``RNNConfig.dtype.name``: what a
   field holds is not known here), and when a library of that name has it (``flax.linen.LSTMCell``, ``nnx.Param``);
 - a file name (``compose.py``, ``rnn_kernels.cc``, ``lowering.md``; ``.py``, ``.cc``, ``.h``, ``.md`` or ``.sh``):
-  some file of the repository has that name.
+  some file of the repository has that name;
+- a test's node id (``tests/support.py::draw_inputs``, ``tests/cudnn/test_cudnn_gpu.py::test_matches_xla[...]``):
+  the right name in the wrong file is caught here, the file must define that name (a ``def``, a ``class`` or an
+  assignment at the start of a line).
 
 The repository's files are git's and those the build writes (``GENERATED``); the rules are simple, and ``KNOWN``
 lists what they read wrongly, each with its reason."""
@@ -42,6 +45,7 @@ import tokenize
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHECKOUT = ROOT  # what exists: this checkout, even where a test reads the citing files from elsewhere (ROOT)
 PACKAGE = "jax_cudnn_rnn"
 os.environ.setdefault("KERAS_BACKEND", "jax")  # a keras name may be resolved here; Keras reads it at its first import
 
@@ -144,6 +148,7 @@ _FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:py|pyi|cc|h|md|sh))\b")
 _PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(re.escape(t) for t in TOP_LEVEL)})/(?:[\w.-]+/)*[\w.-]*)")
 _RELATIVE = re.compile(r"(?<![\w./$-])(\.\./[\w./-]*[\w/])")
 _LINK = re.compile(r"\]\((?!\w+:)([^)\s#]+)")  # a Markdown link's target, unless a URL or an anchor
+_NODE_ID = re.compile(rf"(?<![\w./-])((?:{'|'.join(re.escape(t) for t in TOP_LEVEL)})/(?:[\w.-]+/)*[\w-]+\.py)::(\w+)")
 _DOTTED = re.compile(r"(?<![\w./-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
 
 
@@ -226,11 +231,26 @@ def citations(text: str, folder: str) -> list[tuple[int, str, str]]:
         for m in pattern.finditer(text)
     ]
     found += [(m.start(1), "file name", m.group(1)) for m in _FILE_NAME.finditer(text)]
+    found += [(m.start(1), "node id", f"{m.group(1)}::{m.group(2)}") for m in _NODE_ID.finditer(text)]
     for m in _DOTTED.finditer(text):
         first, last = m.group(1).split(".")[0], m.group(1).rsplit(".", 1)[1]
         if (first in (PACKAGE, "jcr") or first in MODULES or first in CLASSES) and last not in FILE_SUFFIXES:
             found.append((m.start(1), "name", m.group(1)))
     return found
+
+
+def node_exists(node: str) -> bool:
+    """``path::name``: the file exists and defines ``name`` (a function, a class or a name assigned at a line's
+    start, at any indentation: a test method too)."""
+    path, name = node.split("::")
+    if not path_exists(path) or not os.path.isfile(os.path.join(CHECKOUT, path)):
+        return False
+    with open(os.path.join(CHECKOUT, path), encoding="utf-8") as f:
+        source = f.read()
+    return (
+        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*=", source, re.MULTILINE)
+        is not None
+    )
 
 
 def path_exists(path: str) -> bool:
@@ -317,7 +337,12 @@ def broken_citations(files: list[str]) -> list[str]:
             texts = texts_of(path, f.read())
         for line, text in texts:
             for offset, kind, cited in citations(text, os.path.dirname(path)):
-                exists = {"path": path_exists, "file name": FILE_NAMES.__contains__, "name": name_resolves}[kind]
+                exists = {
+                    "path": path_exists,
+                    "file name": FILE_NAMES.__contains__,
+                    "name": name_resolves,
+                    "node id": node_exists,
+                }[kind]
                 if (path, cited) in KNOWN or exists(cited):
                     continue
                 found.add((path, line + text.count("\n", 0, offset), cited))
@@ -352,6 +377,7 @@ def test_citations_are_found():
         ("path", "lab/x.md"),
         ("path", "docs/images/p.png"),
         ("file name", "compose.py"),
+        ("node id", "tests/support.py::draw_inputs"),
         ("name", "ops.resolve_precision"),
         ("name", "jcr.rnn"),
         ("name", "jax_cudnn_rnn.backends.registry.choose"),
@@ -402,6 +428,7 @@ def test_a_broken_citation_is_reported(tmp_path, monkeypatch):
     (tmp_path / "jax_cudnn_rnn" / "x.py").write_text(
         '"""Calls ``ops.no_such_name``; see jax_cudnn_rnn/ops.py."""\n\n# docs/no-such-page.md, old_module.py\n'
         'raise ValueError("jax_cudnn_rnn.algorithm.tuned() lists them")\n'
+        "# tests/support.py::draw_inputs, tests/support.py::test_matches_xla[lstm]\n"
     )
     monkeypatch.setitem(globals(), "ROOT", str(tmp_path))  # where the file is read from; what exists is unchanged
     assert broken_citations(["jax_cudnn_rnn/x.py"]) == [
@@ -409,4 +436,5 @@ def test_a_broken_citation_is_reported(tmp_path, monkeypatch):
         "jax_cudnn_rnn/x.py:3: docs/no-such-page.md",
         "jax_cudnn_rnn/x.py:3: old_module.py",
         "jax_cudnn_rnn/x.py:4: jax_cudnn_rnn.algorithm.tuned",
+        "jax_cudnn_rnn/x.py:5: tests/support.py::test_matches_xla",  # the right name in the wrong file
     ]
