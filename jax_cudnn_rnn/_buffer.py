@@ -1,6 +1,7 @@
 """The opaque buffer's arrays as the implementations take them, from the slots jax_cudnn_rnn/layout.py places:
-every tensor of the network at once (``unpack``, one split whose gradient is one concatenation) and one layer or
-direction as a network of its own (``sub_config``, ``sub_params``).
+every tensor of the network at once (``unpack``, one split whose gradient is one concatenation), one layer or
+direction as a network of its own (``sub_config``, ``sub_params``), and the buffer as separate tensors (``Pieces``:
+a frontend's named parameters, which an implementation that reads the tensors itself takes as they are).
 
 Private: the implementations, the fused kit and the frontends' parameterizations use them; users see the canonical
 format (``layout.params_to_canonical``, ``params_to_tree``).
@@ -11,13 +12,53 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jax_cudnn_rnn.config import RNNConfig
-from jax_cudnn_rnn.layout import GROUP_NAMES, assemble, layer_slots, params_size
+from jax_cudnn_rnn.layout import GROUP_NAMES, ParamSlot, assemble, layer_slots, params_size
+
+
+@jax.tree_util.register_pytree_node_class
+class Pieces:
+    """The opaque buffer of ``config`` as separate arrays: ``arrays[i]`` is the tensor at ``slots[i]`` (any shape of
+    the slot's size), and what no slot holds is zero (a frontend's biases held at zero, which get no gradient).
+
+    A frontend's named parameters travel to the implementation like this rather than packed: oneDNN's kernels read
+    the tensors and write their gradients in place (the registry's ``Backend.takes_pieces``), so that no copy
+    concatenates them into a buffer before the call and none slices the buffer's gradient after it; every other
+    implementation gets ``buffer()``. A pytree whose leaves are the arrays."""
+
+    def __init__(self, arrays: Sequence[Any], slots: Sequence[ParamSlot], config: RNNConfig):
+        self.arrays, self.slots, self.config = tuple(arrays), tuple(slots), config
+
+    def tree_flatten(self):
+        return self.arrays, (self.slots, self.config)
+
+    @classmethod
+    def tree_unflatten(cls, aux, arrays):
+        return cls(arrays, *aux)
+
+    @property
+    def dtype(self) -> Any:
+        return self.arrays[0].dtype
+
+    def buffer(self) -> jax.Array:
+        """The opaque buffer: one concatenation, zeros where no slot holds anything."""
+        return assemble(list(zip(self.slots, self.arrays, strict=True)), self.config)
+
+    def astype(self, dtype: Any) -> Pieces:
+        """Every array cast to ``dtype``, the config's dtype with them."""
+        config = dataclasses.replace(self.config, dtype=jnp.dtype(dtype).name)
+        return Pieces([jnp.asarray(a, dtype) for a in self.arrays], self.slots, config)
+
+
+def as_buffer(params: Any) -> Any:
+    """The opaque buffer of ``params``: ``Pieces`` packed, an array as it is."""
+    return params.buffer() if isinstance(params, Pieces) else params
 
 
 @functools.cache
@@ -88,16 +129,26 @@ def sub_config(config: RNNConfig, layer: int, direction: int | None = None) -> R
     )
 
 
-def sub_params(params: jax.Array, config: RNNConfig, layer: int, direction: int | None = None) -> jax.Array:
-    """The opaque buffer of ``sub_config(config, layer, direction)``: those weights and biases of ``params``, sliced
-    (differentiable: gradients flow back to the full buffer)."""
+def sub_params(params: Any, config: RNNConfig, layer: int, direction: int | None = None) -> Any:
+    """The params of ``sub_config(config, layer, direction)``: those weights and biases of ``params``, sliced from a
+    buffer (differentiable: gradients flow back to the full buffer), or those of its ``Pieces``."""
     single = sub_config(config, layer, direction)
     sources = range(config.num_directions) if direction is None else (direction,)
-    pieces = []
+    moved = {}  # full network's slot offset -> the slot in the single network
     for target, source in enumerate(sources):
         full_groups = layer_slots(config, layer, source)
         single_groups = layer_slots(single, 0, target)
         for group in GROUP_NAMES:
             for full, part in zip(full_groups[group], single_groups[group], strict=True):
-                pieces.append((part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))))
+                moved[full.offset] = (full, part)
+    if isinstance(params, Pieces):
+        kept = [
+            (moved[slot.offset][1], a)
+            for slot, a in zip(params.slots, params.arrays, strict=True)
+            if slot.offset in moved
+        ]
+        return Pieces([a for _, a in kept], [slot for slot, _ in kept], single)
+    pieces = [
+        (part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))) for full, part in moved.values()
+    ]
     return assemble(pieces, single)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import _checks, layout, ops
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn._parameterization import Parameterization, library_biases
 from jax_cudnn_rnn.config import MODES, RNNConfig, check_int
 from jax_cudnn_rnn.params import RNNParams
@@ -342,7 +343,7 @@ def _split_carry(initial_carry: Any, config: RNNConfig) -> tuple[Any, Any]:
 
 
 def apply_rnn(
-    params: RNNParams,
+    params: RNNParams | Pieces,
     x: jax.Array,
     *,
     compute_dtype: Any,
@@ -358,8 +359,9 @@ def apply_rnn(
     max_segments: int | None = None,
     input_size_name: str = "the module's input size",
 ):
-    """Runs ``params`` over x ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (x, the carry and the
-    buffer are cast to it).
+    """Runs ``params`` (an ``RNNParams``, or a module's named tensors as ``Parameterization.pieces`` gives them) over x
+    ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (x, the carry and the parameters are cast to
+    it).
 
     ``initial_carry``: Flax's ``(c0, h0)`` for an LSTM, ``h0`` otherwise, each [num_layers*D, B, hidden], or
     [B, hidden] as Flax's cells carry them for one layer and one direction; zeros when None. ``seq_lengths``: integers
@@ -372,11 +374,12 @@ def apply_rnn(
     """
     config = params.config
     compute_dtype = jnp.dtype(compute_dtype)
+    buffer = params if isinstance(params, Pieces) else params.buffer
     if config.dtype != compute_dtype:
         run_config = RNNConfig(**{**config.to_json(), "dtype": compute_dtype.name})
-        buffer = params.buffer.astype(compute_dtype)
+        buffer = buffer.astype(compute_dtype)
     else:
-        run_config, buffer = config, params.buffer
+        run_config = config
     lstm = config.has_cell_state
     names = argument_names(time_major, lstm, input_size_name)
     if initial_carry is None:
@@ -388,7 +391,10 @@ def apply_rnn(
     if resets is not None:
         resets = jnp.asarray(resets)
     seq_lengths = _checks.as_lengths(seq_lengths)
-    _checks.check_inputs(buffer, x, h0, c0, run_config, seq_lengths, resets, names=names)
+    # Pieces were checked by their Parameterization
+    _checks.check_inputs(
+        None if isinstance(buffer, Pieces) else buffer, x, h0, c0, run_config, seq_lengths, resets, names=names
+    )
     x = jnp.asarray(x, compute_dtype)
     xs = x if time_major else jnp.swapaxes(x, 0, 1)
     if resets is not None and not time_major:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import layout
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.config import BIAS_MODES, RNNConfig
 
 #: Per library, per mode: (the weight space's bias_mode, the gates whose recurrent bias is held at zero), the biases
@@ -115,11 +116,16 @@ class Parameterization:
                 raise ValueError(f"{argument}['{name}'] has shape {tuple(got)}; expected {shape}")
         return flat
 
+    def pieces(self, tree: Any, argument: str = "params") -> Pieces:
+        """The trained tensors in ``tree`` as the buffer's ``Pieces`` (what the frontends run: the implementations
+        that read the tensors themselves take them unpacked), after ``check``."""
+        flat = self.check(tree, argument)
+        return Pieces([flat[slot.name(self.config)] for slot in self.slots], self.slots, self.config)
+
     def pack(self, tree: Any, argument: str = "params") -> jax.Array:
         """The opaque buffer (``config.dtype``) of the trained tensors in ``tree``, zeros in the held slots: one
         concatenation, differentiable with respect to the tree's arrays only."""
-        flat = self.check(tree, argument)
-        return layout.assemble([(slot, flat[slot.name(self.config)]) for slot in self.slots], self.config)
+        return self.pieces(tree, argument).buffer()
 
     def tree(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The named tree of {canonical name: array} for the trained tensors, in canonical order."""

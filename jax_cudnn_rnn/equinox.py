@@ -184,10 +184,11 @@ class _FusedRNN(eqx.Module):
                 f"eqx.nn.inference_mode)"
             )
         y, h_n, c_n = ops.rnn(
-            self.params,
+            self.parameters.pieces(self.rnn_params, "rnn_params"),
             x[:, None],
             h0[:, None],
             None if c0 is None else c0[:, None],
+            config,
             seq_lengths=lengths,
             is_training=dropout_applies,
             dropout_key=key if dropout_applies else None,

@@ -196,7 +196,7 @@ class RNN(nn.Module):
             _check_stored(tree, parameters, input_size)
         else:
             tree = self.param("rnn_params", self._init_tree, parameters)
-        params = RNNParams(parameters.pack(tree, "rnn_params"), parameters.config)
+        params = parameters.pieces(tree, "rnn_params")
         if deterministic is None:
             deterministic = True if self.deterministic is None else self.deterministic
         config = parameters.config

@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 from jax_cudnn_rnn import _flax_core, layout
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.params import RNNParams
 
 __all__ = ["GRU", "LSTM", "RNN"]
@@ -120,8 +121,12 @@ class RNN(nnx.Module):
     def params(self) -> RNNParams:
         """The parameters packed into the opaque buffer (the held biases zero), with its config (what ``rnn``
         runs)."""
+        return RNNParams(self._pieces().buffer(), self.config)
+
+    def _pieces(self) -> Pieces:
+        """The named tensors' values as the buffer's pieces (what ``__call__`` runs)."""
         values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
-        return RNNParams(self.parameters.pack(layout.unflatten_tree(values), "rnn_params"), self.config)
+        return self.parameters.pieces(layout.unflatten_tree(values), "rnn_params")
 
     def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:
         """The zero carry (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
@@ -157,7 +162,7 @@ class RNN(nnx.Module):
         if not deterministic and ((config.dropout > 0 and config.num_layers > 1) or config.recurrent_dropout > 0):
             dropout_key = _dropout_key(rngs if rngs is not None else self.rngs)
         return _flax_core.apply_rnn(
-            self.params,
+            self._pieces(),
             x,
             compute_dtype=self.dtype or self.param_dtype,
             time_major=self.time_major,

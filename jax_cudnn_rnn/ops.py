@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_cudnn_rnn import dropout
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
@@ -170,7 +171,10 @@ def rnn(
             "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them"
         )
     seq_lengths = as_lengths(seq_lengths)
-    check_inputs(params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
+    pieces = isinstance(params, Pieces)  # a frontend's named tensors (jax_cudnn_rnn/_buffer.py), checked by it
+    if pieces and params.config != config:
+        raise ValueError(f"params are the pieces of {params.config}, but config is {config}")
+    check_inputs(None if pieces else params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
             raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} {max_segments!r}")
@@ -198,7 +202,7 @@ def rnn(
         bool(is_training),
         resets is not None,
         resolve_precision(precision),
-        placement.of_arrays([x, h0, c0, seq_lengths, params], [1, 1, 1, 0, None]),
+        placement.of_arrays([x, h0, c0, seq_lengths, params.arrays[0] if pieces else params], [1, 1, 1, 0, None]),
         CudnnOptions(check_algorithm(algorithm), max_segments),
         apply_recurrent_dropout,
     )

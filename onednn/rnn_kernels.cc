@@ -1,11 +1,13 @@
 // The handlers. Argument lists (names as in jax_cudnn_rnn/backends/onednn/; [..] only when the condition holds):
 //
-//   jax_cudnn_rnn_onednn_weights(params) -> weights
+//   jax_cudnn_rnn_onednn_weights(*params) -> weights
 //   jax_cudnn_rnn_onednn_forward(x, h0, weights, [c0: lstm])
 //       -> (y, h_n, [c_n: lstm], [reserve_space: training])
-//   jax_cudnn_rnn_onednn_backward(params, x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm])
-//       -> (dparams, dx, dh0, [dc0: lstm])
+//   jax_cudnn_rnn_onednn_backward(x, h0, y, h_n, dy, dh_n, reserve_space, [c0, c_n, dc_n: lstm], *params)
+//       -> (dx, dh0, [dc0: lstm], *dparams)
 //
+// `params` is the opaque buffer, or pieces of it (a frontend's canonical tensors, weights.h ParamsView), each at the
+// element of the buffer the attribute `piece_offsets` gives (the buffer: [0]); `dparams` are like them.
 // The weights handler writes every layer's weights in its forward primitive's formats (and the summed biases) into a
 // buffer of bytes, which the forward reads: a separate call, so that XLA hoists it out of a loop over calls with the
 // same params (a decoding loop of one-step calls reorders the weights once, not at every step).
@@ -14,11 +16,13 @@
 // from `buffer_sizes` in module.cc, the same plan.
 #include "rnn_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,10 +44,22 @@ struct CallAttrs {
   bool training;
   bool plain_backward_weights;
 };
-// The weights handler's: the same, and the shape of the forward it prepares for (the formats are its primitive's).
+// The params' pieces: where each starts in the buffer, and the buffer's elements.
+struct PiecesAttrs {
+  xla::ffi::Span<const int64_t> piece_offsets;
+  int64_t params_elements;
+};
+// The weights handler's: the call's, the shape of the forward it prepares for (the formats are its primitive's) and
+// the pieces.
 struct WeightsAttrs {
   CallAttrs call;
   int64_t max_time, batch;
+  PiecesAttrs pieces;
+};
+// The backward's: the call's and the pieces.
+struct BackwardAttrs {
+  CallAttrs call;
+  PiecesAttrs pieces;
 };
 }  // namespace jax_cudnn_rnn::onednn
 
@@ -51,9 +67,14 @@ struct WeightsAttrs {
   JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"), \
       ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<bool>("plain_backward_weights")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_ONEDNN_CALL_ATTRS);
+#define JCR_ONEDNN_PIECES_ATTRS                                               \
+  ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("piece_offsets"), \
+      ::xla::ffi::StructMember<int64_t>("params_elements")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::WeightsAttrs, JCR_ONEDNN_CALL_ATTRS,
                                       ::xla::ffi::StructMember<int64_t>("max_time"),
-                                      ::xla::ffi::StructMember<int64_t>("batch"));
+                                      ::xla::ffi::StructMember<int64_t>("batch"), JCR_ONEDNN_PIECES_ATTRS);
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::BackwardAttrs, JCR_ONEDNN_CALL_ATTRS,
+                                      JCR_ONEDNN_PIECES_ATTRS);
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -91,9 +112,9 @@ WeightPointers Pointers(const WeightRegions& weights, Region bias, void* base) {
 // (PlainInBuffer), else gathered into `plain` (in `scratch`) and reordered, or gathered straight into place where the
 // primitive takes the plain layout as it is.
 WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network, int64_t layer,
-                              const std::vector<SlotOffsets>& slots, const void* params, const Reorder (&reorders)[3],
-                              const WeightRegions& plain, Region scratchpad, void* scratch,
-                              const WeightRegions& formatted, Region bias, void* out) {
+                              const std::vector<SlotOffsets>& slots, const ParamsView& params,
+                              const Reorder (&reorders)[3], const WeightRegions& plain, Region scratchpad,
+                              void* scratch, const WeightRegions& formatted, Region bias, void* out) {
   const WeightPointers result = Pointers(formatted, bias, out);
   void* formatted_data[] = {result.layer, result.iter, result.projection};
   const Region plain_regions[] = {plain.layer, plain.iter, plain.projection};
@@ -139,14 +160,36 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const CallAttrs& attrs, Network* 
   return CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size});
 }
 
-// The slot offsets checked against params (1-D, the network's element type): what the handlers that read the
-// opaque buffer start with.
-ffi::Error DecodeSlots(const ffi::AnyBuffer& params, ffi::DataType dtype, const CallAttrs& attrs,
-                       const Network& network, std::vector<SlotOffsets>* slots) {
-  if (params.element_type() != dtype || params.dimensions().size() != 1) {
-    return ffi::Error::InvalidArgument("params must be 1-D of x's element type");
+// The params' pieces (the buffers `remaining` holds from `first` on: arrays or results) as a view, and the slot
+// offsets checked against the buffer they are pieces of: what the handlers that read the params start with.
+template <typename Remaining>
+ffi::Error DecodeParams(const Remaining& remaining, size_t first, ffi::DataType dtype, const CallAttrs& call,
+                        const PiecesAttrs& attrs, const Network& network, std::optional<ParamsView>* params,
+                        std::vector<SlotOffsets>* slots) {
+  const size_t count = remaining.size() - std::min(first, remaining.size());
+  if (count != attrs.piece_offsets.size()) {
+    return ffi::Error::InvalidArgument("got " + std::to_string(count) + " params pieces; piece_offsets has " +
+                                       std::to_string(attrs.piece_offsets.size()));
   }
-  return DecodeSlotOffsets(network, attrs.slot_offsets, params.element_count(), slots);
+  std::vector<ParamsView::Piece> pieces;
+  for (size_t i = 0; i < count; ++i) {
+    auto buffer = remaining.template get<ffi::AnyBuffer>(first + i);
+    if (buffer.has_error()) return ffi::Error::InvalidArgument("params piece " + std::to_string(i) + " is missing");
+    ffi::AnyBuffer piece = [&] {
+      if constexpr (std::is_same_v<Remaining, ffi::RemainingArgs>) return *buffer;
+      else return **buffer;
+    }();
+    const auto elements = static_cast<int64_t>(piece.element_count());
+    const int64_t offset = attrs.piece_offsets[i];
+    if (piece.element_type() != dtype || offset < 0 || offset + elements > attrs.params_elements) {
+      return ffi::Error::InvalidArgument("params piece " + std::to_string(i) + " (" + std::to_string(elements) +
+                                         " elements at " + std::to_string(offset) + ") must be of x's element type " +
+                                         "and within the " + std::to_string(attrs.params_elements) + "-element buffer");
+    }
+    pieces.push_back({offset, elements, piece.untyped_data()});
+  }
+  params->emplace(std::move(pieces), network.element_bytes());
+  return DecodeSlotOffsets(network, call.slot_offsets, attrs.params_elements, slots);
 }
 
 // A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).
@@ -177,12 +220,17 @@ Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const 
   return args;
 }
 
-ffi::Error RnnWeightsImpl(ffi::AnyBuffer params, ffi::Result<ffi::AnyBuffer> weights, WeightsAttrs attrs) {
+ffi::Error RnnWeightsImpl(ffi::RemainingArgs params_pieces, ffi::Result<ffi::AnyBuffer> weights, WeightsAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_weights", [&]() -> ffi::Error {
+    if (params_pieces.size() == 0) return ffi::Error::InvalidArgument("no params");
+    auto first = params_pieces.get<ffi::AnyBuffer>(0);
+    if (first.has_error()) return ffi::Error::InvalidArgument("params is missing");
+    const ffi::DataType dtype = first->element_type();
     Network network;
+    std::optional<ParamsView> params;
     std::vector<SlotOffsets> slots;
-    JCR_RETURN_IF_ERROR(DecodeAttrs(attrs.call, params.element_type(), attrs.max_time, attrs.batch, &network));
-    JCR_RETURN_IF_ERROR(DecodeSlots(params, params.element_type(), attrs.call, network, &slots));
+    JCR_RETURN_IF_ERROR(DecodeAttrs(attrs.call, dtype, attrs.max_time, attrs.batch, &network));
+    JCR_RETURN_IF_ERROR(DecodeParams(params_pieces, 0, dtype, attrs.call, attrs.pieces, network, &params, &slots));
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     JCR_RETURN_IF_ERROR(CheckBytes("weights", *weights, plan->weights.bytes));
     AdviseHugePages(weights->untyped_data(), weights->size_bytes());
@@ -190,9 +238,8 @@ ffi::Error RnnWeightsImpl(ffi::AnyBuffer params, ffi::Result<ffi::AnyBuffer> wei
     const auto& p = plan->preparation;
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       for (int64_t l = 0; l < network.num_layers; ++l) {
-        PrepareWeights(stream, network, l, slots, params.untyped_data(), plan->layers[l]->to_forward, p.plain,
-                       p.scratchpad, scratch.data(), plan->weights.layers[l], plan->weights.bias[l],
-                       weights->untyped_data());
+        PrepareWeights(stream, network, l, slots, *params, plan->layers[l]->to_forward, p.plain, p.scratchpad,
+                       scratch.data(), plan->weights.layers[l], plan->weights.bias[l], weights->untyped_data());
       }
       stream.wait();
       return ffi::Error::Success();
@@ -260,33 +307,42 @@ ffi::Error RnnForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer we
   });
 }
 
-ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y,
-                           ffi::AnyBuffer h_n, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_space,
-                           ffi::RemainingArgs optional_args, ffi::Result<ffi::AnyBuffer> dparams,
+ffi::Error RnnBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y, ffi::AnyBuffer h_n, ffi::AnyBuffer dy,
+                           ffi::AnyBuffer dh_n, ffi::AnyBuffer reserve_space, ffi::RemainingArgs remaining_args,
                            ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dh0,
-                           ffi::RemainingRets optional_rets, CallAttrs attrs) {
+                           ffi::RemainingRets remaining_rets, BackwardAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_backward", [&]() -> ffi::Error {
     Network network;
+    std::optional<ParamsView> params, dparams;
     std::vector<SlotOffsets> slots;
-    if (!attrs.training) {
+    if (!attrs.call.training) {
       return ffi::Error::InvalidArgument("the backward needs training=true (it reads a reserve space)");
     }
-    JCR_RETURN_IF_ERROR(DecodeCall(x, attrs, &network));
+    JCR_RETURN_IF_ERROR(DecodeCall(x, attrs.call, &network));
     const ffi::DataType dtype = x.element_type();
-    JCR_RETURN_IF_ERROR(DecodeSlots(params, dtype, attrs, network, &slots));
     const int64_t B = network.batch;
     const int64_t hidden = network.hidden_size(), units = network.num_units;
     const bool lstm = network.has_cell_state(), bf16 = network.data_type == dnnl::memory::data_type::bf16;
     std::optional<ffi::AnyBuffer> c0, c_n, dc_n;
-    OptionalBuffers args(optional_args, "argument");
+    OptionalBuffers args(remaining_args, "argument");
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c_n", &c_n));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
-    JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<ffi::Result<ffi::AnyBuffer>> dc0;
-    OptionalBuffers rets(optional_rets, "result");
+    OptionalBuffers rets(remaining_rets, "result");
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
-    JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
+    // The rest are the params' pieces and their gradients, alike.
+    JCR_RETURN_IF_ERROR(
+        DecodeParams(remaining_args, lstm ? 3 : 0, dtype, attrs.call, attrs.pieces, network, &params, &slots));
+    JCR_RETURN_IF_ERROR(
+        DecodeParams(remaining_rets, lstm ? 1 : 0, dtype, attrs.call, attrs.pieces, network, &dparams, &slots));
+    for (size_t i = 0; i < attrs.pieces.piece_offsets.size(); ++i) {
+      if (remaining_args.get<ffi::AnyBuffer>((lstm ? 3 : 0) + i)->element_count() !=
+          (*remaining_rets.get<ffi::AnyBuffer>((lstm ? 1 : 0) + i))->element_count()) {
+        return ffi::Error::InvalidArgument("dparams piece " + std::to_string(i) + " must be like params piece " +
+                                           std::to_string(i));
+      }
+    }
     const std::pair<const char*, const ffi::AnyBuffer*> state_buffers[] = {
         {"h0", &h0}, {"h_n", &h_n}, {"dh_n", &dh_n}, {"dh0", &*dh0}};
     for (const auto& [name, buffer] : state_buffers) {
@@ -303,9 +359,6 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, dtype, {network.max_time, B, network.input_size}));
     JCR_RETURN_IF_ERROR(CheckBuffer("y", y, dtype, y_dims));
     JCR_RETURN_IF_ERROR(CheckBuffer("dy", dy, dtype, y_dims));
-    if (dparams->element_type() != dtype || dparams->element_count() != params.element_count()) {
-      return ffi::Error::InvalidArgument("dparams must be like params");
-    }
 
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     ScratchLease scratch = TakeScratch(plan->backward.bytes);
@@ -313,7 +366,6 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, plan->reserve_bytes));
     void* reserve = reserve_space.untyped_data();
     const States states{h0.untyped_data(), h_n.untyped_data(), DataOrNull(c0), DataOrNull(c_n)};
-    AdviseHugePages(dparams->untyped_data(), dparams->size_bytes());
     AdviseHugePages(dx->untyped_data(), dx->size_bytes());
     void* dc_n_data = DataOrNull(dc_n);
     void* dc0_data = DataOrNull(dc0);
@@ -344,9 +396,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
       for (int64_t l = network.num_layers - 1; l >= 0; --l) {
         const LayerPlan& layer = *plan->layers[l];
         const bool last = l + 1 == network.num_layers;
-        const WeightPointers weights =
-            PrepareWeights(stream, network, l, slots, params.untyped_data(), layer.to_backward, b.plain, b.scratchpad,
-                           work, b.weights, b.bias, work);
+        const WeightPointers weights = PrepareWeights(stream, network, l, slots, *params, layer.to_backward, b.plain,
+                                                      b.scratchpad, work, b.weights, b.bias, work);
         // oneDNN's backward adds into the weight gradients.
         void* diff_weights[] = {b.diff_weights.layer.in(work), b.diff_weights.iter.in(work),
                                 b.diff_weights.projection.in(work)};
@@ -390,9 +441,8 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
           if (!layer.from_diff[i].needed) plain[i] = diff_weights[i];
         }
         stream.wait();
-        ScatterWeights(network, l, slots, plain[0], plain[1], network.proj_size > 0 ? plain[2] : nullptr,
-                       dparams->untyped_data());
-        ScatterBias(network, l, slots, diff_bias, dparams->untyped_data());
+        ScatterWeights(network, l, slots, plain[0], plain[1], network.proj_size > 0 ? plain[2] : nullptr, *dparams);
+        ScatterBias(network, l, slots, diff_bias, *dparams);
       }
       if (bf16) {
         plan->dx_from_f32.Run(stream, dx32, dx->untyped_data(), scratchpad);
@@ -409,7 +459,7 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer params, ffi::AnyBuffer x, ffi::AnyBuff
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnWeights, RnnWeightsImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // params
+                                  .RemainingArgs()        // params (the buffer, or its pieces)
                                   .Ret<ffi::AnyBuffer>()  // weights
                                   .Attrs<WeightsAttrs>());
 
@@ -426,7 +476,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnForward, RnnForwardImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // params
                                   .Arg<ffi::AnyBuffer>()  // x
                                   .Arg<ffi::AnyBuffer>()  // h0
                                   .Arg<ffi::AnyBuffer>()  // y
@@ -434,11 +483,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RnnBackward, RnnBackwardImpl,
                                   .Arg<ffi::AnyBuffer>()  // dy
                                   .Arg<ffi::AnyBuffer>()  // dh_n
                                   .Arg<ffi::AnyBuffer>()  // reserve_space
-                                  .RemainingArgs()        // [c0, c_n, dc_n]
-                                  .Ret<ffi::AnyBuffer>()  // dparams
+                                  .RemainingArgs()        // [c0, c_n, dc_n], params
                                   .Ret<ffi::AnyBuffer>()  // dx
                                   .Ret<ffi::AnyBuffer>()  // dh0
-                                  .RemainingRets()        // [dc0]
-                                  .Attrs<CallAttrs>());
+                                  .RemainingRets()        // [dc0], dparams
+                                  .Attrs<BackwardAttrs>());
 
 }  // namespace jax_cudnn_rnn::onednn

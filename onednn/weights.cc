@@ -1,9 +1,46 @@
 #include "weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace jax_cudnn_rnn::onednn {
+
+ParamsView::ParamsView(std::vector<Piece> pieces, size_t element_bytes)
+    : pieces_(std::move(pieces)), element_bytes_(element_bytes) {
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < pieces_.size(); ++i) {
+    if (pieces_[i - 1].offset + pieces_[i - 1].count > pieces_[i].offset) {
+      throw std::invalid_argument("the params pieces at elements " + std::to_string(pieces_[i - 1].offset) + " and " +
+                                  std::to_string(pieces_[i].offset) + " overlap");
+    }
+  }
+}
+
+void* ParamsView::Whole(int64_t offset, int64_t count) const {
+  // The last piece starting at or before `offset`.
+  auto after = std::upper_bound(pieces_.begin(), pieces_.end(), offset,
+                                [](int64_t value, const Piece& piece) { return value < piece.offset; });
+  if (after == pieces_.begin()) return nullptr;
+  const Piece& piece = *std::prev(after);
+  if (offset + count > piece.offset + piece.count) return nullptr;
+  return static_cast<char*>(piece.data) + (offset - piece.offset) * element_bytes_;
+}
+
+void* ParamsView::Block(int64_t offset, int64_t count) const {
+  if (void* data = Whole(offset, count)) return data;
+  for (const Piece& piece : pieces_) {
+    if (piece.offset < offset + count && offset < piece.offset + piece.count) {
+      throw std::invalid_argument("the params piece at element " + std::to_string(piece.offset) + " (" +
+                                  std::to_string(piece.count) + " elements) holds part of the tensor at element " +
+                                  std::to_string(offset) + " (" + std::to_string(count) + " elements)");
+    }
+  }
+  return nullptr;
+}
 
 namespace {
 
@@ -45,34 +82,35 @@ void Store(void* data, bool bf16, int64_t index, float value) {
   static_cast<uint16_t*>(data)[index] = result;
 }
 
-// Copies `count` elements between two element offsets of (possibly different) buffers of the network's type.
-void CopyElements(const Network& network, const void* from, int64_t from_offset, void* to, int64_t to_offset,
-                  int64_t count) {
-  const size_t eb = network.element_bytes();
-  std::memcpy(static_cast<char*>(to) + to_offset * eb, static_cast<const char*>(from) + from_offset * eb, count * eb);
-}
-
-// The gate blocks of one group of one layer: `group(slot)` is the group's offset in the buffer, `block` the elements
-// of one gate. `to_plain` copies buffer -> plain tensor, else plain -> buffer.
+// The blocks of one group of one layer, between the buffer's pieces and a plain tensor: `group(slot)` is the group's
+// offset in the buffer, `block` the elements of one gate, `gated` whether the group has one block per gate (in
+// cuDNN's order in the buffer, oneDNN's in the tensor) or one per direction (the projection). `to_plain`: params ->
+// `plain` (zeros where no piece holds a block), else `plain` -> params (a block no piece holds takes nothing).
 template <typename Group>
-void CopyGateBlocks(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, Group group,
-                    int64_t block, const void* from, void* to, bool to_plain) {
-  const int64_t gates = network.num_gates();
+void CopyBlocks(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, Group group,
+                int64_t block, bool gated, const ParamsView& params, void* plain, bool to_plain) {
+  const int64_t gates = gated ? network.num_gates() : 1;
+  const size_t bytes = block * network.element_bytes();
   for (int64_t d = 0; d < network.num_directions; ++d) {
     const int64_t buffer_offset = group(slots[layer * network.num_directions + d]);
     for (int64_t k = 0; k < gates; ++k) {
-      const int64_t plain = (d * gates + k) * block;
-      const int64_t buffer = buffer_offset + SwappedGate(network.mode, k) * block;
-      if (to_plain) CopyElements(network, from, buffer, to, plain, block);
-      else CopyElements(network, from, plain, to, buffer, block);
+      char* tensor = static_cast<char*>(plain) + (d * gates + k) * bytes;
+      void* piece = params.Block(buffer_offset + (gated ? SwappedGate(network.mode, k) : 0) * block, block);
+      if (to_plain && piece == nullptr) std::memset(tensor, 0, bytes);
+      else if (to_plain) std::memcpy(tensor, piece, bytes);
+      else if (piece != nullptr) std::memcpy(piece, tensor, bytes);
     }
   }
 }
 
+int64_t InputOffset(const SlotOffsets& s) { return s.w_input; }
+int64_t RecurrentOffset(const SlotOffsets& s) { return s.w_recurrent; }
+int64_t ProjectionOffset(const SlotOffsets& s) { return s.w_projection; }
+
 }  // namespace
 
-void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
-                   void* w_layer, void* w_iter, void* w_projection) {
+void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                   const ParamsView& params, void* w_layer, void* w_iter, void* w_projection) {
   const int64_t units = network.num_units, hidden = network.hidden_size();
   const int64_t input = network.layer_input_size(layer);
   if (w_layer == nullptr) {
@@ -84,54 +122,50 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
       for (int64_t i = 0; i < units; ++i) Store(w_layer, bf16, (b * units + i) * input + i, 1.0f);
     }
   } else {
-    CopyGateBlocks(
-        network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * input, params, w_layer, true);
+    CopyBlocks(network, layer, slots, InputOffset, units * input, true, params, w_layer, true);
   }
-  if (w_iter != nullptr) {
-    CopyGateBlocks(
-        network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, params, w_iter,
-        true);
-  }
+  if (w_iter != nullptr) CopyBlocks(network, layer, slots, RecurrentOffset, units * hidden, true, params, w_iter, true);
   if (w_projection != nullptr) {
-    for (int64_t d = 0; d < network.num_directions; ++d) {
-      CopyElements(network, params, slots[layer * network.num_directions + d].w_projection, w_projection,
-                   d * hidden * units, hidden * units);
-    }
+    CopyBlocks(network, layer, slots, ProjectionOffset, hidden * units, false, params, w_projection, true);
   }
 }
 
 const void* PlainInBuffer(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                          const void* params, int which) {
+                          const ParamsView& params, int which) {
   if (network.num_directions != 1) return nullptr;
   const SlotOffsets& slot = slots[layer];
-  int64_t offset = -1;
-  if (which == 0 && network.mode != Mode::kGru && !(network.skip_input && layer == 0)) offset = slot.w_input;
-  if (which == 1 && network.mode != Mode::kGru) offset = slot.w_recurrent;
-  if (which == 2 && network.proj_size > 0) offset = slot.w_projection;
-  if (offset < 0) return nullptr;
-  return static_cast<const char*>(params) + offset * network.element_bytes();
+  const int64_t units = network.num_units, gates = network.num_gates();
+  // The group's element offset and count where it is one plain tensor in the buffer, else offset -1.
+  int64_t offset = -1, count = 0;
+  if (which == 0 && network.mode != Mode::kGru && !(network.skip_input && layer == 0)) {
+    offset = slot.w_input;
+    count = gates * units * network.layer_input_size(layer);
+  } else if (which == 1 && network.mode != Mode::kGru) {
+    offset = slot.w_recurrent;
+    count = gates * units * network.hidden_size();
+  } else if (which == 2 && network.proj_size > 0) {
+    offset = slot.w_projection;
+    count = network.hidden_size() * units;
+  }
+  return offset < 0 ? nullptr : params.Whole(offset, count);
 }
 
 void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,
-                    const void* w_iter, const void* w_projection, void* dparams) {
+                    const void* w_iter, const void* w_projection, const ParamsView& dparams) {
   const int64_t units = network.num_units, hidden = network.hidden_size();
+  // CopyBlocks reads `plain` when writing the params (to_plain false).
+  auto from = [](const void* tensor) { return const_cast<void*>(tensor); };
   if (!(network.skip_input && layer == 0)) {
-    CopyGateBlocks(
-        network, layer, slots, [](const SlotOffsets& s) { return s.w_input; }, units * network.layer_input_size(layer),
-        w_layer, dparams, false);
+    CopyBlocks(network, layer, slots, InputOffset, units * network.layer_input_size(layer), true, dparams,
+               from(w_layer), false);
   }
-  CopyGateBlocks(
-      network, layer, slots, [](const SlotOffsets& s) { return s.w_recurrent; }, units * hidden, w_iter, dparams,
-      false);
+  CopyBlocks(network, layer, slots, RecurrentOffset, units * hidden, true, dparams, from(w_iter), false);
   if (network.proj_size > 0) {
-    for (int64_t d = 0; d < network.num_directions; ++d) {
-      CopyElements(network, w_projection, d * hidden * units, dparams,
-                   slots[layer * network.num_directions + d].w_projection, hidden * units);
-    }
+    CopyBlocks(network, layer, slots, ProjectionOffset, hidden * units, false, dparams, from(w_projection), false);
   }
 }
 
-void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
+void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const ParamsView& params,
                 float* bias) {
   const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
   const int64_t units = network.num_units, blocks = network.bias_gates();
@@ -140,31 +174,32 @@ void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOff
     const SlotOffsets& slot = slots[layer * network.num_directions + d];
     float* out = bias + d * blocks * units;
     for (int64_t g = 0; g < network.num_gates(); ++g) {
-      for (int64_t i = 0; i < units; ++i) {
-        if (slot.b_input >= 0)
-          out[SwappedGate(network.mode, g) * units + i] += Load(params, bf16, slot.b_input + g * units + i);
-        if (slot.b_recurrent >= 0)
-          out[RecurrentBiasBlock(network.mode, g) * units + i] += Load(params, bf16, slot.b_recurrent + g * units + i);
+      // Each gate's input and recurrent bias, where the buffer has them and a piece holds them (else zero).
+      const std::pair<int64_t, int64_t> terms[] = {{slot.b_input, SwappedGate(network.mode, g)},
+                                                   {slot.b_recurrent, RecurrentBiasBlock(network.mode, g)}};
+      for (const auto& [offset, block] : terms) {
+        const void* b = offset < 0 ? nullptr : params.Block(offset + g * units, units);
+        if (b == nullptr) continue;
+        for (int64_t i = 0; i < units; ++i) out[block * units + i] += Load(b, bf16, i);
       }
     }
   }
 }
 
 void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const float* diff_bias,
-                 void* dparams) {
+                 const ParamsView& dparams) {
   const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
   const int64_t units = network.num_units, blocks = network.bias_gates();
   for (int64_t d = 0; d < network.num_directions; ++d) {
     const SlotOffsets& slot = slots[layer * network.num_directions + d];
     const float* in = diff_bias + d * blocks * units;
     for (int64_t g = 0; g < network.num_gates(); ++g) {
-      for (int64_t i = 0; i < units; ++i) {
-        if (slot.b_input >= 0) {
-          Store(dparams, bf16, slot.b_input + g * units + i, in[SwappedGate(network.mode, g) * units + i]);
-        }
-        if (slot.b_recurrent >= 0) {
-          Store(dparams, bf16, slot.b_recurrent + g * units + i, in[RecurrentBiasBlock(network.mode, g) * units + i]);
-        }
+      const std::pair<int64_t, int64_t> terms[] = {{slot.b_input, SwappedGate(network.mode, g)},
+                                                   {slot.b_recurrent, RecurrentBiasBlock(network.mode, g)}};
+      for (const auto& [offset, block] : terms) {
+        void* b = offset < 0 ? nullptr : dparams.Block(offset + g * units, units);
+        if (b == nullptr) continue;  // no such bias, or one held at zero: no gradient
+        for (int64_t i = 0; i < units; ++i) Store(b, bf16, i, in[block * units + i]);
       }
     }
   }

@@ -17,29 +17,52 @@
 
 namespace jax_cudnn_rnn::onednn {
 
+// The opaque buffer as the handlers read it and write its gradient: one array, or pieces of it as arrays of their own
+// (the canonical tensors a frontend trains, passed as they are so that no copy packs them into a buffer first). A
+// piece holds `count` elements from element `offset` of the buffer; what no piece holds reads as zero and takes no
+// gradient (a frontend's held slots).
+class ParamsView {
+ public:
+  struct Piece {
+    int64_t offset, count;
+    void* data;
+  };
+  // `pieces` must not overlap (std::invalid_argument); `element_bytes`: the network's element size.
+  ParamsView(std::vector<Piece> pieces, size_t element_bytes);
+  // Elements [offset, offset + count): their data where one piece holds them all, nullptr where no piece holds any;
+  // std::invalid_argument where a piece holds part of them (a piece that is not one of the network's tensors).
+  void* Block(int64_t offset, int64_t count) const;
+  // The same, but nullptr wherever one piece does not hold them all.
+  void* Whole(int64_t offset, int64_t count) const;
+
+ private:
+  std::vector<Piece> pieces_;  // by offset
+  size_t element_bytes_;
+};
+
 // Layer `layer`'s matrices (both directions) from `params` into the plain tensors: `w_layer` and `w_iter` ldgoi in
 // oneDNN's gate order, `w_projection` ldoi; elements of the network's data type. A nullptr tensor is skipped (no
 // projection, or one the caller reads in place: PlainInBuffer).
-void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
-                   void* w_layer, void* w_iter, void* w_projection);
+void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
+                   const ParamsView& params, void* w_layer, void* w_iter, void* w_projection);
 
 // Where layer `layer`'s plain tensor `which` (0: w_layer, 1: w_iter, 2: w_projection) lies in `params` as it is, or
 // nullptr where it must be gathered: one direction whose gates keep cuDNN's order (not lbr_gru's) and a real input
 // matrix (not skip input's identity) make it one contiguous slice of the buffer.
 const void* PlainInBuffer(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
-                          const void* params, int which);
+                          const ParamsView& params, int which);
 
 // Layer `layer`'s oneDNN bias [D, bias_gates, num_units] in float32; absent biases count as zero.
-void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* params,
+void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const ParamsView& params,
                 float* bias);
 
 // The inverse of GatherWeights for gradients: plain tensors (network's data type) into `dparams`.
 void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,
-                    const void* w_iter, const void* w_projection, void* dparams);
+                    const void* w_iter, const void* w_projection, const ParamsView& dparams);
 
 // The bias gradient [D, bias_gates, num_units] (float32) into the input and recurrent bias gradients of `dparams`.
 void ScatterBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const float* diff_bias,
-                 void* dparams);
+                 const ParamsView& dparams);
 
 }  // namespace jax_cudnn_rnn::onednn
 

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from jax_cudnn_rnn._buffer import as_buffer
 from jax_cudnn_rnn.backends import staging
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.hybrid import hybrid
@@ -88,11 +89,13 @@ class Variant:
       plain-weights variant: undifferentiated it is oneDNN's inference forward).
     sides: the sides it is offered for (``FORWARD``, ``TRAINING``).
     supports: what it runs, where that is less than its backend's (None: the backend's ``supports``).
+    takes_pieces: as ``Backend.takes_pieces``.
     """
 
     run: Run
     sides: tuple[str, ...] = SIDES
     supports: Supports | None = None
+    takes_pieces: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # one object per registered backend: compared by identity
@@ -112,6 +115,8 @@ class Backend:
       (a GPU user expects cuDNN), or None to stay silent.
     scratch_bytes: ``scratch_bytes(call, side, variant) -> int | None``, the memory its kernels take for a call outside
       the buffers XLA allocates (cuDNN's workspace, oneDNN's scratch pool), for the bench's memory column; None: none.
+    takes_pieces: whether ``run`` takes ``inputs.params`` as a frontend's named tensors (``_buffer.Pieces``) too;
+      else it gets them packed into the buffer (``packing``).
     """
 
     name: str
@@ -123,6 +128,17 @@ class Backend:
     variants: Mapping[str, Variant] = dataclasses.field(default_factory=dict)
     passed_over: Callable[[Call], Warning | None] | None = None
     scratch_bytes: Callable[[Call, str, str], int | None] | None = None
+    takes_pieces: bool = False
+
+
+@functools.cache
+def packing(run: Run) -> Run:
+    """``run`` for a backend that takes the buffer only: a frontend's ``Pieces`` packed into it first."""
+
+    def packed(call: Call, inputs: Inputs):
+        return run(call, inputs._replace(params=as_buffer(inputs.params)))
+
+    return packed
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -180,7 +196,8 @@ class _Run(NamedTuple):
 
     @property
     def run(self) -> Run:
-        return self.backend.variants[self.variant].run if self.variant else self.backend.run
+        own = self.backend.variants[self.variant] if self.variant else self.backend
+        return own.run if own.takes_pieces else packing(own.run)
 
     @property
     def supports(self) -> Supports:
@@ -487,7 +504,7 @@ def run(implementation: str | None, call: Call, inputs: Inputs) -> Outputs:
                 f"implementation={implementation!r} runs only on {platforms}, but this computation is "
                 f"lowered for another platform; use implementation=None to run the best available "
                 f"implementation on each platform",
-                _BACKENDS[BASELINE].run,
+                packing(_BACKENDS[BASELINE].run),
             )
         branches[platform] = functools.partial(lambda inputs, branch: branch(call, inputs), branch=branch)
     default = branches.pop(DEFAULT)

@@ -66,13 +66,26 @@ def config_attributes(config: RNNConfig) -> dict[str, Any]:
 
 
 def forward_operands(x, h0, params, c0, seq_lengths) -> tuple[list[jax.Array], list[int | None]]:
-    """(operands, their batch axes) of a fused forward: x, h0, params, then c0 and seq_lengths where present."""
-    operands, batch_axes = [x, h0, params], [1, 1, None]
+    """(operands, their batch axes) of a fused forward: x, h0, params (the buffer, or each leaf of a pytree of arrays:
+    oneDNN's ``_buffer.Pieces``), then c0 and seq_lengths where present."""
+    leaves = jax.tree.leaves(params)
+    operands, batch_axes = [x, h0, *leaves], [1, 1, *[None] * len(leaves)]
     for extra, axis in ((c0, 1), (seq_lengths, 0)):
         if extra is not None:
             operands.append(extra)
             batch_axes.append(axis)
     return operands, batch_axes
+
+
+def with_params(kernel: Callable[..., Any], params: Any) -> Callable[..., Any]:
+    """``kernel(x, h0, params, *rest)`` as a function of ``forward_operands``' operands, where ``params``' leaves are
+    operands of their own."""
+    leaves, tree = jax.tree.flatten(params)
+
+    def call(x, h0, *operands):
+        return kernel(x, h0, jax.tree.unflatten(tree, operands[: len(leaves)]), *operands[len(leaves) :])
+
+    return call
 
 
 def output_axes(lstm: bool, training: bool) -> list[int]:

@@ -152,7 +152,7 @@ def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array):
         x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0), (0, extra, 0)))
         channel = jnp.arange(x.shape[-1]) == x.shape[-1] - 1
         x = jnp.where(valid, x, channel.astype(x.dtype))
-        params, config = with_channel(params, config)
+        params, config = with_channel(_buffer.as_buffer(params), config)
     else:
         x = jnp.where(valid, x, jnp.zeros((), x.dtype))
     padded = inputs._replace(params=params, x=x, seq_lengths=None)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import jax
+
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
@@ -113,17 +115,30 @@ def _forward(arrays: vjp.KernelArrays, seq_lengths, config: RNNConfig, training:
     call = functools.partial(
         kernels.forward, config=config, training=training, plain_backward_weights=plain_backward_weights
     )
+    call = convention.with_params(call, arrays.params)
     return convention.forward_outputs(convention.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
 
 
 def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_weights: bool) -> vjp.KernelArrays:
-    """Every gradient of the kernel's arrays, once per mapped element under ``jax.vmap``."""
+    """Every gradient of the kernel's arrays, once per mapped element under ``jax.vmap``; the params' gradient like
+    the params (the buffer's, or its ``Pieces``')."""
     dy, dh_n, dc_n = cotangents
     lstm = config.has_cell_state
     arrays = res.arrays
-    call = functools.partial(kernels.backward, config=config, plain_backward_weights=plain_backward_weights)
-    dparams, dx, dh0, *dc0 = sequential_vmap(call)(
-        arrays.params,
+    leaves, tree = jax.tree.flatten(arrays.params)
+
+    def call(*operands):
+        # The params' leaves travel as operands of their own (the vmap rules take arrays), their gradients likewise.
+        dparams, *rest = kernels.backward(
+            jax.tree.unflatten(tree, operands[: len(leaves)]),
+            *operands[len(leaves) :],
+            config=config,
+            plain_backward_weights=plain_backward_weights,
+        )
+        return (*jax.tree.leaves(dparams), *rest)
+
+    outputs = sequential_vmap(call)(
+        *leaves,
         arrays.x,
         arrays.h0,
         res.y,
@@ -133,6 +148,8 @@ def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_
         res.reserve,
         *([arrays.c0, res.c_n, dc_n] if lstm else []),
     )
+    dx, dh0, *dc0 = outputs[len(leaves) :]
+    dparams = jax.tree.unflatten(tree, outputs[: len(leaves)])
     return vjp.KernelArrays(dparams, dx, dh0, dc0[0] if lstm else None)
 
 
@@ -218,11 +235,13 @@ registry.register(
         run=rnn,
         cost=lambda call, side, variant: cost(call, side, variant),
         variants={
-            "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,)),
+            "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,), takes_pieces=True),
             # Both sides; no cells of its own in cpu_measurements.json yet, so the rule has no estimate for it and it
             # runs only by name (implementation="onednn:gemm").
             "gemm": registry.Variant(rnn_gemm),
         },
         scratch_bytes=lambda call, side, variant: scratch_bytes(call, side, variant),
+        # The weights and backward handlers read a frontend's named tensors and write their gradients in place.
+        takes_pieces=True,
     )
 )

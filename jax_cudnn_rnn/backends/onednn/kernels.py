@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_cudnn_rnn import layout
+from jax_cudnn_rnn import _buffer, layout
 from jax_cudnn_rnn.backends.fused import convention
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.config import RNNConfig
@@ -70,16 +70,28 @@ def buffer_sizes(
     )
 
 
+def _params_operands(params) -> tuple[list[Any], dict[str, Any]]:
+    """The operands ``params`` (the opaque buffer, or a frontend's ``_buffer.Pieces`` of it, each piece an operand
+    the handlers read and write in place) and the attributes that say where each lies in the buffer."""
+    if isinstance(params, _buffer.Pieces):
+        operands = list(params.arrays)
+        offsets, total = [slot.offset for slot in params.slots], layout.params_size(params.config)
+    else:
+        operands, offsets, total = [params], [0], params.shape[0]
+    return operands, dict(piece_offsets=np.asarray(offsets, np.int64), params_elements=np.int64(total))
+
+
 def forward(x, h0, params, *c0, config: RNNConfig, training: bool, plain_backward_weights: bool = False):
-    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training])."""
+    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); ``params`` the buffer or its ``Pieces``."""
     num_steps, batch, _ = x.shape
     plain_backward_weights = training and plain_backward_weights
     sizes = buffer_sizes(config, num_steps, batch, training, plain_backward_weights)
     attrs = dict(
         training=np.bool_(training), plain_backward_weights=np.bool_(plain_backward_weights), **attributes(config)
     )
+    operands, pieces = _params_operands(params)
     weights = jax.ffi.ffi_call(extension.WEIGHTS_TARGET, jax.ShapeDtypeStruct((sizes["weights"],), np.uint8))(
-        params, max_time=np.int64(num_steps), batch=np.int64(batch), **attrs
+        *operands, max_time=np.int64(num_steps), batch=np.int64(batch), **attrs, **pieces
     )
     out_types = convention.output_types(config, x, h0, sizes["reserve_space"] if training else None)
     return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(x, h0, weights, *c0, **attrs))
@@ -88,30 +100,31 @@ def forward(x, h0, params, *c0, config: RNNConfig, training: bool, plain_backwar
 def backward(
     params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig, plain_backward_weights: bool = False
 ):
-    """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM."""
-    out_types = [
-        jax.ShapeDtypeStruct(params.shape, params.dtype),
-        jax.ShapeDtypeStruct(x.shape, x.dtype),
-        jax.ShapeDtypeStruct(h0.shape, x.dtype),
-    ]
+    """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM. ``dparams``
+    is like ``params``: the buffer's gradient, or its ``Pieces``' (the held slots get none)."""
+    operands, pieces = _params_operands(params)
+    out_types = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(h0.shape, x.dtype)]
     if lstm_args:
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
-    return tuple(
-        jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
-            params,
-            x,
-            h0,
-            y,
-            h_n,
-            dy,
-            dh_n,
-            reserve,
-            *lstm_args,
-            training=np.bool_(True),
-            plain_backward_weights=np.bool_(plain_backward_weights),
-            **attributes(config),
-        )
+    out_types += [jax.ShapeDtypeStruct(operand.shape, operand.dtype) for operand in operands]
+    dx, dh0, *rest = jax.ffi.ffi_call(extension.BACKWARD_TARGET, out_types)(
+        x,
+        h0,
+        y,
+        h_n,
+        dy,
+        dh_n,
+        reserve,
+        *lstm_args,
+        *operands,
+        training=np.bool_(True),
+        plain_backward_weights=np.bool_(plain_backward_weights),
+        **attributes(config),
+        **pieces,
     )
+    dc0, dparams = (rest[:1], rest[1:]) if lstm_args else ([], rest)
+    dparams = jax.tree.unflatten(jax.tree.structure(params), dparams)
+    return (dparams, dx, dh0, *dc0)
 
 
 def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, out_dtype=np.float32):
