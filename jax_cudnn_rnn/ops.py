@@ -116,14 +116,16 @@ def rnn(
         as jax_cudnn_rnn/backends/registry.py decides and ``implementation_for`` reports: "cudnn" on CUDA when the
         extension is loaded, this process sees a GPU and cuDNN runs the call (bfloat16 needs cuDNN >= 9.13 and
         compute capability >= 8.0; else "xla" with a ``CudnnFallbackWarning``); on the CPU, per side of jax.grad,
-        "onednn" (or "onednn:plain", its backward on plain weights) where oneDNN's extension is loaded, runs the call
-        and is estimated the faster for the call's mode, dtype and size (``onednn.cpu_choice``; ``jax-cudnn-rnn
-        tune`` measures this machine), else "xla"; under ``jax.jit`` the choice is staged out per platform),
+        "onednn" (or "onednn:plain", its backward on plain weights, or "onednn:gemm") where oneDNN's extension is
+        loaded, runs the call and is estimated the faster for the call's mode, dtype and size
+        (``onednn.cpu_choice``; ``jax-cudnn-rnn tune`` measures this machine), else "xla"; under ``jax.jit`` the
+        choice is staged out per platform),
         "cudnn", "onednn" (oneDNN's fused RNN primitives on the CPU: float32/bfloat16, no resets or cell_clip),
-        "onednn:plain", "onednn:gemm" (the network as GEMMs on oneDNN's matmul, both sides; run only by name until
-        the CPU rule has measurements of it), "xla" (fast pure JAX with a custom backward pass) or "reference" (naive
-        scan; supports forward-mode autodiff), or "forward+training": one of those undifferentiated, another under
-        jax.grad ("onednn+xla"; what ``implementation_for`` names where the default's two sides differ).
+        "onednn:plain", "onednn:gemm" (the network as GEMMs on oneDNN's matmul, both sides; the default's choice
+        where the CPU rule's measurements say so: bfloat16 on CPUs with native bfloat16 dot products), "xla" (fast
+        pure JAX with a custom backward pass) or "reference" (naive scan; supports forward-mode autodiff), or
+        "forward+training": one of those undifferentiated, another under jax.grad ("onednn+xla"; what
+        ``implementation_for`` names where the default's two sides differ).
         A requested implementation that cannot run where the call runs is a RuntimeError (at lowering time when
         only lowering knows the platform).
       precision: float32 matmul precision, for both implementations (cuDNN's math type, XLA's dot precision):

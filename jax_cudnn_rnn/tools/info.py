@@ -137,9 +137,8 @@ def nvidia_gpu() -> bool:
 def _measured_class() -> bool:
     """Whether the shipped measurements cover this CPU's class for float32 (``cpu_rule.kernel_class``): else the CPU
     default has no estimate and runs xla."""
-    isa = onednn.effective_cpu_isa()
-    mine = cpu_rule.kernel_class(isa, "float32")
-    return mine is not None and any(cpu_rule.kernel_class(m.isa, "float32") == mine for m in onednn.MEASUREMENTS)
+    mine = cpu_rule.kernel_class(onednn.effective_cpu_isa(), "float32")
+    return mine is not None and bool(cpu_rule.measured_at(mine))
 
 
 def _onednn_build() -> dict[str, Any] | None:

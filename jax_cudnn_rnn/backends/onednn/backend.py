@@ -236,8 +236,7 @@ registry.register(
         cost=lambda call, side, variant: cost(call, side, variant),
         variants={
             "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,), takes_pieces=True),
-            # Both sides; no cells of its own in cpu_measurements.json yet, so the rule has no estimate for it and it
-            # runs only by name (implementation="onednn:gemm").
+            # Both sides; estimated where cpu_measurements.json has cells of it (bfloat16, native bfloat16 kernels).
             "gemm": registry.Variant(rnn_gemm),
         },
         scratch_bytes=lambda call, side, variant: scratch_bytes(call, side, variant),

@@ -172,8 +172,8 @@ def _class_curves(dtype_class: str) -> dict[Key, Curve]:
     return curves(MEASUREMENTS, dtype_class)
 
 
-def _measured_at(dtype_class: str) -> list[str]:
-    """The instruction sets whose measurements the class pools."""
+def measured_at(dtype_class: str) -> list[str]:
+    """The instruction sets whose measurements the class pools (none: the rule estimates nothing for it)."""
     return list(
         dict.fromkeys(
             entry.isa
@@ -198,5 +198,5 @@ def estimate(
     curve = None if dtype_class is None else _class_curves(dtype_class).get(key)
     if curve is None:
         return None
-    isas = ", ".join(_measured_at(dtype_class))
+    isas = ", ".join(measured_at(dtype_class))
     return curve.at(macs), f"the rule fitted to the shipped measurements ({dtype_class} kernels, measured at {isas})"
