@@ -351,16 +351,27 @@ def test_gemm_recurrence_refuses_what_it_does_not_run(native):
 
 def test_gemm_is_a_variant_of_onednn_for_the_registry(native):
     """A variant of oneDNN on both sides, listed where the CPU's implementations are (the bench and ``tune`` time
-    it), runnable by name where oneDNN runs, with oneDNN's refusals (``SUPPORTS``); the shipped measurements have no
-    cells of it, so the rule estimates nothing for it and the default never runs it from them."""
+    it), runnable by name where oneDNN runs, with oneDNN's refusals (``SUPPORTS``); the rule estimates it from its
+    shipped cells (bfloat16 on native bfloat16 kernels: at a measured shape, the cell's ratio) and nowhere else
+    (float32, emulated bfloat16: nothing measured, so the default never runs it there)."""
     cfg = make_config("lstm", 1, "unidirectional", dtype=BF16, proj_size=2)
     assert GEMM in registry.implementations("cpu", by_default=True)
     assert registry.sides_of(GEMM) == registry.SIDES
     assert registry.why_not(GEMM, "cpu", Call(make_config("gru", 1, "unidirectional"))) is None
     assert "projection" in registry.why_not(GEMM, "cpu", Call(cfg))
     large = jcr.RNNConfig("gru", 1, 1024, 1024, dtype=BF16)
-    for side in registry.SIDES:
-        assert cpu_rule.estimate(large, 64, side, GEMM, isa=extension.effective_cpu_isa()) is None
+    (measured,) = [
+        cell.ratios[GEMM]
+        for entry in cpu_rule.MEASUREMENTS
+        for cell in entry.cells
+        if GEMM in cell.ratios and cell[:5] == ("gru", "bfloat16", 1024, 64, 25)
+    ]
+    for index, side in enumerate(registry.SIDES):
+        found = cpu_rule.estimate(large, 64, side, GEMM, isa="avx512_core_bf16")
+        assert found is not None and found[0] == pytest.approx(measured[index], rel=1e-6), (side, found)
+        assert cpu_rule.estimate(large, 64, side, GEMM, isa="avx512_core") is None  # emulated bfloat16
+        float32 = jcr.RNNConfig("gru", 1, 1024, 1024)
+        assert cpu_rule.estimate(float32, 64, side, GEMM, isa="avx512_core_bf16") is None
 
 
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
