@@ -42,10 +42,6 @@ class Pieces:
     def tree_unflatten(cls, aux, arrays):
         return cls(arrays, *aux)
 
-    @property
-    def dtype(self) -> Any:
-        return self.arrays[0].dtype
-
     def buffer(self) -> jax.Array:
         """The opaque buffer: one concatenation, zeros where no slot holds anything."""
         return assemble(list(zip(self.slots, self.arrays, strict=True)), self.config)
