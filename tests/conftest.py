@@ -7,11 +7,23 @@ import filecmp
 import glob
 import os
 import pathlib
+import shutil
 import tempfile
 
-import pytest
-from cudnn_stand_in import CudnnStandIn
-from skips import REQUIRE_EXTENSION, REQUIRE_GPU, skip_or_fail
+# XLA's compilations go to a disk cache for the session, set before anything imports jax (jax reads these when it is
+# imported): the xdist workers and the child Pythons the tests start inherit the folder, so that a computation that
+# several tests, workers or children compile (the same network under jit in a frontend's, a backend's and a
+# transformation's test) compiles once: tests/frontends with test_gradients.py took 274 s with it, 311 without (2
+# workers, 2-core Zen 4, 2026-11-28). The process that makes the folder removes it at the end. The tests set this for
+# themselves; the package never does.
+_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jcr-tests-xla-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+import pytest  # noqa: E402
+from cudnn_stand_in import CudnnStandIn  # noqa: E402
+from skips import REQUIRE_EXTENSION, REQUIRE_GPU, skip_or_fail  # noqa: E402
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jax_cudnn_rnn")
 
@@ -34,6 +46,11 @@ def pytest_configure(config):
     # floor-jax venvs (4 tests, the longest file) last; it then keeps SLOW_FILES_FIRST's order.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+def pytest_unconfigure(config):
+    if _XLA_CACHE is not None:
+        shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(session, config, items):
