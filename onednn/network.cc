@@ -69,8 +69,34 @@ ffi::Error DecodeNetwork(const RnnConfig& config, ffi::DataType dtype, int64_t m
   return ffi::Error::Success();
 }
 
-ffi::Error DecodeSlotOffsets(const Network& network, ffi::Span<const int64_t> offsets, size_t params_elements,
-                             std::vector<SlotOffsets>* slots) {
+ffi::Error DecodeInputChannel(const Network& network, int64_t columns, ffi::Span<const float> weights, bool skip_input,
+                              InputChannel* channel) {
+  if (columns == 0 && weights.size() == 0 && !skip_input) {
+    *channel = InputChannel{};
+    return ffi::Error::Success();
+  }
+  const int64_t own = network.input_size - columns;
+  std::string problem;
+  if (columns < 1 || own < 1) {
+    problem = "channel_columns is " + std::to_string(columns) + "; expected 0 (no channel) or 1 to " +
+              std::to_string(network.input_size - 1) + " (fewer than the network's " +
+              std::to_string(network.input_size) + " inputs)";
+  } else if (static_cast<int64_t>(weights.size()) != network.num_gates()) {
+    problem = "channel_weights has " + std::to_string(weights.size()) + " entries; expected one per gate (" +
+              std::to_string(network.num_gates()) + ")";
+  } else if (network.skip_input) {
+    problem = "the network's input_mode is skip_input; a channel widens a linear_input network";
+  } else if (skip_input && own != network.num_units) {
+    problem = "channel_skip_input needs the params' input width (" + std::to_string(own) + ") to be num_units (" +
+              std::to_string(network.num_units) + ")";
+  }
+  if (!problem.empty()) return ffi::Error::InvalidArgument(problem);
+  *channel = InputChannel{columns, std::vector<float>(weights.begin(), weights.end()), skip_input};
+  return ffi::Error::Success();
+}
+
+ffi::Error DecodeSlotOffsets(const Network& network, const InputChannel& channel, ffi::Span<const int64_t> offsets,
+                             size_t params_elements, std::vector<SlotOffsets>* slots) {
   const int64_t pseudo_layers = network.num_layers * network.num_directions;
   if (static_cast<int64_t>(offsets.size()) != pseudo_layers * kOffsetsPerPseudoLayer) {
     return ffi::Error::InvalidArgument("slot_offsets has " + std::to_string(offsets.size()) + " entries; expected " +
@@ -83,9 +109,10 @@ ffi::Error DecodeSlotOffsets(const Network& network, ffi::Span<const int64_t> of
     const int64_t* o = offsets.begin() + p * kOffsetsPerPseudoLayer;
     SlotOffsets slot{o[0], o[1], o[2], o[3], o[4]};
     const int64_t layer = p / network.num_directions;
-    const bool skip = network.skip_input && layer == 0;
-    const int64_t sizes[] = {gates * units * network.layer_input_size(layer), gates * units * hidden,
-                             network.proj_size * units, gates * units, gates * units};
+    const bool skip = (network.skip_input || channel.skip_input) && layer == 0;
+    const int64_t input = layer == 0 ? channel.params_input_size(network) : network.layer_input_size(layer);
+    const int64_t sizes[] = {gates * units * input, gates * units * hidden, network.proj_size * units, gates * units,
+                             gates * units};
     const int64_t values[] = {slot.w_input, slot.w_recurrent, slot.w_projection, slot.b_input, slot.b_recurrent};
     const bool required[] = {!skip, true, network.proj_size > 0, network.has_input_bias(),
                              network.has_recurrent_bias()};

@@ -47,12 +47,32 @@ struct SlotOffsets {
 };
 constexpr int64_t kOffsetsPerPseudoLayer = 5;
 
+// Layer 0's input columns past the params' own (jax_cudnn_rnn/backends/fused/lengths.py: the padding channel of a
+// one-layer, one-direction network): `columns` of them, the last with input weight `weights[g]` in cuDNN gate g's
+// rows, the others zero; `skip_input`: the params' own columns are skip input's (identity matrices, none stored).
+// No columns: the params' input matrices are the network's.
+struct InputChannel {
+  int64_t columns = 0;
+  std::vector<float> weights;
+  bool skip_input = false;
+  // The params' layer-0 input width: the network's less the channel's columns.
+  int64_t params_input_size(const Network& network) const { return network.input_size - columns; }
+};
+
+// The input channel from its attributes (columns, weights, skip_input: see InputChannel), checked against the
+// network: no columns and nothing else, or fewer columns than the network's input, one weight per gate, and skip input
+// only where the params' input width is num_units and the network's layer 0 is not itself skip input.
+xla::ffi::Error DecodeInputChannel(const Network& network, int64_t columns, xla::ffi::Span<const float> weights,
+                                   bool skip_input, InputChannel* channel);
+
 // The network of a call of `config` on buffers of XLA element type `dtype`, checked for what oneDNN can run.
 xla::ffi::Error DecodeNetwork(const RnnConfig& config, xla::ffi::DataType dtype, int64_t max_time, int64_t batch,
                               bool training, bool plain_backward_weights, Network* network);
 
-// Checks the slot offsets against the network and the buffer's element count; fills one entry per pseudo-layer.
-xla::ffi::Error DecodeSlotOffsets(const Network& network, xla::ffi::Span<const int64_t> offsets, size_t params_elements,
+// Checks the slot offsets against the network (the params' layer-0 input matrices are the network's less `channel`'s
+// columns) and the buffer's element count; fills one entry per pseudo-layer.
+xla::ffi::Error DecodeSlotOffsets(const Network& network, const InputChannel& channel,
+                                  xla::ffi::Span<const int64_t> offsets, size_t params_elements,
                                   std::vector<SlotOffsets>* slots);
 
 }  // namespace jax_cudnn_rnn::onednn

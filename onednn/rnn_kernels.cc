@@ -7,7 +7,8 @@
 //       -> (dx, dh0, [dc0: lstm], *dparams)
 //
 // `params` is the opaque buffer, or pieces of it (a frontend's canonical tensors, weights.h ParamsView), each at the
-// element of the buffer the attribute `piece_offsets` gives (the buffer: [0]); `dparams` are like them.
+// element of the buffer the attribute `piece_offsets` gives (the buffer: [0]); `dparams` are like them. `channel_*`:
+// layer-0 input columns the params hold no weights for (network.h InputChannel), written as constants, no gradient.
 // The weights handler writes every layer's weights in its forward primitive's formats (and the summed biases) into a
 // buffer of bytes, which the forward reads: a separate call, so that XLA hoists it out of a loop over calls with the
 // same params (a decoding loop of one-step calls reorders the weights once, not at every step).
@@ -44,13 +45,15 @@ struct CallAttrs {
   bool training;
   bool plain_backward_weights;
 };
-// The params' pieces: where each starts in the buffer, and the buffer's elements.
+// The params' pieces: where each starts in the buffer, and the buffer's elements; the input channel (InputChannel).
 struct PiecesAttrs {
   xla::ffi::Span<const int64_t> piece_offsets;
   int64_t params_elements;
+  int64_t channel_columns;
+  xla::ffi::Span<const float> channel_weights;
+  bool channel_skip_input;
 };
-// The weights handler's: the call's, the shape of the forward it prepares for (the formats are its primitive's) and
-// the pieces.
+// The weights handler's: the call's, the shape of the forward it prepares for (its primitive's formats), the pieces.
 struct WeightsAttrs {
   CallAttrs call;
   int64_t max_time, batch;
@@ -67,9 +70,11 @@ struct BackwardAttrs {
   JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"), \
       ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<bool>("plain_backward_weights")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_ONEDNN_CALL_ATTRS);
-#define JCR_ONEDNN_PIECES_ATTRS                                               \
-  ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("piece_offsets"), \
-      ::xla::ffi::StructMember<int64_t>("params_elements")
+#define JCR_ONEDNN_PIECES_ATTRS                                                                                   \
+  ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("piece_offsets"),                                     \
+      ::xla::ffi::StructMember<int64_t>("params_elements"), ::xla::ffi::StructMember<int64_t>("channel_columns"), \
+      ::xla::ffi::StructMember<::xla::ffi::Span<const float>>("channel_weights"),                                 \
+      ::xla::ffi::StructMember<bool>("channel_skip_input")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::WeightsAttrs, JCR_ONEDNN_CALL_ATTRS,
                                       ::xla::ffi::StructMember<int64_t>("max_time"),
                                       ::xla::ffi::StructMember<int64_t>("batch"), JCR_ONEDNN_PIECES_ATTRS);
@@ -160,8 +165,8 @@ ffi::Error DecodeCall(const ffi::AnyBuffer& x, const CallAttrs& attrs, Network* 
   return CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size});
 }
 
-// The params' pieces (the buffers `remaining` holds from `first` on: arrays or results) as a view, and the slot
-// offsets checked against the buffer they are pieces of: what the handlers that read the params start with.
+// The params' pieces (the buffers `remaining` holds from `first` on: arrays or results) as a view with the input
+// channel, and the slot offsets checked against the buffer: what the handlers that read the params start with.
 template <typename Remaining>
 ffi::Error DecodeParams(const Remaining& remaining, size_t first, ffi::DataType dtype, const CallAttrs& call,
                         const PiecesAttrs& attrs, const Network& network, std::optional<ParamsView>* params,
@@ -188,8 +193,11 @@ ffi::Error DecodeParams(const Remaining& remaining, size_t first, ffi::DataType 
     }
     pieces.push_back({offset, elements, piece.untyped_data()});
   }
-  params->emplace(std::move(pieces), network.element_bytes());
-  return DecodeSlotOffsets(network, call.slot_offsets, attrs.params_elements, slots);
+  InputChannel channel;
+  JCR_RETURN_IF_ERROR(
+      DecodeInputChannel(network, attrs.channel_columns, attrs.channel_weights, attrs.channel_skip_input, &channel));
+  params->emplace(std::move(pieces), network.element_bytes(), std::move(channel));
+  return DecodeSlotOffsets(network, (*params)->channel(), call.slot_offsets, attrs.params_elements, slots);
 }
 
 // A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).

@@ -6,7 +6,10 @@
 //   whose recurrent bias stays apart (multiplied by the reset gate) as a fourth block. The gradient of a summed bias
 //   is the gradient of each of its terms, so it is written to both;
 // - skip input: oneDNN always multiplies the input by a matrix, so layer 0 gets identity matrices and their
-//   gradient is dropped.
+//   gradient is dropped;
+// - an input channel (InputChannel): the network's layer-0 input has more columns than the params' input matrices,
+//   whose weights are constants written here (zeros, then the channel's per-gate weight in the last column) and take
+//   no gradient, so that a caller need not build a widened copy of the buffer at every call.
 #ifndef JAX_CUDNN_RNN_ONEDNN_WEIGHTS_H_
 #define JAX_CUDNN_RNN_ONEDNN_WEIGHTS_H_
 
@@ -27,28 +30,32 @@ class ParamsView {
     int64_t offset, count;
     void* data;
   };
-  // `pieces` must not overlap (std::invalid_argument); `element_bytes`: the network's element size.
-  ParamsView(std::vector<Piece> pieces, size_t element_bytes);
+  // `pieces` must not overlap (std::invalid_argument); `element_bytes`: the network's element size; `channel`: the
+  // columns of layer 0's input that the params hold no weights for (DecodeInputChannel checks it).
+  ParamsView(std::vector<Piece> pieces, size_t element_bytes, InputChannel channel = {});
   // Elements [offset, offset + count): their data where one piece holds them all, nullptr where no piece holds any;
   // std::invalid_argument where a piece holds part of them (a piece that is not one of the network's tensors).
   void* Block(int64_t offset, int64_t count) const;
   // The same, but nullptr wherever one piece does not hold them all.
   void* Whole(int64_t offset, int64_t count) const;
+  const InputChannel& channel() const { return channel_; }
 
  private:
   std::vector<Piece> pieces_;  // by offset
   size_t element_bytes_;
+  InputChannel channel_;
 };
 
 // Layer `layer`'s matrices (both directions) from `params` into the plain tensors: `w_layer` and `w_iter` ldgoi in
-// oneDNN's gate order, `w_projection` ldoi; elements of the network's data type. A nullptr tensor is skipped (no
+// oneDNN's gate order, `w_projection` ldoi; elements of the network's data type; layer 0's input channel's columns
+// (params.channel()) as their constants. A nullptr tensor is skipped (no
 // projection, or one the caller reads in place: PlainInBuffer).
 void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
                    const ParamsView& params, void* w_layer, void* w_iter, void* w_projection);
 
 // Where layer `layer`'s plain tensor `which` (0: w_layer, 1: w_iter, 2: w_projection) lies in `params` as it is, or
 // nullptr where it must be gathered: one direction whose gates keep cuDNN's order (not lbr_gru's) and a real input
-// matrix (not skip input's identity) make it one contiguous slice of the buffer.
+// matrix (not skip input's identity, nor widened by an input channel) make it one contiguous slice of the buffer.
 const void* PlainInBuffer(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
                           const ParamsView& params, int which);
 
@@ -56,7 +63,8 @@ const void* PlainInBuffer(const Network& network, int64_t layer, const std::vect
 void GatherBias(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const ParamsView& params,
                 float* bias);
 
-// The inverse of GatherWeights for gradients: plain tensors (network's data type) into `dparams`.
+// The inverse of GatherWeights for gradients: plain tensors (network's data type) into `dparams`; an input channel's
+// columns (dparams.channel()) are constants and give nothing.
 void ScatterWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots, const void* w_layer,
                     const void* w_iter, const void* w_projection, const ParamsView& dparams);
 

@@ -12,6 +12,11 @@ handlers build and cache each shape's primitives, take their temporary memory fr
 ``plain_backward_weights`` has a training call's backward read the weights in the plain ldgoi layout instead of the one
 its primitive picks (a different oneDNN kernel: onednn/plan.cc); the forward and the backward of one training step must
 agree on it (it is part of their plan).
+
+An input ``channel`` (jax_cudnn_rnn/backends/fused/lengths.py: the padding channel, the per-gate weights of x's last
+column) makes x wider than ``config.input_size``: the handlers run ``network(config, x's width)`` and write the extra
+columns' input weights themselves (zeros, then the channel's), reading ``params`` of ``config`` as they are; the
+channel's weights are constants and get no gradient. So no widened copy of the buffer is built at every call.
 """
 
 from __future__ import annotations
@@ -44,11 +49,44 @@ def _slot_offsets(config: RNNConfig) -> np.ndarray:
     return np.asarray(offsets, np.int64)
 
 
+def network(config: RNNConfig, input_width: int) -> RNNConfig:
+    """The network the handlers run for params of ``config`` over inputs ``input_width`` wide: ``config``, or where an
+    input channel widens it, ``config`` with that input width and linear input (oneDNN always multiplies by input
+    matrices: skip input's are identities, which the handlers write)."""
+    if input_width == config.input_size:
+        return config
+    return dataclasses.replace(config, input_size=input_width, input_mode="linear_input")
+
+
 @functools.lru_cache(maxsize=256)
-def attributes(config: RNNConfig) -> dict[str, Any]:
-    """The handlers' attributes but ``training``: the network (``convention.config_attributes``) and where its tensors
-    start in the buffer."""
-    return dict(**convention.config_attributes(config), slot_offsets=_slot_offsets(config))
+def attributes(config: RNNConfig, input_width: int | None = None) -> dict[str, Any]:
+    """The handlers' attributes but ``training``: the network (``convention.config_attributes`` of ``network``; None:
+    ``config``'s own width) and where the tensors of ``config``'s params start in the buffer."""
+    ran = config if input_width is None else network(config, input_width)
+    return dict(**convention.config_attributes(ran), slot_offsets=_slot_offsets(config))
+
+
+def channel_attributes(
+    config: RNNConfig, channel: tuple[float, ...] | None, input_width: int | None = None
+) -> dict[str, Any]:
+    """The weights and backward handlers' description of the input channel (onednn/network.h ``InputChannel``): the
+    columns of x past ``config.input_size`` (the last of them the channel, whose input weight per gate is
+    ``channel[g]``), and whether ``config``'s own input matrices are skip input's; all empty without a channel."""
+    if channel is None:
+        return dict(
+            channel_columns=np.int64(0), channel_weights=np.zeros(0, np.float32), channel_skip_input=np.bool_(False)
+        )
+    columns = (input_width or config.input_size) - config.input_size
+    if columns < 1 or len(channel) != config.num_gates:
+        raise ValueError(
+            f"channel has {len(channel)} weights over {columns} extra input columns; expected one weight per gate "
+            f"({config.num_gates}) and an x wider than input_size ({config.input_size})"
+        )
+    return dict(
+        channel_columns=np.int64(columns),
+        channel_weights=np.asarray(channel, np.float32),
+        channel_skip_input=np.bool_(config.skip_input),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -81,27 +119,59 @@ def _params_operands(params) -> tuple[list[Any], dict[str, Any]]:
     return operands, dict(piece_offsets=np.asarray(offsets, np.int64), params_elements=np.int64(total))
 
 
-def forward(x, h0, params, *c0, config: RNNConfig, training: bool, plain_backward_weights: bool = False):
-    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); ``params`` the buffer or its ``Pieces``."""
-    num_steps, batch, _ = x.shape
+def forward(
+    x,
+    h0,
+    params,
+    *c0,
+    config: RNNConfig,
+    training: bool,
+    plain_backward_weights: bool = False,
+    channel: tuple[float, ...] | None = None,
+):
+    """One oneDNN forward: (y, h_n, [c_n: lstm], [reserve: training]); ``params`` the buffer or its ``Pieces`` (of
+    ``config``); ``channel``: x's last column's input weights per gate (x wider than ``config.input_size``)."""
+    num_steps, batch, width = x.shape
+    width = width if channel is not None else None
     plain_backward_weights = training and plain_backward_weights
-    sizes = buffer_sizes(config, num_steps, batch, training, plain_backward_weights)
+    ran = config if width is None else network(config, width)
+    sizes = buffer_sizes(ran, num_steps, batch, training, plain_backward_weights)
     attrs = dict(
-        training=np.bool_(training), plain_backward_weights=np.bool_(plain_backward_weights), **attributes(config)
+        training=np.bool_(training),
+        plain_backward_weights=np.bool_(plain_backward_weights),
+        **attributes(config, width),
     )
     operands, pieces = _params_operands(params)
     weights = jax.ffi.ffi_call(extension.WEIGHTS_TARGET, jax.ShapeDtypeStruct((sizes["weights"],), np.uint8))(
-        *operands, max_time=np.int64(num_steps), batch=np.int64(batch), **attrs, **pieces
+        *operands,
+        max_time=np.int64(num_steps),
+        batch=np.int64(batch),
+        **attrs,
+        **pieces,
+        **channel_attributes(config, channel, width),
     )
     out_types = convention.output_types(config, x, h0, sizes["reserve_space"] if training else None)
     return tuple(jax.ffi.ffi_call(extension.FORWARD_TARGET, out_types)(x, h0, weights, *c0, **attrs))
 
 
 def backward(
-    params, x, h0, y, h_n, dy, dh_n, reserve, *lstm_args, config: RNNConfig, plain_backward_weights: bool = False
+    params,
+    x,
+    h0,
+    y,
+    h_n,
+    dy,
+    dh_n,
+    reserve,
+    *lstm_args,
+    config: RNNConfig,
+    plain_backward_weights: bool = False,
+    channel: tuple[float, ...] | None = None,
 ):
     """oneDNN's backward: (dparams, dx, dh0, [dc0: lstm]); ``lstm_args`` is (c0, c_n, dc_n) for an LSTM. ``dparams``
-    is like ``params``: the buffer's gradient, or its ``Pieces``' (the held slots get none)."""
+    is like ``params``: the buffer's gradient, or its ``Pieces``' (the held slots get none; the ``channel``'s weights,
+    constants, none either)."""
+    width = x.shape[-1] if channel is not None else None
     operands, pieces = _params_operands(params)
     out_types = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(h0.shape, x.dtype)]
     if lstm_args:
@@ -119,8 +189,9 @@ def backward(
         *operands,
         training=np.bool_(True),
         plain_backward_weights=np.bool_(plain_backward_weights),
-        **attributes(config),
+        **attributes(config, width),
         **pieces,
+        **channel_attributes(config, channel, width),
     )
     dc0, dparams = (rest[:1], rest[1:]) if lstm_args else ([], rest)
     dparams = jax.tree.unflatten(jax.tree.structure(params), dparams)
