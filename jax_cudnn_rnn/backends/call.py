@@ -43,6 +43,9 @@ class Call:
     placement: what tracing knows of where the call runs (jax_cudnn_rnn/sharding/placement.py).
     cudnn: the options only the cuDNN backend reads (``CudnnOptions``).
     recurrent_dropout: whether the call applies recurrent dropout (``config.recurrent_dropout`` > 0 in training).
+    input_channel: None, or (a part of a call with lengths, for a kernel that takes it: jax_cudnn_rnn/backends/fused/
+      lengths.py) x is wider than ``config.input_size``: zeros, then a padding channel in its last column whose input
+      weights per gate (in gate order) are these constants, which the params, ``config``'s, hold no weights for.
     """
 
     config: RNNConfig | None = None
@@ -55,6 +58,7 @@ class Call:
     placement: Placement = UNKNOWN
     cudnn: CudnnOptions = CudnnOptions()
     recurrent_dropout: bool = False
+    input_channel: tuple[float, ...] | None = None
 
 
 class Inputs(NamedTuple):

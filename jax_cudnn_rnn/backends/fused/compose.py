@@ -44,11 +44,13 @@ def run(
     max_time_steps: int | None = None,
     fallback: Runner | None = None,
     takes_lengths: bool = True,
+    takes_channel: bool = False,
 ) -> tuple[Any, Any, Any]:
     """``call`` on ``kernel`` (see the module docstring). ``fallback(call, inputs)`` runs a batch with resets that
     has more segments than ``call.cudnn.max_segments`` (None: twice the batch). ``takes_lengths=False``: ``kernel`` is
-    always called with lengths None (``lengths.with_lengths``)."""
-    layered = with_masks(kernel if takes_lengths else lengths.with_lengths(kernel))
+    always called with lengths None (``lengths.with_lengths``); ``takes_channel``: it also takes
+    ``call.input_channel`` (lengths' padding channel, which it then gets instead of a widened buffer)."""
+    layered = with_masks(kernel if takes_lengths else lengths.with_lengths(kernel, takes_channel=takes_channel))
 
     def chunked(call: Call, inputs: Inputs):
         if max_time_steps is None:

@@ -21,10 +21,13 @@ at the valid steps and at step T is exactly that:
   0 and changes nothing. A ReLU RNN gets the channel too (-``SATURATION`` on its one gate), so that its padding
   steps output 0 instead of growing without bound (0·inf in the weight gradients would be NaN); GRU and tanh
   outputs stay bounded without it. In bfloat16 a zero input with zero weights comes before the channel where the
-  width would be odd, which oneDNN's kernels run slower (``channel_width``).
+  width would be odd, which oneDNN's kernels run slower (``channel_width``). A kernel that takes the channel
+  (``with_lengths(..., takes_channel=True)``: oneDNN's fused kernels) gets the params as they are and the channel's
+  weights as ``call.input_channel``, and writes the wider input matrices itself; any other gets a widened buffer
+  (``with_channel``), built in XLA at every call (its temporaries' page faults cost an LSTM forward up to a third).
 
-Everything is ordinary JAX around the kernel's calls (slices, gathers, a rebuilt buffer for the channel's config), so
-gradients flow through it and it composes with ``jax.jit`` and ``jax.vmap``.
+Everything is ordinary JAX around the kernel's calls (slices, gathers, a rebuilt buffer for the channel's config where
+the kernel does not take it), so gradients flow through it and it composes with ``jax.jit`` and ``jax.vmap``.
 """
 
 from __future__ import annotations
@@ -143,27 +146,33 @@ def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
     return jnp.where((lengths > 0)[None, :, None], last, initial)
 
 
-def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array):
+def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array, takes_channel: bool):
     """A one-layer unidirectional ``call.config`` over rows whose padding follows their ``lengths`` valid steps."""
     x, params, config = inputs.x, inputs.params, call.config
     valid = (jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
+    channel = None
     if config.mode in CHANNEL_WEIGHTS:  # zero padding and the channel in one pass (a pad fuses; a concatenate not)
         extra = channel_width(config) - config.input_size
         x = jax.lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0), (0, extra, 0)))
-        channel = jnp.arange(x.shape[-1]) == x.shape[-1] - 1
-        x = jnp.where(valid, x, channel.astype(x.dtype))
-        params, config = with_channel(_buffer.as_buffer(params), config)
+        last = jnp.arange(x.shape[-1]) == x.shape[-1] - 1
+        x = jnp.where(valid, x, last.astype(x.dtype))
+        if takes_channel:  # the kernel writes the channel's weights itself: no widened buffer
+            channel = CHANNEL_WEIGHTS[config.mode]
+        else:
+            params, config = with_channel(_buffer.as_buffer(params), config)
     else:
         x = jnp.where(valid, x, jnp.zeros((), x.dtype))
     padded = inputs._replace(params=params, x=x, seq_lengths=None)
-    y, _, c_n = kernel(part(call, padded, config), padded)
+    y, _, c_n = kernel(dataclasses.replace(part(call, padded, config), input_channel=channel), padded)
     y = jnp.where(valid, y, jnp.zeros((), y.dtype))
     return y, _last_valid(y, lengths, inputs.h0), c_n
 
 
-def with_lengths(kernel: Kernel) -> Kernel:
+def with_lengths(kernel: Kernel, takes_channel: bool = False) -> Kernel:
     """``kernel`` (which takes no lengths: it is always called with ``inputs.seq_lengths`` None) extended to
-    ``seq_lengths`` int32 [B] in [0, T] (see the module docstring); without lengths it is ``kernel`` itself."""
+    ``seq_lengths`` int32 [B] in [0, T] (see the module docstring); without lengths it is ``kernel`` itself.
+    ``takes_channel``: ``kernel`` takes the padding channel as ``call.input_channel`` (x wider than its config) and
+    the params as they are, else it gets ``with_channel``'s widened buffer and config."""
 
     def run(call: Call, inputs: Inputs):
         if inputs.seq_lengths is None:
@@ -184,7 +193,7 @@ def with_lengths(kernel: Kernel) -> Kernel:
                     c0=None if layer.c0 is None else layer.c0[states],
                 )
                 one_call = part(layer_call, one, _buffer.sub_config(single, 0, direction))
-                y, h_last, c_last = _one_direction(kernel, one_call, one, lengths)
+                y, h_last, c_last = _one_direction(kernel, one_call, one, lengths, takes_channel)
                 outputs.append(y if direction == 0 else reverse_rows(y, lengths))
                 h_n.append(h_last)
                 c_n.append(c_last)

@@ -106,22 +106,29 @@ def unsupported_reason(config: RNNConfig, seq_lengths: Any = None) -> str | None
     return SUPPORTS.why_not(Call(config, seq_lengths=seq_lengths is not None))
 
 
-def _forward(arrays: vjp.KernelArrays, seq_lengths, config: RNNConfig, training: bool, plain_backward_weights: bool):
+def _forward(arrays: vjp.KernelArrays, seq_lengths, static, training: bool, plain_backward_weights: bool):
     """(y, h_n, c_n or None, reserve or None), with the fused kit's vmap rule
-    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_runner``)."""
+    (jax_cudnn_rnn/backends/fused/convention.py). ``seq_lengths`` is always None here (``_runner``); ``static`` is
+    (the config, the call's ``input_channel``)."""
     del seq_lengths
+    config, channel = static
     lstm = config.has_cell_state
     operands, batch_axes = convention.forward_operands(arrays.x, arrays.h0, arrays.params, arrays.c0, None)
     call = functools.partial(
-        kernels.forward, config=config, training=training, plain_backward_weights=plain_backward_weights
+        kernels.forward,
+        config=config,
+        training=training,
+        plain_backward_weights=plain_backward_weights,
+        channel=channel,
     )
     call = convention.with_params(call, arrays.params)
     return convention.forward_outputs(convention.vmapped(call, batch_axes, lstm, training)(*operands), lstm, training)
 
 
-def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_weights: bool) -> vjp.KernelArrays:
+def _backward(static, res: vjp.Residuals, cotangents, plain_backward_weights: bool) -> vjp.KernelArrays:
     """Every gradient of the kernel's arrays, once per mapped element under ``jax.vmap``; the params' gradient like
-    the params (the buffer's, or its ``Pieces``')."""
+    the params (the buffer's, or its ``Pieces``'; none for the input channel's constant weights)."""
+    config, channel = static
     dy, dh_n, dc_n = cotangents
     lstm = config.has_cell_state
     arrays = res.arrays
@@ -134,6 +141,7 @@ def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_
             *operands[len(leaves) :],
             config=config,
             plain_backward_weights=plain_backward_weights,
+            channel=channel,
         )
         return (*jax.tree.leaves(dparams), *rest)
 
@@ -154,7 +162,7 @@ def _backward(config: RNNConfig, res: vjp.Residuals, cotangents, plain_backward_
 
 
 def _fused(plain_backward_weights: bool):
-    """oneDNN's kernels as the fused kit's custom_vjp, specialised on the config alone."""
+    """oneDNN's kernels as the fused kit's custom_vjp, specialised on the config and the input channel."""
     return vjp.fused_rnn(
         functools.partial(_forward, plain_backward_weights=plain_backward_weights),
         functools.partial(_backward, plain_backward_weights=plain_backward_weights),
@@ -166,17 +174,20 @@ def _runner(fused) -> registry.Run:
     primitives do not take, and dropout layer by layer)."""
 
     def kernel(call: Call, inputs: Inputs):
-        # inputs.seq_lengths is always None: the fused kit runs lengths around the kernel (takes_lengths=False).
-        return fused(vjp.KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0), None, call.config)
+        # inputs.seq_lengths is always None: the fused kit runs lengths around the kernel (takes_lengths=False); their
+        # padding channel comes as call.input_channel, whose weights the handlers write (takes_channel=True).
+        arrays = vjp.KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0)
+        return fused(arrays, None, (call.config, call.input_channel))
 
-    return _composed(kernel)
+    return _composed(kernel, takes_channel=True)
 
 
-def _composed(kernel) -> registry.Run:
-    """``kernel`` (the whole network without lengths or dropout) with what the fused kit adds around it."""
+def _composed(kernel, takes_channel: bool = False) -> registry.Run:
+    """``kernel`` (the whole network without lengths or dropout) with what the fused kit adds around it;
+    ``takes_channel``: ``kernel`` reads ``call.input_channel`` (else lengths widen its buffer)."""
 
     def run(call: Call, inputs: Inputs) -> tuple[Any, Any, Any]:
-        return compose.run(kernel, call, inputs, takes_lengths=False)
+        return compose.run(kernel, call, inputs, takes_lengths=False, takes_channel=takes_channel)
 
     return run
 
