@@ -23,7 +23,7 @@ from jax_cudnn_rnn.backends.onednn import extension, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import draw_inputs, make_config
+from support import draw_inputs, make_config, require_extension
 
 T, B = 5, 3
 LENGTHS = np.array([5, 2, 0], np.int32)
@@ -31,9 +31,13 @@ LENGTHS = np.array([5, 2, 0], np.int32)
 
 @pytest.fixture(autouse=True)
 def native():
-    from support import require_extension
-
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
+
+
+def _runs_or_skip(cfg):
+    """Skips where oneDNN has no kernels for ``cfg`` on this CPU (bfloat16 below AVX-512)."""
+    if why := onednn_backend.unsupported_reason(cfg):
+        pytest.skip(why)
 
 
 def _wide(cfg):
@@ -46,6 +50,7 @@ def test_an_lstm_with_lengths_builds_no_widened_buffer(dtype, differentiated):
     """The compiled call has no array of the widened buffer's size (what ``with_channel`` built at every call, and
     its gradient): the weights call reads the params themselves, and the backward writes their gradient."""
     cfg = jcr.RNNConfig("lstm", input_size=6, num_units=4, num_layers=1, dtype=dtype)
+    _runs_or_skip(cfg)
     wide = layout.params_size(_wide(cfg))
     assert wide != layout.params_size(cfg)
     params, x, h0, c0 = (jnp.asarray(a) for a in draw_inputs(cfg, np.random.default_rng(0), steps=T, batch=B))
@@ -77,6 +82,7 @@ def test_the_channel_written_by_the_handlers_equals_the_widened_buffer(mode, ext
     wider than the config) against the same kernel given ``with_channel``'s widened buffer: the same outputs, and the
     same gradients (the params' is the widened buffer's less the channel's columns: ``_widened``'s vjp)."""
     cfg = make_config(mode, 1, "unidirectional", **extra)
+    _runs_or_skip(cfg)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(3), steps=T, batch=B)
     wide_params, wide_cfg = lengths.with_channel(jnp.asarray(params), cfg)
     extra_columns = np.random.default_rng(4).integers(0, 2, (T, B, wide_cfg.input_size - cfg.input_size))
