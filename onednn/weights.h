@@ -48,7 +48,7 @@ class ParamsView {
 
 // Layer `layer`'s matrices (both directions) from `params` into the plain tensors: `w_layer` and `w_iter` ldgoi in
 // oneDNN's gate order, `w_projection` ldoi; elements of the network's data type; layer 0's input channel's columns
-// (params.channel()) as their constants. A nullptr tensor is skipped (no
+// (the view's InputChannel) as their constants. A nullptr tensor is skipped (no
 // projection, or one the caller reads in place: PlainInBuffer).
 void GatherWeights(const Network& network, int64_t layer, const std::vector<SlotOffsets>& slots,
                    const ParamsView& params, void* w_layer, void* w_iter, void* w_projection);
