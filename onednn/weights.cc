@@ -146,23 +146,28 @@ void GatherWidened(const Network& network, const std::vector<SlotOffsets>& slots
   });
 }
 
-// The inverse for gradients: the params' columns of each row into `dparams` (the channel's take nothing).
+// The inverse for gradients: the params' columns of each row into `dparams` (the channel's take nothing), the rows on
+// the arena's threads as GatherWidened's.
 void ScatterWidened(const Network& network, const std::vector<SlotOffsets>& slots, const void* w_layer,
                     const ParamsView& dparams) {
   const InputChannel& channel = dparams.channel();
   if (channel.skip_input) return;
   const int64_t units = network.num_units, width = network.input_size, own = channel.params_input_size(network);
+  const int64_t gates = network.num_gates(), blocks = network.num_directions * gates;
   const size_t eb = network.element_bytes();
-  for (int64_t d = 0; d < network.num_directions; ++d) {
-    for (int64_t k = 0; k < network.num_gates(); ++k) {
-      const int64_t gate = SwappedGate(network.mode, k), block = (d * network.num_gates() + k) * units;
-      char* rows = static_cast<char*>(dparams.Block(slots[d].w_input + gate * units * own, units * own));
-      if (rows == nullptr) continue;  // held at zero: no gradient
-      for (int64_t o = 0; o < units; ++o) {
-        std::memcpy(rows + o * own * eb, static_cast<const char*>(w_layer) + (block + o) * width * eb, own * eb);
+  std::vector<char*> targets(blocks);  // oneDNN block d * gates + k's rows in dparams (nullptr: held, no gradient)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t gate = SwappedGate(network.mode, b % gates);
+    targets[b] = static_cast<char*>(dparams.Block(slots[b / gates].w_input + gate * units * own, units * own));
+  }
+  ParallelFor(blocks * units, ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      char* target = targets[r / units];
+      if (target != nullptr) {
+        std::memcpy(target + (r % units) * own * eb, static_cast<const char*>(w_layer) + r * width * eb, own * eb);
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -172,7 +177,7 @@ void GatherWeights(const Network& network, int64_t layer, const std::vector<Slot
   const int64_t units = network.num_units, hidden = network.hidden_size();
   const int64_t input = network.layer_input_size(layer);
   if (w_layer == nullptr) {
-  } else if (layer == 0 && params.channel().columns > 0) {
+  } else if (params.widens(layer)) {
     GatherWidened(network, slots, params, w_layer);
   } else if (network.skip_input && layer == 0) {
     const bool bf16 = network.data_type == dnnl::memory::data_type::bf16;
@@ -197,8 +202,7 @@ const void* PlainInBuffer(const Network& network, int64_t layer, const std::vect
   const int64_t units = network.num_units, gates = network.num_gates();
   // The group's element offset and count where it is one plain tensor in the buffer, else offset -1.
   int64_t offset = -1, count = 0;
-  const bool widened = layer == 0 && params.channel().columns > 0;
-  if (which == 0 && network.mode != Mode::kGru && !(network.skip_input && layer == 0) && !widened) {
+  if (which == 0 && network.mode != Mode::kGru && !(network.skip_input && layer == 0) && !params.widens(layer)) {
     offset = slot.w_input;
     count = gates * units * network.layer_input_size(layer);
   } else if (which == 1 && network.mode != Mode::kGru) {
@@ -216,7 +220,7 @@ void ScatterWeights(const Network& network, int64_t layer, const std::vector<Slo
   const int64_t units = network.num_units, hidden = network.hidden_size();
   // CopyBlocks reads `plain` when writing the params (to_plain false).
   auto from = [](const void* tensor) { return const_cast<void*>(tensor); };
-  if (layer == 0 && dparams.channel().columns > 0) {
+  if (dparams.widens(layer)) {
     ScatterWidened(network, slots, w_layer, dparams);
   } else if (!(network.skip_input && layer == 0)) {
     CopyBlocks(network, layer, slots, InputOffset, units * network.layer_input_size(layer), true, dparams,

@@ -39,6 +39,8 @@ class ParamsView {
   // The same, but nullptr wherever one piece does not hold them all.
   void* Whole(int64_t offset, int64_t count) const;
   const InputChannel& channel() const { return channel_; }
+  // Whether layer `layer`'s input matrices are wider than the params' (layer 0 with an input channel).
+  bool widens(int64_t layer) const { return layer == 0 && channel_.columns > 0; }
 
  private:
   std::vector<Piece> pieces_;  // by offset
