@@ -28,6 +28,7 @@ struct RecurrenceAttrs {
   bool training;
   int64_t rows;
   std::string_view weights_dtype;
+  bool has_lengths;
 };
 }  // namespace jax_cudnn_rnn::onednn
 
@@ -35,7 +36,8 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::RecurrenceAttrs, 
                                       ::xla::ffi::StructMember<bool>("reverse"),
                                       ::xla::ffi::StructMember<bool>("training"),
                                       ::xla::ffi::StructMember<int64_t>("rows"),
-                                      ::xla::ffi::StructMember<std::string_view>("weights_dtype"));
+                                      ::xla::ffi::StructMember<std::string_view>("weights_dtype"),
+                                      ::xla::ffi::StructMember<bool>("has_lengths"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -51,12 +53,15 @@ struct Recurrence {
   int64_t steps = 0, batch = 0, units = 0, gates = 0, rows = 0, inputs = 0;  // inputs: the width of x (I)
   bool reverse = false, training = false, skip_input = false;
   ffi::DataType weights_type = ffi::DataType::F32;
+  const int32_t* lengths = nullptr;  // per row, where the call has lengths (TakeLengths)
 
   int64_t width() const { return gates * units; }  // G*H
   bool bf16() const { return weights_type == ffi::DataType::BF16; }
   size_t weights_bytes() const { return bf16() ? 2 : 4; }
   // The time of the `s`-th step in processing order, and whether it is the first one.
   int64_t time(int64_t s) const { return reverse ? steps - 1 - s : s; }
+  // Whether row `b` is past its length at time `t` (its state passes unchanged, its output is zero).
+  bool padding(int64_t t, int64_t b) const { return lengths != nullptr && t >= lengths[b]; }
 };
 
 template <typename Fn>
@@ -120,6 +125,17 @@ ffi::Error CheckPacked(const ffi::AnyBuffer& packed, const MatmulPlan& plan) {
   return CheckBuffer("packed", packed, ffi::DataType::U8, {static_cast<int64_t>(plan.b.get_size())});
 }
 
+// The optional `lengths` argument (int32 [B], where `has_lengths`) into `r`.
+ffi::Error TakeLengths(OptionalBuffers<ffi::RemainingArgs>& args, bool has_lengths, Recurrence* r) {
+  std::optional<ffi::AnyBuffer> lengths;
+  JCR_RETURN_IF_ERROR(args.Take(has_lengths, "lengths", &lengths));
+  if (lengths) {
+    JCR_RETURN_IF_ERROR(CheckBuffer("lengths", *lengths, ffi::DataType::S32, {r->batch}));
+    r->lengths = static_cast<const int32_t*>(lengths->untyped_data());
+  }
+  return ffi::Error::Success();
+}
+
 // y's element type: float32, or the weights' (a network's last layer in bfloat16).
 ffi::Error CheckOutputType(const char* name, const ffi::AnyBuffer& buffer, const Recurrence& r) {
   if (buffer.element_type() != ffi::DataType::F32 && buffer.element_type() != r.weights_type) {
@@ -149,6 +165,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
     OptionalBuffers args(optional_args, "argument");
     JCR_RETURN_IF_ERROR(args.Take(!r.skip_input, "w_in", &w_in));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
+    JCR_RETURN_IF_ERROR(TakeLengths(args, attrs.has_lengths, &r));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<Result> c_n, gates, aux, h_prev, h_gemm;
     OptionalBuffers rets(optional_rets, "result");
@@ -246,9 +263,16 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
                                         : reinterpret_cast<float*>(step_gates.in(work)) + b * W;
             float* row_aux = aux && gru ? Row<float>((*aux)->untyped_data(), r, t, b, H, 4)
                                         : reinterpret_cast<float*>(step_aux.in(work)) + b * H;
-            ForwardRow(r.mode, H, xp_data + (t * B + b) * W, products + b * W, b_in_data, b_rec_data, h + b * H,
-                       c + b * H, h_next + b * H, c_next + b * H, row_gates, row_aux);
-            StoreRow(y_bf16, h_next + b * H, Row<char>(y->untyped_data(), r, t, b, H, y_bf16 ? 2 : 4), H);
+            char* row_y = Row<char>(y->untyped_data(), r, t, b, H, y_bf16 ? 2 : 4);
+            if (r.padding(t, b)) {  // the state as it was (the backward reads no gates here), the output zero
+              std::memcpy(h_next + b * H, h + b * H, H * 4);
+              if (lstm) std::memcpy(c_next + b * H, c + b * H, H * 4);
+              std::memset(row_y, 0, H * (y_bf16 ? 2 : 4));
+            } else {
+              ForwardRow(r.mode, H, xp_data + (t * B + b) * W, products + b * W, b_in_data, b_rec_data, h + b * H,
+                         c + b * H, h_next + b * H, c_next + b * H, row_gates, row_aux);
+              StoreRow(y_bf16, h_next + b * H, row_y, H);
+            }
             if (aux && lstm) std::memcpy(Row<float>((*aux)->untyped_data(), r, t, b, H, 4), c_next + b * H, H * 4);
           }
         });
@@ -260,6 +284,18 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       return ffi::Error::Success();
     });
   });
+}
+
+// Zero gradients of row `b` at time `t`, a padding step: its gates' (and a GRU's recurrent product's) in the arrays
+// the products read, and x's where x enters every gate (skip input: no product writes dx).
+void PaddingRowGradients(const Recurrence& r, int64_t t, int64_t b, void* d_hp, void* d_xp, ffi::AnyBuffer& dx) {
+  const int64_t W = r.width();
+  std::memset(Row<char>(d_xp, r, t, b, W, r.weights_bytes()), 0, W * r.weights_bytes());
+  if (d_hp != nullptr) std::memset(Row<char>(d_hp, r, t, b, W, r.weights_bytes()), 0, W * r.weights_bytes());
+  if (r.skip_input) {
+    const size_t bytes = dx.element_type() == ffi::DataType::BF16 ? 2 : 4;
+    std::memset(Row<char>(dx.untyped_data(), r, t, b, r.inputs, bytes), 0, r.inputs * bytes);
+  }
 }
 
 ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer dy, ffi::AnyBuffer dh_n,
@@ -278,6 +314,7 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(args.Take(gru, "h_prev", &h_prev));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
+    JCR_RETURN_IF_ERROR(TakeLengths(args, attrs.has_lengths, &r));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<Result> dw_in, dc0;
     OptionalBuffers rets(optional_rets, "result");
@@ -356,11 +393,17 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
           float* sum_rec = f32(sums_rec) + chunk * W;
           for (int64_t b = begin; b < end; ++b) {
             float* dh_row = f32(dh_new) + b * H;
-            LoadRow(dy_bf16, Row<char>(dy.untyped_data(), r, t, b, H, dy_bf16 ? 2 : 4), dh_row, H);
             const float* carried = f32(dh) + b * H;
-            for (int64_t j = 0; j < H; ++j) dh_row[j] += carried[j];
             float* pre = f32(d_pre) + b * W;
             float* rec = f32(d_rec) + b * W;
+            if (r.padding(t, b)) {  // the state passed unchanged: its gradients too, the gates' zero (y's is constant)
+              std::copy_n(carried, H, f32(direct) + b * H);
+              PaddingRowGradients(r, t, b, gru ? d_hp.in(work) : nullptr, d_xp.in(work), *dx);
+              continue;
+            }
+            if (r.lengths != nullptr && !gru) std::fill_n(f32(direct) + b * H, H, 0.0f);  // a later padding step's
+            LoadRow(dy_bf16, Row<char>(dy.untyped_data(), r, t, b, H, dy_bf16 ? 2 : 4), dh_row, H);
+            for (int64_t j = 0; j < H; ++j) dh_row[j] += carried[j];
             BackwardRow(r.mode, H, Row<const float>(gates.untyped_data(), r, t, b, W, 4),
                         aux ? Row<const float>(aux->untyped_data(), r, t, b, H, 4) : nullptr,
                         gru ? Row<const float>(h_prev->untyped_data(), r, t, b, H, 4) : nullptr,
@@ -428,7 +471,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmForward, GemmForwardImpl,
                                   .Arg<ffi::AnyBuffer>()  // b_in
                                   .Arg<ffi::AnyBuffer>()  // b_rec
                                   .Arg<ffi::AnyBuffer>()  // h0
-                                  .RemainingArgs()        // [w_in], [c0]
+                                  .RemainingArgs()        // [w_in], [c0], [lengths]
                                   .Ret<ffi::AnyBuffer>()  // y
                                   .Ret<ffi::AnyBuffer>()  // h_n
                                   .RemainingRets()        // [c_n], [gates, [aux], [h_prev], h_gemm]
@@ -442,7 +485,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmBackward, GemmBackwardImpl,
                                   .Arg<ffi::AnyBuffer>()  // dh_n
                                   .Arg<ffi::AnyBuffer>()  // gates
                                   .Arg<ffi::AnyBuffer>()  // h_gemm
-                                  .RemainingArgs()        // [w_in], [aux], [h_prev], [c0, dc_n]
+                                  .RemainingArgs()        // [w_in], [aux], [h_prev], [c0, dc_n], [lengths]
                                   .Ret<ffi::AnyBuffer>()  // dx
                                   .Ret<ffi::AnyBuffer>()  // dw_rec
                                   .Ret<ffi::AnyBuffer>()  // d_b_in

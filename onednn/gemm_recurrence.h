@@ -8,11 +8,13 @@
 // float32 unless said; "wdtype" is the weights' element type (`weights_dtype`), x's is float32 or wdtype.
 //
 //   jax_cudnn_rnn_onednn_gemm_forward(x [T, B, I], packed, b_in [G*H], b_rec [G*H], h0 [B, H],
-//                                     [w_in [G*H, I] wdtype: linear input], [c0 [B, H]: lstm])
+//                                     [w_in [G*H, I] wdtype: linear input], [c0 [B, H]: lstm],
+//                                     [lengths [B] int32: has_lengths])
 //       -> (y [T, B, H] float32 or wdtype, h_n [B, H], [c_n: lstm], [training: gates [T, B, G*H],
 //           [aux [T, B, H]: lstm, gru], [h_prev [T, B, H]: gru], h_gemm [T, B, H] wdtype])
 //   jax_cudnn_rnn_onednn_gemm_backward(x, packed, dy [T, B, H] (y's type), dh_n [B, H], gates, h_gemm,
-//                                      [w_in: linear input], [aux: lstm, gru], [h_prev: gru], [c0, dc_n: lstm])
+//                                      [w_in: linear input], [aux: lstm, gru], [h_prev: gru], [c0, dc_n: lstm],
+//                                      [lengths: has_lengths])
 //       -> (dx [T, B, I] (x's type), dw_rec [G*H, H] wdtype, d_b_in [G*H], d_b_rec [G*H], dh0 [B, H],
 //           [dw_in [G*H, I] wdtype: linear input], [dc0: lstm])
 //
@@ -22,8 +24,12 @@
 // t - 1 (t + 1 where `reverse`). gates, aux (LSTM: c after the step; GRU: R_n h + b_Rn), h_prev (GRU: the state each
 // step read) and h_gemm (that state rounded to wdtype, as its product read it) are what the backward reads. The
 // gradients of the gates are rounded to wdtype for the products that follow; the biases' are their sums in float32
-// (an LSTM's and a vanilla RNN's d_b_rec is their d_b_in). Attributes: the network (RnnConfigAttrs: one layer and
-// direction, its input size and mode), `reverse`, `training`, `rows`, `weights_dtype` ("float32" or "bfloat16").
+// (an LSTM's and a vanilla RNN's d_b_rec is their d_b_in). With `lengths` (cuDNN's packed sequences): a step at a time
+// t >= lengths[b] leaves row b's state as it is and outputs zeros, so that h_n and c_n are the state after the row's
+// last valid step and the reverse direction starts at lengths[b] - 1; its backward passes the state's gradients
+// through unchanged and gives the gates none (x's values there must be finite: dw_in reads them). Attributes: the
+// network (RnnConfigAttrs: one layer and direction, its input size and mode), `reverse`, `training`, `rows`,
+// `weights_dtype` ("float32" or "bfloat16"), `has_lengths`.
 #ifndef JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 #define JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 

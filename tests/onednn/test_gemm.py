@@ -1,8 +1,8 @@
 """oneDNN's matmul target (``kernels.matmul``, onednn/matmul.h) against NumPy, and implementation="onednn:gemm" (the
 network as GEMMs on it: jax_cudnn_rnn/backends/onednn/gemm.py) against the float64 NumPy oracle, the xla
 implementation and the reference one: values and every gradient, every mode oneDNN runs, uni- and bidirectional, 1-3
-layers, projection, skip input, bias modes, lengths and dropout (arranged by the fused kit), float32 and bfloat16,
-under jax.jit and jax.vmap.
+layers, projection, skip input, bias modes, lengths (in the recurrence handlers) and dropout (arranged by the fused
+kit), float32 and bfloat16, under jax.jit and jax.vmap.
 
 Without the extension these tests skip; with JAX_CUDNN_RNN_REQUIRE_ONEDNN=1 (set in CI) they fail instead.
 """
@@ -243,22 +243,73 @@ def test_gemm_in_bfloat16_matches_float32_within_bfloat16_rounding(native, mode,
         assert float(np.abs(got - want).max()) <= 3e-2 * float(np.abs(want).max()), name
 
 
-@pytest.mark.parametrize("mode,direction", [("lstm", "bidirectional"), ("gru", "unidirectional")])
-def test_gemm_lengths_match_the_oracle_and_reference_gradients(native, mode, direction):
-    """seq_lengths arranged around the GEMMs by the fused kit (jax_cudnn_rnn/backends/fused/lengths.py): values
-    against the oracle's packed-sequence semantics, gradients against the reference implementation; no gradient
-    reaches x at a padding step."""
+@pytest.mark.parametrize("mode,num_layers,direction,extra", CASES, ids=str)
+def test_gemm_lengths_match_the_oracle_and_reference_gradients(native, mode, num_layers, direction, extra):
+    """seq_lengths (0 and T among them) in the recurrence handlers (a projected LSTM: arranged around its scans by the
+    fused kit): values against the oracle's packed-sequence semantics, gradients against the reference
+    implementation; what the padding holds does not matter and no gradient reaches x there."""
     lengths = np.asarray((*LENGTHS, 0), np.int32)
     steps = int(lengths.max())
-    cfg = make_config(mode, 2, direction)
+    cfg = make_config(mode, num_layers, direction, **extra)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(3), steps=steps, batch=len(lengths))
     padding = np.arange(steps)[:, None] >= lengths[None, :]
-    x[padding] = 1e6  # what the padding holds must not matter
+    x[padding] = 1e6
     outs, grads = _value_and_grads(GEMM, cfg, params, x, h0, c0, lengths)
     assert_outputs_close(outs, oracle(cfg, params, x, h0, c0, seq_lengths=lengths), atol=1e-5, rtol=1e-5)
     _, want = _value_and_grads("reference", cfg, params, x, h0, c0, lengths)
     _assert_grads_close(grads, want, 1e-5)
     assert np.all(np.asarray(grads[1])[padding] == 0)
+
+
+def test_gemm_lengths_in_bfloat16_match_float32_within_bfloat16_rounding(native):
+    """bfloat16 with lengths against the xla implementation in float32 on the same rounded inputs (as the bfloat16
+    test above); the padding's outputs exactly zero."""
+    lengths = np.asarray((*LENGTHS, 0), np.int32)
+    cfg16 = make_config("lstm", 2, "bidirectional", dtype=BF16)
+    cfg32 = make_config("lstm", 2, "bidirectional")
+    params, x, h0, c0 = draw_inputs(cfg16, np.random.default_rng(9), steps=int(lengths.max()), batch=len(lengths))
+    outs16, grads16 = _value_and_grads(GEMM, cfg16, params, x, h0, c0, lengths)
+    outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0), lengths)
+    assert np.all(_f32(outs16[0])[np.arange(x.shape[0])[:, None] >= lengths[None, :]] == 0)
+    for name, got, want in zip(
+        ("y", "h_n", "c_n", "dparams", "dx", "dh0", "dc0"), (*outs16, *grads16), (*outs32, *grads32), strict=True
+    ):
+        got, want = _f32(got), _f32(want)
+        assert float(np.abs(got - want).max()) <= 3e-2 * float(np.abs(want).max()), name
+
+
+def test_gemm_lengths_run_in_the_recurrence_handlers(native):
+    """With lengths the forward and the training step pass them to the recurrence handlers: no padding channel (no
+    input wider than the network's), no gather of the final states."""
+    cfg = jcr.RNNConfig("lstm", 1, num_units=8, input_size=5)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(10), batch=len(LENGTHS))
+    lengths = np.asarray(LENGTHS, np.int32)
+    run = lambda p, x: jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=GEMM)  # noqa: E731
+    wider = f"x{cfg.input_size + 1}x"
+    for fn in (run, jax.grad(lambda p, x: jnp.sum(run(p, x)[0] ** 2) + jnp.sum(run(p, x)[2]))):
+        text = jax.jit(fn).lower(params, x).as_text()
+        assert "has_lengths = true" in text and wider not in text and "gather" not in text
+
+
+def test_gemm_lengths_under_vmap_match_each_element(native):
+    """vmap over x, h0 and the lengths: values and gradients equal to the elements run one by one."""
+    cfg = make_config("gru", 2, "bidirectional")
+    rng = np.random.default_rng(11)
+    params, _, _, _ = draw_inputs(cfg, rng)
+    xs = rng.normal(size=(2, 5, 3, cfg.input_size)).astype(np.float32)
+    h0s = rng.normal(size=(2, *cfg.state_shape(3))).astype(np.float32)
+    lengths = np.asarray([[5, 2, 0], [3, 5, 1]], np.int32)
+
+    def loss(params, x, h0, n):
+        y, h, _ = jcr.rnn(params, x, h0, None, cfg, seq_lengths=n, implementation=GEMM)
+        return jnp.sum(y**2) + jnp.sum(h)
+
+    step = jax.value_and_grad(loss, argnums=(0, 1, 2))
+    batched = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, 0)))(params, xs, h0s, lengths)
+    for i in range(2):
+        one = step(params, xs[i], h0s[i], lengths[i])
+        for got, want in zip(jax.tree.leaves(batched), jax.tree.leaves(one), strict=True):
+            np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6)
 
 
 def test_gemm_dropout_matches_xla_with_the_same_key(native):
@@ -347,6 +398,10 @@ def test_gemm_recurrence_refuses_what_it_does_not_run(native):
         forward(x=x.astype(jnp.float16))
     with pytest.raises(Exception, match="weights_dtype is 'float16'"):
         forward(weights_dtype=np.float16)
+    with pytest.raises(Exception, match=r"lengths has shape \(2,\)"):
+        jax.block_until_ready(kernels.gemm_forward(x, packed, b, b, h0, w_in, None, jnp.zeros(2, jnp.int32), **kwargs))
+    with pytest.raises(Exception, match="lengths"):
+        jax.block_until_ready(kernels.gemm_forward(x, packed, b, b, h0, w_in, None, jnp.zeros(3), **kwargs))
 
 
 def test_gemm_is_a_variant_of_onednn_for_the_registry(native):

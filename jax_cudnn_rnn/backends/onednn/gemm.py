@@ -45,7 +45,7 @@ def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array,
     return (zeros if b_in is None else b_in), (zeros if b_rec is None else b_rec)
 
 
-def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training):
+def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, training):
     b_in, b_rec = _biases(b_in, b_rec, w_rec.shape[0])
     return kernels.gemm_forward(
         x,
@@ -55,6 +55,7 @@ def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, tr
         h0,
         w_in,
         c0,
+        lengths,
         config=config,
         reverse=reverse,
         training=training,
@@ -64,21 +65,21 @@ def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, tr
 
 
 @functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2))
-def _layer(config: RNNConfig, reverse: bool, out_dtype: Any, x, w_in, b_in, w_rec, b_rec, h0, c0):
+def _layer(config: RNNConfig, reverse: bool, out_dtype: Any, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths):
     """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
-    (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states). Returns (ys [T, B, H] in ``out_dtype``,
-    h_n, c_n or None in float32)."""
-    y, h_n, c_n, _ = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=False)
+    (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states), lengths int32 [B] or None (x zero past
+    them). Returns (ys [T, B, H] in ``out_dtype``, h_n, c_n or None in float32)."""
+    y, h_n, c_n, _ = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, False)
     return y, h_n, c_n
 
 
-def _layer_fwd(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0):
-    y, h_n, c_n, saved = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, training=True)
-    return (y, h_n, c_n), (x, w_in, b_in is not None, w_rec, b_rec is not None, c0, saved)
+def _layer_fwd(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths):
+    y, h_n, c_n, saved = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, True)
+    return (y, h_n, c_n), (x, w_in, b_in is not None, w_rec, b_rec is not None, c0, lengths, saved)
 
 
 def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
-    x, w_in, has_b_in, w_rec, has_b_rec, c0, saved = residuals
+    x, w_in, has_b_in, w_rec, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
     dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
         x,
@@ -89,10 +90,11 @@ def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
         w_in,
         c0,
         saved,
+        lengths,
         config=config,
         reverse=reverse,
     )
-    return dx, dw_in, d_b_in if has_b_in else None, dw_rec, d_b_rec if has_b_rec else None, dh0, dc0
+    return dx, dw_in, d_b_in if has_b_in else None, dw_rec, d_b_rec if has_b_rec else None, dh0, dc0, None
 
 
 _layer.defvjp(_layer_fwd, _layer_bwd)
@@ -121,20 +123,35 @@ def pool_bytes(config: RNNConfig, num_steps: int, batch: int, training: bool) ->
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _direction(config: RNNConfig, x, weights, h0, c0, reverse: bool, last: bool):
+def _direction(config: RNNConfig, x, weights, h0, c0, lengths, reverse: bool, last: bool):
     """One layer and direction; its outputs in the network's dtype where they are the network's, else in float32 (the
     next layer's GEMMs round them, and their gradient stays float32, as the xla implementation's)."""
     w_in, w_rec, w_proj, b_in, b_rec = weights
     out_dtype = config.dtype if last else jnp.float32
     if w_proj is not None:
+        if lengths is not None:
+            raise ValueError("seq_lengths: the projected LSTM's scan takes none (the fused kit arranges them)")
         return gemm_scan.layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
-    return _layer(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0)
+    return _layer(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths)
 
 
-def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
-    """The whole network (every layer and direction, no lengths, no dropout): (y, h_n, c_n or None) in
-    ``config.dtype``; arguments as ``jax_cudnn_rnn.rnn``'s."""
+def takes_lengths(config: RNNConfig) -> bool:
+    """Whether ``rnn`` runs ``config`` with per-sequence lengths itself (the recurrence handlers' ``lengths``): every
+    network but a projected LSTM, whose layers are ``gemm_scan``'s scans."""
+    return config.proj_size == 0
+
+
+def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, Any, Any]:
+    """The whole network (every layer and direction, no dropout): (y, h_n, c_n or None) in ``config.dtype``;
+    arguments as ``jax_cudnn_rnn.rnn``'s, ``seq_lengths`` only where ``takes_lengths(config)``. With lengths each
+    recurrence keeps a row's state past its length (cuDNN's packed sequences, as the handlers run them): no step is
+    arranged around the kernel, no wider input, no gather of the final states."""
     f32 = jnp.float32
+    lengths = None
+    if seq_lengths is not None:
+        lengths = seq_lengths.astype(jnp.int32)
+        valid = jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :]
+        x = jnp.where(valid[:, :, None], x, jnp.zeros((), x.dtype))  # the weights' gradient reads x: finite there
     # Each layer's GEMMs round their input to the weights' dtype and give its gradient in the input's dtype: two
     # directions' gradients of x add up in float32, as the xla implementation's, and are rounded once.
     layer_input = x.astype(f32) if config.num_directions == 2 else x
@@ -153,6 +170,7 @@ def rnn(params, x, h0, c0, config: RNNConfig) -> tuple[Any, Any, Any]:
                 weights[index],
                 h0[index].astype(f32),
                 None if c0 is None else c0[index].astype(f32),
+                lengths,
                 direction == 1,
                 layer == config.num_layers - 1,
             )

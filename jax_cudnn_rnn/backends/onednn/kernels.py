@@ -248,11 +248,18 @@ def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b
 
 
 def _recurrence_attributes(
-    config: RNNConfig, input_size: int, skip_input: bool, reverse: bool, training: bool, rows: int, weights_dtype
+    config: RNNConfig,
+    input_size: int,
+    skip_input: bool,
+    reverse: bool,
+    training: bool,
+    rows: int,
+    weights_dtype,
+    has_lengths: bool,
 ) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
     one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
-    rows the recurrent weights were packed for and their dtype."""
+    rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument."""
     one = dataclasses.replace(
         config,
         num_layers=1,
@@ -269,15 +276,30 @@ def _recurrence_attributes(
         training=np.bool_(training),
         rows=np.int64(rows),
         weights_dtype=np.dtype(weights_dtype).name,
+        has_lengths=np.bool_(has_lengths),
     )
 
 
 def gemm_forward(
-    x, packed, b_in, b_rec, h0, w_in, c0, *, config: RNNConfig, reverse: bool, training: bool, weights_dtype, y_dtype
+    x,
+    packed,
+    b_in,
+    b_rec,
+    h0,
+    w_in,
+    c0,
+    lengths=None,
+    *,
+    config: RNNConfig,
+    reverse: bool,
+    training: bool,
+    weights_dtype,
+    y_dtype,
 ):
     """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
     the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
-    w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32.
+    w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32;
+    ``lengths`` int32 [B] or None: past a row's length its state stays and its outputs are zero (x there finite).
     Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
     reads (gates, [aux], [h_prev], h_gemm), else ()."""
     num_steps, batch, input_size = x.shape
@@ -300,18 +322,21 @@ def gemm_forward(
         h0,
         *([] if w_in is None else [w_in]),
         *([c0] if lstm else []),
-        **_recurrence_attributes(config, input_size, w_in is None, reverse, training, batch, weights_dtype),
+        *([] if lengths is None else [lengths]),
+        **_recurrence_attributes(
+            config, input_size, w_in is None, reverse, training, batch, weights_dtype, lengths is not None
+        ),
     )
     y, h_n, *rest = outputs
     c_n = rest.pop(0) if lstm else None
     return y, h_n, c_n, tuple(rest)
 
 
-def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, *, config: RNNConfig, reverse: bool):
-    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x and w_in and c0 the forward's, ``packed`` the
-    recurrent weights as ``pack_weights(w_rec, B)`` packs them, dy [T, B, H] (y's dtype), dh_n, dc_n (LSTM) [B, H]
-    float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0 or None): x's
-    gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
+def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, lengths=None, *, config: RNNConfig, reverse: bool):
+    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0 and lengths the forward's,
+    ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them, dy [T, B, H] (y's dtype), dh_n, dc_n
+    (LSTM) [B, H] float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0
+    or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
     _, batch, input_size = x.shape
     gates, h_gemm = saved[0], saved[-1]
     weights_dtype = h_gemm.dtype
@@ -339,7 +364,10 @@ def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, *, config: RNNConf
         *([] if w_in is None else [w_in]),
         *saved[1:-1],  # [aux], [h_prev]
         *([c0, dc_n] if lstm else []),
-        **_recurrence_attributes(config, input_size, w_in is None, reverse, True, batch, weights_dtype),
+        *([] if lengths is None else [lengths]),
+        **_recurrence_attributes(
+            config, input_size, w_in is None, reverse, True, batch, weights_dtype, lengths is not None
+        ),
     )
     dw_in = None if w_in is None else rest.pop(0)
     return dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)
