@@ -13,7 +13,8 @@ dropout masks):
 Before all of them, a kernel that takes no per-sequence lengths gets them from
 jax_cudnn_rnn/backends/fused/lengths.py (every row all T steps, arranged so that the valid steps and step T give
 exactly what lengths mean). A backend passes only what it has: oneDNN has no length limit, no resets (the registry
-never sends it such calls) and no lengths, so steps 0 and 1 apply there.
+never sends it such calls) and no lengths (but its variant "onednn:gemm", which takes them), so steps 0 and 1 apply
+there.
 """
 
 from __future__ import annotations

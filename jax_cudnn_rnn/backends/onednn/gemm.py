@@ -14,9 +14,10 @@ XLA:CPU's GEMM does not. Per layer and direction:
   step by step), then the weight gradients and the input's are one GEMM each over all steps.
 
 bfloat16 runs its GEMMs in bfloat16 with float32 accumulation and everything else in float32, as the xla
-implementation does. This is a kernel of the fused kit (``rnn``: the whole network, no lengths, no dropout;
-jax_cudnn_rnn/backends/fused/ arranges those around it), for the modes oneDNN's backend runs with their default
-activations; an LSTM with a projection runs its layers as ``gemm_scan``'s scan.
+implementation does. This is a kernel of the fused kit (``rnn``: the whole network without dropout, which
+jax_cudnn_rnn/backends/fused/ arranges around it), for the modes oneDNN's backend runs with their default activations,
+with per-sequence lengths in its recurrence (cuDNN's semantics: ``takes_lengths``); an LSTM with a projection runs its
+layers as ``gemm_scan``'s scan, its lengths arranged by the fused kit.
 """
 
 from __future__ import annotations
