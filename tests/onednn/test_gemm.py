@@ -291,27 +291,6 @@ def test_gemm_lengths_run_in_the_recurrence_handlers(native):
         assert "has_lengths = true" in text and wider not in text and "gather" not in text
 
 
-def test_gemm_lengths_under_vmap_match_each_element(native):
-    """vmap over x, h0 and the lengths: values and gradients equal to the elements run one by one."""
-    cfg = make_config("gru", 2, "bidirectional")
-    rng = np.random.default_rng(11)
-    params, _, _, _ = draw_inputs(cfg, rng)
-    xs = rng.normal(size=(2, 5, 3, cfg.input_size)).astype(np.float32)
-    h0s = rng.normal(size=(2, *cfg.state_shape(3))).astype(np.float32)
-    lengths = np.asarray([[5, 2, 0], [3, 5, 1]], np.int32)
-
-    def loss(params, x, h0, n):
-        y, h, _ = jcr.rnn(params, x, h0, None, cfg, seq_lengths=n, implementation=GEMM)
-        return jnp.sum(y**2) + jnp.sum(h)
-
-    step = jax.value_and_grad(loss, argnums=(0, 1, 2))
-    batched = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, 0)))(params, xs, h0s, lengths)
-    for i in range(2):
-        one = step(params, xs[i], h0s[i], lengths[i])
-        for got, want in zip(jax.tree.leaves(batched), jax.tree.leaves(one), strict=True):
-            np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6)
-
-
 def test_gemm_dropout_matches_xla_with_the_same_key(native):
     """Inter-layer dropout (the fused kit runs the network layer by layer) with the xla implementation's masks."""
     cfg = make_config("gru", 3, "bidirectional", dropout=0.4)

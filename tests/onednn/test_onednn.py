@@ -345,9 +345,10 @@ def test_lengths_in_bfloat16_match_float32_within_bfloat16_rounding(native):
             assert float(np.abs(got - want).max()) <= 3e-2 * float(np.abs(want).max()), (mode, name)
 
 
-def test_lengths_under_vmap_and_jit_match_each_element(native):
+@pytest.mark.parametrize("implementation", ["onednn", "onednn:gemm"])
+def test_lengths_under_vmap_and_jit_match_each_element(native, implementation):
     """vmap over x, h0 and the lengths themselves (each mapped element its own lengths), values and gradients, equal
-    to the elements run one by one."""
+    to the elements run one by one: around oneDNN's primitive (the fused kit) and in "onednn:gemm"'s recurrence."""
     cfg = make_config("lstm", 2, "bidirectional")
     rng = np.random.default_rng(13)
     params, _, _, c0 = draw_inputs(cfg, rng, steps=LENGTHS_STEPS, batch=len(LENGTHS))
@@ -356,7 +357,7 @@ def test_lengths_under_vmap_and_jit_match_each_element(native):
     lengths = np.stack([LENGTHS, LENGTHS[::-1], np.roll(LENGTHS, 1)])
 
     def loss(params, x, h0, seq_lengths):
-        y, h, c = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation="onednn")
+        y, h, c = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=seq_lengths, implementation=implementation)
         return jnp.sum(y**2) + jnp.sum(h) + jnp.sum(c * c0)
 
     step = jax.value_and_grad(loss, argnums=(0, 1, 2))
