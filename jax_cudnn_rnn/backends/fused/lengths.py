@@ -164,6 +164,17 @@ def _padded_bwd(extra, valid, cotangent):
 _padded.defvjp(_padded_fwd, _padded_bwd)
 
 
+def valid_steps(num_steps: int, lengths: Array) -> Array:
+    """bool [T, B, 1]: whether step t of row b is within its length."""
+    return (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
+
+
+def zero_padding(a: Array, lengths: Array) -> Array:
+    """``a`` [T, B, width] with zeros at the steps past each row's length (``_padded``: selected on the bits of a
+    16-bit float, its gradient zero there)."""
+    return _padded(0, a, valid_steps(a.shape[0], lengths))
+
+
 def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
     """[1, B, hidden]: y[len-1, b] for each row b, ``initial`` [1, B, hidden] where len = 0."""
     step = jnp.maximum(lengths - 1, 0)
@@ -174,7 +185,7 @@ def _last_valid(y: Array, lengths: Array, initial: Array) -> Array:
 def _one_direction(kernel: Kernel, call: Call, inputs: Inputs, lengths: Array, takes_channel: bool):
     """A one-layer unidirectional ``call.config`` over rows whose padding follows their ``lengths`` valid steps."""
     x, params, config = inputs.x, inputs.params, call.config
-    valid = (jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :])[:, :, None]
+    valid = valid_steps(x.shape[0], lengths)
     channel = None
     if config.mode in CHANNEL_WEIGHTS:  # zero padding and the channel in one pass (a pad fuses; a concatenate not)
         x = _padded(channel_width(config) - config.input_size, x, valid)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from jax_cudnn_rnn import _buffer
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
+from jax_cudnn_rnn.backends.fused import lengths as fused_lengths
 from jax_cudnn_rnn.backends.onednn import gemm_scan, kernels
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -151,8 +152,7 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
     lengths = None
     if seq_lengths is not None:
         lengths = seq_lengths.astype(jnp.int32)
-        valid = jnp.arange(x.shape[0], dtype=jnp.int32)[:, None] < lengths[None, :]
-        x = jnp.where(valid[:, :, None], x, jnp.zeros((), x.dtype))  # the weights' gradient reads x: finite there
+        x = fused_lengths.zero_padding(x, lengths)  # the weights' gradient reads x: finite there
     # Each layer's GEMMs round their input to the weights' dtype and give its gradient in the input's dtype: two
     # directions' gradients of x add up in float32, as the xla implementation's, and are rounded once.
     layer_input = x.astype(f32) if config.num_directions == 2 else x
