@@ -31,15 +31,49 @@ inline std::string ShapeString(::xla::ffi::Span<const int64_t> dims) {
   return text + (dims.size() == 1 ? ",)" : ")");
 }
 
+// An XLA element type as NumPy spells it ("float32", "bfloat16", "uint8", ...), for messages.
+inline std::string DataTypeName(::xla::ffi::DataType dtype) {
+  using ::xla::ffi::DataType;
+  switch (dtype) {
+    case DataType::PRED:
+      return "bool";
+    case DataType::S8:
+      return "int8";
+    case DataType::S16:
+      return "int16";
+    case DataType::S32:
+      return "int32";
+    case DataType::S64:
+      return "int64";
+    case DataType::U8:
+      return "uint8";
+    case DataType::U16:
+      return "uint16";
+    case DataType::U32:
+      return "uint32";
+    case DataType::U64:
+      return "uint64";
+    case DataType::F16:
+      return "float16";
+    case DataType::BF16:
+      return "bfloat16";
+    case DataType::F32:
+      return "float32";
+    case DataType::F64:
+      return "float64";
+    default:
+      return "XLA element type " + std::to_string(static_cast<int>(dtype));
+  }
+}
+
 // `buffer` (an argument, or a result as *result) has `expected_dtype` and `expected_dims`.
 inline ::xla::ffi::Error CheckBuffer(const char* name, const ::xla::ffi::AnyBuffer& buffer,
                                      ::xla::ffi::DataType expected_dtype, std::vector<int64_t> expected_dims) {
   const ::xla::ffi::DataType dtype = buffer.element_type();
   const ::xla::ffi::Span<const int64_t> dims = buffer.dimensions();
   if (dtype != expected_dtype) {
-    return ::xla::ffi::Error::InvalidArgument(std::string(name) + " has XLA element type " +
-                                              std::to_string(static_cast<int>(dtype)) + "; expected " +
-                                              std::to_string(static_cast<int>(expected_dtype)));
+    return ::xla::ffi::Error::InvalidArgument(std::string(name) + " has dtype " + DataTypeName(dtype) + "; expected " +
+                                              DataTypeName(expected_dtype));
   }
   if (!(dims.size() == expected_dims.size() && std::equal(dims.begin(), dims.end(), expected_dims.begin()))) {
     return ::xla::ffi::Error::InvalidArgument(
@@ -49,14 +83,30 @@ inline ::xla::ffi::Error CheckBuffer(const char* name, const ::xla::ffi::AnyBuff
   return ::xla::ffi::Error::Success();
 }
 
-// A byte buffer whose size the library decides (reserve space, scratch): 1-D uint8 of at least `needed` bytes.
+// A byte buffer whose size the library decides (oneDNN's weights and reserve space, packed weights): 1-D uint8 of
+// exactly `needed` bytes. A larger buffer is refused too: it was sized for another network (another dtype, another
+// shape), and reading it as this one would read bytes nobody wrote.
 inline ::xla::ffi::Error CheckBytes(const char* name, const ::xla::ffi::AnyBuffer& buffer, size_t needed) {
   if (buffer.element_type() != ::xla::ffi::DataType::U8 || buffer.dimensions().size() != 1 ||
+      buffer.size_bytes() != needed) {
+    return ::xla::ffi::Error::InvalidArgument(std::string(name) + " has shape " + ShapeString(buffer.dimensions()) +
+                                              " of dtype " + DataTypeName(buffer.element_type()) +
+                                              "; expected a 1-D uint8 buffer of exactly " + std::to_string(needed) +
+                                              " bytes");
+  }
+  return ::xla::ffi::Error::Success();
+}
+
+// cuDNN's reserve space, which travels as rows [B, row_bytes] so that each device's share of a split batch holds its
+// own call's buffer (jax_cudnn_rnn/backends/cudnn/plan.py `reserve_row_bytes`), flattened for the call: 1-D uint8
+// of at least `needed` bytes (the rows round cuDNN's size up by less than one byte per row).
+inline ::xla::ffi::Error CheckReserveRows(const char* name, const ::xla::ffi::AnyBuffer& buffer, size_t needed) {
+  if (buffer.element_type() != ::xla::ffi::DataType::U8 || buffer.dimensions().size() != 1 ||
       buffer.size_bytes() < needed) {
-    return ::xla::ffi::Error::InvalidArgument(
-        std::string(name) + " has shape " + ShapeString(buffer.dimensions()) + " of XLA element type " +
-        std::to_string(static_cast<int>(buffer.element_type())) + "; expected a 1-D uint8 buffer of at least " +
-        std::to_string(needed) + " bytes");
+    return ::xla::ffi::Error::InvalidArgument(std::string(name) + " has shape " + ShapeString(buffer.dimensions()) +
+                                              " of dtype " + DataTypeName(buffer.element_type()) +
+                                              "; expected a 1-D uint8 buffer of at least " + std::to_string(needed) +
+                                              " bytes");
   }
   return ::xla::ffi::Error::Success();
 }

@@ -38,8 +38,7 @@ ffi::Error CudnnDataType(ffi::DataType dtype, const char* argument, cudnnDataTyp
       *out = CUDNN_DATA_DOUBLE;
       return ffi::Error::Success();
     default:
-      return ffi::Error::InvalidArgument(std::string(argument) + " has XLA element type " +
-                                         std::to_string(static_cast<int>(dtype)) +
+      return ffi::Error::InvalidArgument(std::string(argument) + " has dtype " + DataTypeName(dtype) +
                                          "; expected float16, bfloat16, float32 or float64");
   }
 }

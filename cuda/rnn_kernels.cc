@@ -187,7 +187,7 @@ ffi::Error RnnForwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ff
   JCR_RETURN_IF_ERROR(TempSpace(call, mode, &workspace_bytes, &reserve_bytes));
   void* reserve = nullptr;
   if (attrs.training) {
-    JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", **reserve_space, reserve_bytes));
+    JCR_RETURN_IF_ERROR(CheckReserveRows("reserve_space", **reserve_space, reserve_bytes));
     reserve = (*reserve_space)->untyped_data();
     reserve_bytes = (*reserve_space)->size_bytes();
   }
@@ -240,7 +240,7 @@ ffi::Error RnnBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratc
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckReserveRows("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));
@@ -274,7 +274,7 @@ ffi::Error RnnBackwardWeightsImpl(cudaStream_t stream, ffi::ScratchAllocator scr
 
   size_t workspace_bytes = 0, reserve_bytes = 0;
   JCR_RETURN_IF_ERROR(TempSpace(call, CUDNN_FWD_MODE_TRAINING, &workspace_bytes, &reserve_bytes));
-  JCR_RETURN_IF_ERROR(CheckBytes("reserve_space", reserve_space, reserve_bytes));
+  JCR_RETURN_IF_ERROR(CheckReserveRows("reserve_space", reserve_space, reserve_bytes));
   JCR_RETURN_IF_ERROR(ForwardReserve(stream, reserve_space, reserve_space_out));
   void* workspace = nullptr;
   JCR_RETURN_IF_ERROR(AllocateScratch(scratch, workspace_bytes, "the cuDNN workspace", &workspace));

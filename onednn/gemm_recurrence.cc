@@ -13,24 +13,14 @@
 
 #include "ffi_args.h"
 #include "gemm_cells.h"
+#include "guarded.h"
 #include "matmul.h"
 #include "pages.h"
 #include "plan.h"
+#include "recurrence_operands.h"
 #include "rnn_config.h"
 #include "scratch.h"
 #include "threading.h"
-
-namespace jax_cudnn_rnn::onednn {
-// The handlers' attributes (jax_cudnn_rnn/backends/onednn/kernels.py `gemm_forward`, `gemm_backward`).
-struct RecurrenceAttrs {
-  RnnConfigAttrs config;
-  bool reverse;
-  bool training;
-  int64_t rows;
-  std::string_view weights_dtype;
-  bool has_lengths;
-};
-}  // namespace jax_cudnn_rnn::onednn
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::RecurrenceAttrs, JCR_RNN_CONFIG_ATTRS,
                                       ::xla::ffi::StructMember<bool>("reverse"),
@@ -47,68 +37,6 @@ namespace {
 
 using Result = ffi::Result<ffi::AnyBuffer>;
 
-// One call's recurrence: the cell, the sizes and the weights' element type.
-struct Recurrence {
-  Mode mode = Mode::kLstm;
-  int64_t steps = 0, batch = 0, units = 0, gates = 0, rows = 0, inputs = 0;  // inputs: the width of x (I)
-  bool reverse = false, training = false, skip_input = false;
-  ffi::DataType weights_type = ffi::DataType::F32;
-  const int32_t* lengths = nullptr;  // per row, where the call has lengths (TakeLengths)
-
-  int64_t width() const { return gates * units; }  // G*H
-  bool bf16() const { return weights_type == ffi::DataType::BF16; }
-  size_t weights_bytes() const { return bf16() ? 2 : 4; }
-  // The time of the `s`-th step in processing order, and whether it is the first one.
-  int64_t time(int64_t s) const { return reverse ? steps - 1 - s : s; }
-  // Whether row `b` is past its length at time `t` (its state passes unchanged, its output is zero).
-  bool padding(int64_t t, int64_t b) const { return lengths != nullptr && t >= lengths[b]; }
-};
-
-template <typename Fn>
-ffi::Error Guarded(const char* handler, Fn&& body) {
-  try {
-    return body();
-  } catch (const dnnl::error& e) {
-    return ffi::Error::Internal(std::string(handler) + ": oneDNN failed: " + e.what() + " (dnnl_status_t " +
-                                std::to_string(static_cast<int>(e.status)) + ")");
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string(handler) + " failed: " + e.what());
-  }
-}
-
-// The recurrence of a call from its attributes and its input x [T, B, I] (float32 or the weights' type).
-ffi::Error DecodeRecurrence(const RecurrenceAttrs& attrs, const ffi::AnyBuffer& x, Recurrence* recurrence) {
-  RnnConfig config;
-  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
-  if (config.num_layers != 1 || config.num_directions != 1 || config.proj_size != 0 || config.cell_clip != 0) {
-    return ffi::Error::InvalidArgument("the recurrence runs one layer and direction without projection or clipping");
-  }
-  Recurrence r;
-  r.mode = config.mode;
-  r.units = config.num_units;
-  r.gates = config.num_gates();
-  r.inputs = config.input_size;
-  r.skip_input = config.skip_input;
-  r.reverse = attrs.reverse;
-  r.training = attrs.training;
-  r.rows = attrs.rows;
-  if (attrs.weights_dtype == "bfloat16") r.weights_type = ffi::DataType::BF16;
-  else if (attrs.weights_dtype != "float32") {
-    return ffi::Error::InvalidArgument("weights_dtype is '" + std::string(attrs.weights_dtype) +
-                                       "'; expected float32 or bfloat16");
-  }
-  const auto dims = x.dimensions();
-  if (dims.size() != 3 || dims[2] != r.inputs ||
-      (x.element_type() != ffi::DataType::F32 && x.element_type() != r.weights_type)) {
-    return ffi::Error::InvalidArgument("x has shape " + ShapeString(dims) + "; expected [T, B, " +
-                                       std::to_string(r.inputs) + "] of float32 or the weights' element type");
-  }
-  r.steps = dims[0];
-  r.batch = dims[1];
-  *recurrence = r;
-  return ffi::Error::Success();
-}
-
 // x as the input product reads it, in the weights' type: x itself where it has that type, else rounded into `buffer`.
 const void* InputOperand(const Recurrence& r, const ffi::AnyBuffer& x, void* buffer, int64_t chunks) {
   if (x.element_type() == r.weights_type) return x.untyped_data();
@@ -119,39 +47,6 @@ const void* InputOperand(const Recurrence& r, const ffi::AnyBuffer& x, void* buf
   });
   return buffer;
 }
-
-// The packed recurrent weights: a uint8 buffer of exactly the plan's packed size.
-ffi::Error CheckPacked(const ffi::AnyBuffer& packed, const MatmulPlan& plan) {
-  return CheckBuffer("packed", packed, ffi::DataType::U8, {static_cast<int64_t>(plan.b.get_size())});
-}
-
-// The optional `lengths` argument (int32 [B], where `has_lengths`) into `r`.
-ffi::Error TakeLengths(OptionalBuffers<ffi::RemainingArgs>& args, bool has_lengths, Recurrence* r) {
-  std::optional<ffi::AnyBuffer> lengths;
-  JCR_RETURN_IF_ERROR(args.Take(has_lengths, "lengths", &lengths));
-  if (lengths) {
-    JCR_RETURN_IF_ERROR(CheckBuffer("lengths", *lengths, ffi::DataType::S32, {r->batch}));
-    r->lengths = static_cast<const int32_t*>(lengths->untyped_data());
-  }
-  return ffi::Error::Success();
-}
-
-// y's element type: float32, or the weights' (a network's last layer in bfloat16).
-ffi::Error CheckOutputType(const char* name, const ffi::AnyBuffer& buffer, const Recurrence& r) {
-  if (buffer.element_type() != ffi::DataType::F32 && buffer.element_type() != r.weights_type) {
-    return ffi::Error::InvalidArgument(std::string(name) + " must be float32 or the weights' element type");
-  }
-  return CheckBuffer(name, buffer, buffer.element_type(), {r.steps, r.batch, r.units});
-}
-
-// Row `b` of step `t` of a [T, B, width] array of `bytes`-byte elements (t = -1: none).
-template <typename T>
-T* Row(void* base, const Recurrence& r, int64_t t, int64_t b, int64_t width, size_t bytes) {
-  return reinterpret_cast<T*>(static_cast<char*>(base) + ((t * r.batch + b) * width) * bytes);
-}
-
-// Pieces of the batch for ParallelFor: at most one per thread, the same for every call of a given size.
-int64_t Chunks(int64_t batch) { return std::max<int64_t>(1, std::min(batch, ParallelThreads())); }
 
 ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer b_in, ffi::AnyBuffer b_rec,
                            ffi::AnyBuffer h0, ffi::RemainingArgs optional_args, Result y, Result h_n,
@@ -264,10 +159,13 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
             float* row_aux = aux && gru ? Row<float>((*aux)->untyped_data(), r, t, b, H, 4)
                                         : reinterpret_cast<float*>(step_aux.in(work)) + b * H;
             char* row_y = Row<char>(y->untyped_data(), r, t, b, H, y_bf16 ? 2 : 4);
-            if (r.padding(t, b)) {  // the state as it was (the backward reads no gates here), the output zero
+            if (r.padding(t, b)) {  // the state as it was, the output zero
               std::memcpy(h_next + b * H, h + b * H, H * 4);
               if (lstm) std::memcpy(c_next + b * H, c + b * H, H * 4);
               std::memset(row_y, 0, H * (y_bf16 ? 2 : 4));
+              // The backward reads no gates here, but they are outputs XLA sees: written, as zeros.
+              std::memset(row_gates, 0, W * 4);
+              if (gru) std::memset(row_aux, 0, H * 4);
             } else {
               ForwardRow(r.mode, H, xp_data + (t * B + b) * W, products + b * W, b_in_data, b_rec_data, h + b * H,
                          c + b * H, h_next + b * H, c_next + b * H, row_gates, row_aux);

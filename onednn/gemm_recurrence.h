@@ -27,9 +27,9 @@
 // (an LSTM's and a vanilla RNN's d_b_rec is their d_b_in). With `lengths` (cuDNN's packed sequences): a step at a time
 // t >= lengths[b] leaves row b's state as it is and outputs zeros, so that h_n and c_n are the state after the row's
 // last valid step and the reverse direction starts at lengths[b] - 1; its backward passes the state's gradients
-// through unchanged and gives the gates none (x's values there must be finite: dw_in reads them). Attributes: the
-// network (RnnConfigAttrs: one layer and direction, its input size and mode), `reverse`, `training`, `rows`,
-// `weights_dtype` ("float32" or "bfloat16"), `has_lengths`.
+// through unchanged and gives the gates none (x's values there must be finite, as gemm.py makes them: dw_in reads
+// them). Attributes: the network (RnnConfigAttrs: one layer and direction, its input size and mode), `reverse`,
+// `training`, `rows`, `weights_dtype` ("float32" or "bfloat16"), `has_lengths`.
 #ifndef JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 #define JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 

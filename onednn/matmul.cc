@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ffi_args.h"
+#include "guarded.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "pages.h"
 #include "plan.h"
@@ -90,8 +91,8 @@ ffi::Error DataTypeOf(const char* name, ffi::DataType dtype, dt* out) {
   if (dtype == ffi::DataType::F32) *out = dt::f32;
   else if (dtype == ffi::DataType::BF16) *out = dt::bf16;
   else {
-    return ffi::Error::InvalidArgument(std::string(name) + " has XLA element type " +
-                                       std::to_string(static_cast<int>(dtype)) + "; expected float32 or bfloat16");
+    return ffi::Error::InvalidArgument(std::string(name) + " has dtype " + DataTypeName(dtype) +
+                                       "; expected float32 or bfloat16");
   }
   return ffi::Error::Success();
 }
@@ -224,18 +225,6 @@ MatmulCache& Cache() {
 std::vector<int64_t> DimsOf(const ffi::AnyBuffer& buffer) {
   auto dims = buffer.dimensions();
   return std::vector<int64_t>(dims.begin(), dims.end());
-}
-
-template <typename Fn>
-ffi::Error Guarded(const char* handler, Fn&& body) {
-  try {
-    return body();
-  } catch (const dnnl::error& e) {
-    return ffi::Error::Internal(std::string(handler) + ": oneDNN failed: " + e.what() + " (dnnl_status_t " +
-                                std::to_string(static_cast<int>(e.status)) + ")");
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string(handler) + " failed: " + e.what());
-  }
 }
 
 ffi::Error MatmulImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> c, MatmulAttrs attrs) {

@@ -29,53 +29,18 @@
 #include <vector>
 
 #include "ffi_args.h"
+#include "guarded.h"
 #include "network.h"
 #include "pages.h"
 #include "plan.h"
+#include "rnn_operands.h"
 #include "scratch.h"
 #include "threading.h"
 #include "weights.h"
 
-namespace jax_cudnn_rnn::onednn {
-// Every handler's attributes (jax_cudnn_rnn/backends/onednn/kernels.py): the network, where its tensors are in the
-// buffer, whether the call trains (always true for the backward) and the backward's weights layout (Network).
-struct CallAttrs {
-  RnnConfigAttrs config;
-  xla::ffi::Span<const int64_t> slot_offsets;
-  bool training;
-  bool plain_backward_weights;
-};
-// The params' pieces: where each starts in the buffer, and the buffer's elements; the input channel (InputChannel).
-struct PiecesAttrs {
-  xla::ffi::Span<const int64_t> piece_offsets;
-  int64_t params_elements;
-  int64_t channel_columns;
-  xla::ffi::Span<const float> channel_weights;
-  bool channel_skip_input;
-};
-// The weights handler's: the call's, the shape of the forward it prepares for (its primitive's formats), the pieces.
-struct WeightsAttrs {
-  CallAttrs call;
-  int64_t max_time, batch;
-  PiecesAttrs pieces;
-};
-// The backward's: the call's and the pieces.
-struct BackwardAttrs {
-  CallAttrs call;
-  PiecesAttrs pieces;
-};
-}  // namespace jax_cudnn_rnn::onednn
-
-#define JCR_ONEDNN_CALL_ATTRS                                                                      \
-  JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("slot_offsets"), \
-      ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<bool>("plain_backward_weights")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::CallAttrs, JCR_ONEDNN_CALL_ATTRS);
-#define JCR_ONEDNN_PIECES_ATTRS                                                                                   \
-  ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("piece_offsets"),                                     \
-      ::xla::ffi::StructMember<int64_t>("params_elements"), ::xla::ffi::StructMember<int64_t>("channel_columns"), \
-      ::xla::ffi::StructMember<::xla::ffi::Span<const float>>("channel_weights"),                                 \
-      ::xla::ffi::StructMember<bool>("channel_skip_input")
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::WeightsAttrs, JCR_ONEDNN_CALL_ATTRS,
+                                      ::xla::ffi::StructMember<std::string_view>("dtype"),
                                       ::xla::ffi::StructMember<int64_t>("max_time"),
                                       ::xla::ffi::StructMember<int64_t>("batch"), JCR_ONEDNN_PIECES_ATTRS);
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::BackwardAttrs, JCR_ONEDNN_CALL_ATTRS,
@@ -136,70 +101,6 @@ WeightPointers PrepareWeights(const dnnl::stream& stream, const Network& network
   return result;
 }
 
-template <typename Fn>
-ffi::Error Guarded(const char* handler, Fn&& body) {
-  try {
-    return body();
-  } catch (const dnnl::error& e) {
-    return ffi::Error::Internal(std::string(handler) + ": oneDNN failed: " + e.what() + " (dnnl_status_t " +
-                                std::to_string(static_cast<int>(e.status)) + ")");
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string(handler) + " failed: " + e.what());
-  }
-}
-
-// The network of a call of element type `dtype` and shape (max_time, batch) from its attributes.
-ffi::Error DecodeAttrs(const CallAttrs& attrs, ffi::DataType dtype, int64_t max_time, int64_t batch, Network* network) {
-  RnnConfig config;
-  JCR_RETURN_IF_ERROR(DecodeRnnConfig(attrs.config, &config));
-  return DecodeNetwork(config, dtype, max_time, batch, attrs.training, attrs.plain_backward_weights, network);
-}
-
-// The network of a call from its attributes and x [T, B, input_size].
-ffi::Error DecodeCall(const ffi::AnyBuffer& x, const CallAttrs& attrs, Network* network) {
-  auto x_dims = x.dimensions();
-  if (x_dims.size() != 3) {
-    return ffi::Error::InvalidArgument("x has shape " + ShapeString(x_dims) + "; expected rank 3");
-  }
-  JCR_RETURN_IF_ERROR(DecodeAttrs(attrs, x.element_type(), x_dims[0], x_dims[1], network));
-  return CheckBuffer("x", x, x.element_type(), {network->max_time, network->batch, network->input_size});
-}
-
-// The params' pieces (the buffers `remaining` holds from `first` on: arrays or results) as a view with the input
-// channel, and the slot offsets checked against the buffer: what the handlers that read the params start with.
-template <typename Remaining>
-ffi::Error DecodeParams(const Remaining& remaining, size_t first, ffi::DataType dtype, const CallAttrs& call,
-                        const PiecesAttrs& attrs, const Network& network, std::optional<ParamsView>* params,
-                        std::vector<SlotOffsets>* slots) {
-  const size_t count = remaining.size() - std::min(first, remaining.size());
-  if (count != attrs.piece_offsets.size()) {
-    return ffi::Error::InvalidArgument("got " + std::to_string(count) + " params pieces; piece_offsets has " +
-                                       std::to_string(attrs.piece_offsets.size()));
-  }
-  std::vector<ParamsView::Piece> pieces;
-  for (size_t i = 0; i < count; ++i) {
-    auto buffer = remaining.template get<ffi::AnyBuffer>(first + i);
-    if (buffer.has_error()) return ffi::Error::InvalidArgument("params piece " + std::to_string(i) + " is missing");
-    ffi::AnyBuffer piece = [&] {
-      if constexpr (std::is_same_v<Remaining, ffi::RemainingArgs>) return *buffer;
-      else return **buffer;
-    }();
-    const auto elements = static_cast<int64_t>(piece.element_count());
-    const int64_t offset = attrs.piece_offsets[i];
-    if (piece.element_type() != dtype || offset < 0 || offset + elements > attrs.params_elements) {
-      return ffi::Error::InvalidArgument("params piece " + std::to_string(i) + " (" + std::to_string(elements) +
-                                         " elements at " + std::to_string(offset) + ") must be of x's element type " +
-                                         "and within the " + std::to_string(attrs.params_elements) + "-element buffer");
-    }
-    pieces.push_back({offset, elements, piece.untyped_data()});
-  }
-  InputChannel channel;
-  JCR_RETURN_IF_ERROR(
-      DecodeInputChannel(network, attrs.channel_columns, attrs.channel_weights, attrs.channel_skip_input, &channel));
-  params->emplace(std::move(pieces), network.element_bytes(), std::move(channel));
-  return DecodeSlotOffsets(network, (*params)->channel(), call.slot_offsets, attrs.params_elements, slots);
-}
-
 // A call's states, each [L * D, B, width] (c0 and c_n nullptr unless the network has a cell state).
 struct States {
   void *h0, *h_n, *c0, *c_n;
@@ -230,15 +131,17 @@ Args LayerArgs(const Network& network, int64_t l, const LayerPlan& layer, const 
 
 ffi::Error RnnWeightsImpl(ffi::RemainingArgs params_pieces, ffi::Result<ffi::AnyBuffer> weights, WeightsAttrs attrs) {
   return Guarded("jax_cudnn_rnn_onednn_weights", [&]() -> ffi::Error {
-    if (params_pieces.size() == 0) return ffi::Error::InvalidArgument("no params");
-    auto first = params_pieces.get<ffi::AnyBuffer>(0);
-    if (first.has_error()) return ffi::Error::InvalidArgument("params is missing");
-    const ffi::DataType dtype = first->element_type();
     Network network;
     std::optional<ParamsView> params;
     std::vector<SlotOffsets> slots;
+    ffi::DataType dtype;
+    if (attrs.dtype == "float32") dtype = ffi::DataType::F32;
+    else if (attrs.dtype == "bfloat16") dtype = ffi::DataType::BF16;
+    else
+      return ffi::Error::InvalidArgument("dtype is '" + std::string(attrs.dtype) + "'; expected float32 or bfloat16");
     JCR_RETURN_IF_ERROR(DecodeAttrs(attrs.call, dtype, attrs.max_time, attrs.batch, &network));
-    JCR_RETURN_IF_ERROR(DecodeParams(params_pieces, 0, dtype, attrs.call, attrs.pieces, network, &params, &slots));
+    JCR_RETURN_IF_ERROR(
+        DecodeParams(BuffersFrom(params_pieces, 0), "params", attrs.call, attrs.pieces, network, &params, &slots));
     std::shared_ptr<const CallPlan> plan = GetPlan(network);
     JCR_RETURN_IF_ERROR(CheckBytes("weights", *weights, plan->weights.bytes));
     AdviseHugePages(weights->untyped_data(), weights->size_bytes());
@@ -340,15 +243,16 @@ ffi::Error RnnBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer h0, ffi::AnyBuffer y
     OptionalBuffers rets(remaining_rets, "result");
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
     // The rest are the params' pieces and their gradients, alike.
-    JCR_RETURN_IF_ERROR(
-        DecodeParams(remaining_args, lstm ? 3 : 0, dtype, attrs.call, attrs.pieces, network, &params, &slots));
-    JCR_RETURN_IF_ERROR(
-        DecodeParams(remaining_rets, lstm ? 1 : 0, dtype, attrs.call, attrs.pieces, network, &dparams, &slots));
-    for (size_t i = 0; i < attrs.pieces.piece_offsets.size(); ++i) {
-      if (remaining_args.get<ffi::AnyBuffer>((lstm ? 3 : 0) + i)->element_count() !=
-          (*remaining_rets.get<ffi::AnyBuffer>((lstm ? 1 : 0) + i))->element_count()) {
-        return ffi::Error::InvalidArgument("dparams piece " + std::to_string(i) + " must be like params piece " +
-                                           std::to_string(i));
+    const std::vector<ffi::AnyBuffer> pieces = BuffersFrom(remaining_args, lstm ? 3 : 0);
+    const std::vector<ffi::AnyBuffer> dpieces = BuffersFrom(remaining_rets, lstm ? 1 : 0);
+    JCR_RETURN_IF_ERROR(DecodeParams(pieces, "params", attrs.call, attrs.pieces, network, &params, &slots));
+    JCR_RETURN_IF_ERROR(DecodeParams(dpieces, "dparams", attrs.call, attrs.pieces, network, &dparams, &slots));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!std::equal(pieces[i].dimensions().begin(), pieces[i].dimensions().end(), dpieces[i].dimensions().begin(),
+                      dpieces[i].dimensions().end())) {
+        return ffi::Error::InvalidArgument("dparams piece " + std::to_string(i) + " has shape " +
+                                           ShapeString(dpieces[i].dimensions()) + "; expected params piece " +
+                                           std::to_string(i) + "'s, " + ShapeString(pieces[i].dimensions()));
       }
     }
     const std::pair<const char*, const ffi::AnyBuffer*> state_buffers[] = {

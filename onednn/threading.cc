@@ -71,15 +71,21 @@ class OnednnThread {
 
 #endif
 
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+// The extension's arena: default concurrency (the process's CPUs); its threads start on first use. Never destroyed:
+// calls may still run while the process exits. Concurrent calls share it (TBB queues a caller that finds no free slot).
+tbb::task_arena& Arena() {
+  static tbb::task_arena* arena = new tbb::task_arena();
+  return *arena;
+}
+#endif
+
 }  // namespace
 
 ffi::Error RunOnednn(const std::function<ffi::Error(dnnl::stream&)>& fn) {
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
-  // Default concurrency (the process's CPUs); its threads start on first use. Never destroyed: calls may still run
-  // while the process exits. Concurrent calls share it (TBB queues a caller that finds no free slot).
-  static tbb::task_arena* arena = new tbb::task_arena();
   ffi::Error result = ffi::Error::Success();
-  arena->execute([&] { result = RunWithStream(fn); });
+  Arena().execute([&] { result = RunWithStream(fn); });
   return result;
 #else
   static OnednnThread* thread = new OnednnThread();  // never destroyed, like the arena above
@@ -98,7 +104,9 @@ void ParallelFor(int64_t n, int64_t chunks, const std::function<void(int64_t, in
 
 int64_t ParallelThreads() {
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
-  return tbb::this_task_arena::max_concurrency();
+  // The extension's arena's, wherever it is asked (a handler sizes its per-thread buffers before it enters the arena;
+  // the calling thread's own arena, another library's, may be narrower or wider).
+  return Arena().max_concurrency();
 #else
   return 1;
 #endif

@@ -33,7 +33,8 @@ xla::ffi::Error RunOnednn(const std::function<xla::ffi::Error(dnnl::stream&)>& f
 // the same (n, chunks), so that sums taken per piece and then added up are the same from call to call.
 void ParallelFor(int64_t n, int64_t chunks, const std::function<void(int64_t chunk, int64_t begin, int64_t end)>& body);
 
-// How many threads ParallelFor runs on: the arena's concurrency (TBB), 1 (OMP).
+// How many threads ParallelFor runs on: the extension's arena's concurrency (TBB), whether asked inside RunOnednn or
+// before it; 1 (OMP).
 int64_t ParallelThreads();
 
 // The CPU runtime this extension was built for: "tbb" or "omp".

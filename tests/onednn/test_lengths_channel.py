@@ -118,6 +118,7 @@ def _weights_call(cfg, params, x, **channel):
     out = jax.ShapeDtypeStruct((kernels.buffer_sizes(kernels.network(cfg, width), T, B, False)["weights"],), np.uint8)
     return jax.ffi.ffi_call(extension.WEIGHTS_TARGET, out)(
         params,
+        dtype=cfg.dtype.name,
         max_time=np.int64(T),
         batch=np.int64(B),
         training=np.bool_(False),

@@ -108,14 +108,15 @@ def buffer_sizes(
     )
 
 
-def _params_operands(params) -> tuple[list[Any], dict[str, Any]]:
-    """The operands ``params`` (the opaque buffer, or a frontend's ``_buffer.Pieces`` of it, each piece an operand
-    the handlers read and write in place) and the attributes that say where each lies in the buffer."""
+def _params_operands(params, config: RNNConfig) -> tuple[list[Any], dict[str, Any]]:
+    """The operands ``params`` (the opaque buffer of ``config``, or a frontend's ``_buffer.Pieces`` of it, each piece
+    an operand the handlers read and write in place) and the attributes that say where each lies in the buffer of
+    ``config`` (whose size the handlers check the buffer against)."""
     if isinstance(params, _buffer.Pieces):
-        operands = list(params.arrays)
-        offsets, total = [slot.offset for slot in params.slots], layout.params_size(params.config)
+        operands, offsets = list(params.arrays), [slot.offset for slot in params.slots]
     else:
-        operands, offsets, total = [params], [0], params.shape[0]
+        operands, offsets = [params], [0]
+    total = layout.params_size(config)
     return operands, dict(piece_offsets=np.asarray(offsets, np.int64), params_elements=np.int64(total))
 
 
@@ -141,9 +142,10 @@ def forward(
         plain_backward_weights=np.bool_(plain_backward_weights),
         **attributes(config, width),
     )
-    operands, pieces = _params_operands(params)
+    operands, pieces = _params_operands(params, config)
     weights = jax.ffi.ffi_call(extension.WEIGHTS_TARGET, jax.ShapeDtypeStruct((sizes["weights"],), np.uint8))(
         *operands,
+        dtype=config.dtype.name,
         max_time=np.int64(num_steps),
         batch=np.int64(batch),
         **attrs,
@@ -172,7 +174,7 @@ def backward(
     is like ``params``: the buffer's gradient, or its ``Pieces``' (the held slots get none; the ``channel``'s weights,
     constants, none either)."""
     width = x.shape[-1] if channel is not None else None
-    operands, pieces = _params_operands(params)
+    operands, pieces = _params_operands(params, config)
     out_types = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(h0.shape, x.dtype)]
     if lstm_args:
         out_types.append(jax.ShapeDtypeStruct(lstm_args[0].shape, x.dtype))
