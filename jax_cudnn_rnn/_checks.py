@@ -15,7 +15,16 @@ import numpy as np
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.config import RNNConfig
 
-__all__ = ["RNN_ARGUMENTS", "ArgumentNames", "as_lengths", "check_inputs", "check_params", "x_dims", "x_shape_dims"]
+__all__ = [
+    "RNN_ARGUMENTS",
+    "ArgumentNames",
+    "as_lengths",
+    "check_inputs",
+    "check_params",
+    "check_pieces",
+    "x_dims",
+    "x_shape_dims",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +223,24 @@ def check_params(params: Any, config: RNNConfig, names: ArgumentNames = RNN_ARGU
         config.dtype,
         names.dtype or "config.dtype",
     )
+
+
+def check_pieces(pieces: Any, config: RNNConfig) -> None:
+    """Raises ValueError/TypeError unless ``pieces`` (a frontend's named tensors on their way to an implementation,
+    ``_buffer.Pieces``) are pieces of ``config``'s buffer, each of its slot's size and of ``config.dtype``: what
+    ``check_params`` is for the buffer. A frontend casts its parameters to the module's dtype before (its
+    ``Parameterization.pieces``), so that only a caller that builds Pieces itself meets these errors."""
+    if pieces.config != config:
+        raise ValueError(f"params are the pieces of {pieces.config}, but config is {config}")
+    for slot, array in zip(pieces.slots, pieces.arrays, strict=True):
+        name = f"params['{slot.name(config)}']"
+        size = int(np.prod(_shape_of(name, array)))
+        if size != slot.size:
+            raise ValueError(f"{name} has shape {tuple(array.shape)}; expected {slot.size} elements {slot.shape}")
+        if np.dtype(array.dtype) != config.dtype:
+            raise TypeError(
+                f"{name} has dtype {np.dtype(array.dtype).name}; expected {config.dtype.name} (config.dtype)"
+            )
 
 
 def check_inputs(

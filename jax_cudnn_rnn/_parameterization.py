@@ -118,9 +118,14 @@ class Parameterization:
 
     def pieces(self, tree: Any, argument: str = "params") -> Pieces:
         """The trained tensors in ``tree`` as the buffer's ``Pieces`` (what the frontends run: the implementations
-        that read the tensors themselves take them unpacked), after ``check``."""
+        that read the tensors themselves take them unpacked), after ``check``, each cast to ``config.dtype`` as
+        ``pack`` casts them into the buffer: parameters kept in another dtype (a mixed-precision step's
+        ``jax.tree.map(lambda a: a.astype(jnp.bfloat16), variables)``) compute in the module's dtype on every
+        implementation, and their gradients come back in their own dtype."""
         flat = self.check(tree, argument)
-        return Pieces([flat[slot.name(self.config)] for slot in self.slots], self.slots, self.config)
+        dtype = self.config.dtype
+        arrays = [jnp.asarray(flat[slot.name(self.config)]) for slot in self.slots]
+        return Pieces([a if a.dtype == dtype else a.astype(dtype) for a in arrays], self.slots, self.config)
 
     def pack(self, tree: Any, argument: str = "params") -> jax.Array:
         """The opaque buffer (``config.dtype``) of the trained tensors in ``tree``, zeros in the held slots: one

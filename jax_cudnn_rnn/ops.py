@@ -12,7 +12,7 @@ import numpy as np
 
 from jax_cudnn_rnn import dropout
 from jax_cudnn_rnn._buffer import Pieces
-from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs
+from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs, check_pieces
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
@@ -174,8 +174,8 @@ def rnn(
         )
     seq_lengths = as_lengths(seq_lengths)
     pieces = isinstance(params, Pieces)  # a frontend's named tensors (jax_cudnn_rnn/_buffer.py), checked by it
-    if pieces and params.config != config:
-        raise ValueError(f"params are the pieces of {params.config}, but config is {config}")
+    if pieces:
+        check_pieces(params, config)
     check_inputs(None if pieces else params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
