@@ -29,24 +29,11 @@ from jax_cudnn_rnn.backends.cudnn import exporting as cudnn_exporting
 from jax_cudnn_rnn.backends.cudnn import extension as cudnn_extension
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 
-# Each extension's FFI targets, the platform (as jax.export names it) they are registered for, and the extension.
-_EXTENSIONS = (
-    (
-        cudnn_extension.EXTENSION,
-        "cuda",
-        (
-            cudnn_extension.FORWARD_TARGET,
-            cudnn_extension.BACKWARD_DATA_TARGET,
-            cudnn_extension.BACKWARD_WEIGHTS_TARGET,
-        ),
-    ),
-    (
-        onednn_extension.EXTENSION,
-        "cpu",
-        (onednn_extension.WEIGHTS_TARGET, onednn_extension.FORWARD_TARGET, onednn_extension.BACKWARD_TARGET),
-    ),
-)
-TARGETS = tuple(target for _, _, targets in _EXTENSIONS for target in targets)
+# Each extension and the platform (as jax.export names it) its targets are registered for. Its targets are the ones it
+# declares (its ``TARGETS``, which a loaded module must register: every target its kernels call), so that every
+# implementation the registry can run exports.
+_EXTENSIONS = ((cudnn_extension.EXTENSION, "cuda"), (onednn_extension.EXTENSION, "cpu"))
+TARGETS = tuple(target for extension, _ in _EXTENSIONS for target in extension.required_targets)
 
 
 def _version() -> str:
@@ -72,8 +59,8 @@ class ExportNeeds:
         """Why this process cannot run the artifact (an empty list when it can): an extension whose targets it
         calls is not loaded here, or no device of a platform it was exported for."""
         reasons = []
-        for extension, platform, targets in _EXTENSIONS:
-            used = [t for t in self.targets.get(platform, ()) if t in targets]
+        for extension, platform in _EXTENSIONS:
+            used = [t for t in self.targets.get(platform, ()) if t in extension.required_targets]
             if used and not extension.loaded():
                 reasons.append(
                     f"it calls {', '.join(used)}, but the {extension.what} is not loaded: {extension.error()}"
@@ -132,9 +119,9 @@ def export_needs(exported: jax.export.Exported) -> ExportNeeds:
         raise TypeError(f"exported must be a jax.export.Exported, got {type(exported).__name__}")
     called = set(re.findall(r"stablehlo\.custom_call @(jax_cudnn_rnn_\w+)\(", exported.mlir_module()))
     targets = {
-        platform: tuple(t for t in ours if t in called)
-        for _, platform, ours in _EXTENSIONS
-        if platform in exported.platforms and called & set(ours)
+        platform: tuple(t for t in extension.required_targets if t in called)
+        for extension, platform in _EXTENSIONS
+        if platform in exported.platforms and called & set(extension.required_targets)
     }
     return ExportNeeds(tuple(exported.platforms), targets, _version())
 

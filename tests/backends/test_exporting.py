@@ -2,6 +2,7 @@
 the CPU default where it runs oneDNN, whose FFI targets plain ``jax.export`` refuses; what the artifact needs where it
 runs (``export_needs``); and the refusals (symbolic shapes). The cuDNN side: tests/cudnn/test_export.py."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -173,3 +174,103 @@ def test_bad_arguments_are_named():
         jcr.export(3)
     with pytest.raises(TypeError, match=r"exported must be a jax\.export\.Exported, got str"):
         jcr.export_needs("artifact")
+
+
+# ---------------------------------------------------------------------------------------------- every implementation
+
+SMALL = jcr.RNNConfig("gru", 1, 16, 8)  # small, so that each name's export, compilation and fresh run stay cheap
+
+
+def _registry_names(platform: str = "cpu") -> list[str]:
+    """Every name the registry can run on ``platform``: each single name ("backend", "backend:variant") and every
+    pair "forward+training" of two the default may choose (what ``implementation_for`` answers where the sides
+    differ)."""
+    from jax_cudnn_rnn.backends import registry
+
+    singles = list(registry.implementations(platform))
+    chosen = registry.implementations(platform, by_default=True)
+    forward = [n for n in chosen if registry.FORWARD in registry.sides_of(n)]
+    training = [n for n in chosen if registry.TRAINING in registry.sides_of(n)]
+    pairs = [f"{f}+{t}" for f in forward for t in training if f.partition(":")[0] != t.partition(":")[0]]
+    return singles + pairs
+
+
+def _small_model(config, implementation):
+    """Inference outputs and a training step's loss and gradient, both of ``implementation``'s sides."""
+
+    def loss(params, x, h0):
+        y, h_n, _ = jcr.rnn(params, x, h0, None, config, implementation=implementation)
+        return jnp.mean(y.astype(jnp.float32) ** 2) + jnp.mean(h_n.astype(jnp.float32))
+
+    def model(params, x, h0):
+        outputs = jcr.rnn(params, x, h0, None, config, implementation=implementation)[:2]
+        return outputs, jax.value_and_grad(loss, argnums=(0, 1))(params, x, h0)
+
+    return model
+
+
+CHILD_MANY = r"""
+import sys
+import jax
+import numpy as np
+import jax_cudnn_rnn as jcr
+
+inputs = np.load(sys.argv[2])
+for name in sys.argv[3:]:
+    with open(f"{sys.argv[1]}/{name}.bin", "rb") as f:
+        restored = jax.export.deserialize(bytearray(f.read()))
+    jcr.export_needs(restored).check()
+    avals = restored.in_avals  # the arrays travel as float32 (npz has no bfloat16), exactly
+    args = [inputs[f"{avals[0].dtype}_{i}"].astype(avals[i].dtype) for i in range(3)]
+    outputs = jax.tree.leaves(restored.call(*args))
+    np.savez(f"{sys.argv[1]}/{name}.npz", *[np.asarray(o).astype(np.float32) for o in outputs])
+print("ran", len(sys.argv) - 3)
+"""
+
+
+def test_every_implementation_the_registry_runs_exports_and_runs_in_a_fresh_process(tmp_path):
+    """Issue 59: ``export`` covers every name the registry can choose (variants and hybrids included), forward and
+    training step, float32 and bfloat16; each artifact runs in a fresh process exactly as it runs here. Before, the
+    exporter knew only the primitive's three oneDNN targets, and a bfloat16 GRU training step on "onednn:gemm" (the
+    default on AVX512-BF16 and AMX CPUs) raised JAX's compatibility error."""
+    from jax_cudnn_rnn.backends import registry
+    from jax_cudnn_rnn.backends.call import Call
+
+    if not onednn.extension_loaded():
+        skip_or_fail(f"the oneDNN extension is not loaded: {onednn.extension_error()}", REQUIRE_ONEDNN)
+    arrays, exported, skipped = {}, {}, []
+    for dtype in (jnp.float32, jnp.bfloat16):
+        config = dataclasses.replace(SMALL, dtype=np.dtype(dtype).name)
+        params = jcr.init_params(jax.random.key(0), config)
+        x = jax.random.normal(jax.random.key(1), (5, 3, config.input_size), dtype)
+        h0 = jax.random.normal(jax.random.key(2), config.state_shape(3), dtype)
+        arrays.update({f"{np.dtype(dtype).name}_{i}": np.asarray(a, np.float32) for i, a in enumerate((params, x, h0))})
+        for name in _registry_names():
+            reason = registry.why_not(name, "cpu", Call(config, 5, 3))
+            if reason is not None:  # e.g. no bfloat16 kernels below AVX-512: asking for it is an error, not an export
+                skipped.append((name, np.dtype(dtype).name, reason))
+                continue
+            model = _small_model(config, name)
+            key = f"{name.replace(':', '-').replace('+', '_')}-{np.dtype(dtype).name}"
+            artifact = jcr.export(model, platforms=["cpu"])(params, x, h0)
+            (tmp_path / f"{key}.bin").write_bytes(artifact.serialize())
+            exported[key] = jax.tree.leaves(jax.jit(model)(params, x, h0))
+    assert {n.partition("+")[0] for n in _registry_names()} >= {"xla", "onednn", "onednn:gemm", "onednn:plain"}
+    assert any(k.startswith("onednn-gemm-float32") for k in exported), exported.keys()
+    np.savez(tmp_path / "inputs.npz", **arrays)
+    child = subprocess.run(
+        [sys.executable, "-P", "-c", CHILD_MANY, str(tmp_path), str(tmp_path / "inputs.npz"), *exported],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-4000:]
+    assert f"ran {len(exported)}" in child.stdout
+    for key, want in exported.items():
+        got = np.load(tmp_path / f"{key}.npz")
+        assert len(got.files) == len(want) == 5, key  # y, h_n, the loss, dparams, dx
+        for i, w in enumerate(want):
+            np.testing.assert_array_equal(got[f"arr_{i}"], np.asarray(w).astype(np.float32), err_msg=f"{key} {i}")
+    for name, dtype, reason in skipped:  # only what the machine lacks kernels for
+        assert dtype == "bfloat16" and "bfloat16" in reason, (name, dtype, reason)

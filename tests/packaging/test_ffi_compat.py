@@ -214,16 +214,17 @@ def test_without_metadata_jaxlib_tells_its_own_version(monkeypatch):
 
 
 @contextlib.contextmanager
-def _stale_load(name, monkeypatch):
+def _stale_load(name, monkeypatch, missing=None):
     """An extension reloaded as if it were left from a build of an older version, whose module lacks a target the
-    Python side calls (the oneDNN weights call, cuDNN's backward weights): (its loader, the extension module, the
-    warnings its load gave, the FFI targets it tried to register). Reloaded as it was after the test."""
+    Python side calls (``missing``; by default the oneDNN weights call, cuDNN's backward weights): (its loader, the
+    extension module, the warnings its load gave, the FFI targets it tried to register). Reloaded as it was after the
+    test."""
     if name == "onednn":
-        extension, reload, missing = onednn, lambda: onednn.EXTENSION.load(onednn._preload), onednn.WEIGHTS_TARGET
-        required = REQUIRE_ONEDNN
+        extension, reload = onednn, lambda: onednn.EXTENSION.load(onednn._preload)
+        missing, required = missing or onednn.WEIGHTS_TARGET, REQUIRE_ONEDNN
     else:
-        extension, reload, missing = cudnn_extension, cudnn_extension.load, cudnn_extension.BACKWARD_WEIGHTS_TARGET
-        required = REQUIRE_EXTENSION
+        extension, reload = cudnn_extension, cudnn_extension.load
+        missing, required = missing or cudnn_extension.BACKWARD_WEIGHTS_TARGET, REQUIRE_EXTENSION
     if not extension.extension_loaded():
         skip_or_fail(f"the {name} extension is not loaded: {extension.extension_error()}", required)
     real = extension.module()
@@ -262,6 +263,17 @@ def test_a_module_that_lacks_a_target_is_refused_at_load(stale_extension):
     assert "left from a build of an older version" in error and "--force-reinstall" in error
     refused = [w for w in caught if issubclass(w.category, native_extension.ExtensionRefusedWarning)]
     assert len(refused) == 1 and missing in str(refused[0].message)
+
+
+@pytest.mark.parametrize("missing", onednn.TARGETS)
+def test_a_onednn_module_that_lacks_any_target_it_calls_is_refused_at_load(missing, monkeypatch):
+    """Issue 59: the required targets are every target kernels.py calls (``extension.TARGETS``), so that a build from
+    before the matmul and gemm targets existed is refused at load by name, not at the first "onednn:gemm" lowering."""
+    with _stale_load("onednn", monkeypatch, missing) as (extension, _, _, registered):
+        assert registered == [] and not extension.extension_loaded()
+        assert f"lacks the FFI targets {missing}, which this version of jax_cudnn_rnn calls" in (
+            extension.extension_error()
+        )
 
 
 def test_a_module_that_lacks_an_attribute_is_refused_at_load():

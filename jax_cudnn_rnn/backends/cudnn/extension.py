@@ -30,6 +30,8 @@ from jax_cudnn_rnn.backends import native_extension
 FORWARD_TARGET = "jax_cudnn_rnn_forward"
 BACKWARD_DATA_TARGET = "jax_cudnn_rnn_backward_data"
 BACKWARD_WEIGHTS_TARGET = "jax_cudnn_rnn_backward_weights"
+# Every target kernels.py calls: what a loaded module must register and what jax_cudnn_rnn.export lets through.
+TARGETS = (FORWARD_TARGET, BACKWARD_DATA_TARGET, BACKWARD_WEIGHTS_TARGET)
 
 BUILD_HINT = (
     "build it with `pip install .` on Linux with a C++17 compiler (the isolated build brings cuDNN and the "
@@ -49,7 +51,7 @@ EXTENSION = native_extension.NativeExtension(
         'the extension needs cuDNN 9\'s libcudnn.so.9: `pip install "jax-cudnn-rnn[cudnn]"` or '
         "`pip install nvidia-cudnn-cu13` brings it",
     ),
-    targets=(FORWARD_TARGET, BACKWARD_DATA_TARGET, BACKWARD_WEIGHTS_TARGET),
+    targets=TARGETS,
     # what kernels.py and this module ask of it
     attributes=("cudnn_version", "CUDNN_BUILD_VERSION", "temp_space_sizes"),
 )

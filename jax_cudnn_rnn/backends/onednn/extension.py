@@ -23,6 +23,19 @@ PACK_TARGET = "jax_cudnn_rnn_onednn_matmul_pack"
 PACKED_MATMUL_TARGET = "jax_cudnn_rnn_onednn_matmul_packed"
 GEMM_FORWARD_TARGET = "jax_cudnn_rnn_onednn_gemm_forward"
 GEMM_BACKWARD_TARGET = "jax_cudnn_rnn_onednn_gemm_backward"
+# Every target kernels.py calls: what a loaded module must register (one lacking any is a stale build, refused at
+# load) and what jax_cudnn_rnn.export lets through (tests/packaging/test_extension_declarations.py checks that every
+# ffi_call of the package names one of these).
+TARGETS = (
+    WEIGHTS_TARGET,
+    FORWARD_TARGET,
+    BACKWARD_TARGET,
+    MATMUL_TARGET,
+    PACK_TARGET,
+    PACKED_MATMUL_TARGET,
+    GEMM_FORWARD_TARGET,
+    GEMM_BACKWARD_TARGET,
+)
 BUILD_HINT = (
     'install the package with its `onednn` extra (`pip install ".[onednn]"`: the isolated build brings '
     "oneDNN's headers from the onednn-devel-cpu-tbb and tbb-devel wheels on Linux x86_64 with a C++17 "
@@ -43,12 +56,15 @@ EXTENSION = native_extension.NativeExtension(
         '(libimf.so, libintlc.so.5): `pip install "jax-cudnn-rnn[onednn]"` brings them (onednn-cpu-tbb, tbb, '
         "intel-cmplr-lib-rt)",
     ),
-    targets=(WEIGHTS_TARGET, FORWARD_TARGET, BACKWARD_TARGET),
-    # what kernels.py, this module, `jax-cudnn-rnn info` and the bench ask of it
+    targets=TARGETS,
+    # what kernels.py, this module, `jax-cudnn-rnn info` and the bench ask of it (the same test checks the package's
+    # uses against this list)
     attributes=(
         "buffer_sizes",
+        "matmul_packed_bytes",
         "CPU_RUNTIME",
         "JAXLIB_BUILD_VERSION",
+        "XLA_FFI_API_BUILD_VERSION",
         "effective_cpu_isa",
         "onednn_version",
         "release_scratch",
