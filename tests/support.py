@@ -63,6 +63,40 @@ def draw_inputs(cfg, rng: np.random.Generator, steps: int = T, batch: int = B):
     return params, x, h0, c0
 
 
+# oneDNN's instruction sets with bfloat16 instructions (AVX512-BF16, AMX): where its kernels must run bfloat16.
+BF16_ISAS = ("bf16", "amx")
+
+
+def bfloat16_kernels(implementation: str, config: jcr.RNNConfig | None = None) -> str | None:
+    """None where oneDNN runs ``implementation`` on a bfloat16 ``config`` (a small LSTM when None) on this CPU, else
+    why not, as the registry says (no bfloat16 kernels below AVX-512: an AVX2 CPU, or one capped with
+    ONEDNN_MAX_CPU_ISA). Fails the calling test where the CPU has bfloat16 instructions and the kernels are still
+    refused (a skip or a branch not taken would hide that)."""
+    from jax_cudnn_rnn.backends import registry
+    from jax_cudnn_rnn.backends.call import Call
+    from jax_cudnn_rnn.backends.onednn import extension
+
+    config = config or jcr.RNNConfig("lstm", 1, 4, 3, dtype="bfloat16")
+    reason = registry.why_not(implementation, "cpu", Call(config, T, B))
+    isa = extension.effective_cpu_isa() or ""
+    if reason is not None and any(kind in isa for kind in BF16_ISAS):
+        pytest.fail(f"{implementation} refuses bfloat16 on a CPU whose oneDNN ISA is {isa}: {reason}")
+    return reason
+
+
+def require_bfloat16_kernels(implementation: str, config: jcr.RNNConfig | None = None) -> None:
+    """Skips the calling test where oneDNN has no bfloat16 kernels for ``implementation`` here
+    (``bfloat16_kernels``); the float32 tests run everywhere."""
+    reason = bfloat16_kernels(implementation, config)
+    if reason is not None:
+        from jax_cudnn_rnn.backends.onednn import extension
+
+        pytest.skip(
+            f"oneDNN has no bfloat16 kernels for {implementation} on this CPU ({extension.effective_cpu_isa()})"
+            f": {reason}"
+        )
+
+
 def require_extension(extension, env_var: str) -> None:
     """Skips the calling test when ``extension`` (a ``native_extension.NativeExtension``) is not loaded, or fails it
     when ``env_var`` is "1" (CI sets it where it builds the extension, so that a silently skipped build cannot pass)."""

@@ -25,7 +25,16 @@ from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import LENGTHS, assert_outputs_close, draw_inputs, make_config, oracle, require_extension
+from support import (
+    LENGTHS,
+    assert_outputs_close,
+    bfloat16_kernels,
+    draw_inputs,
+    make_config,
+    oracle,
+    require_bfloat16_kernels,
+    require_extension,
+)
 
 GEMM = "onednn:gemm"
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -51,6 +60,8 @@ def _f32(a):
 def test_matmul_matches_numpy(native, dtype, transpose_a, transpose_b):
     """Every transpose, float32 and bfloat16 (float32 accumulation: exact products of bfloat16 values summed in
     float32, so the float64 product of the same rounded values is within float32 rounding)."""
+    if dtype == BF16:
+        require_bfloat16_kernels(GEMM)
     rng = np.random.default_rng(0)
     m, k, n = 37, 70, 19
     a = rng.normal(size=(k, m) if transpose_a else (m, k)).astype(dtype)
@@ -60,13 +71,16 @@ def test_matmul_matches_numpy(native, dtype, transpose_a, transpose_b):
     want = (a64.T if transpose_a else a64) @ (b64.T if transpose_b else b64)
     assert got.dtype == jnp.float32 and got.shape == (m, n)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
-    kind = "bf16" if dtype == BF16 else "core"
+    # oneDNN names the kernel it runs (what the bench reports beside the time); which one is the CPU's business
+    # (e.g. "brg:avx512_core_bf16", "brg:avx512_core_amx", "gemm:jit:f32"): no name is asserted.
     dtype_name = "bfloat16" if dtype == BF16 else "float32"
-    assert kind in native.matmul_implementation(a.shape, b.shape, dtype_name, "float32", transpose_a, transpose_b)
+    name = native.matmul_implementation(a.shape, b.shape, dtype_name, "float32", transpose_a, transpose_b)
+    assert isinstance(name, str) and name
 
 
 def test_matmul_rounds_to_its_input_dtype_on_request(native):
     """c in a's dtype: the float32 product rounded once."""
+    require_bfloat16_kernels(GEMM)
     rng = np.random.default_rng(1)
     a, b = (rng.normal(size=s).astype(BF16) for s in ((8, 16), (16, 4)))
     got = kernels.matmul(a, b, out_dtype=jnp.bfloat16)
@@ -117,15 +131,19 @@ def test_matmul_implementation_refuses_bad_shapes(native):
         native.matmul_implementation([2, 3], [4, 5], "float32", "float32")
     with pytest.raises(ValueError, match="dtype is 'int8'; expected float16, bfloat16"):
         native.matmul_implementation([2, 3], [3, 5], "float32", "int8")
-    with pytest.raises(ValueError, match=r"a has XLA element type .*; expected float32 or bfloat16"):
+    with pytest.raises(ValueError, match=r"a has dtype float16; expected float32 or bfloat16"):
         native.matmul_implementation([2, 3], [3, 5], "float16", "float32")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("transpose_b", [False, True])
 def test_packed_weights_give_the_plain_product(native, dtype, transpose_b):
-    """b packed once into oneDNN's layout (``pack_weights``, which may pad it) then multiplied: the same values as the
-    plain product, for the rows it was packed for and for others (a vmapped a's rows fold into one product)."""
+    """b packed once into oneDNN's layout (``pack_weights``, which may pad it) then multiplied: the plain product's
+    values, for the rows it was packed for and for others (a vmapped a's rows fold into one product), to within the
+    float32 accumulation's rounding (the packed kernel may sum in another order than the plain one: on AVX2 the two are
+    different kernels)."""
+    if dtype == BF16:
+        require_bfloat16_kernels(GEMM)
     rng = np.random.default_rng(3)
     k, n, rows = 96, 80, 8
     b = rng.normal(size=(n, k) if transpose_b else (k, n)).astype(dtype)
@@ -138,9 +156,11 @@ def test_packed_weights_give_the_plain_product(native, dtype, transpose_b):
     def product(a, packed):
         return kernels.matmul_packed(a, packed, rows=rows, b_shape=b.shape, transpose_b=transpose_b)
 
-    np.testing.assert_allclose(np.asarray(product(a[0], packed)), want[0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(jax.vmap(product, (0, None))(a, packed)), want, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(product(a[0, :5], packed)), want[0, :5], rtol=1e-6, atol=1e-6)
+    # k = 96 products of unit normals summed in float32: a few float32 ulps of the sum's terms apart at most.
+    tolerance = dict(rtol=1e-6, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(product(a[0], packed)), want[0], **tolerance)
+    np.testing.assert_allclose(np.asarray(jax.vmap(product, (0, None))(a, packed)), want, **tolerance)
+    np.testing.assert_allclose(np.asarray(product(a[0, :5], packed)), want[0, :5], **tolerance)
 
 
 def test_packed_weights_batch_under_vmap(native):
@@ -230,6 +250,7 @@ def test_gemm_in_bfloat16_matches_float32_within_bfloat16_rounding(native, mode,
     float32 on the same rounded inputs, as the other oneDNN implementations' bfloat16 tests: |error| <= 3e-2 of each
     output's and gradient's largest magnitude."""
     cfg16, cfg32 = make_config(mode, num_layers, direction, dtype=BF16), make_config(mode, num_layers, direction)
+    require_bfloat16_kernels(GEMM, cfg16)
     params, x, h0, c0 = draw_inputs(cfg16, np.random.default_rng(2))
     outs16, grads16 = _value_and_grads(GEMM, cfg16, params, x, h0, c0)
     outs32, grads32 = _value_and_grads("xla", cfg32, _f32(params), _f32(x), _f32(h0), _f32(c0))
@@ -266,6 +287,7 @@ def test_gemm_lengths_in_bfloat16_match_float32_within_bfloat16_rounding(native)
     test above); the padding's outputs exactly zero."""
     lengths = np.asarray((*LENGTHS, 0), np.int32)
     cfg16 = make_config("lstm", 2, "bidirectional", dtype=BF16)
+    require_bfloat16_kernels(GEMM, cfg16)
     cfg32 = make_config("lstm", 2, "bidirectional")
     params, x, h0, c0 = draw_inputs(cfg16, np.random.default_rng(9), steps=int(lengths.max()), batch=len(lengths))
     outs16, grads16 = _value_and_grads(GEMM, cfg16, params, x, h0, c0, lengths)
@@ -392,7 +414,8 @@ def test_gemm_is_a_variant_of_onednn_for_the_registry(native):
     assert GEMM in registry.implementations("cpu", by_default=True)
     assert registry.sides_of(GEMM) == registry.SIDES
     assert registry.why_not(GEMM, "cpu", Call(make_config("gru", 1, "unidirectional"))) is None
-    assert "projection" in registry.why_not(GEMM, "cpu", Call(cfg))
+    if bfloat16_kernels(GEMM) is None:  # oneDNN's primitive has no projected bfloat16 LSTM, which SUPPORTS says
+        assert "projection" in registry.why_not(GEMM, "cpu", Call(cfg))
     large = jcr.RNNConfig("gru", 1, 1024, 1024, dtype=BF16)
     (measured,) = [
         cell.ratios[GEMM]
@@ -408,22 +431,25 @@ def test_gemm_is_a_variant_of_onednn_for_the_registry(native):
         assert cpu_rule.estimate(float32, 64, side, GEMM, isa="avx512_core_bf16") is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("mode", ["gru", "lstm"])
-def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode):
+def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode, dtype):
     """``gemm.call_bytes`` (the bench's op memory: ``pool_bytes``) is the scratch each recurrence call takes from the
     extension's pool, which keeps it for the next call: the pool holds that after each call alone (within oneDNN's
     products' scratchpads)."""
     from jax_cudnn_rnn.backends.onednn import gemm
 
-    cfg = jcr.RNNConfig(mode, 1, 16, 24, dtype=BF16)
+    cfg = jcr.RNNConfig(mode, 1, 16, 24, dtype=dtype)
+    if dtype == BF16:
+        require_bfloat16_kernels(GEMM, cfg)
     steps, batch, lstm = 6, 5, mode == "lstm"
-    x = jnp.ones((steps, batch, 24), jnp.bfloat16)
-    w_in, w_rec, b = jnp.ones((cfg.num_gates * 16, 24), jnp.bfloat16), jnp.ones((cfg.num_gates * 16, 16)), None
-    w_rec, b = w_rec.astype(jnp.bfloat16), jnp.zeros(cfg.num_gates * 16)
+    x = jnp.ones((steps, batch, 24), dtype)
+    w_in, w_rec = jnp.ones((cfg.num_gates * 16, 24), dtype), jnp.ones((cfg.num_gates * 16, 16), dtype)
+    b = jnp.zeros(cfg.num_gates * 16)
     h0 = c0 = jnp.zeros((batch, 16))
     forward_packed = kernels.pack_weights(w_rec, batch, transpose_b=True)
     backward_packed = kernels.pack_weights(w_rec, batch)
-    kwargs = dict(config=cfg, reverse=False, weights_dtype=jnp.bfloat16, y_dtype=jnp.bfloat16)
+    kwargs = dict(config=cfg, reverse=False, weights_dtype=dtype, y_dtype=dtype)
     _, _, _, saved = kernels.gemm_forward(
         x, forward_packed, b, b, h0, w_in, c0 if lstm else None, training=True, **kwargs
     )
@@ -435,7 +461,7 @@ def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode):
     )
     assert expected[0] <= native.kept_scratch()[0] <= expected[0] + 2**16
     native.release_scratch()
-    dy = jnp.ones((steps, batch, 16), jnp.bfloat16)
+    dy = jnp.ones((steps, batch, 16), dtype)
     jax.block_until_ready(
         kernels.gemm_backward(
             x, backward_packed, dy, h0, c0, w_in, c0 if lstm else None, saved, config=cfg, reverse=False
@@ -448,12 +474,15 @@ def test_call_bytes_is_what_the_recurrence_takes_from_the_pool(native, mode):
     )
 
 
-def test_the_registry_sizes_gemms_scratch_from_its_recurrence_calls(native):
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bfloat16"])
+def test_the_registry_sizes_gemms_scratch_from_its_recurrence_calls(native, dtype):
     """What the bench's memory column asks the registry for "onednn:gemm" (and for it on one side of a pair) is
     ``gemm.pool_bytes``, per side; oneDNN's own run on the other side keeps its primitives' sizes."""
     from jax_cudnn_rnn.backends.onednn import gemm
 
-    cfg = jcr.RNNConfig("gru", 2, 32, 48, dtype=BF16)
+    cfg = jcr.RNNConfig("gru", 2, 32, 48, dtype=dtype)
+    if dtype == BF16:
+        require_bfloat16_kernels(GEMM, cfg)
     call = Call(cfg, 7, 5)
     for side in registry.SIDES:
         expected = gemm.pool_bytes(cfg, 7, 5, side == registry.TRAINING)

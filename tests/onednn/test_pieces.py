@@ -24,7 +24,7 @@ from jax_cudnn_rnn.backends.onednn import extension, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import oracle, require_extension
+from support import oracle, require_bfloat16_kernels, require_extension
 
 T, B, I, H = 6, 3, 5, 4
 
@@ -104,6 +104,7 @@ def test_the_held_slots_read_zero_and_get_no_gradient():
 
 
 def test_bfloat16_pieces():
+    require_bfloat16_kernels("onednn")
     parameters, tree, x, h0, c0 = _case("flax", "lstm", dtype="bfloat16")
     assert tree["layer_0"]["forward"]["w_input"]["i"].dtype == np.dtype(ml_dtypes.bfloat16)
     packed = jax.grad(_of_tree(parameters, True, "onednn"), (0, 1))(tree, x, h0, c0)
