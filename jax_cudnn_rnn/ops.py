@@ -105,8 +105,9 @@ def rnn(
       seq_lengths: optional integers [B] (int32, or any integer array or a list: converted to int32 after the range
         check), each in [0, T]. Outputs at t >= len are zero, h_n/c_n hold the state after the
         sequence's last valid step, and the backward direction reads positions len-1 .. 0 (PyTorch packed-sequence
-        semantics). A length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed
-        sequence has no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
+        semantics); x past a sequence's length is never read (a NaN there reaches no output and no gradient). A
+        length of 0 is an empty sequence: zero outputs, h_n/c_n = h0/c0 (a window in which a streamed sequence has
+        no step). Checked when concrete; under ``jax.jit`` the lengths are not checked, a length below 0
         acts as 0, and one above T acts as T in the xla implementations and fails the cuDNN call at run time.
       is_training: applies inter-layer dropout when ``config.dropout > 0`` and recurrent dropout when
         ``config.recurrent_dropout > 0`` (False: neither; the result is exactly that of no dropout).

@@ -281,7 +281,7 @@ reserve_space or vmap_folds or batch_sharded or heuristic_and_autotune or infere
 
 stage_features() {
   pytest_cmd "JAX_CUDNN_RNN_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-40}" -m gpu tests/cudnn/test_cudnn_gpu.py tests/backends/test_fuzz.py \
-    -k "resets or empty_sequences or longer_than or max_time_steps or seq_lengths or outputs_past_length or \
+    tests/backends/test_padding_values.py -k "padding_values or resets or empty_sequences or longer_than or max_time_steps or seq_lengths or outputs_past_length or \
 lengths_above or packed_and_padded or dropout or options or single_bias or persist_static or allow_tf32 or \
 cudnn_matches_the_oracle"
 }

@@ -157,6 +157,8 @@ def _layer_loop(direction_fn: DirectionFn, call: Call, inputs: Inputs):
         mask = (jnp.arange(num_steps, dtype=jnp.int32)[:, None] < inputs.seq_lengths[None, :])[:, :, None]
     reset = (None, None) if inputs.resets is None else reset_masks(inputs.resets, inputs.seq_lengths)
     layer_input = inputs.x.astype(dtype)
+    if mask is not None:  # x past a row's length is never read: not even a NaN there reaches a value or a gradient
+        layer_input = jnp.where(mask, layer_input, 0)
     all_weights = layer_weights(inputs.params, config, dtype)
     c0, recurrent_masks = inputs.c0, inputs.recurrent_masks
     h_n, c_n = [], []
