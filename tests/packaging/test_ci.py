@@ -54,6 +54,8 @@ def test_a_failing_newest_jax_job_fails_the_run(tmp_path, fail, status):
     (ci / "run").write_text(_read(".ci/run").replace(_readme_test_command(), "true"))
     (ci / "newest_jax").write_text(STAND_IN.replace("{fail}", fail))
     (ci / "newest_jax").chmod(0o755)
+    (ci / "onednn_caps").write_text("#!/usr/bin/env bash\necho onednn-caps stand-in\n")
+    (ci / "onednn_caps").chmod(0o755)
     result = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60)
     assert result.returncode == status, result.stdout + result.stderr
     assert "newest-jax stand-in prepare in " in result.stdout
