@@ -1,16 +1,18 @@
 """A frontend's parameters on the kernels' weight space: which canonical tensors it trains, the rest held at zero.
 
-Every implementation runs cuDNN's weight space, whose biases ``RNNConfig.bias_mode`` chooses (both per gate, one side,
-none). Flax's and Equinox's cells train fewer biases than cuDNN's double-bias cells: where a gate's input and recurrent
-biases only add up they keep one, and only the GRU's new-memory gate, whose recurrent bias sits inside r * (R h + b_R),
-keeps both. A model ported from them trains as it did only if it trains exactly those (each duplicated bias would get
-the gradient twice). Most such sets are a bias mode of cuDNN's (Flax's LSTM: the recurrent side, "single_recurrent");
-the GRU's is not: there the weight space keeps both biases and the recurrent biases of r and z are held at zero.
+Every implementation runs cuDNN's weight space. Flax's and Equinox's cells train fewer biases than cuDNN's double-bias
+cells: where a gate's input and recurrent biases only add up they keep one (Flax's LSTM on the recurrent side, its
+SimpleCell and Equinox's cells on the input side), and only the GRU's new-memory gate, whose recurrent bias sits inside
+r * (R h + b_R), keeps both. A model ported from them trains as it did only if it trains exactly those (each
+duplicated bias would get the gradient twice). Their modules therefore run the double-bias weight space with the
+biases their library does not train held at zero: the space cuDNN's persistent algorithms run (they refuse a
+single-bias one: jax_cudnn_rnn/backends/cudnn/algorithm.py), so that a frontend's default module takes the same fast
+path as ``rnn()`` with cuDNN's double biases.
 
-A ``Parameterization`` is that pair, the config and the gates whose recurrent bias is held at zero. The frontend's
-parameters are the config's canonical tensors less the held ones, as the named tree ``layout.params_to_tree`` gives
-(``layer_{l}/{forward|backward}/{group}/{gate}``); ``pack`` assembles them into the buffer with zeros in the held
-slots, which are constants: they receive no gradient and never train.
+A ``Parameterization`` is that pair, the config and the biases held at zero (``"b_input/i"``, ``"b_recurrent/r"``:
+group and gate). The frontend's parameters are the config's canonical tensors less the held ones, as the named tree
+``layout.params_to_tree`` gives (``layer_{l}/{forward|backward}/{group}/{gate}``); ``pack`` assembles them into the
+buffer with zeros in the held slots, which are constants: they receive no gradient and never train.
 """
 
 from __future__ import annotations
@@ -28,31 +30,42 @@ from jax_cudnn_rnn import layout
 from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.config import BIAS_MODES, RNNConfig
 
-#: Per library, per mode: (the weight space's bias_mode, the gates whose recurrent bias is held at zero), the biases
-#: the library's own cells train. linen's ``nn.LSTMCell``/``OptimizedLSTMCell`` and ``nnx.LSTMCell`` keep each gate's
-#: one bias on the recurrent side (``hi``, ``hf``, ...), ``nn.SimpleCell``/``nnx.SimpleCell`` on the input side; linen's
-#: ``nn.GRUCell`` keeps r's and z's on the input side and both of n's (``in``, ``hn``); ``nnx.GRUCell`` keeps the input
-#: side's three (its ``dense_h`` has no bias); Equinox's cells add one ``bias`` per gate to the summed products, and the
-#: GRU's ``bias_n`` inside r * (...). The reset-before GRU (Keras's, no Flax or Equinox cell) only adds its biases up.
-LIBRARY_BIASES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
-    "flax": {"lstm": ("single_recurrent", ()), "gru": ("double", ("r", "z"))},
-    "nnx": {"lstm": ("single_recurrent", ()), "gru": ("single_input", ())},
-    "equinox": {"lstm": ("single_input", ()), "gru": ("double", ("r", "z"))},
+
+def _held(group: str, gates: str) -> tuple[str, ...]:
+    return tuple(f"{group}/{gate}" for gate in gates)
+
+
+#: Per library, per mode: the biases held at zero on the double-bias weight space, leaving what the library's own cells
+#: train. linen's ``nn.LSTMCell``/``OptimizedLSTMCell`` and ``nnx.LSTMCell`` keep each gate's one bias on the recurrent
+#: side (``hi``, ``hf``, ...), ``nn.SimpleCell``/``nnx.SimpleCell`` on the input side; linen's ``nn.GRUCell`` keeps r's
+#: and z's on the input side and both of n's (``in``, ``hn``); ``nnx.GRUCell`` keeps the input side's three (its
+#: ``dense_h`` has no bias); Equinox's cells add one ``bias`` per gate to the summed products, and the GRU's ``bias_n``
+#: inside r * (...).
+LIBRARY_BIASES: dict[str, dict[str, tuple[str, ...]]] = {
+    "flax": {"lstm": _held("b_input", "ifgo"), "gru": _held("b_recurrent", "rz")},
+    "nnx": {"lstm": _held("b_input", "ifgo"), "gru": _held("b_recurrent", "rzn")},
+    "equinox": {"lstm": _held("b_recurrent", "ifgo"), "gru": _held("b_recurrent", "rz")},
 }
 for _table in LIBRARY_BIASES.values():
-    for _mode in ("rnn_tanh", "rnn_relu", "gru_reset_before"):
-        _table.setdefault(_mode, ("single_input", ()))
+    for _mode in ("rnn_tanh", "rnn_relu"):
+        _table.setdefault(_mode, _held("b_recurrent", "h"))
+#: The reset-before GRU (Keras's; no Flax or Equinox cell, nor a cuDNN one, so no persistent kernel to reach) only adds
+#: its biases up: one bias per gate, the input side's.
+OWN_BIAS_MODES = {"gru_reset_before": "single_input"}
 
 
 def library_biases(
     library: str, mode: str, bias_mode: str | None, use_bias: bool = True
 ) -> tuple[str, tuple[str, ...]]:
-    """(the weight space's bias_mode, the gates whose recurrent bias is held at zero) of a ``library`` frontend's
-    module: its own cells' biases when ``bias_mode`` is None (none without ``use_bias``, Equinox's switch), else
-    cuDNN's ``bias_mode`` as it is."""
+    """(the weight space's bias_mode, the biases held at zero) of a ``library`` frontend's module: its own cells'
+    biases when ``bias_mode`` is None (on the double-bias space, the others held; none without ``use_bias``,
+    Equinox's switch), else cuDNN's ``bias_mode`` as it is."""
     if bias_mode is None:
-        own = LIBRARY_BIASES[library].get(mode, ("double", ()))  # an unknown mode: RNNConfig says which exist
-        return ("none", ()) if not use_bias else own
+        if not use_bias:
+            return "none", ()
+        if mode in OWN_BIAS_MODES:
+            return OWN_BIAS_MODES[mode], ()
+        return "double", LIBRARY_BIASES[library].get(mode, ())  # an unknown mode: RNNConfig says which exist
     if bias_mode not in BIAS_MODES:
         raise ValueError(f"bias_mode is {bias_mode!r}; expected None (the {library} cells' own) or one of {BIAS_MODES}")
     if not use_bias and bias_mode != "none":
@@ -62,23 +75,34 @@ def library_biases(
 
 @dataclasses.dataclass(frozen=True)
 class Parameterization:
-    """The tensors a frontend trains: ``config``'s canonical tensors less the recurrent biases of ``held_gates``
-    (gate names, e.g. GRU's ("r", "z")), which are zero in the buffer."""
+    """The tensors a frontend trains: ``config``'s canonical tensors less the biases ``held_biases`` names
+    (``"group/gate"``: ``"b_input/i"``, ``"b_recurrent/r"``), which are zero in the buffer."""
 
     config: RNNConfig
-    held_gates: tuple[str, ...] = ()
+    held_biases: tuple[str, ...] = ()
 
     def __post_init__(self):
-        unknown = set(self.held_gates) - set(self.config.gate_names)
+        groups = {"b_input": self.config.has_input_bias, "b_recurrent": self.config.has_recurrent_bias}
+        unknown = [
+            name
+            for name in self.held_biases
+            if name.partition("/")[0] not in groups
+            or not groups[name.partition("/")[0]]
+            or name.partition("/")[2] not in self.config.gate_names
+        ]
         if unknown:
             raise ValueError(
-                f"held_gates names {sorted(unknown)}; the gates of {self.config.mode!r} are "
+                f"held_biases names {unknown}; expected 'b_input/<gate>' or 'b_recurrent/<gate>' of a bias that "
+                f"bias_mode {self.config.bias_mode!r} has, the gates of {self.config.mode!r} being "
                 f"{list(self.config.gate_names)}"
             )
 
     def held(self, slot: layout.ParamSlot) -> bool:
         """Whether ``slot`` is held at zero (not a parameter)."""
-        return slot.group == "b_recurrent" and self.config.gate_names[slot.gate] in self.held_gates
+        return slot.is_bias and f"{slot.group}/{self.config.gate_names[slot.gate]}" in self.held_biases
+
+    def _held_words(self) -> str:
+        return f"the biases {list(self.held_biases)} held at zero" if self.held_biases else "no bias held"
 
     @property
     def slots(self) -> tuple[layout.ParamSlot, ...]:
@@ -102,7 +126,7 @@ class Parameterization:
         expected = self.shapes
         missing, extra = sorted(set(expected) - set(flat)), sorted(set(flat) - set(expected))
         if missing or extra:
-            held = f", the recurrent biases of {list(self.held_gates)} held at zero" if self.held_gates else ""
+            held = f", {self._held_words()}" if self.held_biases else ""
             raise ValueError(
                 f"{argument} does not match the module ({self.config.mode}, bias_mode {self.config.bias_mode!r}"
                 f"{held}): missing {missing[:4]}{'...' if len(missing) > 4 else ''}, unexpected "
@@ -153,10 +177,11 @@ class Parameterization:
             if check_held and self.held(slot) and not isinstance(tensor, jax.core.Tracer):
                 worst = float(np.max(np.abs(np.asarray(tensor, np.float64)))) if np.size(tensor) else 0.0
                 if worst > atol:
+                    other = "recurrent" if slot.group == "b_input" else "input"
                     raise ValueError(
-                        f"{slot.name(self.config)} is {worst} at most, but this module holds the recurrent biases "
-                        f"of {list(self.held_gates)} at zero (the {self.config.mode.upper()} cells it follows have "
-                        f"none there); fold it into the input bias, or build the module with bias_mode='double'"
+                        f"{slot.name(self.config)} is {worst} at most, but this module holds {self._held_words()} "
+                        f"(the {self.config.mode.upper()} cells it follows have none there); fold it into the {other} "
+                        f"bias, or build the module with bias_mode='double'"
                     )
         return self.tree({name: jnp.asarray(values[name]) for name in self.shapes})
 

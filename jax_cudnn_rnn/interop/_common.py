@@ -151,13 +151,15 @@ def store_biases(
     Both biases are added before the gate's nonlinearity, so they can be summed and moved freely (the reset-before
     GRU's n gate included: n = act(W_n x + b_Wn + R_n (r h) + b_Rn)), except in GRU's (reset-after) new-memory gate,
     where the recurrent bias sits inside r * (R h + b_R): there each side is kept as it is and a
-    bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere the peer's total goes to
-    the input bias (the recurrent one is then zero), or to the one bias ``bias_mode`` keeps.
+    bias that ``config.bias_mode`` has no room for must be zero to within ``atol``. Elsewhere a peer's one bias stays
+    on its side where ``bias_mode`` has it (Flax's LSTM keeps its bias on the recurrent side, as its module here does:
+    the other side is then zero), else the peer's total goes to the input bias (the recurrent one zero), or to the one
+    bias ``bias_mode`` keeps.
     """
     kept = [
         group for group, has in (("b_input", config.has_input_bias), ("b_recurrent", config.has_recurrent_bias)) if has
     ]
-    if (config.mode == "gru" and gate == "n") or set(peer) == set(kept):
+    if (config.mode == "gru" and gate == "n") or set(peer) == set(kept) or (len(peer) == 1 and set(peer) <= set(kept)):
         for group, (where, value) in peer.items():
             if group in kept:
                 named[f"{prefix}/{group}/{gate}"] = value

@@ -69,8 +69,9 @@ def flax_to_canonical(
 ) -> common.Canonical:
     """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too, and for one layer the params of
     ``nn.RNN(cell)``, ``{"cell": ...}``, or of ``nn.Bidirectional`` of two, ``{"forward_rnn": ..., "backward_rnn":
-    ...}``, as they are). Summed biases go to the input bias
-    (``bias_mode='single_recurrent'``: to the recurrent one); a bias with nowhere to go (e.g. bias_mode 'none') and
+    ...}``, as they are). A cell's one bias per gate goes to the side the cell keeps it on (the LSTM's recurrent one,
+    the others' input one) where ``config`` has that side, else to the one bias it has; a bias with nowhere to go
+    (e.g. bias_mode 'none') and
     skip input's input kernels (which must be the identity) are checked to within ``atol``.
 
     Raises ValueError naming the missing, unexpected or misshapen path.
@@ -135,8 +136,9 @@ def flax_to_canonical(
                     for group, key in (("b_input", input_key), ("b_recurrent", recurrent_key))
                 }
             else:
-                key = recurrent_key if config.mode == "lstm" else input_key
-                peer = {"b_input": (f"Flax param {key}/bias", found[f"{key}/bias"])}
+                # The one bias on the side the cell keeps it: the LSTM's recurrent dense, the others' input one.
+                group, key = ("b_recurrent", recurrent_key) if config.mode == "lstm" else ("b_input", input_key)
+                peer = {group: (f"Flax param {key}/bias", found[f"{key}/bias"])}
             common.store_biases(config, named, prefix, gate, peer, atol)
     return common.from_named(named, config, config.dtype if dtype is None else dtype)
 

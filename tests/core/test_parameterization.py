@@ -20,13 +20,14 @@ I, H = 3, 4
 @pytest.mark.parametrize(
     "library, mode, expected",
     [
-        ("flax", "lstm", ("single_recurrent", ())),
-        ("flax", "gru", ("double", ("r", "z"))),
-        ("flax", "rnn_tanh", ("single_input", ())),
-        ("nnx", "lstm", ("single_recurrent", ())),
-        ("nnx", "gru", ("single_input", ())),
-        ("equinox", "lstm", ("single_input", ())),
-        ("equinox", "gru", ("double", ("r", "z"))),
+        ("flax", "lstm", ("double", ("b_input/i", "b_input/f", "b_input/g", "b_input/o"))),
+        ("flax", "gru", ("double", ("b_recurrent/r", "b_recurrent/z"))),
+        ("flax", "rnn_tanh", ("double", ("b_recurrent/h",))),
+        ("nnx", "lstm", ("double", ("b_input/i", "b_input/f", "b_input/g", "b_input/o"))),
+        ("nnx", "gru", ("double", ("b_recurrent/r", "b_recurrent/z", "b_recurrent/n"))),
+        ("equinox", "lstm", ("double", ("b_recurrent/i", "b_recurrent/f", "b_recurrent/g", "b_recurrent/o"))),
+        ("equinox", "gru", ("double", ("b_recurrent/r", "b_recurrent/z"))),
+        ("equinox", "rnn_relu", ("double", ("b_recurrent/h",))),
         ("equinox", "gru_reset_before", ("single_input", ())),
     ],
 )
@@ -38,7 +39,7 @@ def test_each_library_s_cells_train_their_own_biases(library, mode, expected):
 
 def test_packing_holds_the_held_slots_at_zero_and_gives_them_no_gradient():
     config = jcr.RNNConfig("gru", 2, H, I, direction="bidirectional")
-    parameters = Parameterization(config, ("r", "z"))
+    parameters = Parameterization(config, ("b_recurrent/r", "b_recurrent/z"))
     buffer = jcr.init_params(jax.random.key(0), config)
     tree = parameters.from_buffer(buffer)
     flat = layout.flatten_tree(tree)
@@ -70,11 +71,17 @@ def test_errors_name_the_argument_and_the_path():
     flat["layer_0/forward/w_recurrent/g"] = jnp.zeros((H, H + 1))
     with pytest.raises(ValueError, match=re.escape("rnn_params['layer_0/forward/w_recurrent/g'] has shape (4, 5)")):
         parameters.pack(layout.unflatten_tree(flat), "rnn_params")
-    with pytest.raises(ValueError, match=re.escape("held_gates names ['x']; the gates of 'lstm' are")):
-        Parameterization(config, ("x",))
-    gru = Parameterization(jcr.RNNConfig("gru", 1, H, I), ("r", "z"))
+    with pytest.raises(ValueError, match=re.escape("held_biases names ['b_recurrent/x']; expected 'b_input/<gate>'")):
+        Parameterization(config, ("b_recurrent/x",))
+    with pytest.raises(ValueError, match=re.escape("held_biases names ['b_input/i']; expected")):
+        Parameterization(config, ("b_input/i",))  # a bias single_recurrent does not have
+    gru = Parameterization(jcr.RNNConfig("gru", 1, H, I), ("b_recurrent/r", "b_recurrent/z"))
     weights, biases = jcr.params_to_canonical(jcr.init_params(jax.random.key(1), gru.config), gru.config)
     with pytest.raises(ValueError, match=r"layer_0/forward/b_recurrent/r is .* at most, but this module holds"):
         gru.from_canonical(weights, biases)
+    lstm = Parameterization(jcr.RNNConfig("lstm", 1, H, I), library_biases("flax", "lstm", None)[1])
+    weights, biases = jcr.params_to_canonical(jcr.init_params(jax.random.key(1), lstm.config), lstm.config)
+    with pytest.raises(ValueError, match=r"b_input/i is .* at most, .* fold it into the recurrent bias"):
+        lstm.from_canonical(weights, biases)
     with pytest.raises(ValueError, match=r"bias_mode is 'twice'; expected None \(the equinox cells' own\)"):
         library_biases("equinox", "lstm", "twice")

@@ -207,3 +207,41 @@ def test_autotune_measures_eagerly_while_jit_traces(cudnn_stand_in, training):
     traced(jnp.zeros(()))
     assert len(measured) == 1 and isinstance(measured[0], float) and measured[0] > 0
     assert {algo for _, _, algo in cudnn_stand_in.calls} == {STANDARD}
+
+
+# H200: compute capability 9.0 as the H100, 132 SMs (SXM); the heuristic reads only these facts.
+H200 = DeviceInfo(9, 0, 132)
+
+
+def _frontend_configs(mode):
+    """The default module of each frontend for config F's network (H=128, I=64), as it reaches the kernels."""
+    from flax import nnx
+
+    from jax_cudnn_rnn import equinox as je
+    from jax_cudnn_rnn import flax as jcr_flax
+    from jax_cudnn_rnn import nnx as jcr_nnx
+
+    linen = {"lstm": jcr_flax.LSTM, "gru": jcr_flax.GRU}[mode](128)
+    x = jnp.zeros((32, 5, 64))
+    yield "linen", linen.packed(linen.init(jax.random.key(0), x)).config
+    yield "nnx", {"lstm": jcr_nnx.LSTM, "gru": jcr_nnx.GRU}[mode](64, 128, rngs=nnx.Rngs(0)).config
+    yield "equinox", {"lstm": je.LSTM, "gru": je.GRU}[mode](64, 128, key=jax.random.key(0)).config
+
+
+@pytest.mark.parametrize("device", [H100, H200], ids=["H100", "H200"])
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_every_frontends_default_module_gets_the_algorithm_double_bias_gets(mode, training, device):
+    """Issue 62: cuDNN refuses the persistent algorithms for a single-bias weight space, and the Flax, NNX and
+    Equinox modules trained one bias per gate on one (Flax's LSTM: 'single_recurrent'): the standard algorithm, 16-21
+    ms where PyTorch's persistent kernel took 2.6 ms at config F. Their parameterizations now lie on the double-bias
+    space with the biases their cells lack held at zero, so that cuDNN's heuristic picks what rnn() with
+    bias_mode='double' gets: the small-H persistent kernel at config F."""
+    double = _problem(mode, 128, 64, 32, 1000, training=training)
+    want = algorithm.heuristic(double, device)
+    assert want == PERSIST_STATIC_SMALL_H
+    for frontend, config in _frontend_configs(mode):
+        assert config.bias_mode == "double", frontend
+        problem = Problem(config, 1000, 32, False, training, allow_tf32=False)
+        assert algorithm.heuristic(problem, device) == want, frontend
+        assert algorithm.candidates(problem) == algorithm.candidates(double), frontend  # autotune's too

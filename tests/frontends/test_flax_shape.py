@@ -165,8 +165,8 @@ def test_orthogonal_recurrent_kernels_lecun_input_kernels_and_a_forget_bias_of_o
                 np.testing.assert_array_equal(groups["b_recurrent"]["f"], np.ones(n_hidden))
                 for gate in "igo":  # not named by bias_init: the default, unchanged
                     np.testing.assert_array_equal(groups["b_recurrent"][gate], defaults["b_recurrent"][gate])
-                if bias_mode is None:
-                    assert "b_input" not in groups  # Flax's LSTM cell has no input-side bias
+                if bias_mode is None:  # Flax's LSTM cell has no input-side bias: held at zero in the buffer
+                    np.testing.assert_array_equal(groups["b_input"]["f"], np.zeros(n_hidden))
                     np.testing.assert_array_equal(groups["b_recurrent"]["i"], np.zeros(n_hidden))
                 else:
                     np.testing.assert_array_equal(groups["b_input"]["f"], np.zeros(n_hidden))

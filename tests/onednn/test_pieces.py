@@ -93,7 +93,7 @@ def test_the_held_slots_read_zero_and_get_no_gradient():
     """Flax's GRU holds r's and z's recurrent biases at zero: the handler reads zeros there (no piece holds them) and
     writes their gradient nowhere; every trained tensor's gradient is the buffer's gradient at its slot."""
     parameters, tree, x, h0, _ = _case("flax", "gru")
-    assert parameters.held_gates == ("r", "z")
+    assert parameters.held_biases == ("b_recurrent/r", "b_recurrent/z")
     grads = jax.grad(_of_tree(parameters, False, "onednn"))(tree, x, h0, None)
     assert set(grads["layer_0"]["forward"]["b_recurrent"]) == {"n"}
     buffer = parameters.pack(tree)
