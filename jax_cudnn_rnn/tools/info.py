@@ -135,10 +135,12 @@ def nvidia_gpu() -> bool:
 
 
 def _measured_class() -> bool:
-    """Whether the shipped measurements cover this CPU's class for float32 (``cpu_rule.kernel_class``): else the CPU
-    default has no estimate and runs xla."""
+    """Whether the shipped measurements cover this CPU's class for float32 (``cpu_rule.kernel_class``), or the class
+    it falls back to (``cpu_rule.FALLBACK``): else the CPU default has no estimate and runs xla."""
     mine = cpu_rule.kernel_class(onednn.effective_cpu_isa(), "float32")
-    return mine is not None and bool(cpu_rule.measured_at(mine))
+    while mine is not None and not cpu_rule.measured_at(mine):
+        mine = cpu_rule.FALLBACK.get(mine)
+    return mine is not None
 
 
 def _onednn_build() -> dict[str, Any] | None:
@@ -186,6 +188,7 @@ def collect() -> dict[str, Any]:
             "tuned_table": onednn.tuned_table() if one_loaded else None,
             "measured_cpus": [m.describe() for m in onednn.MEASUREMENTS],
             "measured_class": _measured_class(),
+            "outside_fit": cpu_rule.outside_fit(onednn.effective_cpu_isa()) if one_loaded else None,
             "built_against": _onednn_build(),
         },
         "devices": [
@@ -234,6 +237,8 @@ def advice(report: dict[str, Any]) -> list[str]:
             f"nothing was measured on a CPU of this one's class ({one['cpu_isa']}): the CPU default runs xla; "
             "`jax-cudnn-rnn tune` measures this machine, so that the default runs oneDNN where faster"
         )
+    elif one["loaded"] and one.get("outside_fit") and not one["tuned_table"]:
+        tips.append(one["outside_fit"])
     return tips
 
 

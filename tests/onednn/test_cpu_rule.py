@@ -53,12 +53,14 @@ def test_the_rule_interpolates_log_ratios_between_measured_steps():
 @pytest.mark.parametrize(
     "isa, dtype, want",
     [
-        ("avx512_core_amx", "bfloat16", "bf16 native"),  # AMX includes AVX512-BF16
+        ("avx512_core_amx", "bfloat16", "bf16 amx"),  # AMX's tiles: a class of its own (its fallback: bf16 native)
+        ("avx512_core_amx_fp16", "bfloat16", "bf16 amx"),
         ("avx512_core_bf16", "bfloat16", "bf16 native"),
         ("avx512_core_vnni", "bfloat16", "bf16 emulated"),  # no bfloat16 instructions: not the Zen 4's class
         ("avx512_core", "bfloat16", "bf16 emulated"),
         ("avx2_vnni", "bfloat16", None),  # oneDNN has no bfloat16 RNN kernels below AVX-512
-        ("avx512_core_amx", "float32", "avx512"),
+        ("avx512_core_amx", "float32", "avx512 amx"),  # the server cores that have AMX
+        ("avx512_core_bf16", "float32", "avx512"),
         ("avx2_vnni", "float32", "avx2"),
         ("avx", "float32", None),  # below every class measured
         ("other", "float32", None),
@@ -68,6 +70,31 @@ def test_the_rule_interpolates_log_ratios_between_measured_steps():
 )
 def test_a_cpus_class_follows_from_its_instruction_set(isa, dtype, want):
     assert cpu_rule.kernel_class(isa, dtype) == want
+
+
+def test_a_class_that_measured_nothing_of_a_call_estimates_from_the_class_below_and_says_so(monkeypatch):
+    """Issue 61: an AMX CPU is a class of its own; where its class has no measurement (here: the shipped AMX tables
+    left out), its estimates come from the class whose kernels it also runs, the source and ``info`` say so, and
+    name the fix."""
+    config = jcr.RNNConfig("gru", 1, 1024, 1024, dtype="bfloat16")
+    own = cpu_rule.estimate(config, 64, "forward", "onednn:gemm", isa="avx512_core_amx")
+    assert own is not None and "bf16 amx kernels" in own[1] and "tune" not in own[1]
+    assert cpu_rule.outside_fit("avx512_core_amx") is None
+    others = tuple(m for m in cpu_rule.MEASUREMENTS if not cpu_rule.includes(m.isa, "avx512_core_amx"))
+    monkeypatch.setattr(cpu_rule, "MEASUREMENTS", others)
+    cpu_rule._class_curves.cache_clear()
+    try:
+        below = cpu_rule.estimate(config, 64, "forward", "onednn:gemm", isa="avx512_core_amx")
+        native = cpu_rule.estimate(config, 64, "forward", "onednn:gemm", isa="avx512_core_bf16")
+        assert below is not None and below[0] == pytest.approx(native[0])
+        assert "bf16 native kernels" in below[1] and "this CPU's bf16 amx kernels not measured there" in below[1]
+        note = cpu_rule.outside_fit("avx512_core_amx")
+        assert "float32 (avx512 amx kernels): estimated from avx512 measurements" in note
+        assert "bfloat16 (bf16 amx kernels): estimated from bf16 native measurements" in note
+        assert "`jax-cudnn-rnn tune` measures this machine" in note
+        assert cpu_rule.outside_fit("avx512_core_bf16") is None
+    finally:
+        cpu_rule._class_curves.cache_clear()
 
 
 def test_every_measurement_says_where_it_was_measured_and_names_what_runs():

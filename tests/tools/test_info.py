@@ -59,14 +59,16 @@ def test_json_report_matches_this_process(capsys):
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 def test_the_picked_implementation_is_what_rnn_runs(mode):
-    """Cross-check with what rnn() really does on the CPU: the named implementation's result, bit for bit."""
+    """Cross-check with what rnn() really does on the CPU for the call the report asks about (its probe's shape: the
+    pick depends on the shape on every CPU class), the named implementation's result, bit for bit."""
     device = jax.devices("cpu")[0]
     picked_name = info.implementation_on(device, mode)
-    assert registry.why_not(picked_name, "cpu", Call(jcr.RNNConfig(mode, 1, 3, 2))) is None, picked_name
-    cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=3, input_size=2)
+    units, steps, batch = info._PROBE_UNITS, info._PROBE_STEPS, info._PROBE_BATCH
+    cfg = jcr.RNNConfig(mode=mode, num_layers=1, num_units=units, input_size=units)
+    assert registry.why_not(picked_name, "cpu", Call(cfg, steps, batch)) is None, picked_name
     params = jcr.init_params(jax.random.key(0), cfg)
-    x = jax.device_put(np.ones((4, 2, 2), np.float32), device)
-    h0 = np.zeros(cfg.state_shape(2), np.float32)
+    x = jax.device_put(np.random.default_rng(0).normal(size=(steps, batch, units)).astype(np.float32), device)
+    h0 = np.zeros(cfg.state_shape(batch), np.float32)
     c0 = h0 if mode == "lstm" else None
     picked = jcr.rnn(params, x, h0, c0, cfg)[0]
     named = jcr.rnn(params, x, h0, c0, cfg, implementation=picked_name)[0]
@@ -187,3 +189,23 @@ def test_version_flag(capsys):
         cli.main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"jax-cudnn-rnn {jcr.__version__}"
+
+
+def test_a_cpu_outside_what_the_rule_was_fitted_on_is_told_to_tune(capsys, monkeypatch):
+    """Issue 61: where the CPU rule estimates this CPU's class from another class's measurements (here: an AMX CPU
+    with the AMX measurements left out), the report says so and that `jax-cudnn-rnn tune` fixes it; where its classes
+    were measured, it says nothing of the kind."""
+    from jax_cudnn_rnn.backends.onednn import cpu_rule
+
+    if not onednn.extension_loaded():
+        skip_or_fail(f"the oneDNN extension is not loaded: {onednn.extension_error()}", REQUIRE_ONEDNN)
+    monkeypatch.setattr(info, "nvidia_gpu", lambda: False)
+    monkeypatch.setattr(info.onednn, "tuned_table", lambda: None)
+    monkeypatch.setattr(info.onednn, "effective_cpu_isa", lambda: "avx512_core_amx")
+    assert not any("fitted on other CPUs" in tip for tip in json.loads(_report(capsys, "--json"))["advice"])
+    others = tuple(m for m in cpu_rule.MEASUREMENTS if not cpu_rule.includes(m.isa, "avx512_core_amx"))
+    monkeypatch.setattr(cpu_rule, "MEASUREMENTS", others)
+    report = json.loads(_report(capsys, "--json"))
+    assert report["onednn_extension"]["outside_fit"] in report["advice"]
+    assert "bf16 amx kernels): estimated from bf16 native measurements" in report["onednn_extension"]["outside_fit"]
+    assert "`jax-cudnn-rnn tune` measures this machine" in _report(capsys).replace("\n", " ")

@@ -4,14 +4,15 @@
 nothing here chooses.
 
 The rule. What oneDNN's kernels are on a CPU follows from its instruction set (oneDNN's effective ISA): for float32,
-AVX2 or AVX-512 kernels; for bfloat16, native bfloat16 dot products (``avx512_core_bf16`` and everything above it, AMX
-included), emulated ones (AVX-512 without them: 2-4x oneDNN's float32 time), or none (below AVX-512, which the
-backend's ``Supports`` refuses). That is the CPU's class for a dtype (``kernel_class``). Every measurement of a class
-counts, whichever CPU it came from: per (class, mode, dtype, side, implementation), the log of the measured time over
-the xla implementation's is a function of the log of the first layer's step in multiply-adds (``step_macs``), the mean
-of the measurements at a step, linear between measured steps and constant beyond them (``Curve``). A call's estimate
-is that function at its step, for what the class has measured; for anything else (another mode, a class nothing was
-measured on) there is none, and the xla implementation runs.
+AVX2 or AVX-512 kernels, the latter on an AMX CPU a class of its own; for bfloat16, AMX tiles, native bfloat16 dot
+products (``avx512_core_bf16``), emulated ones (AVX-512 without them: 2-4x oneDNN's float32 time), or none (below
+AVX-512, which the backend's ``Supports`` refuses). That is the CPU's class for a dtype (``kernel_class``); a class
+that measured nothing of a call falls back to the class below it whose kernels it also has (``FALLBACK``). Every
+measurement of a class counts, whichever CPU it came from: per (class, mode, dtype, side, implementation), the log of
+the measured time over the xla implementation's is a function of the log of the first layer's step in multiply-adds
+(``step_macs``), the mean of the measurements at a step, linear between measured steps and constant beyond them
+(``Curve``). A call's estimate is that function at its step, for what the class (or its fallback) has measured; for
+anything else (another mode, a class nothing was measured on) there is none, and the xla implementation runs.
 
 Core counts and cache sizes are recorded with each CPU's measurements and not used yet: every CPU measured so far has
 two cores, so no measurement shows how a choice moves with them. A tuned table replaces the shipped measurements for
@@ -58,15 +59,28 @@ def includes(isa: str | None, other: str) -> bool:
 
 
 def kernel_class(isa: str | None, dtype: str) -> str | None:
-    """What oneDNN's RNN kernels in ``dtype`` are on a CPU of instruction set ``isa``: "avx512", "avx2" (float32),
-    "bf16 native", "bf16 emulated" (bfloat16), or None (none, or none measured)."""
+    """What oneDNN's RNN kernels in ``dtype`` are on a CPU of instruction set ``isa``: "avx512 amx", "avx512", "avx2"
+    (float32), "bf16 amx", "bf16 native", "bf16 emulated" (bfloat16), or None (none, or none measured). AMX marks a
+    class of its own in both dtypes: its tile products (bfloat16) and the server cores that have it (two 512-bit FMA
+    units, where a Zen 4 splits its AVX-512 into 256-bit halves) put oneDNN's kernels and the xla implementation's
+    dots at other ratios than on the CPUs of the class below it (issue 61: the large bfloat16 GRU's forward ran 37.6 ms
+    on "onednn:gemm" against 53.9 on the primitive that the Zen 4's measurements picked)."""
+    amx = includes(isa, "avx512_core_amx")
     if dtype == "float32":
-        return "avx512" if includes(isa, "avx512_core") else "avx2" if includes(isa, "avx2") else None
+        if includes(isa, "avx512_core"):
+            return "avx512 amx" if amx else "avx512"
+        return "avx2" if includes(isa, "avx2") else None
     if dtype == "bfloat16":
         if includes(isa, "avx512_core_bf16"):
-            return "bf16 native"
+            return "bf16 amx" if amx else "bf16 native"
         return "bf16 emulated" if includes(isa, "avx512_core") else None
     return None
+
+
+#: The class a class's estimates fall back to where it measured nothing of a (mode, dtype, side, implementation): the
+#: one below it whose kernels it also runs (an AMX CPU has AVX-512's and AVX512-BF16's instructions too). Such an
+#: estimate says so, and ``outside_fit`` tells ``jax-cudnn-rnn info``.
+FALLBACK = {"avx512 amx": "avx512", "bf16 amx": "bf16 native"}
 
 
 def step_macs(config: RNNConfig, batch: int) -> int:
@@ -194,9 +208,40 @@ def estimate(
     if tuned is not None and any((c.mode, c.dtype) == key[:2] for c in tuned.cells):
         curve = curves([tuned]).get(key)
         return None if curve is None else (curve.at(macs), f"this machine's tuned table ({tuned.date})")
-    dtype_class = kernel_class(isa, config.dtype.name)
-    curve = None if dtype_class is None else _class_curves(dtype_class).get(key)
-    if curve is None:
+    own = kernel_class(isa, config.dtype.name)
+    dtype_class = own
+    while dtype_class is not None:
+        curve = _class_curves(dtype_class).get(key)
+        if curve is not None:
+            isas = ", ".join(measured_at(dtype_class))
+            source = f"the rule fitted to the shipped measurements ({dtype_class} kernels, measured at {isas})"
+            if dtype_class != own:
+                source += f", this CPU's {own} kernels not measured there: `jax-cudnn-rnn tune` measures them"
+            return curve.at(macs), source
+        dtype_class = FALLBACK.get(dtype_class)
+    return None
+
+
+def outside_fit(isa: str | None) -> str | None:
+    """Why the rule's estimates on a CPU of instruction set ``isa`` rest on other CPUs' classes than its own (or on
+    nothing), for ``jax-cudnn-rnn info``; None where each of its classes (float32, bfloat16) has measurements of its
+    own or oneDNN has no kernels for it."""
+    notes = []
+    for dtype in ("float32", "bfloat16"):
+        own = kernel_class(isa, dtype)
+        if own is None or measured_at(own):
+            continue
+        below = FALLBACK.get(own)
+        while below is not None and not measured_at(below):
+            below = FALLBACK.get(below)
+        notes.append(
+            f"{dtype} ({own} kernels): estimated from {below} measurements"
+            if below
+            else f"{dtype} ({own} kernels): nothing measured, the default runs xla"
+        )
+    if not notes:
         return None
-    isas = ", ".join(measured_at(dtype_class))
-    return curve.at(macs), f"the rule fitted to the shipped measurements ({dtype_class} kernels, measured at {isas})"
+    return (
+        f"the CPU rule was fitted on other CPUs than this one ({isa}) for {'; '.join(notes)}; `jax-cudnn-rnn tune` "
+        "measures this machine, and the default then estimates from its own table"
+    )
