@@ -17,32 +17,17 @@ from typing import Any
 
 import numpy as np
 
-if __package__:
-    from jax_cudnn_rnn.tools.bench.problems import (
-        CONFIGS,
-        CPU_CONFIGS,
-        DTYPES,
-        FWD,
-        GPU_CONFIGS,
-        MEASUREMENTS,
-        PADDED_CONFIGS,
-        QUICK_SIZES,
-        TRAIN,
-        BenchConfig,
-    )
-else:  # loaded by path in a worker (measure.py): problems.py beside it, and this package stays unimported
-    from problems import (  # type: ignore[no-redef]  # noqa: F401
-        CONFIGS,
-        CPU_CONFIGS,
-        DTYPES,
-        FWD,
-        GPU_CONFIGS,
-        MEASUREMENTS,
-        PADDED_CONFIGS,
-        QUICK_SIZES,
-        TRAIN,
-        BenchConfig,
-    )
+# The problems beside this file: the package's module, or (a worker that loaded this file by path: measure.py) the file
+# itself, so that this package stays unimported there. The bench's names for them are these.
+problems = importlib.import_module(f"{__package__}.problems" if __package__ else "problems")
+BenchConfig, CONFIGS, GPU_CONFIGS, CPU_CONFIGS = (
+    problems.BenchConfig,
+    problems.CONFIGS,
+    problems.GPU_CONFIGS,
+    problems.CPU_CONFIGS,
+)
+FWD, TRAIN, MEASUREMENTS, DTYPES = problems.FWD, problems.TRAIN, problems.MEASUREMENTS, problems.DTYPES
+PADDED_CONFIGS, QUICK_SIZES = problems.PADDED_CONFIGS, problems.QUICK_SIZES
 
 TORCH, FLAX = "torch", "flax"
 PACKAGE = "jax_cudnn_rnn"
