@@ -10,9 +10,10 @@ JAX runs as a ``lax.scan``), oneDNN or pure JAX on the CPU.
 
 Semantics are Keras's, tested against ``keras.layers.LSTM/GRU/SimpleRNN`` (tests/frontends/test_keras.py):
 
-* LSTM and SimpleRNN keep one bias per gate: it is the input bias (``bias_mode="single_input"``); GRU is Keras's
-  ``reset_after=True`` GRU, cuDNN's, with its input and recurrent biases (``bias`` [2, 3H]). ``use_bias=False``: no
-  biases.
+* LSTM and SimpleRNN keep one bias per gate: it is the input bias, on cuDNN's double-bias weight space with the
+  recurrent biases held at zero (the space cuDNN's persistent algorithms run: they refuse a single-bias one); GRU is
+  Keras's ``reset_after=True`` GRU, cuDNN's, with its input and recurrent biases (``bias`` [2, 3H]).
+  ``use_bias=False``: no biases.
 * ``mask`` [batch, timesteps] (bool, or anything Keras casts to bool), any pattern: a masked step leaves the state as
   it is and outputs the previous output (``h0`` before the first valid step), or zeros with ``zero_output_for_mask``
   (which ``Bidirectional`` sets when it returns sequences). The valid steps of each sequence are gathered to its
@@ -113,9 +114,9 @@ def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNCon
     and ``grad``, where the NumPy converters of ``interop`` cannot).
 
     kernel [I, G*H] and recurrent_kernel [H, G*H] hold the gates side by side in Keras's order
-    (``interop.KERAS_GATES``); bias is [G*H] (LSTM, SimpleRNN: the input biases, ``bias_mode="single_input"``),
-    [2, G*H] (GRU: the input row, then the recurrent row, ``bias_mode="double"``) or None (``"none"``). All in
-    ``config.dtype``.
+    (``interop.KERAS_GATES``); bias is [G*H] (LSTM, SimpleRNN: the input biases; where ``config`` has the
+    recurrent ones too, ``bias_mode="double"``, those are held at zero: constants, no gradient), [2, G*H] (GRU: the
+    input row, then the recurrent row, ``bias_mode="double"``) or None (``"none"``). All in ``config.dtype``.
     """
     units = config.num_units
     columns = [interop.KERAS_GATES[config.mode].index(gate) for gate in config.gate_names]
@@ -128,6 +129,8 @@ def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNCon
     if bias is not None:
         for row in bias[None] if bias.ndim == 1 else bias:
             biases += [row[j * units : (j + 1) * units] for j in columns]
+        if bias.ndim == 1 and config.has_recurrent_bias and config.has_input_bias:
+            biases += [jnp.zeros((units,), bias.dtype)] * config.num_gates  # held at zero
     return layout.canonical_to_params(weights, biases, config)
 
 
@@ -232,7 +235,7 @@ class _Fused:
         self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
 
     def _bias_mode(self) -> str:
-        return "single_input" if self.cell.use_bias else "none"
+        return "double" if self.cell.use_bias else "none"  # the recurrent biases held at zero (_opaque_buffer)
 
     def _rnn_config(self, input_size: int, dtype: Any) -> RNNConfig:
         """The one-layer, one-direction network this layer is, in the compute dtype, with the cell's activations and

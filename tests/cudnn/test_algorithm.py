@@ -2,6 +2,11 @@
 device facts, the documented limits, autotune's selection and cache, argument checking, and the attribute the handlers
 receive."""
 
+import os
+import sys
+
+os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import (the Keras layer's case below)
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +23,9 @@ from jax_cudnn_rnn.backends.cudnn.algorithm import (
     Problem,
 )
 from jax_cudnn_rnn.backends.fused.vjp import KernelArrays
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from skips import import_or_skip
 
 H100 = DeviceInfo(9, 0, 132)
 A40 = DeviceInfo(8, 6, 84)
@@ -214,7 +222,7 @@ H200 = DeviceInfo(9, 0, 132)
 
 
 def _frontend_configs(mode):
-    """The default module of each frontend for config F's network (H=128, I=64), as it reaches the kernels."""
+    """The default module (layer) of each frontend for config F's network (H=128, I=64), as it reaches the kernels."""
     from flax import nnx
 
     from jax_cudnn_rnn import equinox as je
@@ -226,6 +234,11 @@ def _frontend_configs(mode):
     yield "linen", linen.packed(linen.init(jax.random.key(0), x)).config
     yield "nnx", {"lstm": jcr_nnx.LSTM, "gru": jcr_nnx.GRU}[mode](64, 128, rngs=nnx.Rngs(0)).config
     yield "equinox", {"lstm": je.LSTM, "gru": je.GRU}[mode](64, 128, key=jax.random.key(0)).config
+    import_or_skip("keras")
+    from jax_cudnn_rnn import keras as jk
+
+    layer = {"lstm": jk.LSTM, "gru": jk.GRU}[mode](128)
+    yield "keras", layer._rnn_config(64, "float32")
 
 
 @pytest.mark.parametrize("device", [H100, H200], ids=["H100", "H200"])
@@ -233,10 +246,10 @@ def _frontend_configs(mode):
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_every_frontends_default_module_gets_the_algorithm_double_bias_gets(mode, training, device):
     """Issue 62: cuDNN refuses the persistent algorithms for a single-bias weight space, and the Flax, NNX and
-    Equinox modules trained one bias per gate on one (Flax's LSTM: 'single_recurrent'): the standard algorithm, 16-21
-    ms where PyTorch's persistent kernel took 2.6 ms at config F. Their parameterizations now lie on the double-bias
-    space with the biases their cells lack held at zero, so that cuDNN's heuristic picks what rnn() with
-    bias_mode='double' gets: the small-H persistent kernel at config F."""
+    Equinox modules and the Keras LSTM trained one bias per gate on one (Flax's LSTM: 'single_recurrent'): the
+    standard algorithm, 16-21 ms where PyTorch's persistent kernel took 2.6 ms at config F. Their parameterizations
+    now lie on the double-bias space with the biases their cells lack held at zero, so that cuDNN's heuristic picks
+    what rnn() with bias_mode='double' gets: the small-H persistent kernel at config F."""
     double = _problem(mode, 128, 64, 32, 1000, training=training)
     want = algorithm.heuristic(double, device)
     assert want == PERSIST_STATIC_SMALL_H
