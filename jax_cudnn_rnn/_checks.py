@@ -137,6 +137,22 @@ def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
+def _check_flags(argument: str, flags: Any) -> None:
+    """Reset flags as ``jnp.where`` takes a condition: bool, or integers or floats that are 0 or 1 (checked where
+    concrete; ``ops.run_checked`` converts them with ``!= 0``)."""
+    dtype = np.dtype(flags.dtype)
+    if dtype == np.bool_:
+        return
+    if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+        raise TypeError(f"{argument} has dtype {dtype.name}; expected bool, or integer or float flags 0 and 1")
+    if _is_concrete(flags):
+        values = np.asarray(flags)
+        bad = np.argwhere((values != 0) & (values != 1))
+        if bad.size:
+            where = "[" + ", ".join(str(i) for i in bad[0]) + "]"
+            raise ValueError(f"{argument}{where} is {values[tuple(bad[0])]}; expected a flag, 0 or 1 (or bool)")
+
+
 def x_shape_dims(
     shape: tuple[Any, ...], names: ArgumentNames = RNN_ARGUMENTS, input_size: int | None = None
 ) -> tuple[Any, Any, Any]:
@@ -309,8 +325,7 @@ def check_inputs(
         if shape != expected:
             what = "the first two axes" if names.batched else "the first axis"
             raise ValueError(f"{names.resets} has shape {shape}; expected {expected} = {words}, {what} of {names.x}")
-        if np.dtype(resets.dtype) != np.bool_:
-            raise TypeError(f"{names.resets} has dtype {np.dtype(resets.dtype).name}; expected bool")
+        _check_flags(names.resets, resets)
     if seq_lengths is None:
         return
     shape = _shape_of(names.seq_lengths, seq_lengths)

@@ -14,11 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn import _checks, layout, ops
-from jax_cudnn_rnn._buffer import Pieces
+from jax_cudnn_rnn import _checks, layout
 from jax_cudnn_rnn._parameterization import Parameterization, library_biases
-from jax_cudnn_rnn.config import MODES, RNNConfig, check_int
-from jax_cudnn_rnn.params import RNNParams
+from jax_cudnn_rnn.config import MODES, RNNConfig
 
 
 def parameterization(
@@ -210,22 +208,20 @@ def tree_fields(tree: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _state_of_tree(tree: Mapping[str, Any]) -> tuple[int, int, int, bool, Any]:
-    """(num_layers * D, hidden, num_units, whether it has a cell state, dtype) of a module's named parameters."""
+def tree_config(tree: Mapping[str, Any]) -> RNNConfig:
+    """The ``RNNConfig`` of a module's named parameters (its mode from the gates' names; bias mode and the rest at
+    their defaults): what its carry's shapes follow."""
     fields = tree_fields(tree)
-    stacked = fields["num_layers"] * (2 if fields["direction"] == "bidirectional" else 1)
-    hidden = fields["proj_size"] or fields["num_units"]
-    return stacked, hidden, fields["num_units"], fields["gates"] == ("f", "g", "i", "o"), fields["dtype"]
-
-
-def _state_of(node: Any) -> tuple[int, int, int, bool, Any]:
-    """(num_layers * D, hidden, num_units, whether it has a cell state, dtype) of an RNNConfig, an RNNParams or a
-    module's named parameters."""
-    if isinstance(node, (RNNConfig, RNNParams)):
-        config = node if isinstance(node, RNNConfig) else node.config
-        stacked = config.num_layers * config.num_directions
-        return stacked, config.hidden_size, config.num_units, config.has_cell_state, config.dtype
-    return _state_of_tree(node)
+    modes = {("f", "g", "i", "o"): "lstm", ("n", "r", "z"): "gru", ("h",): "rnn_tanh"}
+    return RNNConfig(
+        mode=modes[fields["gates"]],
+        num_layers=fields["num_layers"],
+        num_units=fields["num_units"],
+        input_size=layer_input_size(tree, fields["num_units"]),
+        direction=fields["direction"],
+        proj_size=fields["proj_size"],
+        dtype=fields["dtype"],
+    )
 
 
 def is_named_tree(value: Any) -> bool:
@@ -237,70 +233,20 @@ def is_named_tree(value: Any) -> bool:
     )
 
 
-def zero_carry(source: Any, batch: int, dtype: Any = None) -> Any:
-    """The zero carry for ``batch`` sequences in ``dtype``: Flax's ``(c, h)`` for an LSTM, ``h`` otherwise, with
-    h [num_layers*D, batch, hidden] (hidden = proj_size or num_units) and c [num_layers*D, batch, num_units].
-
-    ``source`` says which network: its ``RNNConfig``, its ``RNNParams``, or a parameter tree holding exactly one
-    module's parameters (a parent module's ``variables`` or ``variables["params"]``: the named tree under
-    ``rnn_params``, or an ``RNNParams``), so a stream through a module nested in another starts from
-    ``zero_carry(variables, batch)`` without building the inner module. ``dtype`` defaults to the parameters'; give
-    the module's ``dtype`` when it computes in another, so that the first window's carry has the type every later one
-    has and a jitted step compiles once (with ``initial_carry=None`` on the first call and arrays after, ``jax.jit``
-    traces twice).
-    """
-    if isinstance(source, (RNNConfig, RNNParams)):
-        state = _state_of(source)
-    else:
-        found: list[tuple[str, Any]] = []
-
-        def visit(path: str, node: Any) -> None:
-            if isinstance(node, RNNParams) or is_named_tree(node):
-                found.append((path, node))
-            elif isinstance(node, Mapping):
-                for key, child in node.items():
-                    visit(f"{path}[{key!r}]", child)
-
-        visit("", source)
-        if len(found) != 1:
-            where = f" (at {', '.join(p for p, _ in found)})" if found else ""
-            raise ValueError(
-                f"source holds {len(found)} RNN modules' parameters{where}; expected an RNNConfig, an RNNParams or a "
-                "tree holding exactly one (pass the one you mean, e.g. variables['params']['LSTM_0'])"
-            )
-        state = _state_of(found[0][1])
-    stacked, hidden, units, has_cell_state, own_dtype = state
-    batch = check_int("batch", batch, 1)
-    dtype = own_dtype if dtype is None else dtype
-    h = jnp.zeros((stacked, batch, hidden), dtype)
-    return (jnp.zeros((stacked, batch, units), dtype), h) if has_cell_state else h
-
-
-def carry_batch(input_shape: Any, time_major: bool) -> int:
-    """The batch size in ``input_shape``: the whole input's shape (rank 3, [B, T, I] or time-major [T, B, I]) or one
-    step's (rank 2, (B, I), as Flax's cells take it)."""
-    shape = tuple(input_shape)
-    if len(shape) == 2:
-        return shape[0]
-    if len(shape) == 3:
-        return shape[1] if time_major else shape[0]
-    raise ValueError(
-        f"input_shape is {shape}; expected the input's shape "
-        f"({'time, batch' if time_major else 'batch, time'}, features) or one step's (batch, features)"
-    )
-
-
 def argument_names(
     time_major: bool,
     has_cell_state: bool = False,
     input_size: str = "the module's input size",
     layerless: bool = False,
+    batched: bool = True,
 ) -> _checks.ArgumentNames:
     """The words the modules' errors use (``_checks.check_inputs``): their own arguments, x in their layout, the
     carry's parts as ``initial_carry[1]`` (h) and ``initial_carry[0]`` (c) when it holds a cell state (Flax's
     ``(c, h)``); ``input_size`` says what sets x's last axis; ``layerless``: a carry of Flax's cells' [batch, hidden]
-    shape (one layer, one direction)."""
+    shape (one layer, one direction); ``batched`` False: one unbatched sequence x [time, features], as ``nn.RNN``
+    takes it (the carry without a batch axis, ``seq_lengths`` a scalar, ``resets`` [time])."""
     h0, c0 = ("initial_carry[1] (h)", "initial_carry[0] (c)") if has_cell_state else ("initial_carry",) * 2
+    fix = f"pass jnp.swapaxes(x, 0, 1), or build the module with time_major={not time_major}"
     return _checks.ArgumentNames(
         params="rnn_params",
         x="x",
@@ -308,123 +254,14 @@ def argument_names(
         c0=c0,
         input_size=input_size,
         dtype=None,
-        axes=("time", "batch", "features"),
+        axes=("time", "batch" if batched else None, "features"),
         state_axes=(None if layerless else "num_layers*num_directions", "num_units"),
         batch_major=not time_major,
         caller="The module",
-        layout_fix=f"pass jnp.swapaxes(x, 0, 1), or build the module with time_major={not time_major}",
+        layout_fix=fix
+        if batched
+        else "x is one sequence [time, features]; a batch of them is x [batch, time, features]",
     )
-
-
-def _split_carry(initial_carry: Any, config: RNNConfig) -> tuple[Any, Any]:
-    """(h0, c0) from ``initial_carry``: Flax's pair ``(c, h)`` for an LSTM, ``h`` alone (c0 None) otherwise."""
-
-    def described(value):
-        if isinstance(value, (tuple, list)):
-            return f"a {type(value).__name__} of {len(value)}"
-        shape = getattr(value, "shape", None)
-        return f"an array of shape {tuple(shape)}" if shape is not None else f"a {type(value).__name__}"
-
-    hidden = "proj_size" if config.proj_size else "num_units"
-    if config.has_cell_state:
-        if not isinstance(initial_carry, (tuple, list)) or len(initial_carry) != 2:
-            raise TypeError(
-                f"initial_carry is {described(initial_carry)}; mode 'lstm' carries Flax's pair (c, h) of "
-                f"[num_layers*num_directions, batch, num_units] and [num_layers*num_directions, batch, {hidden}] "
-                "arrays ([batch, ...] each for one layer and one direction, as Flax's cells carry them)"
-            )
-        return initial_carry[1], initial_carry[0]
-    if isinstance(initial_carry, (tuple, list)):
-        raise TypeError(
-            f"initial_carry is {described(initial_carry)}; mode {config.mode!r} carries h alone, one "
-            f"[num_layers*num_directions, batch, {hidden}] array"
-        )
-    return initial_carry, None
-
-
-def apply_rnn(
-    params: RNNParams | Pieces,
-    x: jax.Array,
-    *,
-    compute_dtype: Any,
-    time_major: bool,
-    seq_lengths: Any = None,
-    initial_carry: Any = None,
-    dropout_key: Any = None,
-    implementation: str | None = None,
-    precision: Any = None,
-    algorithm: str | None = None,
-    return_carry: bool = False,
-    resets: Any = None,
-    max_segments: int | None = None,
-    input_size_name: str = "the module's input size",
-):
-    """Runs ``params`` (an ``RNNParams``, or a module's named tensors as ``Parameterization.pieces`` gives them) over x
-    ([B, T, I], or [T, B, I] when ``time_major``) in ``compute_dtype`` (x, the carry and the parameters are cast to
-    it).
-
-    ``initial_carry``: Flax's ``(c0, h0)`` for an LSTM, ``h0`` otherwise, each [num_layers*D, B, hidden], or
-    [B, hidden] as Flax's cells carry them for one layer and one direction; zeros when None. ``seq_lengths``: integers
-    [B] in [0, T] (an array or a list). ``resets``: bool [B, T] (or [T, B] when ``time_major``), ``rnn``'s resets;
-    ``max_segments``: ``rnn``'s (cuDNN only). Every argument is checked as the caller passed it, before any cast or
-    transposition, by ``_checks.check_inputs`` in the module's words (``argument_names``; ``input_size_name``: what set
-    the input size, e.g. NNX's ``in_features``).
-    Returns y ([B, T, D*H] or time-major), or ``(carry, y)`` with ``return_carry`` (carry shaped like
-    ``initial_carry``), as ``flax.linen.RNN`` does.
-    """
-    config = params.config
-    compute_dtype = jnp.dtype(compute_dtype)
-    buffer = params if isinstance(params, Pieces) else params.buffer
-    if config.dtype != compute_dtype:
-        run_config = RNNConfig(**{**config.to_json(), "dtype": compute_dtype.name})
-        buffer = buffer.astype(compute_dtype)
-    else:
-        run_config = config
-    lstm = config.has_cell_state
-    names = argument_names(time_major, lstm, input_size_name)
-    if initial_carry is None:
-        initial_carry = zero_carry(run_config, _checks.x_dims(x, names, config.input_size)[1], compute_dtype)
-    h0, c0 = _split_carry(initial_carry, config)
-    layerless = config.num_layers * config.num_directions == 1 and getattr(h0, "ndim", None) == 2
-    if layerless:
-        names = argument_names(time_major, lstm, input_size_name, layerless=True)
-    if resets is not None:
-        resets = jnp.asarray(resets)
-    seq_lengths = _checks.as_lengths(seq_lengths)
-    # Pieces were checked by their Parameterization
-    _checks.check_inputs(
-        None if isinstance(buffer, Pieces) else buffer, x, h0, c0, run_config, seq_lengths, resets, names=names
-    )
-    x = jnp.asarray(x, compute_dtype)
-    xs = x if time_major else jnp.swapaxes(x, 0, 1)
-    if resets is not None and not time_major:
-        resets = resets.T
-    h0 = jnp.asarray(h0, compute_dtype)
-    c0 = None if c0 is None else jnp.asarray(c0, compute_dtype)
-    if layerless:
-        h0, c0 = h0[None], (None if c0 is None else c0[None])
-    y, h_n, c_n = ops.rnn(
-        buffer,
-        xs,
-        h0,
-        c0,
-        run_config,
-        seq_lengths=seq_lengths,
-        is_training=dropout_key is not None,
-        dropout_key=dropout_key,
-        implementation=implementation,
-        precision=precision,
-        algorithm=algorithm,
-        resets=resets,
-        max_segments=max_segments,
-    )
-    if not time_major:
-        y = jnp.swapaxes(y, 0, 1)
-    if not return_carry:
-        return y
-    if layerless:
-        h_n, c_n = h_n[0], (None if c_n is None else c_n[0])
-    return ((c_n, h_n) if lstm else h_n), y
 
 
 def layer_input_size(tree: Mapping[str, Any], num_units: int) -> int:

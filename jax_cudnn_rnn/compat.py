@@ -202,7 +202,7 @@ def lstm(
             f"its lstm_ref refuses it); pass dropout_key=jax.random.key(...) for this library's "
             f"inter-layer dropout, or dropout=0.0"
         )
-    y, h_n, c_n = ops.rnn(
+    y, h_n, c_n = ops.run_checked(
         weights,
         jnp.swapaxes(x, 0, 1),
         h_0,

@@ -183,7 +183,7 @@ class _FusedRNN(eqx.Module):
                 f"key is None; {which} needs a PRNG key when the module is not in inference mode (or use "
                 f"eqx.nn.inference_mode)"
             )
-        y, h_n, c_n = ops.rnn(
+        y, h_n, c_n = ops.run_checked(
             self.parameters.pieces(self.rnn_params, "rnn_params"),
             x[:, None],
             h0[:, None],

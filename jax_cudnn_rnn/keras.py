@@ -377,7 +377,7 @@ class _Fused:
             implementation=implementation, precision=self.precision, is_training=recurrent_dropout, dropout_key=key
         )
         if mask is None:
-            outputs, h_n, c_n = ops.rnn(params, xs, h0, c0, config, **run)
+            outputs, h_n, c_n = ops.run_checked(params, xs, h0, c0, config, **run)
         else:
             valid = jnp.swapaxes(jnp.asarray(mask).astype(bool), 0, 1)  # [T, B], in reading order
             if self.go_backwards:
@@ -385,7 +385,7 @@ class _Fused:
             rank = jnp.cumsum(valid, axis=0, dtype=jnp.int32) - 1  # index of the latest valid step among the valid
             order = jnp.argsort(~valid, axis=0, stable=True)  # each sequence's valid steps first, in order
             packed = jnp.take_along_axis(xs, order[..., None], axis=0)
-            y, h_n, c_n = ops.rnn(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
+            y, h_n, c_n = ops.run_checked(params, packed, h0, c0, config, seq_lengths=rank[-1] + 1, **run)
             # A masked step keeps the state: its output is the latest valid step's, before the first one h0 (Keras's
             # scan) or zeros (Keras's unrolled loop, which carries its previous output and has no zero_output_for_mask).
             latest = jnp.take_along_axis(y, jnp.maximum(rank, 0)[..., None], axis=0)

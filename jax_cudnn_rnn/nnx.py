@@ -9,6 +9,15 @@ and dropout follows ``nnx.Dropout``: active unless ``deterministic``, which ``mo
 ``model.train()`` clears. cuDNN's conventions are one argument away: ``bias_mode="double"`` (both biases of every
 gate, PyTorch's initialisation). ``LSTM.from_cells`` takes trained nnx cells.
 
+nnx.RNN's surface: ``RNN(nnx.LSTMCell(3, 64, rngs=...), return_carry=True)`` is ``nnx.RNN(cell, return_carry=True)``
+with the loop over time fused: the module holds that cell (``model.cell``) and reads its Variables at every call, so
+they are shared as ``nnx.RNN`` shares them (an optimizer of the module updates the cell; a value written into the cell
+is what the next call runs), and its state is the cell's (``cell/ii/kernel``...). ``from_cells`` instead copies its
+cells' values into the canonical tensors of a network it owns: a stack of several cells is one network of its own,
+whose state the module holds as ``rnn_params`` (the tree a checkpoint of it keeps whatever cells it came from).
+``time_major``, ``return_carry``, ``reverse``, ``keep_order`` and ``unroll`` as nnx.RNN takes them (constructor, and
+the call's overrides); nnx.RNN's ``state_axes`` and ``broadcast_rngs`` at their defaults only.
+
 The parameters are the named canonical tensors, one ``nnx.Param`` each, under ``self.rnn_params``
 (``layer_{l}/{forward|backward}/{w_input|w_recurrent|b_input|b_recurrent}/{gate}``), so ``nnx.state(model)`` is that
 named tree: a plain ``ocp.StandardCheckpointer`` writes and reads named canonical tensors, an optimizer's state mirrors
@@ -27,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_cudnn_rnn import _flax_core, layout
+from jax_cudnn_rnn import _cell_params, _flax_apply, _flax_carry, _flax_core, _flax_surface, layout
 from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.params import RNNParams
 
@@ -50,14 +59,19 @@ class RNN(nnx.Module):
     linen ``jax_cudnn_rnn.flax.RNN`` fields (``bias_mode`` and the initializers included, None meaning nnx's cells'
     own), plus ``in_features`` and ``rngs`` (``rngs.params`` initialises; ``rngs.dropout`` draws the dropout and
     ``recurrent_dropout`` masks when not deterministic); ``hidden_features`` is nnx's name for ``num_units``.
-    ``deterministic`` defaults to False, as ``nnx.Dropout``'s does; ``model.eval()`` / ``model.train()`` set it."""
+    ``deterministic`` defaults to False, as ``nnx.Dropout``'s does; ``model.eval()`` / ``model.train()`` set it.
+
+    Or as ``nnx.RNN`` is, from an nnx cell (``LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell`` with tanh
+    or relu): ``RNN(cell, *, time_major=False, return_carry=False, reverse=False, keep_order=False, unroll=1,
+    state_axes=None, broadcast_rngs=None, rngs=True, implementation=None, precision=None, algorithm=None)``, one layer
+    sharing the cell's Variables (``rngs``: nnx.RNN's, the stream of the cell's ``initialize_carry``)."""
 
     #: The mode a subclass stands for (LSTM, GRU); None: any.
     fixed_mode: ClassVar[str | None] = None
 
     def __init__(
         self,
-        in_features: int,
+        in_features: Any,
         num_units: int | None = None,
         *,
         mode: str | None = None,
@@ -80,13 +94,62 @@ class RNN(nnx.Module):
         bias_init: Any = None,
         hidden_features: int | None = None,
         recurrent_dropout: float = 0.0,
-        rngs: nnx.Rngs,
+        return_carry: bool = False,
+        reverse: bool = False,
+        keep_order: bool = False,
+        unroll: int = 1,
+        merge_fn: Any = None,
+        state_axes: Any = None,
+        broadcast_rngs: Any = None,
+        rngs: Any = None,
     ):
+        name = type(self).__name__
+        _flax_surface.check_scan_options("nnx", name, state_axes=state_axes, broadcast_rngs=broadcast_rngs)
+        _flax_surface.check_unroll(unroll)
+        _flax_surface.check_flags(
+            name, time_major=time_major, return_carry=return_carry, reverse=reverse, keep_order=keep_order
+        )
+        if merge_fn is not None and direction != "bidirectional":
+            raise ValueError("merge_fn merges a bidirectional module's two directions; this module has one direction")
+        self.time_major = time_major
+        self.return_carry = return_carry
+        self.reverse = reverse
+        self.keep_order = keep_order
+        self.unroll = unroll
+        self.merge_fn = merge_fn
+        self.precision = precision
+        self.algorithm = algorithm
+        self.implementation = implementation
+        self.deterministic = deterministic
+        if isinstance(in_features, nnx.Module):  # nnx.RNN(cell, ...)
+            given = dict(
+                num_units=num_units,
+                mode=mode,
+                num_layers=num_layers,
+                direction=direction,
+                input_mode=input_mode,
+                dropout=dropout,
+                proj_size=proj_size,
+                cell_clip=cell_clip,
+                bias_mode=bias_mode,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                kernel_init=kernel_init,
+                recurrent_kernel_init=recurrent_kernel_init,
+                bias_init=bias_init,
+                hidden_features=hidden_features,
+                recurrent_dropout=recurrent_dropout,
+            )
+            self._from_cell(in_features, given, rngs)
+            return
+        if rngs is None:
+            raise TypeError(f"{name} needs rngs=nnx.Rngs(...) to initialise its parameters")
         if mode is None:
             mode = self.fixed_mode or "lstm"
         num_units = _flax_core.module_size(
-            type(self).__name__, num_units, "hidden_features", hidden_features, mode, self.fixed_mode, "in_features, "
+            name, num_units, "hidden_features", hidden_features, mode, self.fixed_mode, "in_features, "
         )
+        self.cell = None
         self.parameters = _flax_core.parameterization(
             "nnx",
             mode,
@@ -103,19 +166,59 @@ class RNN(nnx.Module):
             recurrent_dropout=recurrent_dropout,
         )
         self.config = self.parameters.config
-        self.precision = precision
-        self.algorithm = algorithm
         defaults = "nnx" if bias_mode is None else "uniform"
         inits = (kernel_init, recurrent_kernel_init, bias_init)
         tree = _flax_core.init_tree(rngs.params(), self.parameters, defaults, *inits)
         self.rnn_params = _data(jax.tree_util.tree_map(nnx.Param, tree))
         self.dtype = dtype
         self.param_dtype = param_dtype
-        self.time_major = time_major
-        self.implementation = implementation
-        self.deterministic = deterministic
         drops = (self.config.dropout > 0 and num_layers > 1) or self.config.recurrent_dropout > 0
         self.rngs = rngs if drops else None
+
+    def _from_cell(self, cell: nnx.Module, given: dict[str, Any], rngs: Any) -> None:
+        """A module of one layer holding ``cell`` (shared, as nnx.RNN holds it) and ``rngs`` as nnx.RNN keeps it."""
+        network = _cell_params.cell_network(cell, "nnx", "cell")
+        name = type(self).__name__
+        if self.fixed_mode is not None and network.mode != self.fixed_mode:
+            raise TypeError(
+                f"cell is an nnx {network.kind}, which {name} does not run (it is the "
+                f"{self.fixed_mode!r} module); use RNN(cell)"
+            )
+        defaults = dict.fromkeys(given) | {
+            "num_layers": 1,
+            "direction": "unidirectional",
+            "input_mode": "linear_input",
+            "dropout": 0.0,
+            "proj_size": 0,
+            "param_dtype": jnp.float32,
+            "recurrent_dropout": 0.0,
+        }
+        _flax_surface.check_cell_fields(name, network.kind, given, defaults)
+        self.cell = cell
+        self.parameters = _flax_core.parameterization(
+            "nnx",
+            network.mode,
+            network.num_units,
+            1,
+            network.in_features,
+            None,
+            dtype=cell.param_dtype,
+            **network.fields,
+        )
+        self.config = self.parameters.config
+        self.dtype = cell.dtype
+        self.param_dtype = cell.param_dtype
+        if rngs is None or rngs is True:
+            rngs = nnx.RngStream(0, tag="carry")
+        elif isinstance(rngs, nnx.Rngs):
+            rngs = rngs.carry.fork()
+        elif rngs is False:
+            rngs = None
+        elif not isinstance(rngs, nnx.RngStream):
+            raise TypeError(
+                f"rngs is a {type(rngs).__name__}; expected an nnx.Rngs, an RngStream or a bool (nnx.RNN's)"
+            )
+        self.rngs = _data(rngs)
 
     @property
     def params(self) -> RNNParams:
@@ -124,20 +227,31 @@ class RNN(nnx.Module):
         return RNNParams(self._pieces().buffer(), self.config)
 
     def _pieces(self) -> Pieces:
-        """The named tensors' values as the buffer's pieces (what ``__call__`` runs)."""
-        values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
+        """The named tensors' values as the buffer's pieces (what ``__call__`` runs): the cell's Variables as they
+        are now for a module built from a cell."""
+        if self.cell is not None:
+            values = _cell_params.nnx_tensors(self.cell, self.config, self.parameters.shapes, "cell")
+        else:
+            values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
         return self.parameters.pieces(layout.unflatten_tree(values), "rnn_params")
 
     def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:
-        """The zero carry (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
+        """The carry to start from (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
 
-        ``input_shape`` is the shape of x or of one step's input (batch, features); ``rngs`` is accepted for nnx's
-        signature and unused (the carry is zero). Returns Flax's ``(c, h)`` for an LSTM, ``h`` otherwise: c
-        [num_layers*D, B, num_units], h [num_layers*D, B, hidden], in the module's computation dtype.
+        ``input_shape``: one step's input shape (*batch, features), as nnx's cells take it, or the whole x's (rank 3 or
+        more). A module built from a cell returns the cell's ``initialize_carry((*batch, features), rngs)``; any other
+        zeros (``rngs`` unused) in the computation dtype, Flax's ``(c, h)`` for an LSTM, ``h`` otherwise, in the form
+        its call returns (the linen modules' ``initialize_carry`` says which).
         """
-        del rngs
-        batch = _flax_core.carry_batch(input_shape, self.time_major)
-        return _flax_core.zero_carry(self.config, batch, self.dtype or self.param_dtype)
+        batch_dims, features = _flax_carry.step_shape(input_shape, self.time_major)
+        if self.cell is not None:
+            return self.cell.initialize_carry((*batch_dims, features), self._carry_rngs(rngs))
+        return _flax_carry.zeros(self.config, batch_dims, self.dtype or self.param_dtype)
+
+    def _carry_rngs(self, rngs: Any) -> Any:
+        """nnx.RNN's stream for a cell's ``initialize_carry``: the call's, else the module's."""
+        rngs = self.rngs if rngs is None else rngs
+        return rngs.carry.fork() if isinstance(rngs, nnx.Rngs) else rngs
 
     def __call__(
         self,
@@ -147,27 +261,45 @@ class RNN(nnx.Module):
         *,
         deterministic: bool | None = None,
         rngs: Any = None,
-        return_carry: bool = False,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
         resets: Any = None,
         max_segments: int | None = None,
     ):
-        """See ``_flax_core.apply_rnn``: the carry is ``(c, h)`` for an LSTM; ``resets`` bool [B, T] ([T, B] when
-        time_major). Dropout applies unless ``deterministic`` (this argument, else the attribute), drawn from
-        ``rngs`` (an ``nnx.Rngs``, a stream or a key; this argument, else the module's ``rngs.dropout``), as
-        ``nnx.Dropout``."""
+        """See ``_flax_apply.apply_rnn``: nnx.RNN's call (``return_carry``, ``time_major``, ``reverse``, ``keep_order``
+        None keep the module's); the carry is ``(c, h)`` for an LSTM; ``resets`` [*batch, T] ([T, *batch] when
+        time-major), bool or 0/1. Dropout applies unless ``deterministic`` (this argument, else the attribute), drawn
+        from ``rngs`` (an ``nnx.Rngs``, a stream or a key; this argument, else the module's ``rngs.dropout``), as
+        ``nnx.Dropout``; a module built from a cell takes ``rngs`` as nnx.RNN does, for the cell's
+        ``initialize_carry``."""
+        return_carry = _flax_surface.choose("return_carry", return_carry, self.return_carry)
+        time_major = _flax_surface.choose("time_major", time_major, self.time_major)
+        reverse = _flax_surface.choose("reverse", reverse, self.reverse)
+        keep_order = _flax_surface.choose("keep_order", keep_order, self.keep_order)
         if deterministic is None:
             deterministic = self.deterministic
         config = self.config
         dropout_key = None
-        if not deterministic and ((config.dropout > 0 and config.num_layers > 1) or config.recurrent_dropout > 0):
+        default_carry = None
+        compute_dtype = self.dtype or self.param_dtype
+        if self.cell is not None:
+            features = config.input_size
+            carry_rngs = self._carry_rngs(rngs)
+            default_carry = lambda batch: self.cell.initialize_carry((*batch, features), carry_rngs)  # noqa: E731
+            if self.dtype is None and hasattr(x, "dtype"):
+                compute_dtype = jnp.result_type(x.dtype, self.param_dtype)
+        elif not deterministic and ((config.dropout > 0 and config.num_layers > 1) or config.recurrent_dropout > 0):
             dropout_key = _dropout_key(rngs if rngs is not None else self.rngs)
-        return _flax_core.apply_rnn(
+        return _flax_apply.apply_rnn(
             self._pieces(),
             x,
-            compute_dtype=self.dtype or self.param_dtype,
-            time_major=self.time_major,
+            compute_dtype=compute_dtype,
+            time_major=time_major,
             seq_lengths=seq_lengths,
             initial_carry=initial_carry,
+            default_carry=default_carry,
             dropout_key=dropout_key,
             implementation=self.implementation,
             precision=self.precision,
@@ -176,6 +308,9 @@ class RNN(nnx.Module):
             resets=resets,
             max_segments=max_segments,
             input_size_name="in_features",
+            reverse=reverse,
+            keep_order=keep_order,
+            merge_fn=self.merge_fn,
         )
 
     @classmethod

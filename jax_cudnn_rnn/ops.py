@@ -139,13 +139,14 @@ def rnn(
         run for this shape once per process, at trace time, and keep the fastest), or one of "standard",
         "persist_static", "persist_static_small_h" (a ValueError says why when cuDNN cannot run it here). Results
         agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/backends/cudnn/algorithm.py.
-      resets: optional bool [T, B]. Where ``resets[t, b]``, a new segment starts at step t of sequence b: the state
-        entering step t is zero in every layer (h and c), and each segment is an independent sequence. The forward
-        direction of the first segment starts from h0/c0 (from zero if ``resets[0, b]``); the backward direction
-        runs each segment from its last valid step starting from zero, except the last segment, which starts from
-        h0/c0's backward entries. h_n/c_n: forward entries after the last valid step, backward entries after
-        position 0. Resets at steps >= len change nothing. The xla implementations mask the state inside their scan;
-        cuDNN runs every segment as a row of its own (jax_cudnn_rnn/backends/fused/segments.py).
+      resets: optional bool [T, B] (or 0/1 flags of an integer or float dtype, as ``jnp.where`` takes a
+        condition; converted to bool after the check). Where ``resets[t, b]``, a new segment starts at step t of
+        sequence b: the state entering step t is zero in every layer (h and c), and each segment is an independent
+        sequence. The forward direction of the first segment starts from h0/c0 (from zero if ``resets[0, b]``); the
+        backward direction runs each segment from its last valid step starting from zero, except the last segment,
+        which starts from h0/c0's backward entries. h_n/c_n: forward entries after the last valid step, backward
+        entries after position 0. Resets at steps >= len change nothing. The xla implementations mask the state
+        inside their scan; cuDNN runs every segment as a row of its own (jax_cudnn_rnn/backends/fused/segments.py).
       max_segments: implementation="cudnn" with ``resets`` only (the others accept and ignore it): the static number
         of rows of cuDNN's packed batch of segments, an int >= B; None means 2 * B. A batch with more segments (one
         per non-empty sequence, plus one per reset at a valid step > 0) runs the xla implementation instead, with the
@@ -174,10 +175,50 @@ def rnn(
             "checks its arguments with check_inputs(..., names=...) before it transposes or reshapes them"
         )
     seq_lengths = as_lengths(seq_lengths)
-    pieces = isinstance(params, Pieces)  # a frontend's named tensors (jax_cudnn_rnn/_buffer.py), checked by it
+    # a frontend's named tensors (jax_cudnn_rnn/_buffer.py): each tensor's size and dtype against config
+    pieces = isinstance(params, Pieces)
     if pieces:
         check_pieces(params, config)
     check_inputs(None if pieces else params, x, h0, c0, config, seq_lengths, resets, names=argument_names)
+    return run_checked(
+        params,
+        x,
+        h0,
+        c0,
+        config,
+        seq_lengths,
+        is_training,
+        dropout_key,
+        implementation,
+        precision,
+        algorithm,
+        resets,
+        max_segments,
+    )
+
+
+def run_checked(
+    params: Any,
+    x: Any,
+    h0: Any,
+    c0: Any,
+    config: RNNConfig,
+    seq_lengths: Any = None,
+    is_training: bool = False,
+    dropout_key: Any = None,
+    implementation: str | None = None,
+    precision: Any = None,
+    algorithm: str | None = None,
+    resets: Any = None,
+    max_segments: int | None = None,
+):
+    """``rnn``'s arguments after ``_checks.check_inputs`` has checked params (unless they are a frontend's ``Pieces``),
+    x, h0, c0, seq_lengths and resets: what ``rnn`` runs after its own checks, and what a frontend runs after checking
+    its user's arguments in its own words (``check_inputs(..., names=...)``), so that each is checked once on the way
+    to the kernels. Checks only the options (``max_segments``, ``is_training``, ``dropout_key``, ``precision``,
+    ``algorithm``, ``implementation``); converts the lengths to int32 and the resets to bool (``resets != 0``: the
+    integer or float flags ``check_inputs`` accepts)."""
+    pieces = isinstance(params, Pieces)
     if max_segments is not None:
         if isinstance(max_segments, bool) or not isinstance(max_segments, (int, np.integer)):
             raise TypeError(f"max_segments must be None or an int, got {type(max_segments).__name__} {max_segments!r}")
@@ -217,8 +258,14 @@ def rnn(
         h0,
         c0,
         None if seq_lengths is None else jnp.asarray(seq_lengths, jnp.int32),
-        None if resets is None else jnp.asarray(resets),
+        None if resets is None else _as_flags(resets),
         masks,
         recurrent_masks,
     )
     return registry.run(implementation, call, inputs)
+
+
+def _as_flags(resets: Any) -> jax.Array:
+    """Resets as bool: bool as they are, integer or float 0/1 flags (checked by ``check_inputs``) as ``!= 0``."""
+    resets = jnp.asarray(resets)
+    return resets if resets.dtype == jnp.bool_ else resets != 0

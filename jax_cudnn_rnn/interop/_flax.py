@@ -9,16 +9,13 @@ from typing import Any
 import numpy as np
 
 from jax_cudnn_rnn import layout
+from jax_cudnn_rnn._cell_params import LINEN_NAMES
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.interop import _common as common
+from jax_cudnn_rnn.interop import _flax_layers
 
 # Flax's own names per gate: (input dense, recurrent dense); which of them carries the (summed) bias.
-_FLAX_CELL_NAMES = {
-    "lstm": ({"i": "ii", "f": "if", "g": "ig", "o": "io"}, {"i": "hi", "f": "hf", "g": "hg", "o": "ho"}),
-    "gru": ({"r": "ir", "z": "iz", "n": "in"}, {"r": "hr", "z": "hz", "n": "hn"}),
-    "rnn_tanh": ({"h": "i"}, {"h": "h"}),
-    "rnn_relu": ({"h": "i"}, {"h": "h"}),
-}
+_FLAX_CELL_NAMES = LINEN_NAMES
 
 
 def _flax_check(config: RNNConfig) -> None:
@@ -67,11 +64,12 @@ def canonical_to_flax(weights: Sequence[Any], biases: Sequence[Any], config: RNN
 def flax_to_canonical(
     params: Mapping[str, Any], config: RNNConfig, *, dtype: Any = None, atol: float = 0.0
 ) -> common.Canonical:
-    """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too, and for one layer the params of
-    ``nn.RNN(cell)``, ``{"cell": ...}``, or of ``nn.Bidirectional`` of two, ``{"forward_rnn": ..., "backward_rnn":
-    ...}``, as they are). A cell's one bias per gate goes to the side the cell keeps it on (the LSTM's recurrent one,
-    the others' input one) where ``config`` has that side, else to the one bias it has; a bias with nowhere to go
-    (e.g. bias_mode 'none') and
+    """The inverse of ``canonical_to_flax`` (accepts ``{'params': ...}`` too, and the trees Flax's own layers keep:
+    a cell's as ``@nn.compact`` stores it, ``nn.RNN(cell)``'s ``{"cell": ...}``, ``nn.Bidirectional``'s
+    ``{"forward_rnn": ..., "backward_rnn": ...}``, or a stack of those whose keys end in the layer's index, RNN_0,
+    RNN_1, ...: jax_cudnn_rnn/interop/_flax_layers.py). A cell's one bias per gate goes to the side the cell keeps it
+    on (the LSTM's recurrent one, the others' input one) where ``config`` has that side, else to the one bias it has;
+    a bias with nowhere to go (e.g. bias_mode 'none') and
     skip input's input kernels (which must be the identity) are checked to within ``atol``.
 
     Raises ValueError naming the missing, unexpected or misshapen path.
@@ -81,8 +79,8 @@ def flax_to_canonical(
         params = params["params"]
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a nested dict, got {type(params).__name__}")
-    if config.num_layers == 1 and "layer_0" not in params:  # nn.RNN(cell)'s {"cell": ...}, nn.Bidirectional's
-        params = {"layer_0": params}
+    if "layer_0" not in params:  # a cell's tree, nn.RNN's {"cell": ...}, nn.Bidirectional's, RNN_0, RNN_1, ...
+        params = _flax_layers.as_stack(_flax_layers.cells(params, "params"))
     found = {k: common.to_numpy(v, k) for k, v in layout.flatten_tree(params).items()}
     input_names, recurrent_names = _FLAX_CELL_NAMES[config.mode]
     units = config.num_units

@@ -108,8 +108,11 @@ def test_the_lstm_carry_is_flax_s_and_a_one_layer_module_takes_the_cells_carry()
     (c3, h3), _ = ours.apply({"params": params}, x, initial_carry=(c0[None], h0[None]), return_carry=True)
     np.testing.assert_allclose(c3[0], c, atol=1e-6)
     np.testing.assert_allclose(h3[0], h, atol=1e-6)
-    c_zero, h_zero = ours.initialize_carry(None, x.shape)
-    assert c_zero.shape == h_zero.shape == (1, B, H)
+    c_zero, h_zero = ours.initialize_carry(None, x.shape)  # the cell's, as nn.LSTMCell's initialize_carry
+    assert c_zero.shape == h_zero.shape == (B, H)
+    assert not np.any(c_zero) and not np.any(h_zero)
+    (c1, h1), _ = ours.apply({"params": params}, x, return_carry=True)  # no carry given: the cell's form too
+    assert c1.shape == h1.shape == (B, H)
     stacked = jcr_flax.LSTM(H, num_layers=2)
     with pytest.raises(ValueError, match=re.escape("initial_carry[1] (h) has shape (3, 5); expected (2, 3, 5)")):
         stacked.apply(stacked.init(jax.random.key(0), x), x, initial_carry=(c0, h0))

@@ -264,7 +264,10 @@ def test_zero_carry_sources_and_errors():
         h = jcr_flax.zero_carry(source, 4)
         assert h.shape == (6, 4, H) and h.dtype == jnp.float32
     c, h = jcr_flax.zero_carry({"params": {"lstm": jcr_flax.LSTM(H).init(jax.random.key(0), jnp.ones((B, T, I)))}}, 2)
-    assert c.shape == h.shape == (1, 2, H)
+    assert c.shape == h.shape == (2, H)  # one layer, one direction: the cell's carry
+    (c_f, h_f), (c_b, h_b) = jcr_flax.zero_carry(jcr.RNNConfig("lstm", 1, H, I, direction="bidirectional"), (3, 2))
+    assert c_f.shape == h_f.shape == c_b.shape == h_b.shape == (3, 2, H)  # nn.Bidirectional's, two batch axes
+    assert jcr_flax.zero_carry(config, ()).shape == (6, H)  # one unbatched sequence
     with pytest.raises(ValueError, match=re.escape("source holds 2 RNN modules' parameters (at ['a'], ['b']); exp")):
         jcr_flax.zero_carry({"a": params, "b": params}, 4)
     with pytest.raises(ValueError, match="source holds 0 RNN modules' parameters; expected"):

@@ -24,9 +24,10 @@ def lstm():
 
 
 def test_wrong_rank(lstm):
+    """nn.RNN's ranks: [*batch, time, features], or one sequence [time, features]; less is an error."""
     module, variables = lstm
-    with pytest.raises(ValueError, match=re.escape("x has shape (5, 3); expected rank 3 (batch, time, features)")):
-        module.apply(variables, jnp.ones((T, I)))
+    with pytest.raises(ValueError, match=re.escape("x has shape (3,); expected (*batch, time, features), or (time, ")):
+        module.apply(variables, jnp.ones((I,)))
 
 
 def test_feature_size_differs_from_init(lstm):
@@ -144,13 +145,15 @@ def test_a_bad_initial_carry_is_named_as_passed(lstm, gru, nnx_lstm, kind, carry
 BAD_INPUTS = [  # (module, x, kwargs, error, message)
     ("linen lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
     ("nnx lstm", [[[1.0] * I] * T] * B, {}, TypeError, "x must be an array, got list"),
-    ("linen lstm", jnp.ones(()), {}, ValueError, "x has shape (); expected rank 3 (batch, time, features)"),
+    ("linen lstm", jnp.ones(()), {}, ValueError, "x has shape (); expected (*batch, time, features)"),
+    ("nnx lstm", jnp.ones((I,)), {}, ValueError, "x has shape (3,); expected (*batch, time, features)"),
+    ("nnx lstm", jnp.ones((T, 2)), {}, ValueError, "x has shape (5, 2); expected (T, 3): its last axis must be"),
     (
         "nnx lstm",
         jnp.ones((T, I)),
-        {},
+        {"seq_lengths": jnp.array([1, 2])},
         ValueError,
-        "x has shape (5, 3); expected rank 3 (batch, time, features) = (B, T, 3)",
+        "seq_lengths has shape (2,); expected () (one sequence's length; x is one sequence [time, features]",
     ),
     ("nnx lstm", jnp.ones((B, 0, I)), {}, ValueError, "x has shape (2, 0, 3); time and batch must be at least 1"),
     # x given time-major to a batch-major module: x is blamed, not the carry that matches the batch
@@ -188,9 +191,23 @@ BAD_INPUTS = [  # (module, x, kwargs, error, message)
     (
         "nnx lstm",
         jnp.ones((B, T, I)),
-        {"resets": jnp.zeros((B, T), jnp.float32)},
+        {"resets": jnp.full((B, T), 0.5, jnp.float32)},
+        ValueError,
+        "resets[0, 0] is 0.5; expected a flag, 0 or 1 (or bool)",
+    ),
+    (
+        "nnx lstm",
+        jnp.ones((B, T, I)),
+        {"resets": jnp.zeros((B, T), jnp.complex64)},
         TypeError,
-        "resets has dtype float32; expected bool",
+        "resets has dtype complex64; expected bool, or integer or float flags 0 and 1",
+    ),
+    (
+        "linen lstm",
+        jnp.ones((3, B, T, I)),
+        {"seq_lengths": jnp.ones((B, 3), jnp.int32)},
+        ValueError,
+        "seq_lengths has shape (2, 3); expected (*batch,) with the batch axes (3, 2) of x",
     ),
 ]
 

@@ -103,15 +103,16 @@ def test_nnx_module_matches_the_oracle(mode, implementation):
 
 @pytest.fixture
 def dropout_keys(monkeypatch):
-    """The (is_training, dropout_key) of every ``rnn`` call the modules make."""
+    """The (is_training, dropout_key) of every call the modules make of ``rnn`` after their checks
+    (``ops.run_checked``)."""
     calls = []
-    real = ops.rnn
+    real = ops.run_checked
 
     def spy(*args, **kwargs):
         calls.append((kwargs["is_training"], kwargs["dropout_key"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ops, "rnn", spy)
+    monkeypatch.setattr(ops, "run_checked", spy)
     return calls
 
 

@@ -143,7 +143,7 @@ def test_time_major_module_takes_time_major_resets():
         implementation="reference",
     )
     np.testing.assert_allclose(y, want[0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(carry, want[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(carry, want[1][0], rtol=1e-5, atol=1e-5)  # one layer: the cell's carry [B, H]
     with pytest.raises(
         ValueError,
         match=re.escape(f"resets has shape ({B}, {T}); expected ({T}, {B}) = (time, batch), the first two axes of x"),
@@ -159,8 +159,12 @@ def test_resets_in_the_wrong_layout_or_dtype_name_the_argument():
         ValueError, match=re.escape(f"resets has shape ({T}, {B}); expected ({B}, {T}) = (batch, time)")
     ):
         module.apply(variables, x, resets=jnp.asarray(RESETS.T))
-    with pytest.raises(TypeError, match="resets has dtype int32; expected bool"):
-        module.apply(variables, x, resets=jnp.asarray(RESETS, jnp.int32))
+    with pytest.raises(ValueError, match=re.escape("resets[0, 0] is 2; expected a flag, 0 or 1 (or bool)")):
+        module.apply(variables, x, resets=jnp.asarray(RESETS, jnp.int32) + 2)
+    want = module.apply(variables, x, resets=jnp.asarray(RESETS))  # what jnp.where takes: bool, or 0/1 numbers
+    for flags in (jnp.asarray(RESETS, jnp.int32), jnp.asarray(RESETS, jnp.float32), RESETS.astype(np.int8)):
+        np.testing.assert_array_equal(module.apply(variables, x, resets=flags), want)
+        np.testing.assert_array_equal(jax.jit(module.apply)(variables, x, resets=flags), want)
     model = jcr_nnx.GRU(I, H, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=re.escape(f"resets has shape ({T}, {B}); expected ({B}, {T})")):
         model(x, resets=jnp.asarray(RESETS.T))
@@ -168,7 +172,8 @@ def test_resets_in_the_wrong_layout_or_dtype_name_the_argument():
 
 @pytest.mark.parametrize("time_major", [False, True])
 def test_initialize_carry_shapes_and_dtypes(time_major):
-    """Zero carries shaped as rnn()'s states: [L*D, B, hidden] (hidden = proj_size when projected), c [L*D, B, H]."""
+    """A stack's zero carries are shaped as rnn()'s states: [L*D, B, hidden] (hidden = proj_size when projected), c
+    [L*D, B, H]; one layer in one direction's, as its cell's: [*batch, hidden]."""
     shape = (T, B, I) if time_major else (B, T, I)
     linen = jcr_flax.LSTM(
         num_units=5, num_layers=2, direction="bidirectional", proj_size=3, dtype=jnp.bfloat16, time_major=time_major
@@ -192,7 +197,9 @@ def test_initialize_carry_shapes_and_dtypes(time_major):
         assert h.shape == (4, B, 3) and c.shape == (4, B, 5)
         assert h.dtype == c.dtype == jnp.bfloat16
         assert not np.any(np.asarray(h, np.float32)) and not np.any(np.asarray(c, np.float32))
-    gru = jcr_flax.GRU(num_units=5).initialize_carry(None, (B, I))
-    assert gru.shape == (1, B, 5) and gru.dtype == jnp.float32
-    with pytest.raises(ValueError, match=re.escape("input_shape is (3,); expected the input's shape")):
-        linen.initialize_carry(None, (3,))
+    gru = jcr_flax.GRU(num_units=5).initialize_carry(None, (B, I))  # one layer, one direction: the cell's
+    assert gru.shape == (B, 5) and gru.dtype == jnp.float32
+    assert jcr_flax.GRU(num_units=5).initialize_carry(None, (3,)).shape == (5,)  # one unbatched step, as a cell's
+    assert jcr_flax.GRU(num_units=5).initialize_carry(None, (4, B, T, I)).shape == (4, B, 5)  # x with two batch axes
+    with pytest.raises(ValueError, match=re.escape("input_shape is (); expected one step's input shape")):
+        linen.initialize_carry(None, ())
