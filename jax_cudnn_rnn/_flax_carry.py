@@ -3,11 +3,11 @@
 
 An LSTM carries Flax's ``(c, h)``, the other modes ``h``, in one of three forms:
 
-* ``CELL``: a network of one layer and one direction carries what its Flax cell carries, arrays [*batch, hidden]
+* ``CELL``: a network of one layer and one direction carries what its Flax cell carries, arrays [batch..., hidden]
   (``nn.RNN(nn.LSTMCell(H))``'s carry; [hidden] for an unbatched sequence);
 * ``PAIR``: one bidirectional layer carries what ``nn.Bidirectional`` carries, the forward cell's carry and the backward
   one's: ``((c_f, h_f), (c_b, h_b))`` for an LSTM, ``(h_f, h_b)`` otherwise;
-* ``STACKED``: every network may carry ``rnn()``'s states [num_layers*D, *batch, hidden] (index layer*D + direction),
+* ``STACKED``: every network may carry ``rnn()``'s states [num_layers*D, batch..., hidden] (index layer*D + direction),
   a stack of layers only these, as Flax has no one layer for a stack.
 
 A module returns the form it was given, its own (``native_form``: the first that fits) when it started from zeros.
@@ -38,7 +38,7 @@ def native_form(config: RNNConfig) -> str:
 
 
 def from_states(h: Any, c: Any, config: RNNConfig, form: str) -> Any:
-    """The carry in ``form`` of states h [L*D, *batch, hidden] and c (None unless an LSTM)."""
+    """The carry in ``form`` of states h [L*D, batch..., hidden] and c (None unless an LSTM)."""
     lstm = config.has_cell_state
     if form == STACKED:
         return (c, h) if lstm else h
@@ -127,8 +127,8 @@ def parts(carry: Any, config: RNNConfig, form: str) -> list[tuple[str, Any, str]
 
 
 def states(carry: Any, config: RNNConfig, form: str, batch_dims: tuple[int, ...]) -> tuple[Any, Any]:
-    """(h, c) as given in ``CELL``'s [*batch, hidden] and ``STACKED``'s [L*D, *batch, hidden] (the caller's check
-    sees them as they came), ``PAIR``'s two directions stacked after checking each is [*batch, hidden] (c:
+    """(h, c) as given in ``CELL``'s [batch..., hidden] and ``STACKED``'s [L*D, batch..., hidden] (the caller's check
+    sees them as they came), ``PAIR``'s two directions stacked after checking each is [batch..., hidden] (c:
     num_units), a ValueError naming the part; c None unless an LSTM."""
     found: dict[str, list[Any]] = {"h": [], "c": []}
     for name, array, kind in parts(carry, config, form):
@@ -156,8 +156,8 @@ def _width(config: RNNConfig, kind: str) -> str:
 def zero_carry(source: Any, batch: Any, dtype: Any = None) -> Any:
     """The zero carry for ``batch`` sequences (an int, or a tuple of batch axes, () for one unbatched sequence) in
     ``dtype``, in the form a module of the network returns (Flax's ``(c, h)`` for an LSTM, ``h`` otherwise): a
-    network of one layer and one direction the cell's [*batch, hidden] arrays, one bidirectional layer
-    ``nn.Bidirectional``'s pair of them, a stack [num_layers*D, *batch, hidden] (hidden = proj_size or num_units; c's
+    network of one layer and one direction the cell's [batch..., hidden] arrays, one bidirectional layer
+    ``nn.Bidirectional``'s pair of them, a stack [num_layers*D, batch..., hidden] (hidden = proj_size or num_units; c's
     last axis num_units).
 
     ``source`` says which network: its ``RNNConfig``, its ``RNNParams``, or a parameter tree holding exactly one
@@ -196,9 +196,9 @@ def zero_carry(source: Any, batch: Any, dtype: Any = None) -> Any:
 
 
 def step_shape(input_shape: Any, time_major: bool) -> tuple[tuple[int, ...], int]:
-    """(batch axes, features) of ``input_shape``: one step's input (*batch, features), as Flax's cells'
-    ``initialize_carry`` takes it (rank 1 or 2), or the whole input's ([*batch, T, features], time-major
-    [T, *batch, features]; rank 3 or more)."""
+    """(batch axes, features) of ``input_shape``: one step's input (batch..., features), as Flax's cells'
+    ``initialize_carry`` takes it (rank 1 or 2), or the whole input's ([batch..., T, features], time-major
+    [T, batch..., features]; rank 3 or more)."""
     shape = tuple(input_shape)
     if len(shape) in (1, 2):
         return shape[:-1], shape[-1]

@@ -97,7 +97,7 @@ class RNN(nn.Module):
       algorithm: cuDNN's RNN algorithm (``rnn``'s argument); ignored by the other implementations.
       dtype: computation dtype (default: param_dtype); the parameters are cast to it.
       param_dtype: dtype of the parameters.
-      time_major: False (default): x is [*batch, T, I]; True: [T, *batch, I] (nn.RNN's).
+      time_major: False (default): x is [batch..., T, I]; True: [T, batch..., I] (nn.RNN's).
       implementation: ``rnn``'s (None: the fastest one installed that runs the call).
       deterministic: default for ``__call__``'s argument; True when both are None (Flax's ``nn.Dropout`` convention).
       kernel_init, recurrent_kernel_init, bias_init: Flax's initializers (``init(key, shape, dtype)``) of the input
@@ -115,8 +115,8 @@ class RNN(nn.Module):
     ``__call__(x, seq_lengths=None, initial_carry=None, *, init_key=None, return_carry=None, time_major=None,
     reverse=None, keep_order=None, deterministic=None, resets=None, max_segments=None)``: nn.RNN's call (its overrides
     None: the fields'), see ``_flax_apply.apply_rnn``. The carry is Flax's ``(c, h)`` for an LSTM, ``h`` otherwise:
-    the cell's [*batch, hidden] for one layer and one direction, ``nn.Bidirectional``'s pair of them for one
-    bidirectional layer, [num_layers*D, *batch, hidden] for a stack (which every module also takes).
+    the cell's [batch..., hidden] for one layer and one direction, ``nn.Bidirectional``'s pair of them for one
+    bidirectional layer, [num_layers*D, batch..., hidden] for a stack (which every module also takes).
     ``initialize_carry(rng, input_shape)`` gives the zero carry; ``zero_carry(variables, batch)`` gives it from the
     parameters alone (a module nested in another).
     """
@@ -292,12 +292,12 @@ class RNN(nn.Module):
     def initialize_carry(self, rng: Any, input_shape: tuple[int, ...]) -> Any:
         """The carry to start from (``initial_carry`` to start a stream from), like Flax cells' ``initialize_carry``.
 
-        ``input_shape``: one step's input shape (*batch, features), as Flax's cells take it, or the whole x's
-        (rank 3 or more: [*batch, T, features], time-major [T, *batch, features]). A module built from a cell returns
-        the cell's ``initialize_carry(rng, (*batch, features))`` (``rng`` None: ``jax.random.key(0)``, nn.RNN's);
+        ``input_shape``: one step's input shape (batch..., features), as Flax's cells take it, or the whole x's
+        (rank 3 or more: [batch..., T, features], time-major [T, batch..., features]). A module built from a cell
+        returns the cell's ``initialize_carry(rng, (*batch, features))`` (``rng`` None: ``jax.random.key(0)``);
         any other zeros, ``rng`` unused, in the computation dtype: Flax's ``(c, h)`` for an LSTM, ``h`` otherwise, in
-        the form its call returns (the cell's [*batch, hidden] for one layer and one direction, nn.Bidirectional's
-        pair of them for one bidirectional layer, [num_layers*D, *batch, hidden] for a stack).
+        the form its call returns (the cell's [batch..., hidden] for one layer and one direction, nn.Bidirectional's
+        pair of them for one bidirectional layer, [num_layers*D, batch..., hidden] for a stack).
         """
         batch_dims, features = _flax_carry.step_shape(input_shape, self.time_major)
         if self.cell is not None:
@@ -321,13 +321,13 @@ class RNN(nn.Module):
         resets: Any = None,
         max_segments: int | None = None,
     ):
-        """Runs the network over x ([*batch, T, I], or [T, *batch, I] when time-major, or one sequence [T, I]);
-        ``seq_lengths`` integers [*batch], ``initial_carry`` (Flax's ``(c, h)`` for an LSTM, ``h`` otherwise),
-        ``resets`` [*batch, T] ([T, *batch] time-major; bool or 0/1) and ``max_segments`` as in
+        """Runs the network over x ([batch..., T, I], or [T, batch..., I] when time-major, or one sequence [T, I]);
+        ``seq_lengths`` integers [batch...], ``initial_carry`` (Flax's ``(c, h)`` for an LSTM, ``h`` otherwise),
+        ``resets`` [batch..., T] ([T, batch...] time-major; bool or 0/1) and ``max_segments`` as in
         ``_flax_apply.apply_rnn``; ``return_carry``, ``time_major``, ``reverse``, ``keep_order``: nn.RNN's overrides of
         the fields (None keeps the field's); ``init_key``: the key of the cell's ``initialize_carry`` when no carry is
         given (nn.RNN's; a module built by size starts from zeros). Dropout applies unless ``deterministic`` (this
-        argument, else the field). Returns y [*batch, T, D*hidden] (time-major like x), or ``(carry, y)`` with
+        argument, else the field). Returns y [batch..., T, D*hidden] (time-major like x), or ``(carry, y)`` with
         ``return_carry``. At init, x's last axis sets the input size."""
         return_carry = _flax_surface.choose("return_carry", return_carry, self.return_carry)
         time_major = _flax_surface.choose("time_major", time_major, self.time_major)

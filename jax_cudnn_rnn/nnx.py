@@ -238,8 +238,8 @@ class RNN(nnx.Module):
     def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:
         """The carry to start from (``initial_carry`` to start a stream from), like nnx cells' ``initialize_carry``.
 
-        ``input_shape``: one step's input shape (*batch, features), as nnx's cells take it, or the whole x's (rank 3 or
-        more). A module built from a cell returns the cell's ``initialize_carry((*batch, features), rngs)``; any other
+        ``input_shape``: one step's input shape (batch..., features), as nnx's cells take it, or the whole x's (rank 3
+        or more). A module built from a cell returns its cell's ``initialize_carry((*batch, features), rngs)``; others
         zeros (``rngs`` unused) in the computation dtype, Flax's ``(c, h)`` for an LSTM, ``h`` otherwise, in the form
         its call returns (the linen modules' ``initialize_carry`` says which).
         """
@@ -269,7 +269,7 @@ class RNN(nnx.Module):
         max_segments: int | None = None,
     ):
         """See ``_flax_apply.apply_rnn``: nnx.RNN's call (``return_carry``, ``time_major``, ``reverse``, ``keep_order``
-        None keep the module's); the carry is ``(c, h)`` for an LSTM; ``resets`` [*batch, T] ([T, *batch] when
+        None keep the module's); the carry is ``(c, h)`` for an LSTM; ``resets`` [batch..., T] ([T, batch...] when
         time-major), bool or 0/1. Dropout applies unless ``deterministic`` (this argument, else the attribute), drawn
         from ``rngs`` (an ``nnx.Rngs``, a stream or a key; this argument, else the module's ``rngs.dropout``), as
         ``nnx.Dropout``; a module built from a cell takes ``rngs`` as nnx.RNN does, for the cell's

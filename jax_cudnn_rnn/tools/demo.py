@@ -143,6 +143,8 @@ def trained_by(compiled_text: str) -> str:
     calls to their extensions' FFI targets), with the reason when it is the pure-JAX one."""
     if _extension.FORWARD_TARGET in compiled_text:
         return "cuDNN (implementation 'cudnn': the step calls cuDNN's fused RNN kernels)"
+    if onednn_extension.GEMM_FORWARD_TARGET in compiled_text:
+        return "oneDNN (implementation 'onednn:gemm': the step runs oneDNN's matmuls in a recurrence on the CPU)"
     if onednn_extension.FORWARD_TARGET in compiled_text:
         return "oneDNN (implementation 'onednn': the step calls oneDNN's fused RNN kernels on the CPU)"
     if jax.default_backend() == "gpu":

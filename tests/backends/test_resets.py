@@ -366,8 +366,9 @@ def problem():
     [
         (np.zeros((B, T), bool), ValueError, f"resets has shape ({B}, {T}); expected ({T}, {B}) = (max_time, batch)"),
         (np.zeros((T,), bool), ValueError, f"resets has shape ({T},); expected ({T}, {B})"),
-        (np.zeros((T, B), np.int32), TypeError, "resets has dtype int32; expected bool"),
-        (np.zeros((T, B), np.float32), TypeError, "resets has dtype float32; expected bool"),
+        (np.full((T, B), 2, np.int32), ValueError, "resets[0, 0] is 2; expected a flag, 0 or 1 (or bool)"),
+        (np.full((T, B), 0.5, np.float32), ValueError, "resets[0, 0] is 0.5; expected a flag, 0 or 1 (or bool)"),
+        (np.zeros((T, B), np.complex64), TypeError, "resets has dtype complex64; expected bool, or integer or float"),
         ([[False] * B] * T, TypeError, "resets must be an array, got list"),
     ],
 )
@@ -376,6 +377,18 @@ def test_bad_resets_name_the_argument(problem, resets, error, message):
     for implementation in ("xla", "reference"):
         with pytest.raises(error, match=re.escape(message)):
             jcr.rnn(params, x, h0, c0, cfg, resets=resets, implementation=implementation)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float32])
+def test_numeric_flags_run_as_their_bool(problem, dtype):
+    """0/1 flags of an integer or float dtype are the bool resets ``!= 0`` (``jnp.where``'s reading of a condition)."""
+    cfg, (params, x, h0, c0) = problem
+    flags = np.asarray(RESETS)
+    want = jcr.rnn(params, x, h0, c0, cfg, resets=jnp.asarray(flags), implementation="xla")
+    got = jcr.rnn(params, x, h0, c0, cfg, resets=jnp.asarray(flags.astype(dtype)), implementation="xla")
+    assert flags.any() and not flags.all()
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize(

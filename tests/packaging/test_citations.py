@@ -57,6 +57,11 @@ KNOWN: dict[tuple[str, str], str] = {
     ("README.md", "lstm.init_params"): "a CudnnLSTM instance named lstm, not the module jax_cudnn_rnn.cells.lstm",
     ("examples/seed_use_case.py", "lstm.dtype"): "a CudnnLSTM instance named lstm, not jax_cudnn_rnn.cells.lstm",
     ("tests/core/test_strict_config.py", "tests/experimental_rnn_test.py"): "JAX's own test file, in JAX's repository",
+    **{
+        (citing, flax_test): "Flax's own test file, in Flax's sdist"
+        for citing in ("tests/frontends/flax_substitution.py", "tests/frontends/test_flax_own_tests.py")
+        for flax_test in ("tests/linen/linen_recurrent_test.py", "tests/nnx/nn/recurrent_test.py")
+    },
 }
 # The files a build writes into the checkout, by the file they are made from: cited as the repository's.
 GENERATED = {"jax_cudnn_rnn/_build_info.py": "cmake/_build_info.py.in"}
