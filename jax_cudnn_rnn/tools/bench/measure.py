@@ -165,16 +165,21 @@ def _outcome(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timi
         return {"error": C.short(e)} if contender.ours else {"skip": f"failed: {C.short(e)}"}
 
 
-def _in_worker(job: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
-    """Runs ``job`` in a fresh Python process (this file as a worker) and returns its result."""
-    worker = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def _in_worker(job: dict[str, Any], timeout: float = 900, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs ``job`` in a fresh Python process (this file as a worker, with ``env`` added to this process's environment)
+    and returns its result; a worker still running after ``timeout`` seconds is killed and reported as an error."""
+    try:
+        worker = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--worker"],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=None if env is None else {**os.environ, **env},
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the worker process was stopped after {timeout:.0f} s"}
     lines = worker.stdout.strip().splitlines()
     if worker.returncode != 0 or not lines:
         tail = (worker.stderr or worker.stdout).strip().splitlines()[-3:]
@@ -216,8 +221,11 @@ def run_guarded(
     timing: Timing,
     isolated: bool,
     precision: str,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """Times ``contender`` (in a worker process when ``isolated``) and stores its records, skip or error."""
+    """Times ``contender`` (in a worker process when ``isolated``, stopped after ``timeout`` seconds, with ``env`` added
+    to its environment) and stores its records, skip or error."""
     where = f"{bc.name} {dtype} {contender.name}"
     entry = {"config": bc.name, "dtype": dtype, "contender": contender.name}
     reason = contender.unsupported(bc, dtype)
@@ -226,7 +234,7 @@ def run_guarded(
         results.skipped.append({**entry, "reason": reason})
         return
     if isolated:
-        outcome = _in_worker(_contender_job(contender, bc, dtype, timing, precision))
+        outcome = _in_worker(_contender_job(contender, bc, dtype, timing, precision), timeout, env)
     else:
         outcome = _with_precision(precision, contender, lambda: _outcome(contender, bc, dtype, timing))
     if "skip" in outcome or ("error" in outcome and not contender.ours):
@@ -328,7 +336,7 @@ def _run_package_implementations(bc: C.BenchConfig, dtype: str) -> list[str]:
 def _neighbour_outcome(bc: C.BenchConfig, dtype: str, timing: Timing, with_package: bool) -> dict[str, Any]:
     """PyTorch's forward on ``bc`` timed in this process, after this package ran when ``with_package``."""
     ran = _run_package_implementations(bc, dtype) if with_package else []
-    ms = 1e3 * median_seconds(C._build_torch(bc, dtype).forward, timing)
+    ms = 1e3 * median_seconds(C.build_torch(bc, dtype).forward, timing)
     return {"ms": ms, "ran": ran}
 
 
