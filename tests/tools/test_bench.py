@@ -541,3 +541,33 @@ def test_a_worker_past_its_time_is_stopped_and_reported():
     )
     assert results.records == [] and logged == ["error"]
     assert results.errors[0]["error"] == "the worker process was stopped after 0 s"
+
+
+def test_a_budget_stops_the_bench_and_says_what_did_not_run():
+    """--budget-seconds (issue 62's device command, within its 8 minutes): no contender starts after it, each one not
+    run is skipped with the reason, and what ran is kept."""
+    ticks = iter([0.0, 0.0] + [100.0] * 10)  # the start, the first contender's check, then past the budget
+    logged = []
+    results = measure.run_all(
+        [contenders.CONFIGS["cpu-lstm"].shrunk()],
+        ["float32", "bfloat16"],
+        [contenders.contender("jcr-xla")],
+        measure.Timing(1, 0),
+        lambda kind, text: logged.append((kind, text)),
+        isolated=False,
+        rounds=2,
+        budget_seconds=50.0,
+        clock=lambda: next(ticks),
+    )
+    assert {(r["dtype"], r["measurement"]) for r in results.records} == {
+        ("float32", m) for m in contenders.MEASUREMENTS
+    }
+    reason = "the bench's budget of 50 s was spent"
+    assert sorted((s["dtype"], s["reason"]) for s in results.skipped) == [
+        ("bfloat16", f"{reason} (round 1)"),
+        ("bfloat16", f"{reason} (round 2)"),
+        ("float32", f"{reason} (round 2)"),
+    ]
+    assert [text for kind, text in logged if kind == "skip"] == [
+        f"{reason} (round 1): cpu-lstm bfloat16 jcr-xla and what follows did not run"
+    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -259,10 +260,13 @@ def run_all(
     isolated: bool = True,
     precision: str = "float32",
     rounds: int = 1,
+    budget_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Results:
     """Runs every contender on every config and dtype, each in a process of its own when ``isolated``, ``rounds``
     times over the whole grid; ``log(kind, text)`` gets one line per result ("ok"), skip ("skip") or error ("error").
-    Each measurement's record is its middle round's (``combine_rounds``)."""
+    Each measurement's record is its middle round's (``combine_rounds``). With ``budget_seconds``, no contender starts
+    once they have passed, and a worker still running then is stopped: what did not run is skipped, saying so."""
     results = Results()
     available = []
     for contender in contenders:
@@ -272,13 +276,25 @@ def run_all(
             results.skipped.append({"config": None, "dtype": None, "contender": contender.name, "reason": reason})
         else:
             available.append(contender)
+    start, spent = clock(), False
     for round_index in range(rounds):
         if rounds > 1:
             log("info", f"round {round_index + 1} of {rounds}")
         for bc in configs:
             for dtype in dtypes:
                 for contender in available:
-                    run_guarded(results, log, contender, bc, dtype, timing, isolated, precision)
+                    left = math.inf if budget_seconds is None else budget_seconds - (clock() - start)
+                    if left <= 0:
+                        reason = f"the bench's budget of {budget_seconds:g} s was spent (round {round_index + 1})"
+                        if not spent:
+                            log("skip", f"{reason}: {bc.name} {dtype} {contender.name} and what follows did not run")
+                        spent = True
+                        results.skipped.append(
+                            {"config": bc.name, "dtype": dtype, "contender": contender.name, "reason": reason}
+                        )
+                        continue
+                    timeout = min(900.0, left)
+                    run_guarded(results, log, contender, bc, dtype, timing, isolated, precision, timeout)
     results.records = combine_rounds(results.records)
     results.skipped = list({json.dumps(s, sort_keys=True): s for s in results.skipped}.values())
     add_ratios(results.records)
