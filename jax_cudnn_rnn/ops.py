@@ -134,8 +134,11 @@ def rnn(
         "tensorfloat32"/"high"/"default" to let float32 GEMMs use TF32 tensor cores on Ampere and newer GPUs
         (about 10 mantissa bits: faster, less exact). No effect on other dtypes or on CPU. See ``resolve_precision``.
       algorithm: cuDNN's RNN algorithm, implementation="cudnn" only (the others accept and ignore it, so that code
-        runs unchanged on CPU): None or "heuristic" (PyTorch's choice: a persistent kernel for small hidden sizes,
-        and for float16 where it wins, the standard algorithm otherwise), "autotune" (time every algorithm cuDNN can
+        runs unchanged on CPU): None or "measured" (the algorithm measured fastest for the call's shape class on the
+        GPU's kind, from the shipped measurements or this machine's, `jax-cudnn-rnn tune`, where they cover the
+        call: jax_cudnn_rnn/backends/cudnn/gpu_rule.py; "heuristic" elsewhere), "heuristic" (PyTorch's choice: a
+        persistent kernel for small hidden sizes, and for float16 where it wins, the standard algorithm otherwise),
+        "autotune" (time every algorithm cuDNN can
         run for this shape once per process, at trace time, and keep the fastest), or one of "standard",
         "persist_static", "persist_static_small_h" (a ValueError says why when cuDNN cannot run it here). Results
         agree across algorithms to rounding; params are the same bytes. See jax_cudnn_rnn/backends/cudnn/algorithm.py.

@@ -27,6 +27,16 @@
 #              info`, tests/cudnn/test_extension.py and implementation=None picking cuDNN, the float32 matrix against
 #              the xla implementation (values and gradients, LSTM/GRU/tanh/relu, both directions, 2 layers, lengths,
 #              resets, projection) with one bfloat16 case, then bench config F in float32 and bfloat16 against PyTorch
+#   rule       issue 62's command, at most 8 minutes whatever hangs: its parts share one deadline (RULE_SECONDS after
+#              the script started, default 465; the carried wheel's install counts), each under a hard cap (its own
+#              bound, RULE_CAPS, or what is left, whichever is less; skipped when under 20 s are left), the tune and
+#              the benches budgeted (--budget-seconds) so that they stop in time and still write their JSON:
+#              nvidia-smi, `info`, the tests touching item 1 (test_algorithm.py, test_gpu_rule.py, the frontends'
+#              module tests, cuDNN on single-bias spaces), the extension and a GPU checked, `tune
+#              --platform gpu` into this GPU's table (gpu-table.json), `info` again (what decided), the float32 forward
+#              traces of configs A and F, ours and PyTorch's (trace-summary.json, traces.tar.gz), bench F in 2 rounds
+#              (bench-f.json) and then A-E and G (bench.json) with jcr-default, jcr-flax and PyTorch in float32 and
+#              bfloat16, each contender in a process of its own. 7 files come back (the tool's limit is 8)
 #   load       nvidia-smi, `jax-cudnn-rnn info` (versions, extension, devices, choices), tests/cudnn/test_extension.py and
 #              the test that implementation=None picks cuDNN on this GPU
 #   core       the plan, handle pool, donation, platform-choice and export GPU tests, the float32 matrix
@@ -81,7 +91,7 @@ done
 if [ ${#STAGES[@]} -eq 0 ]; then
   read -ra STAGES <<< "${GPU_CHECK_STAGES:-load}"
 fi
-KNOWN_STAGES=" wheel build first load core features memcheck matrix bench-f whole tests leaks racecheck bench "
+KNOWN_STAGES=" wheel build first rule load core features memcheck matrix bench-f whole tests leaks racecheck bench "
 for stage in "${STAGES[@]}"; do
   if [[ "$KNOWN_STAGES" != *" $stage "* ]]; then
     echo "gpu_check.sh: unknown stage '$stage'; expected one of:$KNOWN_STAGES" >&2
@@ -265,6 +275,81 @@ stage_first() {
     --markdown "$LOG_DIR/bench-f.md"
 }
 
+# The rule stage's parts, in order, with their own bounds in seconds (RULE_CAPS, the same order), and its deadline
+# (RULE_SECONDS after the script started): lab/gpu-verification.md's runbook gives what each part is expected to
+# take. RULE_PARTS runs only those named (e.g. without "tune" once this GPU's table ships). The tune and the benches
+# get --budget-seconds 25 s short of their cap, or of what is left.
+RULE_NAMES=(smi info tests check tune info-after trace bench-f bench)
+read -ra RULE_CAP <<< "${RULE_CAPS:-10 30 90 30 120 30 60 100 300}"
+read -ra RULE_PARTS <<< "${RULE_PARTS-${RULE_NAMES[*]}}"
+RULE_SECONDS="${RULE_SECONDS:-465}"
+# XLA's compilations shared by the stage's processes (the bench's second round of F, the programs the tune, the
+# traces and the bench compile alike), outside $OUT; the package itself never sets this.
+RULE_ENV=(PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+          "JAX_COMPILATION_CACHE_DIR=${TMPDIR:-/tmp}/gpu-check-xla-cache")
+
+# The cap of rule part $1 (its index in RULE_NAMES), or nothing when RULE_PARTS leaves it out.
+rule_cap() {
+  local i
+  [[ " ${RULE_PARTS[*]} " == *" $1 "* ]] || return 1
+  for i in "${!RULE_NAMES[@]}"; do
+    if [ "${RULE_NAMES[$i]}" = "$1" ]; then echo "${RULE_CAP[$i]}"; return 0; fi
+  done
+  return 1
+}
+
+# part NAME COMMAND...: rule part NAME, `capped` at its cap or at what is left before RULE_SECONDS (less the 10 s the
+# kill may take), whichever is less; not run when RULE_PARTS leaves it out, skipped, saying so, when under 20 s are
+# left.
+part() {
+  local name="$1" own left=$((RULE_SECONDS - SECONDS - 10))
+  shift
+  own="$(rule_cap "$name")" || return 0
+  if [ "$DRY_RUN" != 1 ] && [ "$left" -lt 20 ]; then
+    echo "skipped $name, the command's ${RULE_SECONDS} s are spent: $*" | tee -a "$LOG_DIR/$CURRENT_STAGE.log"
+    STAGE_STATUS=124
+    return 124
+  fi
+  if [ "$DRY_RUN" != 1 ] && [ "$left" -lt "$own" ]; then own=$left; fi
+  capped "$own" "$@"
+}
+
+# budget_for NAME: what rule part NAME, which bounds itself (tune, bench), may plan for: 25 s short of its cap, or of
+# what is left, whichever is less (at least 1 s: the part then starts nothing and writes what it has).
+budget_for() {
+  local budget left=$((RULE_SECONDS - SECONDS - 35))
+  budget=$(($(rule_cap "$1" || echo 26) - 25))
+  if [ "$DRY_RUN" != 1 ] && [ "$left" -lt "$budget" ]; then budget=$left; fi
+  [ "$budget" -ge 1 ] || budget=1
+  echo "$budget"
+}
+
+stage_rule() {
+  local contenders="jcr-default,jcr-flax,torch" cli=("$PYTHON" -m jax_cudnn_rnn.tools.cli)
+  part smi run_cmd nvidia-smi
+  part info run_cmd env PYTHONSAFEPATH=1 "${cli[@]}" info
+  # Item 1: every frontend's default module on the double-bias space gets the algorithm rnn() with double biases
+  # gets (CPU tests, on the device's jax), the GPU rule (CPU tests), and the linen and NNX modules on cuDNN against
+  # the oracle, with cuDNN's single-bias spaces.
+  part tests pytest_cmd -v tests/cudnn/test_algorithm.py tests/cudnn/test_gpu_rule.py \
+    tests/frontends/test_module_values.py tests/cudnn/test_cudnn_gpu.py -k "not test_cudnn_gpu or single_bias"
+  part check require_cudnn_gpu || return
+  # Item 2: this GPU's table, the configs the issue names first (F and A), in this process (time: the runbook).
+  part tune run_cmd env "${RULE_ENV[@]}" "${cli[@]}" tune --platform gpu --same-process \
+    --configs F,A,B,G-b1,G-b64,E,C,D --budget-seconds "$(budget_for tune)" --gpu-json "$LOG_DIR/gpu-table.json"
+  part info-after run_cmd env PYTHONSAFEPATH=1 "${cli[@]}" info
+  # Item 3: where the float32 forward's time goes at A and F, ours (cuDNN) and PyTorch's.
+  part trace run_cmd env "${RULE_ENV[@]}" "$PYTHON" benchmarks/trace_forward.py --configs A,F \
+    --contenders jcr-cudnn,torch --calls 10 --summary "$LOG_DIR/trace-summary.json" \
+    --archive "$LOG_DIR/traces.tar.gz"
+  # Item 4: the bench, F in two rounds first (its bfloat16 moved by a third between two commands), then the rest.
+  part bench-f run_cmd env "${RULE_ENV[@]}" "${cli[@]}" bench --configs F --dtypes float32,bfloat16 \
+    --contenders "$contenders" --rounds 2 --budget-seconds "$(budget_for bench-f)" --json "$LOG_DIR/bench-f.json"
+  part bench run_cmd env "${RULE_ENV[@]}" "${cli[@]}" bench --configs A,B,C,D,E,G-b1,G-b64 \
+    --dtypes float32,bfloat16 --contenders "$contenders" --budget-seconds "$(budget_for bench)" \
+    --json "$LOG_DIR/bench.json"
+}
+
 stage_load() {
   run_cmd nvidia-smi
   run_cmd env PYTHONSAFEPATH=1 "$PYTHON" -m jax_cudnn_rnn.tools.cli info
@@ -336,8 +421,8 @@ collect_errors() {
 
 if [ -n "$WHEEL_DIR" ]; then
   CURRENT_STAGE=install
-  # Capped only where the first stage runs (its 8 minutes); pip from a local file takes seconds.
-  if [[ " ${STAGES[*]} " == *" first "* ]]; then CAP=(timeout -k 10 30); fi
+  # Capped only where the first or the rule stage runs (their 8 minutes); pip from a local file takes seconds.
+  if [[ " ${STAGES[*]} " == *" first "* || " ${STAGES[*]} " == *" rule "* ]]; then CAP=(timeout -k 10 30); fi
   if ! install_wheel "$WHEEL_DIR"; then
     echo "gpu_check.sh: installing the wheel failed; no stage ran" >&2
     exit 1

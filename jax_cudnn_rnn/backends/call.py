@@ -22,12 +22,12 @@ class CudnnOptions:
     """What ``rnn()`` takes for cuDNN alone, and only the cuDNN backend reads (the others accept and ignore it, so that
     code runs unchanged on a CPU).
 
-    algorithm: the algorithm requested: "heuristic", "autotune" or an algorithm's name
-      (jax_cudnn_rnn/backends/cudnn/algorithm.py).
+    algorithm: the algorithm requested: "measured" (``rnn(algorithm=None)``), "heuristic", "autotune" or an
+      algorithm's name (jax_cudnn_rnn/backends/cudnn/algorithm.py).
     max_segments: the packed batch's rows for resets (None: 2 * batch).
     """
 
-    algorithm: str = "heuristic"
+    algorithm: str = "measured"
     max_segments: int | None = None
 
 

@@ -58,14 +58,17 @@ register(
 
 register(
     "tune",
-    "measure on this machine what rnn() chooses between on the CPU, and choose from that from now on",
+    "measure on this machine what rnn() chooses between on the CPU and the GPU, and choose from that from now on",
     "jax_cudnn_rnn.tools.tune",
-    description="Times the xla implementation, oneDNN and its variants at a grid of shapes (LSTM and GRU, float32 "
-    "and bfloat16; the forward and a training step), each in a process of its own, for a few minutes, and writes "
-    "the ratios to this machine's table in the user's cache directory ($XDG_CACHE_HOME or ~/.cache, "
-    "jax-cudnn-rnn/), keyed by the CPU, oneDNN's instruction set, the cores and the versions. From then on "
-    "rnn(implementation=None) estimates from this table instead of the rule fitted to the shipped measurements, "
-    "wherever it measured the call's mode and dtype; `jax-cudnn-rnn info` says which decided.",
+    description="On the CPU: times the xla implementation, oneDNN and its variants at a grid of shapes (LSTM and "
+    "GRU, float32 and bfloat16; the forward and a training step), each in a process of its own, for a few minutes, "
+    "and writes the ratios to this machine's table in the user's cache directory ($XDG_CACHE_HOME or ~/.cache, "
+    "jax-cudnn-rnn/), keyed by the CPU, oneDNN's instruction set, the cores and the versions. On a GPU cuDNN runs "
+    "on: times cuDNN's algorithms and the xla implementation on the bench's GPU configs (A-G, float32 and "
+    "bfloat16), each in a process of its own, within 5 minutes (--budget-seconds), into a table keyed by the GPU's "
+    "kind, cuDNN's and the versions. From then on rnn(implementation=None) estimates from these tables instead of "
+    "the shipped measurements, wherever they measured the call (on the GPU: its shape class); `jax-cudnn-rnn info` "
+    "says which decided. --platform cpu or gpu tunes one.",
 )
 
 

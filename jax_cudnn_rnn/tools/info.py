@@ -6,7 +6,8 @@ PyTorch, Orbax and optax where installed, cuDNN at run time and at build time, o
 extensions are loaded and why not, JAX's devices, for each device the implementation that ``rnn(...,
 implementation=None)`` picks for a float32 call of each mode on arrays placed there, on each side of jax.grad
 ("onednn+xla": oneDNN undifferentiated, xla in training), and what decided it (the CPU rule, this machine's tuned
-table, cuDNN's place on CUDA), asked of the package's own chooser (``backends.registry``) so that this report never
+table, the GPU's measurements of its kind, cuDNN's place on CUDA), for each GPU which measurements its costs come
+from (``gpu_table``), asked of the package's own chooser (``backends.registry``) so that this report never
 disagrees with ``rnn()``, and advice that fits the machine: nothing about cuDNN where there is no NVIDIA GPU.
 ``--verbose`` adds the build records, paths, FFI targets, the CPUs the rule was measured on and each backend's
 reasons for what only the xla implementation runs; ``--json`` prints everything.
@@ -29,6 +30,8 @@ from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.backends import native_extension, registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
+from jax_cudnn_rnn.backends.cudnn import gpu_rule
+from jax_cudnn_rnn.backends.cudnn import tuned as gpu_tuned
 from jax_cudnn_rnn.backends.onednn import cpu_rule
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
 from jax_cudnn_rnn.config import MODES, RNNConfig
@@ -126,6 +129,23 @@ def _picks(picked: dict[str, str]) -> str:
     return "; ".join(f"{name} ({', '.join(modes)})" for name, modes in by_name.items())
 
 
+def gpu_table(kind: str) -> dict[str, str | None]:
+    """Which measurements the default's cuDNN costs and algorithms come from on a GPU of kind ``kind``
+    (jax_cudnn_rnn/backends/cudnn/gpu_rule.py): this machine's tuned table (its path) and the shipped measurements
+    of that kind (their description), each None where there is none."""
+    path = gpu_tuned.path_of(kind)
+    entry = gpu_rule.shipped(kind)
+    return {"tuned_table": None if path is None else str(path), "shipped": None if entry is None else entry.describe()}
+
+
+def _gpu_table_text(kind: str, table: dict[str, str | None]) -> str:
+    if table["tuned_table"]:
+        return f"this machine's tuned table {table['tuned_table']}, then the shipped measurements where it has no cell"
+    if table["shipped"]:
+        return f"the shipped measurements of {table['shipped']}"
+    return f"none measured on the {kind}: cuDNN runs every call it supports, with its heuristic's algorithm"
+
+
 def nvidia_gpu() -> bool:
     """Whether this machine has an NVIDIA GPU: JAX sees a CUDA device, or the NVIDIA driver is loaded (a GPU that a
     jax without its CUDA plugin does not see)."""
@@ -198,6 +218,7 @@ def collect() -> dict[str, Any]:
                 "kind": device.device_kind,
                 "rnn_implementation": {mode: implementation_on(device, mode) for mode in MODES},
                 "decided_by": sorted({source for mode in MODES for source in decided_by(device, mode)}),
+                **({"gpu_table": gpu_table(device.device_kind)} if device.platform == "gpu" else {}),
             }
             for device in _devices()
         ],
@@ -225,6 +246,14 @@ def advice(report: dict[str, Any]) -> list[str]:
             tips.append(
                 f"rnn() runs the xla implementation on the GPU, the cuDNN extension is not loaded: {_fix(ext['error'])}"
             )
+        else:
+            unmeasured = {d["kind"] for d in gpus if not any(d.get("gpu_table", {}).values())}
+            tips += [
+                f"nothing was measured on the {kind}: the GPU default runs cuDNN for every call it supports; "
+                "`jax-cudnn-rnn tune` measures this GPU, so that the default runs the xla implementation or another "
+                "of cuDNN's algorithms where they are faster"
+                for kind in sorted(unmeasured)
+            ]
     if not one["loaded"] and report["machine"] == "x86_64" and sys.platform == "linux":
         why = one["error"] or ""
         tips.append(
@@ -308,14 +337,17 @@ def _onednn_lines(report: dict[str, Any], verbose: bool) -> list[str]:
 
 def _device_lines(report: dict[str, Any]) -> list[str]:
     """One line per kind of device and choice: "cpu:0 [cpu]: onednn (lstm, gru); xla (rnn_tanh, ...)"."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
     for d in report["devices"]:
-        key = (d["kind"], _picks(d["rnn_implementation"]), "; ".join(d["decided_by"]))
+        table = _gpu_table_text(d["kind"], d["gpu_table"]) if "gpu_table" in d else ""
+        key = (d["kind"], _picks(d["rnn_implementation"]), "; ".join(d["decided_by"]), table)
         groups.setdefault(key, []).append(d["device"])
     lines = ["rnn(implementation=None) picks, for a float32 call ('a+b': a undifferentiated, b under jax.grad):"]
-    for (kind, picks, decided), names in groups.items():
+    for (kind, picks, decided, table), names in groups.items():
         where = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
         lines += _lines(f"{where} [{kind}]: {picks}", "  ") + _lines(f"decided by: {decided}", "    ")
+        if table:
+            lines += _lines(f"cuDNN's costs and algorithms: {table}", "    ")
     return lines
 
 

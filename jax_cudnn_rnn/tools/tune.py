@@ -14,6 +14,11 @@ measurements to a file (``benchmarks/cpu_table.py`` turns one into the shipped d
 
 This tool asks the registry (jax_cudnn_rnn/backends/registry.py) what may run and can run, and the public
 ``jax_cudnn_rnn.onednn`` for the machine's facts; what the cells mean is the CPU rule's (``cpu_rule.Measured``).
+
+On a machine with a GPU that cuDNN runs on, the command also tunes the GPU (jax_cudnn_rnn/tools/tune_gpu.py: cuDNN's
+algorithms and the xla implementation per benchmark problem and dtype, within 5 minutes), into a table of the GPU's
+kind; ``--platform`` picks one of the two. The CPU's measurements then run with ``JAX_PLATFORMS=cpu`` in their
+processes, so that they time the CPU, not the GPU beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from jax_cudnn_rnn.tools import tune_gpu
 
 SHAPES = ((64, 8, 100), (256, 1, 100), (256, 8, 100), (256, 32, 100), (512, 64, 50), (1024, 64, 25))
 """(hidden = input size, batch, time steps): the shipped measurements' grid, small to large steps."""
@@ -75,7 +82,15 @@ def measure_cells(
                     for name in names:
                         results = measure.Results()
                         measure.run_guarded(
-                            results, log, contenders.contender(f"jcr-{name}"), bc, dtype, timing, True, "float32"
+                            results,
+                            log,
+                            contenders.contender(f"jcr-{name}"),
+                            bc,
+                            dtype,
+                            timing,
+                            True,
+                            "float32",
+                            env={"JAX_PLATFORMS": "cpu"},  # the CPU, also where a GPU is JAX's default
                         )
                         for record in results.records:
                             key = (mode, dtype, shape, name, record["measurement"])
@@ -133,15 +148,44 @@ def measured_entry(cells: list[list[Any]], timing: Any, rounds: int, loads: Iter
     }
 
 
+PLATFORMS = ("cpu", "gpu")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated modes (default: {','.join(MODES)})")
+    parser.add_argument(
+        "--platform",
+        default=None,
+        help="comma-separated: cpu (oneDNN against xla), gpu (cuDNN's algorithms against xla); default: each that "
+        "this machine has (the oneDNN extension loaded; a GPU cuDNN runs on)",
+    )
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"CPU: comma-separated modes (default: {','.join(MODES)})"
+    )
     parser.add_argument(
         "--dtypes", default=",".join(DTYPES), help=f"comma-separated dtypes (default: {','.join(DTYPES)})"
     )
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (default: 10)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over the whole grid (default: 1)")
-    parser.add_argument("--quick", action="store_true", help=f"two shapes only: {QUICK_SHAPES}")
-    parser.add_argument("--json", help="also write the measurements to this file")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"two shapes only: CPU {QUICK_SHAPES}, GPU {tune_gpu.QUICK_CONFIGS} shrunk"
+    )
+    parser.add_argument("--json", help="also write the CPU's measurements to this file")
+    parser.add_argument(
+        "--configs", default=None, help=f"GPU: comma-separated bench configs (default: {','.join(tune_gpu.CONFIGS)})"
+    )
+    parser.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=tune_gpu.BUDGET_SECONDS,
+        help=f"GPU: no measurement starts after this many seconds, a running one is stopped (default: "
+        f"{tune_gpu.BUDGET_SECONDS:g})",
+    )
+    parser.add_argument("--gpu-json", help="also write the GPU's measurements (the shipped table's entry) to this file")
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="GPU: time every measurement in this process (the default gives each a process of its own)",
+    )
     parser.add_argument(
         "--no-save", action="store_true", help="measure and print only; the default keeps deciding as before"
     )
@@ -155,22 +199,109 @@ def _check(names: str, known: Sequence[str], what: str) -> list[str]:
     return chosen
 
 
+def _missing(platform: str) -> str | None:
+    """Why ``platform`` cannot be tuned here, or None."""
+    if platform == "gpu":
+        reason = tune_gpu.unavailable()
+        return None if reason is None else f"cuDNN cannot run here: it needs {reason}"
+    from jax_cudnn_rnn import onednn
+
+    return None if onednn.extension_loaded() else f"the oneDNN extension is not loaded ({onednn.extension_error()})"
+
+
 def run(args: argparse.Namespace) -> int:
-    """The ``tune`` subcommand: 0 when this machine's table was written (or printed), 1 when nothing could run."""
+    """The ``tune`` subcommand: 0 when each platform's table was written (or printed), 1 when nothing could run."""
     from rich.console import Console
+    from rich.markup import escape
+
+    console = Console()
+    dtypes = _check(args.dtypes, DTYPES, "dtype")
+    if args.platform is None:
+        platforms = [p for p in PLATFORMS if _missing(p) is None]
+        if not platforms:
+            reasons = "; ".join(f"{p}: {_missing(p)}" for p in PLATFORMS)
+            console.print(f"nothing to tune: {escape(reasons)}")
+            return 1
+    else:
+        platforms = _check(args.platform, PLATFORMS, "platform")
+        for platform in platforms:
+            if (reason := _missing(platform)) is not None:
+                console.print(f"nothing to tune on the {platform}: {escape(reason)}")
+                return 1
+    status = 0
+    if "gpu" in platforms:
+        status |= _run_gpu(args, dtypes, console)
+    if "cpu" in platforms:
+        status |= _run_cpu(args, dtypes, console)
+    return status
+
+
+def _progress_bar(console: Any, total: int, measure_them: Callable[..., Any]) -> Any:
+    """``measure_them(progress=..., log=...)`` under a progress bar of ``total`` steps; skips and errors printed."""
     from rich.markup import escape
     from rich.progress import Progress
 
-    from jax_cudnn_rnn import onednn
+    with Progress(console=console) as bar:
+        task = bar.add_task("tuning", total=total)
+
+        def log(kind: str, text: str) -> None:
+            if kind in ("skip", "error"):
+                bar.console.print(f"{kind} {escape(text)}")
+
+        return measure_them(
+            progress=lambda text: bar.update(task, advance=1, description=escape(text)),
+            log=log,
+        )
+
+
+def _run_gpu(args: argparse.Namespace, dtypes: list[str], console: Any) -> int:
+    from jax_cudnn_rnn.backends.cudnn import gpu_rule, tuned
+    from jax_cudnn_rnn.tools.bench import measure
+
+    configs = tune_gpu.select(args.configs, args.quick)
+    timing = measure.Timing(repeats=args.repeats, warmup=3, warmup_seconds=0.25)
+    facts = tune_gpu.device_facts()
+    total = args.rounds * sum(1 + len(tune_gpu.algorithms_for(bc, dtype)) for bc in configs for dtype in dtypes)
+    console.print(
+        f"timing the xla implementation and cuDNN's algorithms on the {facts[0]}: {', '.join(c.name for c in configs)} "
+        f"x {', '.join(dtypes)}, {args.rounds} round(s), within {args.budget_seconds:g} s "
+        f"({'in this process' if args.same_process else 'each in a process of its own'}, "
+        f"{measure.describe_timing(timing)})"
+    )
+    cells, left_out = _progress_bar(
+        console,
+        total,
+        lambda **report: tune_gpu.measure_cells(
+            configs,
+            dtypes,
+            timing=timing,
+            rounds=args.rounds,
+            budget_seconds=args.budget_seconds,
+            isolated=not args.same_process,
+            **report,
+        ),
+    )
+    entry = tune_gpu.measured_entry(cells, facts, timing, args.rounds, (args.budget_seconds, left_out))
+    if args.gpu_json:
+        with open(args.gpu_json, "w", encoding="utf-8") as f:
+            json.dump(entry, f, indent=1)
+    if not cells:
+        console.print("no GPU cell was measured (see the skips above): nothing written")
+        return 1
+    for cell in cells:
+        console.print(f"  {cell['config']} {cell['dtype']}: xla {cell['xla_ms']} ms, {cell['ratios']}")
+    if args.no_save:
+        return 0
+    path = tuned.save(gpu_rule.measured_from(entry))
+    console.print(f"written {path}: rnn(implementation=None) on an {facts[0]} decides from it from now on")
+    return 0
+
+
+def _run_cpu(args: argparse.Namespace, dtypes: list[str], console: Any) -> int:
     from jax_cudnn_rnn.backends.onednn import cpu_rule, tuned
     from jax_cudnn_rnn.tools.bench import measure
 
-    console = Console()
-    if not onednn.extension_loaded():
-        console.print(f"nothing to tune: the oneDNN extension is not loaded ({escape(str(onednn.extension_error()))})")
-        return 1
     modes = _check(args.modes, MODES, "mode")
-    dtypes = _check(args.dtypes, DTYPES, "dtype")
     shapes = QUICK_SHAPES if args.quick else SHAPES
     timing = measure.Timing(repeats=args.repeats, warmup=3, warmup_seconds=0.25)
     names = implementations()
@@ -180,22 +311,11 @@ def run(args: argparse.Namespace) -> int:
         f"{args.rounds} round(s), each in a process of its own ({measure.describe_timing(timing)})"
     )
     start = measure.loadavg()
-    with Progress(console=console) as bar:
-        task = bar.add_task("tuning", total=total)
-
-        def log(kind: str, text: str) -> None:
-            if kind in ("skip", "error"):
-                bar.console.print(f"{kind} {escape(text)}")
-
-        cells = measure_cells(
-            modes,
-            dtypes,
-            shapes,
-            timing=timing,
-            rounds=args.rounds,
-            progress=lambda text: bar.update(task, advance=1, description=escape(text)),
-            log=log,
-        )
+    cells = _progress_bar(
+        console,
+        total,
+        lambda **report: measure_cells(modes, dtypes, shapes, timing=timing, rounds=args.rounds, **report),
+    )
     entry = measured_entry(cells, timing, args.rounds, (start, measure.loadavg()))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -167,7 +167,9 @@ def test_rnn_rejects_an_unknown_algorithm(bad):
     cfg = jcr.RNNConfig(mode="gru", num_layers=1, num_units=4, input_size=3)
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.zeros((5, 2, 3)), jnp.zeros((1, 2, 4))
-    with pytest.raises(ValueError, match=r"algorithm is .*; expected None or one of heuristic, autotune, standard"):
+    with pytest.raises(
+        ValueError, match=r"algorithm is .*; expected None or one of measured, heuristic, autotune, standard"
+    ):
         jcr.rnn(params, x, h0, None, cfg, algorithm=bad)
 
 

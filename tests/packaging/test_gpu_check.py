@@ -11,13 +11,16 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_check.sh")
-RUNBOOK_ORDER = ["load", "core", "features", "matrix", "memcheck", "bench-f"]  # issue 39: what proves most first
+# Issue 62's command first (the frontends on cuDNN's persistent kernels, the GPU rule's table, the whole bench, the
+# traces), then issue 39's order: what proves most first.
+RUNBOOK_ORDER = ["rule", "load", "core", "features", "memcheck", "matrix"]
 FLAGS = ("JAX_CUDNN_RNN_REQUIRE_EXTENSION=1", "JAX_CUDNN_RNN_REQUIRE_GPU=1", "PYTHONSAFEPATH=1")
 
 
@@ -38,6 +41,11 @@ def dry_run(*args, **env) -> list[tuple[str, list[str]]]:
         assert separator and re.fullmatch(r"[a-z][a-z-]*", stage), line
         commands.append((stage, shlex.split(command)))
     return commands
+
+
+def uncapped(words: list[str]) -> list[str]:
+    """A printed command without its hard cap (``timeout -k 10 SECONDS``), if it has one."""
+    return words[4:] if words[:3] == ["timeout", "-k", "10"] else words
 
 
 def pytest_args(words: list[str]) -> list[str]:
@@ -90,6 +98,7 @@ def test_every_test_command_requires_the_extension_and_a_gpu(runbook_stages):
     for stage, words in runbook_stages + dry_run("tests", "whole", "leaks", "racecheck"):
         if "pytest" not in words:
             continue
+        words = uncapped(words)
         assert words[0] == "env", (stage, words)
         environment = words[1 : words.index(sys.executable)]
         assert all(flag in environment for flag in FLAGS), (stage, words)
@@ -102,8 +111,10 @@ def test_every_test_command_requires_the_extension_and_a_gpu(runbook_stages):
     assert run[:1] == ["env"] and all(flag in run[:sanitizer] for flag in FLAGS)
     assert "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in run[:sanitizer]
     assert run[sanitizer : sanitizer + 3] == ["compute-sanitizer", "--tool", "memcheck"]
-    bench = [words for stage, words in runbook_stages if stage == "bench-f"]
-    assert "extension_loaded()" in bench[0][-1] and bench[1][-9:-6] == ["bench", "--configs", "F"]
+    # The rule stage checks the extension and a GPU before it tunes and benches.
+    rule = [uncapped(words) for stage, words in runbook_stages if stage == "rule"]
+    check = next(i for i, words in enumerate(rule) if "extension_loaded()" in words[-1])
+    assert all("tune" not in words and "bench" not in words for words in rule[:check])
 
 
 def test_the_stages_select_what_the_runbook_promises(collected):
@@ -305,3 +316,105 @@ def test_the_first_command_proves_the_most_under_hard_caps(tmp_path):
         "--contenders",
         "jcr-default,torch",
     ]
+
+
+RULE_PARTS = ["smi", "info", "tests", "check", "tune", "info-after", "trace", "bench-f", "bench"]
+
+
+def _option(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def test_issue_62s_command_runs_everything_it_asks_for_under_one_deadline(tmp_path):
+    """Issue 62 item 4: one command of at most 8 minutes: the carried wheel, the tests touching item 1, `tune` into this
+    GPU's table, `info` again, the forward traces of A and F, the whole bench A-G with jcr-default, jcr-flax and
+    PyTorch in float32 and bfloat16 (F in 2 rounds), every part under a hard cap, the tune and the benches bounding
+    themselves inside it, and at most 8 files back under $OUT, none in a folder."""
+    from jax_cudnn_rnn.tools.bench import contenders
+
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    (tmp_path / f"jax_cudnn_rnn-0.1.0-{tag}-{tag}-linux_x86_64.whl").write_bytes(b"")
+    commands = dry_run("--wheel", str(tmp_path), "rule")
+    assert [stage for stage, _ in commands] == ["install"] + ["rule"] * len(RULE_PARTS)
+    caps = {}
+    for name, (_, words) in zip(["install", *RULE_PARTS], commands, strict=True):
+        assert words[:3] == ["timeout", "-k", "10"], words
+        caps[name] = int(words[3])
+    parts = dict(zip(RULE_PARTS, (uncapped(words) for _, words in commands[1:]), strict=True))
+    # The deadline: the script's, counted from its start (the install included), leaves the kills' 10 s and the
+    # final lines inside 8 minutes.
+    with open(SCRIPT, encoding="utf-8") as f:
+        deadline = int(re.search(r'RULE_SECONDS="\$\{RULE_SECONDS:-(\d+)\}"', f.read()).group(1))
+    assert caps["install"] + 10 <= deadline <= 8 * 60 - 10
+    # Item 1's tests: the frontends' default modules against double bias (CPU), the GPU rule, the linen and NNX modules
+    # on cuDNN, cuDNN on single-bias spaces.
+    tests = {node.split("::")[1].split("[")[0] for node in collect(parts["tests"])}
+    assert {
+        "test_every_frontends_default_module_gets_the_algorithm_double_bias_gets",
+        "test_the_registrys_picks_are_within_5_percent_of_the_fastest_in_every_synthetic_cell",
+        "test_linen_module_matches_the_oracle",
+        "test_nnx_module_matches_the_oracle",
+        "test_single_bias_without_lengths_matches_xla",
+    } <= tests
+    assert not any(node.startswith("test_matches_xla") for node in tests)  # none of the matrix
+    # Item 2: this GPU's table, bounded inside its cap, written under $OUT.
+    tune = parts["tune"]
+    assert tune[tune.index("tune") :][:3] == ["tune", "--platform", "gpu"]
+    assert 0 < float(_option(tune, "--budget-seconds")) <= caps["tune"] - 20
+    assert _option(tune, "--configs").split(",")[:2] == ["F", "A"]
+    assert set(_option(tune, "--configs").split(",")) == {c.name for c in contenders.GPU_CONFIGS}
+    assert parts["info-after"][-1] == "info"
+    # Item 3: ours and PyTorch's forward traced at A and F.
+    trace = parts["trace"]
+    assert trace[trace.index("benchmarks/trace_forward.py") :][:3] == [
+        "benchmarks/trace_forward.py",
+        "--configs",
+        "A,F",
+    ]
+    assert "torch" in _option(trace, "--contenders").split(",")
+    # Item 4: the whole bench, F in two rounds, each bench bounded inside its cap.
+    benches = [parts["bench-f"], parts["bench"]]
+    configs = set()
+    for words in benches:
+        assert _option(words, "--contenders") == "jcr-default,jcr-flax,torch"
+        assert _option(words, "--dtypes") == "float32,bfloat16" and "--same-process" not in words
+        configs |= set(_option(words, "--configs").split(","))
+    assert configs == {c.name for c in contenders.GPU_CONFIGS}
+    assert _option(parts["bench-f"], "--configs") == "F" and _option(parts["bench-f"], "--rounds") == "2"
+    for name in ("bench-f", "bench"):
+        assert 0 < float(_option(parts[name], "--budget-seconds")) <= caps[name] - 20
+    # What comes back: the two logs and the files the parts write, each directly under $OUT (the tool's limit: 8).
+    written = [
+        _option(words, flag)
+        for words in parts.values()
+        for flag in ("--json", "--gpu-json", "--summary", "--archive")
+        if flag in words
+    ]
+    assert all(os.path.dirname(path) == "/nonexistent/out" for path in written), written
+    assert len({"install.log", "rule.log", *map(os.path.basename, written)}) == 2 + len(written) <= 8
+
+
+def test_the_rule_stage_stops_at_its_deadline(tmp_path):
+    """Run for real with a Python that hangs (no GPU here, and no wait for one): `info`, whose own cap is larger than
+    what is left of a 31 s deadline, is capped at what is left (less the kill's 10 s) and stopped there; the bench,
+    with under 20 s left, is skipped and says so; the command fails within its deadline."""
+    hanging = tmp_path / "python"
+    hanging.write_text('#!/bin/bash\ncase " $* " in *" -c "*) exit 1 ;; esac\nexec sleep 120\n')
+    hanging.chmod(0o755)
+    out = tmp_path / "out"
+    env = {"OUT": str(out), "PYTHON": str(hanging), "RULE_SECONDS": "31", "RULE_PARTS": "info bench"}
+    env["RULE_CAPS"] = "10 300 90 30 140 30 60 100 300"
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", SCRIPT, "rule"], capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, **env}
+    )
+    assert time.monotonic() - started < 31
+    assert result.returncode == 1, result.stdout[-2000:]
+    log = (out / "rule.log").read_text()
+    cap = int(
+        re.search(r"\$ timeout -k 10 (\d+) env PYTHONSAFEPATH=1 \S+ -m jax_cudnn_rnn.tools.cli info", log).group(1)
+    )
+    assert 17 <= cap <= 21
+    assert f"[exit status 124 after {cap} s]" in log or f"[exit status 124 after {cap + 1} s]" in log
+    assert "skipped bench, the command's 31 s are spent" in log
+    assert sorted(os.listdir(out)) == ["rule.log"]

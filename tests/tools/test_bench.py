@@ -56,7 +56,7 @@ def test_json_records(quick_run):
     assert data["settings"]["warmup_seconds"] == bench.QUICK_TIMING.warmup_seconds
     assert data["settings"]["precision"] == "float32"
     assert all(c["time"] <= 10 and c["hidden"] <= 32 for c in data["settings"]["configs"])
-    expected = {"jcr-xla", "jcr-default", "flax"} | ({"torch"} if HAS_TORCH else set())
+    expected = {"jcr-xla", "jcr-default", "jcr-flax", "flax"} | ({"torch"} if HAS_TORCH else set())
     if onednn.extension_loaded():
         expected.add("jcr-onednn")
     measured = {(r["config"], r["contender"], r["measurement"]) for r in data["records"]}
@@ -467,7 +467,7 @@ def test_decoding_configs_carry_the_states_through_one_step_calls(tmp_path):
         got = contenders._build_jcr(bc, "float32", implementation).forward()
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     if HAS_TORCH:
-        assert contenders._build_torch(bc, "float32").train is None
+        assert contenders.build_torch(bc, "float32").train is None
     path = tmp_path / "decode.json"
     names = "jcr-default,flax" + (",torch" if HAS_TORCH else "")
     assert cli.main(["bench", "--quick", "--configs", "G-b1", "--contenders", names, "--json", str(path)]) == 0
@@ -477,3 +477,97 @@ def test_decoding_configs_carry_the_states_through_one_step_calls(tmp_path):
         (name, contenders.FWD) for name in names.split(",") if name != "flax"
     }
     assert {s["contender"]: s["reason"] for s in data["skipped"]}["flax"].startswith("decoding")
+
+
+@pytest.mark.parametrize("name", ["cpu-gru", "G-b1", "lstm-pad", "D"])
+def test_jcr_flax_is_the_linen_module_with_its_default_arguments(name):
+    """Issue 62: "jcr-flax" times this library's linen module (jax_cudnn_rnn/flax.py) as a Flax user's model has it,
+    only the shape and dtype given: its values are the module's own (batch-major; a decoding problem's one-step calls
+    carry the module's carry; a padded one passes seq_lengths), on the double-bias weight space, and the record names
+    what the default ran."""
+    from jax_cudnn_rnn import flax as jcr_flax
+    from jax_cudnn_rnn.backends.call import Call
+
+    bc = contenders.CONFIGS[name].shrunk()
+    runner = contenders.contender("jcr-flax").build(bc, "float32")
+    kind = {"lstm": jcr_flax.LSTM, "gru": jcr_flax.GRU}[bc.mode]
+    model = kind(bc.hidden, num_layers=bc.num_layers, direction=bc.direction, dtype="float32")
+    x = np.swapaxes(contenders.inputs(bc), 0, 1)
+    variables = model.init(jax.random.key(0), x[:, :1])
+    lengths = () if bc.lengths() is None else (bc.lengths(),)
+    want = model.apply(variables, x, *lengths)  # one call over all T steps, decoding or not
+    np.testing.assert_allclose(np.asarray(runner.forward()), np.asarray(want), rtol=2e-5, atol=2e-5)
+    assert (runner.train is None) == bc.inference_only
+    if runner.train is not None:
+        runner.train()
+    config = model.rnn_config(bc.input_size)
+    assert runner.notes["bias_mode"] == config.bias_mode == "double"
+    one_call = Call(config, 1 if bc.decode else bc.time, bc.batch, seq_lengths=bc.padded)
+    assert runner.notes["implementation"] == jcr.implementation_for(jax.numpy.asarray(x), one_call)
+    bfloat16 = contenders.contender("jcr-flax").build(bc, "bfloat16")
+    assert np.asarray(bfloat16.forward()).dtype == jax.numpy.bfloat16
+
+
+def test_an_algorithm_contender_runs_cudnn_with_that_algorithm(cudnn_stand_in):
+    """ "jcr-cudnn@<algorithm>" (what the GPU's tune times) asks rnn() for that algorithm; every kernel call's plan
+    runs it (cuDNN's kernels stood in for on the CPU)."""
+    bc = contenders.CONFIGS["F"].shrunk()
+    contender = contenders.contender("jcr-cudnn@persist_static")
+    assert contender.ours and not contender.by_default
+    runner = contender.build(bc, "float32")
+    runner.forward()
+    runner.train()
+    assert runner.notes["algorithm"] == "persist_static"
+    assert {algo for _, _, algo in cudnn_stand_in.calls} == {"persist_static"}
+    assert {kind for _, kind, _ in cudnn_stand_in.calls} == {"forward", "backward"}
+    with pytest.raises(KeyError, match="jcr-<implementation>@<algorithm>"):
+        contenders.contender("nope")
+
+
+def test_a_worker_past_its_time_is_stopped_and_reported():
+    results = measure.Results()
+    logged = []
+    bc = contenders.CONFIGS["cpu-lstm"].shrunk()
+    measure.run_guarded(
+        results,
+        lambda kind, text: logged.append(kind),
+        contenders.contender("jcr-xla"),
+        bc,
+        "float32",
+        measure.Timing(1, 0),
+        True,
+        "float32",
+        timeout=0.01,
+    )
+    assert results.records == [] and logged == ["error"]
+    assert results.errors[0]["error"] == "the worker process was stopped after 0 s"
+
+
+def test_a_budget_stops_the_bench_and_says_what_did_not_run():
+    """--budget-seconds (issue 62's device command, within its 8 minutes): no contender starts after it, each one not
+    run is skipped with the reason, and what ran is kept."""
+    ticks = iter([0.0, 0.0] + [100.0] * 10)  # the start, the first contender's check, then past the budget
+    logged = []
+    results = measure.run_all(
+        [contenders.CONFIGS["cpu-lstm"].shrunk()],
+        ["float32", "bfloat16"],
+        [contenders.contender("jcr-xla")],
+        measure.Timing(1, 0),
+        lambda kind, text: logged.append((kind, text)),
+        isolated=False,
+        rounds=2,
+        budget_seconds=50.0,
+        clock=lambda: next(ticks),
+    )
+    assert {(r["dtype"], r["measurement"]) for r in results.records} == {
+        ("float32", m) for m in contenders.MEASUREMENTS
+    }
+    reason = "the bench's budget of 50 s was spent"
+    assert sorted((s["dtype"], s["reason"]) for s in results.skipped) == [
+        ("bfloat16", f"{reason} (round 1)"),
+        ("bfloat16", f"{reason} (round 2)"),
+        ("float32", f"{reason} (round 2)"),
+    ]
+    assert [text for kind, text in logged if kind == "skip"] == [
+        f"{reason} (round 1): cpu-lstm bfloat16 jcr-xla and what follows did not run"
+    ]

@@ -1,5 +1,6 @@
 """``jax-cudnn-rnn info``: versions, the extension's status and why, devices, and the implementation rnn() picks."""
 
+import dataclasses
 import itertools
 import json
 import os
@@ -209,3 +210,54 @@ def test_a_cpu_outside_what_the_rule_was_fitted_on_is_told_to_tune(capsys, monke
     assert report["onednn_extension"]["outside_fit"] in report["advice"]
     assert "bf16 amx kernels): estimated from bf16 native measurements" in report["onednn_extension"]["outside_fit"]
     assert "`jax-cudnn-rnn tune` measures this machine" in _report(capsys).replace("\n", " ")
+
+
+def test_a_gpu_says_which_measurements_its_costs_come_from(monkeypatch, tmp_path):
+    """Issue 62: on a GPU the report names what cuDNN's costs and algorithms rest on: this machine's tuned table of the
+    GPU's kind, the shipped measurements of that kind, or none (then the advice is to tune). No GPU is here: the
+    report's GPU entry is made up, its kind's tables synthetic (not measurements)."""
+    from jax_cudnn_rnn.backends.cudnn import gpu_rule
+    from jax_cudnn_rnn.backends.cudnn import tuned as gpu_tuned
+    from jax_cudnn_rnn.config import MODES
+
+    kind = "NVIDIA H200 (synthetic, for this test)"
+    monkeypatch.setattr(gpu_tuned, "cache_dir", lambda: tmp_path)
+    gpu_tuned._read.cache_clear()
+    report = info.collect()
+    report["nvidia_gpu"] = True
+    report["extension"] = {**report["extension"], "loaded": True, "error": None, "cudnn_runtime": "9.19.0"}
+    report["extension"]["built_against"] = {"cudnn": "9.12.0", "jaxlib": "0.7.2", "xla_ffi_api": (0, 1)}
+    entry = {
+        "device": "cuda:0",
+        "platform": "gpu",
+        "kind": kind,
+        "rnn_implementation": dict.fromkeys(MODES, "cudnn"),
+        "decided_by": [registry.PREFERRED.source],
+    }
+
+    def text_and_advice():
+        report["devices"] = [d for d in report["devices"] if d["platform"] != "gpu"]
+        report["devices"].append({**entry, "gpu_table": info.gpu_table(kind)})
+        report["advice"] = info.advice(report)
+        text = info.format_report(report, verbose=True)
+        assert max(map(len, text.splitlines())) <= 100, text
+        return " ".join(text.split()), report["advice"]
+
+    try:
+        text, advice = text_and_advice()
+        assert f"cuDNN's costs and algorithms: none measured on the {kind}: cuDNN runs every call it supports" in text
+        assert [tip for tip in advice if kind in tip] == [
+            f"nothing was measured on the {kind}: the GPU default runs cuDNN for every call it supports; "
+            "`jax-cudnn-rnn tune` measures this GPU, so that the default runs the xla implementation or another of "
+            "cuDNN's algorithms where they are faster"
+        ]
+        shipped = gpu_rule.Measured(kind, "9.0", "2026-01-01", "cuDNN 9.19.0, jax 0.11.2", "float32", "synthetic", ())
+        monkeypatch.setattr(gpu_rule, "MEASUREMENTS", (shipped,))
+        text, advice = text_and_advice()
+        assert f"the shipped measurements of 2026-01-01 on an {kind} (compute capability 9.0)" in text
+        assert not [tip for tip in advice if kind in tip]
+        path = gpu_tuned.save(dataclasses.replace(shipped, date="2026-02-02"))
+        text, advice = text_and_advice()
+        assert f"this machine's tuned table {path}, then the shipped measurements" in text
+    finally:
+        gpu_tuned._read.cache_clear()

@@ -107,3 +107,112 @@ def test_tune_measures_every_implementation_in_processes_of_their_own(cache, tmp
         assert all(r > 0 for r in cell.ratios["onednn:gemm"])
     assert tuned.this_machine().cells == measured.cells
     assert "written" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ the GPU's tune
+
+KIND = "NVIDIA H200 (stand-in: cuDNN's kernels are the CPU's reference implementation here)"
+
+
+@pytest.fixture
+def gpu_cache(tmp_path, monkeypatch):
+    """An empty cache directory for the GPU's tuned tables, and a GPU of kind ``KIND`` to tune."""
+    from jax_cudnn_rnn.backends.cudnn import tuned as gpu_tuned
+    from jax_cudnn_rnn.tools import tune_gpu
+
+    monkeypatch.setattr(gpu_tuned, "cache_dir", lambda: tmp_path / "gpu-cache")
+    monkeypatch.setattr(tune_gpu, "device_facts", lambda: (KIND, "9.0"))
+    gpu_tuned._read.cache_clear()
+    yield gpu_tuned
+    gpu_tuned._read.cache_clear()
+
+
+def test_the_gpu_tune_times_each_algorithm_and_the_default_decides_from_it(
+    cudnn_stand_in, gpu_cache, tmp_path, monkeypatch
+):
+    """``tune --platform gpu`` (its measurements in this process, cuDNN's kernels stood in for): per config and dtype
+    the xla implementation and every algorithm cuDNN may run, each reaching cuDNN's kernels as asked; the cells in the
+    shipped table's form, saved as this GPU kind's table, which the registry's choice then rests on. What the stand-in
+    times says nothing of a GPU."""
+    from jax_cudnn_rnn.backends.cudnn import algorithm, gpu_rule
+    from jax_cudnn_rnn.tools import tune_gpu
+
+    out = tmp_path / "gpu.json"
+    argv = ["tune", "--platform", "gpu", "--quick", "--same-process", "--dtypes", "float32", "--repeats", "1"]
+    assert cli.main([*argv, "--gpu-json", str(out)]) == 0
+    measured = gpu_rule.measured_from(json.loads(out.read_text()))
+    assert (
+        measured.device_kind == KIND and measured.precision == "float32" and "0 measurements left out" in measured.how
+    )
+    assert [(cell.config, cell.dtype) for cell in measured.cells] == [("B", "float32"), ("F", "float32")]
+    b, f = measured.cells
+    assert (b.time, b.batch, b.num_layers, f.time, f.hidden) == (10, 1, 2, 10, 32)  # the quick (shrunk) problems
+    for cell in measured.cells:
+        assert (
+            set(cell.ratios)
+            == set(algorithm.ALGORITHMS)
+            == set(tune_gpu.algorithms_for(tune_gpu.select(cell.config, True)[0], "float32"))
+        )
+        assert cell.xla_ms[0] > 0 and all(sides[0] > 0 for sides in cell.ratios.values())
+    assert b.xla_ms[1] is None and all(sides[1] is None for sides in b.ratios.values())  # B: inference only
+    assert f.xla_ms[1] > 0 and all(sides[1] > 0 for sides in f.ratios.values())
+    assert {algo for _, _, algo in cudnn_stand_in.calls} == set(algorithm.ALGORITHMS)
+    assert gpu_cache.for_kind(KIND) == measured
+    # The default on a GPU of that kind decides from it: per side the lowest of the xla implementation (1) and the
+    # fastest algorithm measured, as the registry picks.
+    monkeypatch.setattr(algorithm, "device_info", lambda device=None: algorithm.DeviceInfo(9, 0, 132, KIND))
+    call = Call(f.network(), f.time, f.batch)
+    fastest = {side: min(sides[i] for sides in f.ratios.values()) for i, side in enumerate(registry.SIDES)}
+    want = registry.pick({side: {"xla": registry.UNIT, "cudnn": registry.Cost(r, "")} for side, r in fastest.items()})
+    choice = registry.decide("cuda", call)
+    assert (choice.forward, choice.training) == want
+    for side, picked, source in zip(registry.SIDES, (choice.forward, choice.training), choice.sources, strict=True):
+        if picked == "cudnn":
+            assert f"this machine's tuned table of the {KIND}" in source and f"{fastest[side]:.2f}x" in source
+
+
+def test_the_gpu_tune_stops_at_its_budget(cudnn_stand_in):
+    """No measurement starts once the budget is spent; the cells are what ran, and the log says how many did not."""
+    from jax_cudnn_rnn.tools import tune_gpu
+    from jax_cudnn_rnn.tools.bench import measure
+
+    logged = []
+    cells, left_out = tune_gpu.measure_cells(
+        tune_gpu.select("F", True),
+        ["float32"],
+        timing=measure.Timing(1, 0),
+        rounds=2,
+        budget_seconds=0.0,
+        isolated=False,
+        progress=lambda text: None,
+        log=lambda kind, text: logged.append((kind, text)),
+    )
+    assert (cells, left_out) == ([], 8) and cudnn_stand_in.calls == []
+    assert logged == [("skip", "the budget of 0 s is spent: 8 measurements not run")]
+
+
+def test_the_gpu_tune_times_what_cudnn_may_run_on_each_bench_problem():
+    """At the bench's sizes: SMALL_H only where the hidden size allows it on every side measured (config F's 128 for
+    the training step; B, inference only, 512: too large), PERSIST_STATIC everywhere without lengths."""
+    from jax_cudnn_rnn.backends.cudnn.algorithm import PERSIST_STATIC, PERSIST_STATIC_SMALL_H, STANDARD
+    from jax_cudnn_rnn.tools import tune_gpu
+
+    got = {bc.name: tune_gpu.algorithms_for(bc, "bfloat16") for bc in tune_gpu.select(None, False)}
+    assert got == {
+        **dict.fromkeys(("A", "B", "C", "D", "E", "G-b1", "G-b64"), (STANDARD, PERSIST_STATIC)),
+        "F": (STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H),
+    }
+    with pytest.raises(SystemExit, match="unknown GPU config 'Z'; known: A, B, C"):
+        tune_gpu.select("A,Z", False)
+
+
+def test_tune_names_what_a_platform_lacks(capsys):
+    """Asked for the GPU on a machine where cuDNN cannot run, the command says why and writes nothing."""
+    from jax_cudnn_rnn.tools import tune_gpu
+
+    if tune_gpu.unavailable() is None:
+        pytest.skip("cuDNN runs here")
+    assert cli.main(["tune", "--platform", "gpu"]) == 1
+    assert "nothing to tune on the gpu: cuDNN cannot run here: it needs" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="unknown platform 'tpu'"):
+        cli.main(["tune", "--platform", "tpu"])

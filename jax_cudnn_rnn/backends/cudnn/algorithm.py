@@ -1,4 +1,7 @@
-"""Which cuDNN RNN algorithm runs a call: PyTorch's heuristic by default, an explicit choice, or measured (autotune).
+"""Which cuDNN RNN algorithm runs a call: by default the one measured fastest on the GPU's kind for the call's shape
+class where measurements cover it (``MEASURED``: jax_cudnn_rnn/backends/cudnn/gpu_rule.py, from the shipped table or
+this machine's, ``jax-cudnn-rnn tune``), else PyTorch's heuristic; an explicit choice; or timed in this process
+(autotune).
 
 cuDNN's standard algorithm launches a GEMM and a pointwise kernel per time step. The persistent algorithms keep the
 recurrent weights on chip and run all steps in one kernel, which wins by far when the per-step work is small: on an
@@ -34,8 +37,8 @@ STANDARD = "standard"
 PERSIST_STATIC = "persist_static"
 PERSIST_STATIC_SMALL_H = "persist_static_small_h"
 ALGORITHMS = (STANDARD, PERSIST_STATIC, PERSIST_STATIC_SMALL_H)
-HEURISTIC, AUTOTUNE = "heuristic", "autotune"
-CHOICES = (HEURISTIC, AUTOTUNE, *ALGORITHMS)  # what rnn(algorithm=...) accepts besides None
+MEASURED, HEURISTIC, AUTOTUNE = "measured", "heuristic", "autotune"
+CHOICES = (MEASURED, HEURISTIC, AUTOTUNE, *ALGORITHMS)  # what rnn(algorithm=...) accepts besides None (MEASURED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,22 +245,33 @@ def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 2,
 
 
 def check_algorithm(algorithm: str | None) -> str:
-    """``rnn(..., algorithm=...)`` checked: None means "heuristic"; anything else must be one of CHOICES."""
+    """``rnn(..., algorithm=...)`` checked: None means "measured"; anything else must be one of CHOICES."""
     if algorithm is None:
-        return HEURISTIC
+        return MEASURED
     if not isinstance(algorithm, str) or algorithm not in CHOICES:
         raise ValueError(f"algorithm is {algorithm!r}; expected None or one of {', '.join(CHOICES)}")
     return algorithm
 
 
-def choose(requested: str, problem: Problem, seconds: Callable[[str], float], device: DeviceInfo | None = None) -> str:
+def choose(
+    requested: str,
+    problem: Problem,
+    seconds: Callable[[str], float],
+    device: DeviceInfo | None = None,
+    measured: Callable[[Problem, DeviceInfo], str | None] | None = None,
+) -> str:
     """The algorithm one call runs for ``rnn``'s ``algorithm=requested`` (checked) on ``device`` (default: this
     process's first GPU).
 
-    An explicit algorithm cuDNN cannot run raises ValueError. "autotune" is refused (ValueError) when several JAX
+    "measured" runs ``measured(problem, device)``'s answer (the GPU rule's: the algorithm measured fastest in the call's
+    shape class on the device's kind), and the heuristic's where it has none (None, or no ``measured`` given). An
+    explicit algorithm cuDNN cannot run raises ValueError. "autotune" is refused (ValueError) when several JAX
     processes run the program: each would time its own GPU and could choose differently, and every process must run
     the same program."""
     device = device_info() if device is None else device
+    if requested == MEASURED:
+        found = None if measured is None else measured(problem, device)
+        return heuristic(problem, device) if found is None else found
     if requested == HEURISTIC:
         return heuristic(problem, device)
     if requested == AUTOTUNE:

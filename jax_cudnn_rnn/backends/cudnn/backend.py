@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
-from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, fallback, kernels, plan
+from jax_cudnn_rnn.backends.cudnn import algorithm, exporting, extension, fallback, gpu_rule, kernels, plan, tuned
 from jax_cudnn_rnn.backends.fused import compose, convention, vjp
 from jax_cudnn_rnn.backends.fused.batching import sequential_vmap
 from jax_cudnn_rnn.config import RNNConfig
@@ -51,7 +51,7 @@ class Static:
 
     config: RNNConfig
     allow_tf32: bool
-    algorithm: str  # requested: "heuristic", "autotune" or an algorithm's name
+    algorithm: str  # requested: "measured", "heuristic", "autotune" or an algorithm's name
     placement: placement.Placement = placement.UNKNOWN
 
 
@@ -267,9 +267,31 @@ def unsupported(call: Call) -> str | None:
     return None
 
 
+def _one_kind(call: Call) -> algorithm.DeviceInfo | None:
+    """The facts of the GPU ``call`` is planned on, where its plan's GPUs are of one kind (else None: their
+    measurements could disagree, and the plan falls back to the standard algorithm)."""
+    infos = {algorithm.device_info(device) for device in plan.planning_devices(call.placement)}
+    return infos.pop() if len({info.kind for info in infos}) == 1 else None
+
+
+def cost(call: Call, side: str, variant: str) -> registry.Cost:
+    """The registry's estimate for ``call`` on ``side``: where the GPU rule's measurements of the call's GPU kind
+    cover its shape class (jax_cudnn_rnn/backends/cudnn/gpu_rule.py), the time over the xla implementation's of the
+    algorithm it runs there; elsewhere ``registry.PREFERRED``, the platform's own library wherever it runs."""
+    del variant  # cuDNN has none
+    device = _one_kind(call)
+    batch = None if call.batch is None else call.placement.local_batches(call.batch)[0]
+    problem = gpu_rule.measured_problem(call, side, batch)
+    if device is None or not device.kind or problem is None:
+        return registry.PREFERRED
+    found = gpu_rule.estimate(problem, call.cudnn.algorithm, device, tuned.for_kind(device.kind))
+    return registry.PREFERRED if found is None else registry.Cost(found.relative, found.source)
+
+
 def workspace_bytes(call: Call, side: str, variant: str) -> int | None:
-    """The workspace cuDNN asks for ``call`` on ``side`` under the heuristic's algorithm (taken from XLA's scratch
-    allocator, outside XLA's memory analysis), or None where it cannot be asked (no GPU) or the call is not known."""
+    """The workspace cuDNN asks for ``call`` on ``side`` under the algorithm its plan runs for ``algorithm=None``
+    (taken from XLA's scratch allocator, outside XLA's memory analysis), or None where it cannot be asked (no GPU) or
+    the call is not known."""
     del variant  # cuDNN has none
     if call.config is None or call.max_time is None or call.batch is None:
         return None
@@ -282,7 +304,10 @@ def workspace_bytes(call: Call, side: str, variant: str) -> int | None:
         allow_tf32=call.precision == "tensorfloat32",
     )
     try:
-        return plan.temp_space_sizes(problem, algorithm.heuristic(problem, algorithm.device_info()))[0]
+        # autotune's choice is not known before it times the call: the heuristic's stands in for it.
+        requested = algorithm.HEURISTIC if call.cudnn.algorithm == algorithm.AUTOTUNE else call.cudnn.algorithm
+        chosen = algorithm.choose(requested, problem, None, algorithm.device_info(), plan.measured)
+        return plan.temp_space_sizes(problem, chosen)[0]
     except Exception:  # noqa: BLE001 - then the bench's memory column is unknown rather than wrong
         return None
 
@@ -303,8 +328,9 @@ registry.register(
         ),
         unavailable=lambda: unavailable(),
         run=rnn,
-        # Wherever it runs the call on CUDA, on both sides: its algorithm is chosen inside it (algorithm.py).
-        cost=lambda call, side, variant: registry.PREFERRED,
+        # The GPU rule's estimate where the GPU's kind was measured, else wherever it runs the call on CUDA; its
+        # algorithm is chosen inside it (algorithm.py, from the same measurements for algorithm=None).
+        cost=lambda call, side, variant: cost(call, side, variant),
         passed_over=lambda call: fallback.passed_over(call, unavailable, unsupported),
         scratch_bytes=workspace_bytes,
     )

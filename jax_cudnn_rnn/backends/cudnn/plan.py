@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import jax
 
-from jax_cudnn_rnn.backends.cudnn import algorithm, kernels
+from jax_cudnn_rnn.backends.cudnn import algorithm, gpu_rule, kernels, tuned
 from jax_cudnn_rnn.config import RNNConfig
 from jax_cudnn_rnn.sharding import placement
 
@@ -133,6 +133,12 @@ def check_processes_agree() -> None:
         )
 
 
+def measured(problem: algorithm.Problem, device: algorithm.DeviceInfo) -> str | None:
+    """The algorithm the GPU rule measured fastest for ``problem`` on ``device``'s kind (this machine's tuned table
+    where it has one, else the shipped measurements), or None where none covers it: ``algorithm="measured"``'s."""
+    return gpu_rule.fastest(problem, device, tuned.for_kind(device.kind))
+
+
 def plan(
     config: RNNConfig,
     x_shape,
@@ -144,7 +150,8 @@ def plan(
     seconds: Timer,
 ) -> Plan:
     """The call's plan: the algorithm ``requested`` resolves to for the batch one device is expected to run
-    (``where.local_batches``), on the call's device (``seconds`` times one algorithm, for autotune); for training also
+    (``where.local_batches``), on the call's device (``seconds`` times one algorithm, for autotune; ``measured`` reads
+    the GPU rule, for "measured"); for training also
     the reserve rows, sized for every local batch the call may run with. When tracing does not know the call's GPU and
     this process has GPUs of several models, the plan holds on each (``planning_devices``): the algorithm their choices
     agree on, else the standard one, and reserve rows that fit every model's size."""
@@ -154,7 +161,9 @@ def plan(
     local_batches = where.local_batches(int(x_shape[1]))
     local = problem(config, (x_shape[0], local_batches[0]), padded, allow_tf32, training)
     choices = {
-        algorithm.choose(requested, local, lambda candidate, device=device: seconds(local, candidate, device), info)
+        algorithm.choose(
+            requested, local, lambda candidate, device=device: seconds(local, candidate, device), info, measured
+        )
         for device, info in zip(devices, infos, strict=True)
     }
     chosen = choices.pop() if len(choices) == 1 else algorithm.STANDARD

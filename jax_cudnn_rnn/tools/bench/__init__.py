@@ -129,6 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its own moves no result (default 1)",
     )
     parser.add_argument(
+        "--budget-seconds",
+        type=_at_least(1.0, float),
+        default=None,
+        help="start no contender after this many seconds and stop one still running then; what did not run is "
+        "skipped with the reason and the rest written as usual (default: no bound)",
+    )
+    parser.add_argument(
         "--neighbour-rounds",
         type=_at_least(0),
         default=None,
@@ -227,7 +234,9 @@ def run(args: argparse.Namespace) -> int:
         sizes, gemm_timing = (QUICK_GEMM_SIZES, QUICK_TIMING) if args.quick else (GEMM_SIZES, GEMM_TIMING)
         facts["gemm_peak"] = measure.gemm_peak(dtypes, sizes, gemm_timing, frameworks, log)
         facts["gemm_gflops"] = {dtype: peak["gflops"] for dtype, peak in facts["gemm_peak"].items()}
-    results = measure.run_all(configs, dtypes, chosen, timing, log, isolated, args.precision, args.rounds)
+    results = measure.run_all(
+        configs, dtypes, chosen, timing, log, isolated, args.precision, args.rounds, args.budget_seconds
+    )
     _neighbour(args, configs, timing, log, results)
     report.add_roofline(results.records, facts.get("gemm_gflops") or {})
     facts["loadavg_end"] = measure.loadavg()
@@ -253,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
         "precision": args.precision,
         "isolation": facts["isolation"],
         "rounds": args.rounds,
+        "budget_seconds": args.budget_seconds,
     }
     if args.json:
         report.write_json(args.json, facts, settings, results)

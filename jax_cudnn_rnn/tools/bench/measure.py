@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -165,16 +166,21 @@ def _outcome(contender: C.Contender, bc: C.BenchConfig, dtype: str, timing: Timi
         return {"error": C.short(e)} if contender.ours else {"skip": f"failed: {C.short(e)}"}
 
 
-def _in_worker(job: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
-    """Runs ``job`` in a fresh Python process (this file as a worker) and returns its result."""
-    worker = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def _in_worker(job: dict[str, Any], timeout: float = 900, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs ``job`` in a fresh Python process (this file as a worker, with ``env`` added to this process's environment)
+    and returns its result; a worker still running after ``timeout`` seconds is killed and reported as an error."""
+    try:
+        worker = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--worker"],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=None if env is None else {**os.environ, **env},
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the worker process was stopped after {timeout:.0f} s"}
     lines = worker.stdout.strip().splitlines()
     if worker.returncode != 0 or not lines:
         tail = (worker.stderr or worker.stdout).strip().splitlines()[-3:]
@@ -216,8 +222,11 @@ def run_guarded(
     timing: Timing,
     isolated: bool,
     precision: str,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """Times ``contender`` (in a worker process when ``isolated``) and stores its records, skip or error."""
+    """Times ``contender`` (in a worker process when ``isolated``, stopped after ``timeout`` seconds, with ``env`` added
+    to its environment) and stores its records, skip or error."""
     where = f"{bc.name} {dtype} {contender.name}"
     entry = {"config": bc.name, "dtype": dtype, "contender": contender.name}
     reason = contender.unsupported(bc, dtype)
@@ -226,7 +235,7 @@ def run_guarded(
         results.skipped.append({**entry, "reason": reason})
         return
     if isolated:
-        outcome = _in_worker(_contender_job(contender, bc, dtype, timing, precision))
+        outcome = _in_worker(_contender_job(contender, bc, dtype, timing, precision), timeout, env)
     else:
         outcome = _with_precision(precision, contender, lambda: _outcome(contender, bc, dtype, timing))
     if "skip" in outcome or ("error" in outcome and not contender.ours):
@@ -251,10 +260,13 @@ def run_all(
     isolated: bool = True,
     precision: str = "float32",
     rounds: int = 1,
+    budget_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Results:
     """Runs every contender on every config and dtype, each in a process of its own when ``isolated``, ``rounds``
     times over the whole grid; ``log(kind, text)`` gets one line per result ("ok"), skip ("skip") or error ("error").
-    Each measurement's record is its middle round's (``combine_rounds``)."""
+    Each measurement's record is its middle round's (``combine_rounds``). With ``budget_seconds``, no contender starts
+    once they have passed, and a worker still running then is stopped: what did not run is skipped, saying so."""
     results = Results()
     available = []
     for contender in contenders:
@@ -264,13 +276,25 @@ def run_all(
             results.skipped.append({"config": None, "dtype": None, "contender": contender.name, "reason": reason})
         else:
             available.append(contender)
+    start, spent = clock(), False
     for round_index in range(rounds):
         if rounds > 1:
             log("info", f"round {round_index + 1} of {rounds}")
         for bc in configs:
             for dtype in dtypes:
                 for contender in available:
-                    run_guarded(results, log, contender, bc, dtype, timing, isolated, precision)
+                    left = math.inf if budget_seconds is None else budget_seconds - (clock() - start)
+                    if left <= 0:
+                        reason = f"the bench's budget of {budget_seconds:g} s was spent (round {round_index + 1})"
+                        if not spent:
+                            log("skip", f"{reason}: {bc.name} {dtype} {contender.name} and what follows did not run")
+                        spent = True
+                        results.skipped.append(
+                            {"config": bc.name, "dtype": dtype, "contender": contender.name, "reason": reason}
+                        )
+                        continue
+                    timeout = min(900.0, left)
+                    run_guarded(results, log, contender, bc, dtype, timing, isolated, precision, timeout)
     results.records = combine_rounds(results.records)
     results.skipped = list({json.dumps(s, sort_keys=True): s for s in results.skipped}.values())
     add_ratios(results.records)
@@ -328,7 +352,7 @@ def _run_package_implementations(bc: C.BenchConfig, dtype: str) -> list[str]:
 def _neighbour_outcome(bc: C.BenchConfig, dtype: str, timing: Timing, with_package: bool) -> dict[str, Any]:
     """PyTorch's forward on ``bc`` timed in this process, after this package ran when ``with_package``."""
     ran = _run_package_implementations(bc, dtype) if with_package else []
-    ms = 1e3 * median_seconds(C._build_torch(bc, dtype).forward, timing)
+    ms = 1e3 * median_seconds(C.build_torch(bc, dtype).forward, timing)
     return {"ms": ms, "ran": ran}
 
 
