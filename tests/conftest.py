@@ -61,13 +61,14 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_sessionstart(session):
     import jax_cudnn_rnn
+    from jax_cudnn_rnn.backends import tuned_files
     from jax_cudnn_rnn.backends.cudnn import tuned as gpu_tuned
     from jax_cudnn_rnn.backends.onednn import tuned
 
     # The tests decide with the shipped rules, never with a tuned table (`jax-cudnn-rnn tune`) of the machine that runs
     # them, CPU or GPU: tuned tables are looked for in an empty directory (tests/tools/test_tune.py writes its own).
     empty = tempfile.mkdtemp(prefix="jcr-tests-no-tuned-table-")
-    tuned.cache_dir = gpu_tuned.cache_dir = lambda: pathlib.Path(empty)
+    tuned_files.cache_dir = lambda: pathlib.Path(empty)
     tuned.this_machine.cache_clear()
     gpu_tuned._read.cache_clear()
     _check_installed_copy(jax_cudnn_rnn)

@@ -18,7 +18,7 @@ import pytest
 from cudnn_stand_in import CudnnStandIn
 
 import jax_cudnn_rnn as jcr
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import registry, tuned_files
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions
 from jax_cudnn_rnn.backends.cudnn import algorithm, gpu_rule, plan, tuned
 from jax_cudnn_rnn.backends.cudnn import backend as cudnn_backend
@@ -365,7 +365,7 @@ def test_the_default_runs_what_the_table_found_fastest_on_each_side(synthetic):
 def test_a_tuned_table_of_this_gpu_decides_once_saved(synthetic, tmp_path, monkeypatch):
     """``tuned.save`` writes this GPU kind's table in the cache directory (atomically, keyed by the kind and the
     software); from then on the cost and the algorithm come from it, and another kind reads none."""
-    monkeypatch.setattr(tuned, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(tuned_files, "cache_dir", lambda: tmp_path)
     tuned._read.cache_clear()
     try:
         f = _named("F")

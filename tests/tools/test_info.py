@@ -12,7 +12,7 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import registry, tuned_files
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.cudnn import extension as _extension
 from jax_cudnn_rnn.backends.onednn import extension as onednn_extension
@@ -221,7 +221,7 @@ def test_a_gpu_says_which_measurements_its_costs_come_from(monkeypatch, tmp_path
     from jax_cudnn_rnn.config import MODES
 
     kind = "NVIDIA H200 (synthetic, for this test)"
-    monkeypatch.setattr(gpu_tuned, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(tuned_files, "cache_dir", lambda: tmp_path)
     gpu_tuned._read.cache_clear()
     report = info.collect()
     report["nvidia_gpu"] = True

@@ -9,7 +9,7 @@ import pytest
 
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import onednn
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import registry, tuned_files
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import cpu_rule, tuned
 from jax_cudnn_rnn.tools import cli
@@ -18,7 +18,7 @@ from jax_cudnn_rnn.tools import cli
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty cache directory for tuned tables (tests/conftest.py points the tests at an empty one already)."""
-    monkeypatch.setattr(tuned, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(tuned_files, "cache_dir", lambda: tmp_path)
     tuned.this_machine.cache_clear()
     yield tmp_path
     tuned.this_machine.cache_clear()
@@ -120,7 +120,7 @@ def gpu_cache(tmp_path, monkeypatch):
     from jax_cudnn_rnn.backends.cudnn import tuned as gpu_tuned
     from jax_cudnn_rnn.tools import tune_gpu
 
-    monkeypatch.setattr(gpu_tuned, "cache_dir", lambda: tmp_path / "gpu-cache")
+    monkeypatch.setattr(tuned_files, "cache_dir", lambda: tmp_path / "gpu-cache")
     monkeypatch.setattr(tune_gpu, "device_facts", lambda: (KIND, "9.0"))
     gpu_tuned._read.cache_clear()
     yield gpu_tuned

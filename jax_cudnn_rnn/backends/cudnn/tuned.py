@@ -14,32 +14,14 @@ measurements are the same in every process.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
-import json
-import os
 import pathlib
-import tempfile
-import warnings
 from typing import Any
 
 import jax
 
+from jax_cudnn_rnn.backends import tuned_files
 from jax_cudnn_rnn.backends.cudnn import extension
 from jax_cudnn_rnn.backends.cudnn.gpu_rule import Measured, as_json, measured_from
-
-
-def cache_dir() -> pathlib.Path:
-    """Where tuned tables live: ``$XDG_CACHE_HOME/jax-cudnn-rnn``, or ``~/.cache/jax-cudnn-rnn`` (the CPU's too)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "jax-cudnn-rnn"
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def machine_key(kind: str) -> dict[str, Any]:
@@ -47,15 +29,14 @@ def machine_key(kind: str) -> dict[str, Any]:
     return {
         "device_kind": kind,
         "cudnn": extension.format_cudnn_version(extension.cudnn_version()),
-        "jax-cudnn-rnn": _version("jax-cudnn-rnn"),
+        "jax-cudnn-rnn": tuned_files.version("jax-cudnn-rnn"),
         "jax": jax.__version__,
     }
 
 
 def path_for(key: dict[str, Any]) -> pathlib.Path:
     """The file of the tuned table for ``key``."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"gpu-{digest}.json"
+    return tuned_files.path_for(key, "gpu")
 
 
 def for_kind(kind: str) -> Measured | None:
@@ -69,22 +50,7 @@ def for_kind(kind: str) -> Measured | None:
 @functools.cache
 def _read(kind: str) -> Measured | None:
     key = machine_key(kind)
-    path = path_for(key)
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data["machine"] != key:
-            return None
-        return measured_from(data["measured"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(
-            f"the tuned GPU table {path} cannot be read ({type(e).__name__}: {e}); rnn(implementation=None) uses the "
-            f"shipped measurements instead. Run `jax-cudnn-rnn tune` on this GPU again to replace it.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None
+    return tuned_files.read(path_for(key), key, measured_from, "the shipped measurements")
 
 
 def path_of(kind: str) -> pathlib.Path | None:
@@ -96,12 +62,6 @@ def save(measured: Measured) -> pathlib.Path:
     """Writes ``measured`` as this machine's tuned table of its GPU kind (atomically) and returns its path; this
     process uses it from then on."""
     key = machine_key(measured.device_kind)
-    path = path_for(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"machine": key, "measured": as_json(measured)}, indent=1)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", suffix=".json", delete=False) as f:
-        f.write(text)
-        temporary = f.name
-    os.replace(temporary, path)
+    path = tuned_files.write(path_for(key), key, as_json(measured))
     _read.cache_clear()
     return path

@@ -12,25 +12,15 @@ atomically (a temporary file renamed over it), so that a process reading it neve
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
-import json
 import os
 import pathlib
-import tempfile
-import warnings
 from typing import Any
 
 import jax
 
+from jax_cudnn_rnn.backends import tuned_files
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.backends.onednn.cpu_rule import Measured, as_json, measured_from
-
-
-def cache_dir() -> pathlib.Path:
-    """Where tuned tables live: ``$XDG_CACHE_HOME/jax-cudnn-rnn``, or ``~/.cache/jax-cudnn-rnn``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "jax-cudnn-rnn"
 
 
 def cpu_model() -> str:
@@ -46,13 +36,6 @@ def cpu_model() -> str:
     return ""
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def machine_key() -> dict[str, Any]:
     """What a tuned table holds for: this machine and the software whose speed it measured."""
     native = extension.module() if extension.extension_loaded() else None
@@ -60,7 +43,7 @@ def machine_key() -> dict[str, Any]:
         "cpu": cpu_model(),
         "isa": extension.effective_cpu_isa(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "jax-cudnn-rnn": _version("jax-cudnn-rnn"),
+        "jax-cudnn-rnn": tuned_files.version("jax-cudnn-rnn"),
         "jax": jax.__version__,
         "onednn": None if native is None else ".".join(map(str, native.onednn_version())),
     }
@@ -68,8 +51,7 @@ def machine_key() -> dict[str, Any]:
 
 def path_for(key: dict[str, Any]) -> pathlib.Path:
     """The file of the tuned table for ``key``."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"cpu-{digest}.json"
+    return tuned_files.path_for(key, "cpu")
 
 
 @functools.cache
@@ -77,34 +59,13 @@ def this_machine() -> Measured | None:
     """This machine's tuned table, or None (never tuned, tuned with other software, or unreadable: then a warning
     says so once and the rule decides)."""
     key = machine_key()
-    path = path_for(key)
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data["machine"] != key:
-            return None
-        return measured_from(data["measured"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(
-            f"the tuned table {path} cannot be read ({type(e).__name__}: {e}); rnn(implementation=None) uses the "
-            f"rule instead. Run `jax-cudnn-rnn tune` again to replace it.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None
+    return tuned_files.read(path_for(key), key, measured_from, "the rule")
 
 
 def save(measured: Measured) -> pathlib.Path:
     """Writes ``measured`` as this machine's tuned table (atomically) and returns its path; this process uses it from
     then on."""
     key = machine_key()
-    path = path_for(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"machine": key, "measured": as_json(measured)}, indent=1)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", suffix=".json", delete=False) as f:
-        f.write(text)
-        temporary = f.name
-    os.replace(temporary, path)
+    path = tuned_files.write(path_for(key), key, as_json(measured))
     this_machine.cache_clear()
     return path
