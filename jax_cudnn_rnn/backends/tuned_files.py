@@ -1,7 +1,7 @@
-"""The files of tuned tables, the CPU's (onednn/tuned.py) and the GPU's (cudnn/tuned.py): one per machine key in the
-user's cache directory, named by a hash of the key (what the table was measured on), read with a warning where it
-cannot be, and written atomically (a temporary file renamed over it), so that a process reading it never sees half a
-file."""
+"""The files of tuned tables, the CPU's (jax_cudnn_rnn/backends/onednn/tuned.py) and the GPU's
+(jax_cudnn_rnn/backends/cudnn/tuned.py): one per machine key in the user's cache directory, named by a hash of the key
+(what the table was measured on), read with a warning where it cannot be, and written atomically (a temporary file
+renamed over it), so that a process reading it never sees half a file."""
 
 from __future__ import annotations
 
