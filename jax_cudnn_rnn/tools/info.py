@@ -272,8 +272,17 @@ def advice(report: dict[str, Any]) -> list[str]:
 
 
 def _lines(text: str, indent: str = "") -> list[str]:
-    """``text`` wrapped to ``WIDTH`` columns, continuation lines indented two more spaces than ``indent``."""
-    wrapped = textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False)
+    """``text`` wrapped to ``WIDTH`` columns, continuation lines indented two more spaces than ``indent``; a word longer
+    than a line (a path in pytest's or a user's deep temporary folder) is kept whole on a line of its own, so that it
+    can be copied."""
+    wrapped = textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     return [line.replace(_KEEP, " ") for line in wrapped] or [indent]
 
 
