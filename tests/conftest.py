@@ -17,6 +17,7 @@ import tempfile
 # workers, 2-core Zen 4, 2026-11-28). The process that makes the folder removes it at the end. The tests set this for
 # themselves; the package never does.
 _XLA_CACHE = None
+_NO_TUNED_TABLE = None  # this process's empty folder for tuned tables (pytest_sessionstart), removed at its end
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jcr-tests-xla-cache-")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
@@ -51,6 +52,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _XLA_CACHE is not None:
         shutil.rmtree(_XLA_CACHE, ignore_errors=True)
+    if _NO_TUNED_TABLE is not None:
+        shutil.rmtree(_NO_TUNED_TABLE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -67,7 +70,8 @@ def pytest_sessionstart(session):
 
     # The tests decide with the shipped rules, never with a tuned table (`jax-cudnn-rnn tune`) of the machine that runs
     # them, CPU or GPU: tuned tables are looked for in an empty directory (tests/tools/test_tune.py writes its own).
-    empty = tempfile.mkdtemp(prefix="jcr-tests-no-tuned-table-")
+    global _NO_TUNED_TABLE
+    empty = _NO_TUNED_TABLE = tempfile.mkdtemp(prefix="jcr-tests-no-tuned-table-")
     tuned_files.cache_dir = lambda: pathlib.Path(empty)
     tuned.this_machine.cache_clear()
     gpu_tuned._read.cache_clear()

@@ -1,9 +1,9 @@
 """Every jax the package declares is a tested one (issue 37): the binary wheel of an isolated build (built once per
-session, tests/packaging/conftest.py) goes into a fresh venv with exactly the declared floor jax, and into another with
-a jax between the floor and the newest whose XLA FFI API differs from the build's, and tests/floor_smoke.py runs there
-in a fresh process: JAX computes after the import, every implementation runs or refuses by name, the xla
-implementation under jit and grad, the cuDNN path's custom_partitioning per batch shard with stand-in kernels, its
-lowering for CUDA.
+session, tests/packaging/conftest.py) goes into a fresh venv with exactly the declared floor jax, then (in the same
+venv, jax and jaxlib alone replaced) a jax between the floor and the newest whose XLA FFI API differs from the
+build's, and tests/floor_smoke.py runs with each in a fresh process: JAX computes after the import, every
+implementation runs or refuses by name, the xla implementation under jit and grad, the cuDNN path's
+custom_partitioning per batch shard with stand-in kernels, its lowering for CUDA.
 
 Needs the package index (pip's cache makes a repeated run quick); every step has a bounded timeout.
 """
@@ -48,14 +48,19 @@ def test_the_between_jax_is_between():
     ] < max(table.values())
 
 
-@pytest.mark.floor
-@pytest.mark.parametrize("jax_version", ["floor", BETWEEN])
-def test_declared_jax_runs_the_isolated_build(built_wheel, tmp_path, jax_version):
-    version = declared() if jax_version == "floor" else jax_version
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def wheel_venv(built_wheel, tmp_path_factory) -> str:
+    """The python of a fresh venv with the binary wheel and its cudnn and onednn extras (the cuDNN extension must
+    register its CUDA targets with each jax as well), at the declared floor jax; each test below pins its own jax in it,
+    so that the two share one install of the wheel and its extras (nvidia-cudnn-cu13's is the longest)."""
+    venv = tmp_path_factory.mktemp("floor") / "venv"
     run_checked([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = str(venv / "bin" / "python")
-    # The cudnn extra too: the cuDNN extension must register its CUDA targets with this jax as well.
+    _install(python, declared(), f"{built_wheel}[cudnn,onednn]")
+    return python
+
+
+def _install(python: str, version: str, *requirements: str) -> None:
     run_checked(
         [
             python,
@@ -65,12 +70,21 @@ def test_declared_jax_runs_the_isolated_build(built_wheel, tmp_path, jax_version
             "-q",
             "--disable-pip-version-check",
             "--only-binary=:all:",
-            f"{built_wheel}[cudnn,onednn]",
+            *requirements,
             f"jax=={version}",
             f"jaxlib=={version}",
         ],
         timeout=900,
     )
+
+
+@pytest.mark.floor
+@pytest.mark.parametrize("jax_version", ["floor", BETWEEN])
+def test_declared_jax_runs_the_isolated_build(wheel_venv, tmp_path, jax_version):
+    version = declared() if jax_version == "floor" else jax_version
+    python = wheel_venv
+    _install(python, version)
+    assert run_checked([python, "-c", "import jax; print(jax.__version__)"], timeout=300).strip() == version
     out = run_checked(
         [python, str(ROOT / "tests" / "floor_smoke.py"), version],
         timeout=600,
