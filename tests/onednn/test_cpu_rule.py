@@ -173,6 +173,16 @@ def test_this_cpu_estimates_from_its_class():
     assert onednn_backend.cost(Call(jcr.RNNConfig("rnn_tanh", 1, 8, 8), 10, 4), "forward", "") is None
 
 
+def test_a_call_of_one_step_runs_the_xla_step():
+    """No measurement covers a oneDNN call of one time step (the rule's are of sequences): it has no estimate, and the
+    CPU default runs the xla implementation's step there, as Flax's cells run one (issue 60: decoding)."""
+    cfg = jcr.RNNConfig("lstm", 1, 256, 256)
+    for side in registry.SIDES:
+        assert onednn_backend.cost(Call(cfg, 1, 32), side, "") is None
+    choice = registry.decide("cpu", Call(cfg, 1, 32))
+    assert (choice.forward, choice.training) == ("xla", "xla")
+
+
 _BELOW_AVX512 = """
 import jax, jax.numpy as jnp, numpy as np
 import jax_cudnn_rnn as jcr

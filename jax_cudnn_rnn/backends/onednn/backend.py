@@ -223,8 +223,11 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla
     implementation, on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this
     machine's tuned table where there is one (jax_cudnn_rnn/backends/onednn/tuned.py); None where nothing measured
-    covers the call (then the xla implementation runs), and where the batch is not known."""
-    if call.config is None or call.batch is None:
+    covers the call (then the xla implementation runs), and where the batch is not known. A call of one time step is
+    such a call: the rule's measurements are of whole sequences, and the xla implementation runs one step as the
+    cell's step alone (no loop, no custom_vjp, the weights read where they lie), as Flax's cells do, which a oneDNN
+    call's fixed cost (its custom call, its weights' reorder) only adds to (issue 60: decoding, RL rollouts)."""
+    if call.config is None or call.batch is None or call.max_time == 1:
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     found = cpu_rule.estimate(
