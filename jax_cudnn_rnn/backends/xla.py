@@ -336,8 +336,8 @@ def rnn(call: Call, inputs: Inputs):
     call of one time step over a frontend's ``Pieces`` as that step alone (``_step_direction``), reading each tensor
     where it lies, as Flax's cells do. A buffer's one step runs the scan: the step's products would read slices of the
     buffer, which XLA copies at every call and, slices not being worth hoisting alone, at every step of a decoding loop
-    (2-4x the scan's time there, on a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's gradient
-    better than JAX's transpose of those slices."""
+    (config G, B=1: twice the scan's time, on a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's
+    gradient faster (1.5-3x) than JAX's transpose of those slices."""
     if inputs.x.shape[0] == 1 and isinstance(inputs.params, Pieces):
         return layers.run_layers(_step_direction, call, inputs, layers.gate_weights)
     return layers.run_layers(_fast_direction, call, inputs._replace(params=as_buffer(inputs.params)))
