@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,30 +26,49 @@ from jax_cudnn_rnn.layout import GROUP_NAMES, ParamSlot, assemble, layer_slots, 
 class Pieces:
     """The opaque buffer of ``config`` as separate arrays: ``arrays[i]`` is the tensor at ``slots[i]`` (any shape of
     the slot's size), and what no slot holds is zero (a frontend's biases held at zero, which get no gradient).
+    ``transposed[i]``: ``arrays[i]`` holds a matrix slot's tensor transposed, [in, H] (a Flax cell's kernel, as the
+    cell keeps it); ``canonical()`` turns those into the slot's [H, in].
 
     A frontend's named parameters travel to the implementation like this rather than packed: oneDNN's kernels read
     the tensors and write their gradients in place (the registry's ``Backend.takes_pieces``), so that no copy
-    concatenates them into a buffer before the call and none slices the buffer's gradient after it; every other
+    concatenates them into a buffer before the call and none slices the buffer's gradient after it, and the xla
+    implementation's one-step call reads each where it lies, a transposed one too (``Backend.takes_transposed``: XLA's
+    CPU matrix-vector product copies a transposed operand instead of reading it transposed); every other
     implementation gets ``buffer()``. A pytree whose leaves are the arrays."""
 
-    def __init__(self, arrays: Sequence[Any], slots: Sequence[ParamSlot], config: RNNConfig):
+    def __init__(
+        self,
+        arrays: Sequence[Any],
+        slots: Sequence[ParamSlot],
+        config: RNNConfig,
+        transposed: Sequence[bool] | None = None,
+    ):
         self.arrays, self.slots, self.config = tuple(arrays), tuple(slots), config
+        self.transposed = (False,) * len(self.arrays) if transposed is None else tuple(transposed)
 
     def tree_flatten(self):
-        return self.arrays, (self.slots, self.config)
+        return self.arrays, (self.slots, self.config, self.transposed)
 
     @classmethod
     def tree_unflatten(cls, aux, arrays):
         return cls(arrays, *aux)
 
+    def canonical(self) -> Pieces:
+        """The same pieces, every array in its slot's own orientation."""
+        if not any(self.transposed):
+            return self
+        arrays = [jnp.transpose(a) if t else a for a, t in zip(self.arrays, self.transposed, strict=True)]
+        return Pieces(arrays, self.slots, self.config)
+
     def buffer(self) -> jax.Array:
         """The opaque buffer: one concatenation, zeros where no slot holds anything."""
-        return assemble(list(zip(self.slots, self.arrays, strict=True)), self.config)
+        pieces = self.canonical()
+        return assemble(list(zip(pieces.slots, pieces.arrays, strict=True)), self.config)
 
     def astype(self, dtype: Any) -> Pieces:
         """Every array cast to ``dtype``, the config's dtype with them."""
         config = dataclasses.replace(self.config, dtype=jnp.dtype(dtype).name)
-        return Pieces([jnp.asarray(a, dtype) for a in self.arrays], self.slots, config)
+        return Pieces([jnp.asarray(a, dtype) for a in self.arrays], self.slots, config, self.transposed)
 
 
 def as_buffer(params: Any) -> Any:
@@ -109,6 +128,39 @@ def unpack(params: jax.Array, config: RNNConfig) -> tuple[tuple[jax.Array | None
         return flat.reshape(shape)
 
     return tuple(tuple(None if entry is None else group(*entry) for entry in groups) for groups in plan)
+
+
+class Group(NamedTuple):
+    """One group of a pseudo-layer's tensors (its input matrices, recurrent matrices, projection, input or recurrent
+    biases) as ``unpack_gates`` gives it: ``gates``, each gate's tensor apart ([H, in], or [in, H] where
+    ``transposed``; [H]; None for a held bias: zero)."""
+
+    gates: tuple[jax.Array | None, ...]
+    transposed: tuple[bool, ...]
+
+
+def unpack_gates(pieces: Pieces) -> tuple[tuple[Group | None, ...], ...]:
+    """Per pseudo-layer, indexed as ``unpack``'s, (w_input, w_recurrent, w_projection, b_input, b_recurrent), each a
+    ``Group`` (None where absent) of the ``pieces``' own arrays as they lie, each gate apart: a call of one step
+    (jax_cudnn_rnn/backends/xla.py's) reads each where it is, with no copy of it."""
+    config = pieces.config
+    found = {s.offset: (a, t) for s, a, t in zip(pieces.slots, pieces.arrays, pieces.transposed, strict=True)}
+
+    def group(slots: list[ParamSlot]) -> Group | None:
+        if not slots:
+            return None
+        arrays, transposed = zip(*(found.get(slot.offset, (None, False)) for slot in slots), strict=True)
+        shape = slots[0].shape
+        gates = tuple(
+            None if a is None else jnp.reshape(a, shape[::-1] if t else shape)
+            for a, t in zip(arrays, transposed, strict=True)
+        )
+        return Group(gates, transposed)
+
+    return tuple(
+        tuple(group(layer_slots(config, layer, direction)[name]) for name in GROUP_NAMES)
+        for layer, direction in itertools.product(range(config.num_layers), range(config.num_directions))
+    )
 
 
 def sub_config(config: RNNConfig, layer: int, direction: int | None = None) -> RNNConfig:

@@ -20,8 +20,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.cells import activations
-from jax_cudnn_rnn.config import RNNConfig
 
 #: linen's names per gate: {mode: ({gate: input Dense}, {gate: recurrent Dense})}.
 LINEN_NAMES = {
@@ -169,6 +169,19 @@ def from_linen(tree: Mapping[str, Any], mode: str, shapes: Mapping[str, tuple[in
     return out
 
 
+def linen_pieces(tree: Mapping[str, Any], mode: str, parameters: Any) -> Pieces:
+    """A linen cell's parameter tree (checked by the caller) as the ``Pieces`` of ``parameters`` (its
+    ``Parameterization``), each array as the cell keeps it, the kernels marked transposed ([in, H]: no copy of them on
+    the way to a kernel that reads them so), in the config's dtype."""
+    config = parameters.config
+    arrays, transposed = [], []
+    for slot in parameters.slots:
+        dense, leaf = linen_location(mode, slot.name(config))
+        arrays.append(jnp.asarray(tree[dense][leaf], config.dtype))
+        transposed.append(leaf == "kernel")
+    return Pieces(arrays, parameters.slots, config, transposed)
+
+
 def to_linen(named: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """A linen cell's parameter tree of {canonical name: array} (one layer and direction; the inverse of
     ``from_linen``)."""
@@ -189,13 +202,15 @@ def _nnx_location(cell: Any, name: str) -> tuple[str, str, bool]:
     return layer, "kernel" if group.startswith("w_") else "bias", stacked
 
 
-def nnx_tensors(cell: Any, config: RNNConfig, shapes: Mapping[str, tuple[int, ...]], argument: str) -> dict[str, Any]:
-    """{canonical name: array} of an nnx cell's Variables as they are now (shared: each call reads them; traceable),
-    for the tensors of ``shapes``. A missing or misshapen one, or a bias the cell has and ``shapes`` lacks (one the
-    module would not train), is a ValueError naming ``argument``'s attribute."""
-    out = {}
-    read = set()
-    for name, shape in shapes.items():
+def nnx_pieces(cell: Any, parameters: Any, argument: str) -> Pieces:
+    """An nnx cell's Variables as they are now (shared: each call reads them; traceable) as the ``Pieces`` of
+    ``parameters`` (its ``Parameterization``): the kernels as the cell keeps them, [in, H], marked transposed (a
+    stacked layer's columns of one gate each), in the config's dtype. A missing or misshapen tensor, or a bias the cell
+    has and ``parameters`` does not train, is a ValueError naming ``argument``'s attribute."""
+    config = parameters.config
+    arrays, transposed, read = [], [], set()
+    for slot in parameters.slots:
+        name, shape = slot.name(config), slot.shape
         layer, leaf, stacked = _nnx_location(cell, name)
         read.add((layer, leaf))
         param = getattr(getattr(cell, layer, None), leaf, None)
@@ -208,12 +223,10 @@ def nnx_tensors(cell: Any, config: RNNConfig, shapes: Mapping[str, tuple[int, ..
         want = shape[::-1] if leaf == "kernel" else shape
         if tuple(value.shape) != want:
             raise ValueError(f"{argument}.{layer}.{leaf} holds {name} of shape {tuple(value.shape)}; expected {want}")
-        out[name] = jnp.transpose(value) if leaf == "kernel" else value
-    layers = {layer for layer, _ in read} | (
-        set(_NNX_STACKED)
-        if type(cell).__name__ != "LSTMCell"
-        else {*_NNX_LSTM_NAMES[0].values(), *_NNX_LSTM_NAMES[1].values()}
-    )
+        arrays.append(jnp.asarray(value, config.dtype))
+        transposed.append(leaf == "kernel")
+    stacked = type(cell).__name__ != "LSTMCell"
+    layers = set(_NNX_STACKED) if stacked else {*_NNX_LSTM_NAMES[0].values(), *_NNX_LSTM_NAMES[1].values()}
     extra = sorted(
         f"{argument}.{layer}.bias"
         for layer in layers
@@ -224,4 +237,4 @@ def nnx_tensors(cell: Any, config: RNNConfig, shapes: Mapping[str, tuple[int, ..
             f"{', '.join(extra)} {'is a bias' if len(extra) == 1 else 'are biases'} the module does not train "
             f"(bias_mode {config.bias_mode!r}); build it from the cell with the bias it has"
         )
-    return out
+    return Pieces(arrays, parameters.slots, config, transposed)

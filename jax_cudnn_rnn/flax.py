@@ -392,8 +392,8 @@ class RNN(nn.Module):
             step = x[0] if time_major or x.ndim == 2 else x[..., 0, :]
             self.cell(self.cell.initialize_carry(jax.random.key(0), step.shape), step)
         tree = self.cell.variables.get("params", {})
-        parameters, named = _cell_named(self.cell, tree, "params['cell']", x.shape[-1])
-        return parameters, parameters.pieces(parameters.tree(named), "params['cell']")
+        parameters, _ = _cell_named(self.cell, tree, "params['cell']", x.shape[-1])
+        return parameters, _cell_params.linen_pieces(tree, parameters.config.mode, parameters)
 
     @nn.nowrap
     def _init_tree(self, key: jax.Array, parameters: Parameterization) -> dict[str, Any]:

@@ -230,9 +230,8 @@ class RNN(nnx.Module):
         """The named tensors' values as the buffer's pieces (what ``__call__`` runs): the cell's Variables as they
         are now for a module built from a cell."""
         if self.cell is not None:
-            values = _cell_params.nnx_tensors(self.cell, self.config, self.parameters.shapes, "cell")
-        else:
-            values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
+            return _cell_params.nnx_pieces(self.cell, self.parameters, "cell")
+        values = {name: param[...] for name, param in layout.flatten_tree(self.rnn_params).items()}
         return self.parameters.pieces(layout.unflatten_tree(values), "rnn_params")
 
     def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None) -> Any:

@@ -252,6 +252,7 @@ def run_checked(
         placement.of_arrays([x, h0, c0, seq_lengths, params.arrays[0] if pieces else params], [1, 1, 1, 0, None]),
         CudnnOptions(check_algorithm(algorithm), max_segments),
         apply_recurrent_dropout,
+        pieces=pieces,
     )
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     recurrent_masks = dropout.recurrent_masks(dropout_key, config, x.shape[1]) if apply_recurrent_dropout else None

@@ -46,6 +46,7 @@ class Call:
     input_channel: None, or (a part of a call with lengths, for a kernel that takes it: jax_cudnn_rnn/backends/fused/
       lengths.py) x is wider than ``config.input_size``: zeros, then a padding channel in its last column whose input
       weights per gate (in gate order) are these constants, which the params, ``config``'s, hold no weights for.
+    pieces: whether the params are a frontend's named tensors (``_buffer.Pieces``) rather than the opaque buffer.
     """
 
     config: RNNConfig | None = None
@@ -59,6 +60,7 @@ class Call:
     cudnn: CudnnOptions = CudnnOptions()
     recurrent_dropout: bool = False
     input_channel: tuple[float, ...] | None = None
+    pieces: bool = False
 
 
 class Inputs(NamedTuple):

@@ -43,13 +43,14 @@ class Variant:
       plain-weights variant: undifferentiated it is oneDNN's inference forward).
     sides: the sides it is offered for (``FORWARD``, ``TRAINING``).
     supports: what it runs, where that is less than its backend's (None: the backend's ``supports``).
-    takes_pieces: as ``Backend.takes_pieces``.
+    takes_pieces, takes_transposed: as ``Backend``'s.
     """
 
     run: Run
     sides: tuple[str, ...] = SIDES
     supports: Supports | None = None
     takes_pieces: bool = False
+    takes_transposed: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # one object per registered backend: compared by identity
@@ -71,6 +72,8 @@ class Backend:
       the buffers XLA allocates (cuDNN's workspace, oneDNN's scratch pool), for the bench's memory column; None: none.
     takes_pieces: whether ``run`` takes ``inputs.params`` as a frontend's named tensors (``_buffer.Pieces``) too;
       else it gets them packed into the buffer (``packing``).
+    takes_transposed: whether ``run`` takes such pieces with matrices transposed as they came (``Pieces.transposed``:
+      a Flax cell's kernels, [in, H]); else it gets them in their slots' orientation (``Pieces.canonical``).
     """
 
     name: str
@@ -83,3 +86,4 @@ class Backend:
     passed_over: Callable[[Call], Warning | None] | None = None
     scratch_bytes: Callable[[Call, str, str], int | None] | None = None
     takes_pieces: bool = False
+    takes_transposed: bool = False

@@ -57,6 +57,19 @@ def layer_weights(params: Array, config: RNNConfig, dtype: Any):
     return [tuple(None if w is None else w.astype(dtype) for w in groups) for groups in _buffer.unpack(params, config)]
 
 
+def gate_weights(pieces: Any, config: RNNConfig, dtype: Any):
+    """As ``layer_weights``, for a call of one step over a frontend's ``Pieces`` (``_buffer.unpack_gates``): per
+    pseudo-layer (w_in, w_rec, w_proj, b_in, b_rec), each a ``_buffer.Group`` in ``dtype`` (None where absent)."""
+    del config  # the pieces' own
+
+    def cast(group: _buffer.Group | None) -> _buffer.Group | None:
+        if group is None:
+            return None
+        return group._replace(gates=tuple(None if a is None else a.astype(dtype) for a in group.gates))
+
+    return [tuple(cast(group) for group in groups) for groups in _buffer.unpack_gates(pieces)]
+
+
 def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:
     """The ``recurrent(v, gates)`` a cell's ``general_step`` takes: for a ``slice`` of the gates, R_k (v * m_k) + b_Rk
     side by side [B, len*H]; w_rec [G*H, P], b_rec [G*H] or None, rmask None or [G, B, P] (one recurrent-dropout mask
@@ -141,14 +154,16 @@ def reset_masks(resets: Array, seq_lengths: Array | None) -> tuple[Array, Array]
     return resets[:, :, None], backward[:, :, None]
 
 
-def run_layers(direction_fn: DirectionFn, call: Call, inputs: Inputs):
+def run_layers(direction_fn: DirectionFn, call: Call, inputs: Inputs, weights: Callable = layer_weights):
     """The layer loop around ``direction_fn`` for the registry's prepared call (jax_cudnn_rnn/backends/call.py), under
-    ``call.precision``: the ``run`` of both pure-JAX implementations. Returns (y, h_n, c_n or None)."""
+    ``call.precision``: the ``run`` of both pure-JAX implementations. ``weights``: how ``DirectionInputs.weights``
+    come from the buffer (``layer_weights``, or ``gate_weights`` for a direction function that takes them per gate).
+    Returns (y, h_n, c_n or None)."""
     with jax.default_matmul_precision(call.precision):
-        return _layer_loop(direction_fn, call, inputs)
+        return _layer_loop(direction_fn, call, inputs, weights)
 
 
-def _layer_loop(direction_fn: DirectionFn, call: Call, inputs: Inputs):
+def _layer_loop(direction_fn: DirectionFn, call: Call, inputs: Inputs, weights: Callable):
     config = call.config
     dtype = compute_dtype(config.dtype)
     num_steps = inputs.x.shape[0]
@@ -159,7 +174,7 @@ def _layer_loop(direction_fn: DirectionFn, call: Call, inputs: Inputs):
     layer_input = inputs.x.astype(dtype)
     if mask is not None:  # x past a row's length is never read: not even a NaN there reaches a value or a gradient
         layer_input = jnp.where(mask, layer_input, 0)
-    all_weights = layer_weights(inputs.params, config, dtype)
+    all_weights = weights(inputs.params, config, dtype)
     c0, recurrent_masks = inputs.c0, inputs.recurrent_masks
     h_n, c_n = [], []
     for layer in range(config.num_layers):

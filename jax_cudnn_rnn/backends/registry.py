@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from jax_cudnn_rnn._buffer import as_buffer
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.backends import staging
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.declaration import (  # noqa: F401 - what backends declare, re-exported for them
@@ -72,14 +72,22 @@ estimated more than this much faster than its backend's own run, and a call runs
 is more than this much faster on one side than running one of them on both."""
 
 
+def packing(run: Run, oriented: bool = False) -> Run:
+    """``run`` for a backend that takes the buffer only: a frontend's ``Pieces`` packed into it first; ``oriented``:
+    for one that takes ``Pieces`` in their slots' orientation only (``Pieces.canonical``). One function per (run,
+    oriented), however they are passed."""
+    return _packing(run, bool(oriented))
+
+
 @functools.cache
-def packing(run: Run) -> Run:
-    """``run`` for a backend that takes the buffer only: a frontend's ``Pieces`` packed into it first."""
+def _packing(run: Run, oriented: bool) -> Run:
+    def given(call: Call, inputs: Inputs):
+        params = inputs.params
+        if isinstance(params, Pieces):
+            params = params.canonical() if oriented else params.buffer()
+        return run(call, inputs._replace(params=params))
 
-    def packed(call: Call, inputs: Inputs):
-        return run(call, inputs._replace(params=as_buffer(inputs.params)))
-
-    return packed
+    return given
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -138,7 +146,7 @@ class _Run(NamedTuple):
     @property
     def run(self) -> Run:
         own = self.backend.variants[self.variant] if self.variant else self.backend
-        return own.run if own.takes_pieces else packing(own.run)
+        return own.run if own.takes_pieces and own.takes_transposed else packing(own.run, own.takes_pieces)
 
     @property
     def supports(self) -> Supports:

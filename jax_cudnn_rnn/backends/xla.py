@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jax_cudnn_rnn._buffer import Pieces, as_buffer
 from jax_cudnn_rnn.backends import layers, registry
 from jax_cudnn_rnn.backends.call import Call, Inputs
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
@@ -248,9 +249,98 @@ def _fast_direction(direction: layers.Direction, arrays: layers.DirectionInputs)
     return _recurrence(static, recurrence)
 
 
+class _Gates:
+    """Gates' arrays [..., H] apart, read by a cell's ``general_step`` as if side by side ([..., G*H]): its sums of
+    such (``+``) stay apart and its ``split_gates`` slices give each gate's array back. A concatenation instead, sliced
+    by the step, became pads and adds of [B, G*H] in the gradient (XLA does not see through them): 6-10 more passes
+    in a one-step training call."""
+
+    def __init__(self, gates: list[Array]):
+        self.gates = gates
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        first = self.gates[0].shape
+        return (*first[:-1], first[-1] * len(self.gates))
+
+    def __add__(self, other: _Gates) -> _Gates:
+        return _Gates([a + b for a, b in zip(self.gates, other.gates, strict=True)])
+
+    def __getitem__(self, index: tuple[Any, slice]) -> Array:
+        units = self.gates[0].shape[-1]
+        columns = index[-1]
+        if columns.start % units == 0 and columns.stop - columns.start == units:
+            return self.gates[columns.start // units]
+        return jnp.concatenate(self.gates, axis=-1)[index]
+
+
+def _gates(arrays: list[Array]) -> Any:
+    """One gate's array as it is, several as ``_Gates``."""
+    return arrays[0] if len(arrays) == 1 else _Gates(arrays)
+
+
+def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
+    """A call of one time step: the cell's ``general_step`` once (no scan of one iteration, no custom_vjp: JAX
+    differentiates it), as Flax's cells run a step, over a frontend's tensors as ``layers.gate_weights`` gives them,
+    each where it lies: one product per gate as a Flax cell's Dense layers (no copy of the weights). Its products each
+    carry the call's precision, which the gradient's products inherit."""
+    config = direction.config
+    cell = config.cell
+    w_in, w_rec, w_proj, b_in, b_rec = arrays.weights
+    precision = lax.Precision.HIGHEST if direction.precision == "float32" else lax.Precision.DEFAULT
+    activation, recurrent_activation = config.activation_functions
+    half = config.dtype == jnp.bfloat16  # the matrices back in their own dtype (exact): bfloat16 products, as _dot's
+
+    def matmul(v: Array, matrix: Array, dims) -> Array:
+        if half:
+            matrix = matrix.astype(jnp.bfloat16)
+            out = lax.dot_general(v.astype(matrix.dtype), matrix, dims, precision, preferred_element_type=jnp.float32)
+        else:
+            out = lax.dot_general(v, matrix, dims, precision)
+        return out.astype(v.dtype)
+
+    def products(v: Array, w, b, gates: range, masks: Array | None = None):
+        """[v W_k^T + b_k for k in ``gates``]: v [B, in]; w, b the ``_buffer.Group``s of a matrix and its biases (b
+        None: none); ``masks`` [G, B, in] (recurrent dropout: v * masks[k] for gate k). Each tensor where it lies."""
+        outs = []
+        for k in gates:
+            vk = v if masks is None else v * masks[k]
+            # XLA:CPU copies a transposed operand of a matrix-vector product instead of reading it transposed
+            outs.append(matmul(vk, w.gates[k], _NN if w.transposed[k] else _NT))
+        biases = [None] * len(gates) if b is None else [b.gates[k] for k in gates]
+        return [layers.add_bias(o, bias) for o, bias in zip(outs, biases, strict=True)]
+
+    gates = range(config.num_gates)
+    x_t = arrays.x[0]
+    if w_in is None:  # skip input: x itself enters every gate
+        biases = [None] * len(gates) if b_in is None else list(b_in.gates)
+        xp = [layers.add_bias(x_t, bias) for bias in biases]
+    else:
+        xp = products(x_t, w_in, b_in, gates)
+    xps = cell.gate_inputs(_gates(xp))
+
+    def recurrent(v: Array, chosen: slice) -> Any:
+        return _gates(products(v, w_rec, b_rec, range(chosen.start, chosen.stop), arrays.rmask))
+
+    mask_t = None if arrays.mask is None else arrays.mask[0]
+    reset_t = None if arrays.reset is None else arrays.reset[0]
+    h, c = layers.zeroed(reset_t, arrays.h0), layers.zeroed(reset_t, arrays.c0)
+    h_full, c_new = cell.general_step(xps, recurrent, h, c, config.cell_clip, activation, recurrent_activation)
+    h_new = h_full if w_proj is None else products(h_full, w_proj, None, range(1))[0]
+    y = h_new if mask_t is None else jnp.where(mask_t, h_new, 0)
+    return y[None], layers.masked(mask_t, h_new, h), layers.masked(mask_t, c_new, c)
+
+
 def rnn(call: Call, inputs: Inputs):
-    """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py)."""
-    return layers.run_layers(_fast_direction, call, inputs)
+    """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py); a
+    call of one time step over a frontend's ``Pieces`` as that step alone (``_step_direction``), reading each tensor
+    where it lies, as Flax's cells do. A buffer's one step runs the scan: the step's products would read slices of the
+    buffer, which XLA copies at every call and, slices not being worth hoisting alone, at every step of a decoding loop
+    (config G, B=1: twice the scan's time, on a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's
+    gradient faster (1.5-3x) than JAX's transpose of those slices."""
+    if inputs.x.shape[0] == 1 and isinstance(inputs.params, Pieces):
+        return layers.run_layers(_step_direction, call, inputs, layers.gate_weights)
+    return layers.run_layers(_fast_direction, call, inputs._replace(params=as_buffer(inputs.params)))
 
 
 registry.register(
@@ -261,5 +351,7 @@ registry.register(
         unavailable=lambda: None,
         run=rnn,
         cost=lambda call, side, variant: registry.UNIT,  # every other estimate is relative to this one
+        takes_pieces=True,
+        takes_transposed=True,
     )
 )

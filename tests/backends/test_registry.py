@@ -107,15 +107,13 @@ def test_a_pair_runs_one_implementation_undifferentiated_and_the_other_under_gra
         strict=True,
     ):
         np.testing.assert_array_equal(got, want)
-    # built once per pair (each side packing a frontend's named tensors: neither reads them itself)
-    assert registry._run_named("reference+xla") is hybrid.hybrid(
-        registry.packing(reference.rnn), registry.packing(xla.rnn)
-    )
+    # built once per pair (the reference packing a frontend's named tensors; the xla one reads them as they lie)
+    assert registry._run_named("reference+xla") is hybrid.hybrid(registry.packing(reference.rnn), xla.rnn)
 
 
 def test_cudnns_fallback_is_the_registrys_next_choice():
     """Resets beyond max_segments are known only from the data; cuDNN runs there what the registry would choose for the
     call on CUDA without it: the xla implementation (the only one with resets there)."""
     call = Call(jcr.RNNConfig("lstm", 1, 4, 3), 5, 2, resets=True, placement=Placement(platform="cuda"))
-    assert registry.fallback("cudnn", call) is registry.packing(xla.rnn)
+    assert registry.fallback("cudnn", call) is xla.rnn
     assert registry.decide("cuda", call, excluded="cudnn").name == "xla"

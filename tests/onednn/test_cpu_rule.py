@@ -173,6 +173,19 @@ def test_this_cpu_estimates_from_its_class():
     assert onednn_backend.cost(Call(jcr.RNNConfig("rnn_tanh", 1, 8, 8), 10, 4), "forward", "") is None
 
 
+def test_a_frontends_call_of_one_step_runs_the_xla_step():
+    """A frontend's one time step (its named tensors, ``Call.pieces``) has no oneDNN estimate: the CPU default runs the
+    xla implementation's step, which reads each tensor where it lies, as Flax's cells run one (issue 60: decoding).
+    On the opaque buffer the rule estimates the step as any call (oneDNN's weights, prepared by a call on the params
+    alone, leave a decoding loop)."""
+    cfg = jcr.RNNConfig("lstm", 1, 256, 256)
+    for side in registry.SIDES:
+        assert onednn_backend.cost(Call(cfg, 1, 32, pieces=True), side, "") is None
+        assert onednn_backend.cost(Call(cfg, 1, 32), side, "") == onednn_backend.cost(Call(cfg, 2, 32), side, "")
+    choice = registry.decide("cpu", Call(cfg, 1, 32, pieces=True))
+    assert (choice.forward, choice.training) == ("xla", "xla")
+
+
 _BELOW_AVX512 = """
 import jax, jax.numpy as jnp, numpy as np
 import jax_cudnn_rnn as jcr

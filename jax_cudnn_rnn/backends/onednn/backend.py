@@ -223,8 +223,14 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla
     implementation, on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this
     machine's tuned table where there is one (jax_cudnn_rnn/backends/onednn/tuned.py); None where nothing measured
-    covers the call (then the xla implementation runs), and where the batch is not known."""
-    if call.config is None or call.batch is None:
+    covers the call (then the xla implementation runs), and where the batch is not known. A frontend's call of one
+    time step is such a call: the xla implementation runs it as the cell's step alone, reading each named tensor where
+    it lies as Flax's cells do, where oneDNN reorders the weights at every call (2026-11-29, Zen 3: a one-step GRU,
+    B=1, H=512, 0.21 ms against 6.3; issue 60). On the opaque buffer every implementation reads the weights out of it
+    (1.8-2.5 ms there), and oneDNN's preparation of them, a call of its own on the params alone, leaves a decoding
+    loop (100 steps of a 2-layer LSTM, B=1: 60 ms against the xla implementation's 245): the rule decides as for any
+    call."""
+    if call.config is None or call.batch is None or (call.max_time == 1 and call.pieces):
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     found = cpu_rule.estimate(

@@ -1,0 +1,282 @@
+"""What one time step costs through this package against Flax's own cell step on the CPU (issue 60, item 3: porting
+autoregressive decoding or an RL rollout to a fused layer must lose nothing).
+
+One step: GRU and LSTM, B in 1, 4, 64, H (= input size) in 128, 512, forward and a gradient (jax.grad of a sum over
+the new carry and output, with respect to the parameters, the carry and x), each contender jitted:
+
+- ``flax_cell``: Flax's ``nn.GRUCell`` / ``nn.LSTMCell`` ``apply`` (the baseline);
+- ``dropin``: ``jax_cudnn_rnn.flax.RNN(cell)`` over the same cell, T=1, ``initial_carry`` and ``return_carry``;
+- ``named``: ``jax_cudnn_rnn.flax.GRU`` / ``LSTM``, likewise;
+- ``rnn``: ``jax_cudnn_rnn.rnn()`` on the opaque buffer, time-major [1, B, I].
+
+Decoding (the bench's config G, jax_cudnn_rnn/tools/bench/problems.py): 100 one-step calls of a 2-layer LSTM, H = I =
+512, B 1 and 64, forward, in ``lax.scan``: ``flax_scan`` (Flax's ``nn.scan`` of a step of two ``nn.LSTMCell``, the
+baseline), ``flax_scan_opt`` (the same with ``nn.OptimizedLSTMCell``), ``named`` (a 2-layer
+``jax_cudnn_rnn.flax.LSTM`` called per step) and ``rnn`` (``rnn()`` per step, as the bench's contender).
+
+Each (contender, kind) runs in a process of its own; the rounds alternate the contenders and each number is the best
+of its rounds (best of several repeats within a round), so that a loaded machine shows ratios it can be trusted with
+more than its absolute times. Records the CPU, its feature flags, oneDNN's ISA and kernel class, the jax version and
+the threads this process may use.
+
+    python benchmarks/one_step.py [--rounds 3] [--json out.json] [--quick] [--threads 1] [--label "loaded machine"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import timeit
+
+MODES = ("gru", "lstm")
+BATCHES = (1, 4, 64)
+HIDDENS = (128, 512)
+STEP_CONTENDERS = ("flax_cell", "dropin", "named", "rnn")
+DECODE_CONTENDERS = ("flax_scan", "flax_scan_opt", "named", "rnn")
+DECODE = {"layers": 2, "hidden": 512, "time": 100, "batches": (1, 64)}  # config G
+
+
+def _best_seconds(fn, args, budget: float) -> float:
+    """The best mean time of ``fn(*args)`` over repeats of about ``budget`` / 7 seconds each."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    once = max(time.perf_counter() - start, 1e-6)
+    number = max(3, int(budget / 7 / once))
+    return min(timeit.repeat(lambda: jax.block_until_ready(fn(*args)), number=number, repeat=7)) / number
+
+
+def _step_functions(contender: str, mode: str, batch: int, hidden: int):
+    """(forward, gradient, args) of one contender's jitted step."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    import jax_cudnn_rnn as jcr
+    from jax_cudnn_rnn import flax as jf
+
+    x = jax.random.normal(jax.random.key(0), (batch, hidden))
+    cell = (nn.LSTMCell if mode == "lstm" else nn.GRUCell)(hidden)
+    carry = cell.initialize_carry(jax.random.key(2), (batch, hidden))
+    carry = jax.tree.map(lambda a: jax.random.normal(jax.random.key(3), a.shape), carry)
+    if contender == "flax_cell":
+        variables = cell.init(jax.random.key(1), carry, x)
+
+        def run(v, c, x):
+            return cell.apply(v, c, x)
+
+    elif contender in ("dropin", "named"):
+        module = (
+            jf.RNN(cell)
+            if contender == "dropin"
+            else (jf.LSTM if mode == "lstm" else jf.GRU)(hidden)  # its carry is the cell's: (c, h) or h
+        )
+        variables = module.init(jax.random.key(1), x[:, None])
+
+        def run(v, c, x):
+            c, y = module.apply(v, x[:, None], initial_carry=c, return_carry=True)
+            return c, y[:, 0]
+
+    else:
+        config = jcr.RNNConfig(mode, 1, hidden, hidden)
+        variables = jcr.init_params(jax.random.key(1), config)
+        carry = (carry[1][None], carry[0][None]) if mode == "lstm" else carry[None]
+
+        def run(v, c, x):
+            h, c0 = (c[0], c[1]) if mode == "lstm" else (c, None)
+            y, h_n, c_n = jcr.rnn(v, x[None], h, c0, config)
+            return ((h_n, c_n) if mode == "lstm" else h_n), y[0]
+
+    def loss(v, c, x):
+        c, y = run(v, c, x)
+        return jnp.sum(y * y) + sum(jnp.sum(a) for a in jax.tree.leaves(c))
+
+    return jax.jit(run), jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (variables, carry, x)
+
+
+def _decode_function(contender: str, batch: int):
+    """(forward, args) of one contender's decoding loop."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    import jax_cudnn_rnn as jcr
+    from jax_cudnn_rnn import flax as jf
+
+    layers, hidden, steps = DECODE["layers"], DECODE["hidden"], DECODE["time"]
+    x = jax.random.normal(jax.random.key(0), (steps, batch, hidden))
+    zeros = jnp.zeros((batch, hidden))
+    if contender.startswith("flax_scan"):
+        kind = nn.OptimizedLSTMCell if contender == "flax_scan_opt" else nn.LSTMCell
+
+        class Step(nn.Module):
+            @nn.compact
+            def __call__(self, carry, x_t):
+                new = []
+                for layer in range(layers):
+                    state, x_t = kind(hidden, name=f"cell{layer}")(carry[layer], x_t)
+                    new.append(state)
+                return tuple(new), x_t
+
+        scan = nn.scan(Step, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)()
+        carry = tuple((zeros, zeros) for _ in range(layers))
+        variables = scan.init(jax.random.key(1), carry, x)
+        return jax.jit(lambda v, x: scan.apply(v, carry, x)[1]), (variables, x)
+    if contender == "named":
+        module = jf.LSTM(hidden, num_layers=layers)
+        variables = module.init(jax.random.key(1), x[0][:, None])
+        carry = (jnp.zeros((layers, batch, hidden)), jnp.zeros((layers, batch, hidden)))
+
+        def decode(v, x):
+            def step(c, x_t):
+                c, y = module.apply(v, x_t[:, None], initial_carry=c, return_carry=True)
+                return c, y[:, 0]
+
+            return jax.lax.scan(step, carry, x)[1]
+
+        return jax.jit(decode), (variables, x)
+    config = jcr.RNNConfig("lstm", layers, hidden, hidden)
+    params = jcr.init_params(jax.random.key(1), config)
+    h0 = jnp.zeros((layers, batch, hidden))
+
+    def decode(params, x):
+        def step(s, x_t):
+            y, h, c = jcr.rnn(params, x_t[None], s[0], s[1], config)
+            return (h, c), y[0]
+
+        return jax.lax.scan(step, (h0, h0), x)[1]
+
+    return jax.jit(decode), (params, x)
+
+
+def worker(kind: str, contender: str, mode: str, quick: bool) -> dict[str, float]:
+    """{case: best seconds} of one contender in this process; ``kind`` "step" (``mode``'s one step, every batch and
+    hidden size, forward and gradient) or "decode"."""
+    budget = 0.05 if quick else 0.2
+    out = {}
+    if kind == "step":
+        for batch in BATCHES:
+            for hidden in HIDDENS:
+                forward, gradient, args = _step_functions(contender, mode, batch, hidden)
+                out[f"{mode} B{batch} H{hidden} forward"] = _best_seconds(forward, args, budget)
+                out[f"{mode} B{batch} H{hidden} gradient"] = _best_seconds(gradient, args, budget)
+    else:
+        for batch in DECODE["batches"]:
+            forward, args = _decode_function(contender, batch)
+            out[f"decode B{batch}"] = _best_seconds(forward, args, budget * 5)
+    return out
+
+
+def machine() -> dict[str, object]:
+    """The CPU (model, feature flags, oneDNN's ISA and kernel class), jax's version and the threads of this process."""
+    import jax
+
+    from jax_cudnn_rnn import onednn
+    from jax_cudnn_rnn.backends.onednn import cpu_rule
+    from jax_cudnn_rnn.tools.bench import report
+
+    isa = onednn.effective_cpu_isa()
+    return {
+        "cpu": report.cpu_model(),
+        "cpu_features": report.cpu_features(),
+        "onednn_isa": isa,
+        "kernel_class": cpu_rule.kernel_class(isa, "float32"),
+        "jax": jax.__version__,
+        "threads": len(os.sched_getaffinity(0)),
+        "load": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="shorter repeats")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--skip-decode", action="store_true")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="1: XLA's CPU client on one thread (a loaded machine); 0: its default"
+    )
+    parser.add_argument("--label", default="", help='how the machine was, e.g. "loaded machine"')
+    parser.add_argument("--json")
+    parser.add_argument("--worker", nargs=3, metavar=("KIND", "CONTENDER", "MODE"))
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker, args.quick)))
+        return
+    if args.threads == 1:
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
+    facts = machine()
+    facts["label"] = args.label
+    facts["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    print(json.dumps(facts), flush=True)
+    jobs = [("step", c, m) for m in args.modes.split(",") for c in STEP_CONTENDERS]
+    if not args.skip_decode:
+        jobs += [("decode", c, "lstm") for c in DECODE_CONTENDERS]
+    best: dict[tuple[str, str], float] = {}
+    for round_ in range(args.rounds):
+        shift = round_ % len(STEP_CONTENDERS)  # a different contender first each round
+        for kind, contender, mode in jobs[shift:] + jobs[:shift]:
+            quick = ["--quick"] if args.quick else []
+            command = [sys.executable, __file__, *quick, "--worker", kind, contender, mode]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                print(f"{kind} {contender} {mode} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
+                continue
+            for case, seconds in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                best[(case, contender)] = min(best.get((case, contender), float("inf")), seconds)
+            print(f"round {round_ + 1}: {kind} {contender} {mode} done", file=sys.stderr, flush=True)
+    rows = _table(best)
+    print(
+        f"\n{facts['cpu']}, {facts['threads']} threads, oneDNN ISA {facts['onednn_isa']}, jax {facts['jax']}"
+        f"{', ' + args.label if args.label else ''}"
+    )
+    print("\n".join(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            cases = sorted({case for case, _ in best})
+            json.dump(
+                {
+                    "machine": facts,
+                    "ms": {case: {c: best[(case, c)] * 1e3 for (k, c) in best if k == case} for case in cases},
+                },
+                f,
+                indent=1,
+            )
+
+
+def _table(best: dict[tuple[str, str], float]) -> list[str]:
+    """Markdown rows: each case's times in ms and each contender's ratio to the case's baseline."""
+    rows = []
+    for kind, contenders, baseline in (
+        ("step", STEP_CONTENDERS, "flax_cell"),
+        ("decode", DECODE_CONTENDERS, "flax_scan"),
+    ):
+        cases = [case for case in dict.fromkeys(c for c, _ in best) if case.startswith("decode") == (kind == "decode")]
+        if not cases:
+            continue
+        others = [c for c in contenders if c != baseline]
+        rows += [
+            "",
+            f"| {kind} | {baseline} ms | " + " | ".join(f"{c} ms | {c} / {baseline}" for c in others) + " |",
+            "|---" * (2 + 2 * len(others)) + "|",
+        ]
+        for case in cases:
+            base = best.get((case, baseline))
+            cells = [f"{base * 1e3:.4f}" if base else "-"]
+            for c in others:
+                t = best.get((case, c))
+                cells += [f"{t * 1e3:.4f}" if t else "-", f"{t / base:.2f}" if t and base else "-"]
+            rows.append(f"| {case} | " + " | ".join(cells) + " |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
