@@ -72,8 +72,9 @@ class Backend:
       the buffers XLA allocates (cuDNN's workspace, oneDNN's scratch pool), for the bench's memory column; None: none.
     takes_pieces: whether ``run`` takes ``inputs.params`` as a frontend's named tensors (``_buffer.Pieces``) too;
       else it gets them packed into the buffer (``packing``).
-    takes_transposed: whether ``run`` takes such pieces with matrices transposed as they came (``Pieces.transposed``:
-      a Flax cell's kernels, [in, H]); else it gets them in their slots' orientation (``Pieces.canonical``).
+    takes_transposed: whether ``run`` takes such pieces with matrices transposed as they came (the ``transposed``
+      flags of ``Pieces``: a Flax cell's kernels, [in, H]); else it gets them in their slots' orientation
+      (``Pieces.canonical``).
     """
 
     name: str

@@ -1,7 +1,8 @@
 """A call of one time step (issue 60: decoding, RL rollouts): the xla implementation runs a frontend's ``Pieces`` as the
-cell's step alone, reading each tensor where it lies (a Flax cell's kernel [in, H] too, ``Pieces.transposed``). Its
-values and gradients against the reference implementation's over the same pieces, through ``rnn()`` and through each
-frontend, in float32 and bfloat16, with lengths, resets, projection, skip input, both directions, layers, dropout."""
+cell's step alone, reading each tensor where it lies (a Flax cell's kernel [in, H] too: the ``transposed`` flags of
+``Pieces``). Its values and gradients against the reference implementation's over the same pieces, through ``rnn()``
+and through each frontend, in float32 and bfloat16, with lengths, resets, projection, skip input, both directions,
+layers, dropout."""
 
 from __future__ import annotations
 
