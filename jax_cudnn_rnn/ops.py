@@ -160,6 +160,12 @@ def rnn(
     Returns:
       (y [T, B, num_directions * hidden_size], h_n, c_n) with h_n shaped like h0 and c_n like c0; c_n is None
       unless LSTM.
+
+    One time step at a time (decoding, a rollout): every implementation reads the weights out of the buffer at each
+    call (XLA copies its slices, oneDNN reorders them). Inside a loop (``lax.scan``) oneDNN's preparation of them is a
+    computation on ``params`` alone, which XLA moves out of the loop; a lone step is faster through a frontend, whose
+    named tensors the xla implementation reads where they lie, as Flax's cells do (docs/BENCHMARKS.md, "one time step
+    and decoding").
     """
     if isinstance(params, RNNParams):
         if config is not None and config != params.config:
