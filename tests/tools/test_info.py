@@ -127,7 +127,8 @@ def test_every_line_fits_in_100_columns(capsys, monkeypatch, gpu, loaded):
             monkeypatch.setattr(extension, "_error", LONG_ERROR)
     for flags in ((), ("--verbose",)):
         out = _report(capsys, *flags)
-        assert max(map(len, out.splitlines())) <= 100, [line for line in out.splitlines() if len(line) > 100]
+        # a word longer than a line (a path in a deep venv) is kept whole on a line of its own
+        assert not [line for line in out.splitlines() if len(line) > 100 and len(line.split()) > 1]
         assert out.count("\n") >= 8
 
 
