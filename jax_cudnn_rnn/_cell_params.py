@@ -169,14 +169,14 @@ def from_linen(tree: Mapping[str, Any], mode: str, shapes: Mapping[str, tuple[in
     return out
 
 
-def linen_pieces(tree: Mapping[str, Any], mode: str, parameters: Any) -> Pieces:
+def linen_pieces(tree: Mapping[str, Any], parameters: Any) -> Pieces:
     """A linen cell's parameter tree (checked by the caller) as the ``Pieces`` of ``parameters`` (its
     ``Parameterization``), each array as the cell keeps it, the kernels marked transposed ([in, H]: no copy of them on
     the way to a kernel that reads them so), in the config's dtype."""
     config = parameters.config
     arrays, transposed = [], []
     for slot in parameters.slots:
-        dense, leaf = linen_location(mode, slot.name(config))
+        dense, leaf = linen_location(config.mode, slot.name(config))
         arrays.append(jnp.asarray(tree[dense][leaf], config.dtype))
         transposed.append(leaf == "kernel")
     return Pieces(arrays, parameters.slots, config, transposed)
@@ -225,8 +225,10 @@ def nnx_pieces(cell: Any, parameters: Any, argument: str) -> Pieces:
             raise ValueError(f"{argument}.{layer}.{leaf} holds {name} of shape {tuple(value.shape)}; expected {want}")
         arrays.append(jnp.asarray(value, config.dtype))
         transposed.append(leaf == "kernel")
-    stacked = type(cell).__name__ != "LSTMCell"
-    layers = set(_NNX_STACKED) if stacked else {*_NNX_LSTM_NAMES[0].values(), *_NNX_LSTM_NAMES[1].values()}
+    if type(cell).__name__ == "LSTMCell":  # a Linear layer per gate; the others stack their gates' columns
+        layers = {*_NNX_LSTM_NAMES[0].values(), *_NNX_LSTM_NAMES[1].values()}
+    else:
+        layers = set(_NNX_STACKED)
     extra = sorted(
         f"{argument}.{layer}.bias"
         for layer in layers

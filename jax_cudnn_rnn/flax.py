@@ -242,7 +242,8 @@ class RNN(nn.Module):
         For the interop converters and ``rnn()``."""
         tree = _own_params(params, self.cell is not None)
         if self.cell is not None:
-            parameters, named = _cell_named(self.cell, tree, "params['cell']")
+            parameters = _cell_parameterization(self.cell, tree, "params['cell']")
+            named = _cell_params.from_linen(tree, parameters.config.mode, parameters.shapes)
             return RNNParams(parameters.pack(parameters.tree(named), "cell"), parameters.config)
         parameters = self.parameters(_flax_core.layer_input_size(tree, self._units))
         return RNNParams(parameters.pack(tree, "rnn_params"), parameters.config)
@@ -392,8 +393,8 @@ class RNN(nn.Module):
             step = x[0] if time_major or x.ndim == 2 else x[..., 0, :]
             self.cell(self.cell.initialize_carry(jax.random.key(0), step.shape), step)
         tree = self.cell.variables.get("params", {})
-        parameters, _ = _cell_named(self.cell, tree, "params['cell']", x.shape[-1])
-        return parameters, _cell_params.linen_pieces(tree, parameters.config.mode, parameters)
+        parameters = _cell_parameterization(self.cell, tree, "params['cell']", x.shape[-1])
+        return parameters, _cell_params.linen_pieces(tree, parameters)
 
     @nn.nowrap
     def _init_tree(self, key: jax.Array, parameters: Parameterization) -> dict[str, Any]:
@@ -419,10 +420,10 @@ def _flatten(tree: Any) -> dict[str, Any]:
     return layout.flatten_tree(tree)
 
 
-def _cell_named(cell: nn.Module, tree: Any, where: str, input_size: int | None = None):
-    """(the parameterization, {canonical name: array}) of a linen cell's parameter ``tree`` (kernels transposed),
-    after checking that it holds exactly the cell's parameters with their shapes for inputs of ``input_size``
-    features (None: its input kernels' size); the ValueError names the path from ``where``."""
+def _cell_parameterization(cell: nn.Module, tree: Any, where: str, input_size: int | None = None) -> Parameterization:
+    """The parameterization of a linen cell's parameter ``tree``, after checking that it holds exactly the cell's
+    parameters with their shapes for inputs of ``input_size`` features (None: its input kernels' size); the
+    ValueError names the path from ``where``."""
     network = _cell_params.cell_network(cell, "linen")
     if not isinstance(tree, Mapping):
         raise TypeError(f"{where} is a {type(tree).__name__}; expected {network.kind}'s parameter tree")
@@ -433,7 +434,7 @@ def _cell_named(cell: nn.Module, tree: Any, where: str, input_size: int | None =
         "flax", network.mode, network.num_units, 1, input_size, None, dtype=cell.param_dtype, **network.fields
     )
     _cell_params.check_linen_tree(tree, network, parameters.shapes, where)
-    return parameters, _cell_params.from_linen(tree, network.mode, parameters.shapes)
+    return parameters
 
 
 def _check_layout(given: Any, own: Any) -> None:
