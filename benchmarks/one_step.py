@@ -20,6 +20,7 @@ more than its absolute times. Records the CPU, its feature flags, oneDNN's ISA a
 the threads this process may use.
 
     python benchmarks/one_step.py [--rounds 3] [--json out.json] [--quick] [--threads 1] [--label "loaded machine"]
+        [--skip-steps | --skip-decode]
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter repeats")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--skip-decode", action="store_true")
+    parser.add_argument("--skip-steps", action="store_true", help="decoding only")
     parser.add_argument(
         "--threads", type=int, default=0, help="1: XLA's CPU client on one thread (a loaded machine); 0: its default"
     )
@@ -217,7 +219,7 @@ def main() -> None:
     facts["label"] = args.label
     facts["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     print(json.dumps(facts), flush=True)
-    jobs = [("step", c, m) for m in args.modes.split(",") for c in STEP_CONTENDERS]
+    jobs = [] if args.skip_steps else [("step", c, m) for m in args.modes.split(",") for c in STEP_CONTENDERS]
     if not args.skip_decode:
         jobs += [("decode", c, "lstm") for c in DECODE_CONTENDERS]
     best: dict[tuple[str, str], float] = {}

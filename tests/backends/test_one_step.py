@@ -186,3 +186,59 @@ def test_nnx_one_step_matches_the_reference(kind, dtype):
         grads, outputs = nnx.grad(loss, argnums=(0, 1, 2), has_aux=True)(model, x, carry)
         results.append((outputs, jax.tree.leaves(nnx.state(grads[0])), grads[1:]))
     _assert_close(results[0], results[1], dtype)
+
+
+def _dots(jaxpr) -> list[int]:
+    """The number of products in ``jaxpr``'s top level, then in each loop body's (scan's), outermost first."""
+    counts = [sum(eqn.primitive.name == "dot_general" for eqn in jaxpr.eqns)]
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            counts += _dots(eqn.params["jaxpr"].jaxpr)
+    return counts
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["LSTMCell", "named GRU", "named LSTM 2 layers bidirectional"])
+def test_a_decoding_loop_runs_one_product_per_matrix(name, dtype):
+    """In a loop whose body closes over the weights (decoding in ``lax.scan``), each step runs one product per matrix
+    over its gates concatenated (which XLA hoists out of the loop), as Flax's ``OptimizedLSTMCell``; a lone step under
+    ``jit``, whose weights are arguments, one per gate. The loop's values and gradients against the reference
+    implementation's (a scan of the step over the same weights)."""
+    module = _linen_cases(dtype)[name]()
+    steps = 4
+    xs = jax.random.normal(jax.random.key(1), (steps, B, 1, I), dtype)
+    float32 = _linen_cases("float32")[name]().init(jax.random.key(2), xs[0].astype(jnp.float32))
+    variables = jax.tree.map(lambda a: a.astype(dtype), float32)
+    carry = module.initialize_carry(jax.random.key(3), xs[0, :, 0].shape)
+    carry = jax.tree.map(lambda a: jax.random.normal(jax.random.key(4), a.shape, a.dtype), carry)
+
+    def decode(implementation):
+        def run(variables, xs):
+            def step(carry, x):
+                carry, y = module.clone(implementation=implementation).apply(
+                    variables, x, initial_carry=carry, return_carry=True
+                )
+                return carry, y
+
+            return jax.lax.scan(step, carry, xs)
+
+        return run
+
+    def loss(implementation):
+        def total(variables, xs):
+            new, ys = decode(implementation)(variables, xs)
+            leaves = [ys, *jax.tree.leaves(new)]
+            return sum(jnp.sum(jnp.sin(a.astype(jnp.float32) * (k + 1))) for k, a in enumerate(leaves)), (new, ys)
+
+        return jax.jit(jax.grad(total, argnums=(0, 1), has_aux=True))
+
+    _assert_close(loss("xla")(variables, xs), loss("reference")(variables, xs), dtype)
+
+    kernels = sum(a.ndim == 2 for a in jax.tree.leaves(variables))  # one per gate of each matrix
+    gates = 4 if "LSTM" in name else 3
+    looped = _dots(jax.make_jaxpr(decode("xla"))(variables, xs).jaxpr)
+    assert looped[0] == 0 and sum(looped[1:]) == kernels // gates, looped  # one product per matrix, in the loop
+    lone = jax.make_jaxpr(
+        lambda v, c, x: module.clone(implementation="xla").apply(v, x, initial_carry=c, return_carry=True)
+    )(variables, carry, xs[0]).jaxpr
+    assert _dots(lone) == [kernels]  # one per gate, each kernel where it lies
