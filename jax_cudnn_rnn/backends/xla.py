@@ -286,7 +286,7 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
     each where it lies: one product per gate as a Flax cell's Dense layers (no copy of the weights). ``joined``: the
     weights do not change from one step to the next (``_loop_invariant``), so each matrix's gates are concatenated,
     which XLA does once before the loop, and each step runs one product per matrix, as Flax's
-    ``OptimizedLSTMCell`` (config G decoding, B=1: half the time of the per-gate products on a 2-core Zen 3). Its
+    ``OptimizedLSTMCell`` (config G decoding, B=1: a third of the time of the per-gate products on a 2-core Zen 3). Its
     products each carry the call's precision, which the gradient's products inherit."""
     config = direction.config
     cell = config.cell
@@ -346,11 +346,12 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
 def _loop_invariant(arrays: Sequence[Any], varying: Array) -> bool:
     """Whether ``arrays`` do not change from one iteration of the loop being traced to the next: each a tracer of an
     enclosing trace (a value the body closes over, as the weights of a decoding loop are in the body of ``lax.scan``,
-    ``nn.scan`` with its broadcast parameters, ``nnx.scan`` or ``fori_loop``), while ``varying`` (the step's input) is
-    a tracer of the trace being built. XLA computes what depends on such operands alone once, before the loop. A lone
-    step under ``jit`` gets its weights as arguments, of the same trace as its input: False; so does a step whose
-    weights are concrete arrays (XLA would concatenate them at every call). Which trace a tracer is of is not public
-    API: False where this jax does not say (the per-gate products, right everywhere)."""
+    ``fori_loop`` or ``nn.scan`` with its broadcast parameters), while ``varying`` (the step's input) is a tracer of the
+    trace being built. XLA computes what depends on such operands alone once, before the loop. A lone step under
+    ``jit`` gets its weights as arguments, of the same trace as its input: False; so does a step whose weights are
+    concrete arrays (XLA would concatenate them at every call), and one in ``nnx.scan`` with the module broadcast, which
+    passes the module's state through the loop's carry. Which trace a tracer is of is not public API: False where this
+    jax does not say (the per-gate products, right everywhere)."""
     trace = getattr(varying, "_trace", None)
     return trace is not None and all(
         isinstance(a, jax.core.Tracer) and getattr(a, "_trace", trace) is not trace for a in arrays
@@ -361,10 +362,10 @@ def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py); a
     call of one time step over a frontend's ``Pieces`` as that step alone (``_step_direction``), reading each tensor
     where it lies, as Flax's cells do, or, in a loop that does not change them, one product per matrix. A buffer's one
-    step runs the scan: the step's products would read slices of the
-    buffer, which XLA copies at every call and, slices not being worth hoisting alone, at every step of a decoding loop
-    (config G, B=1: twice the scan's time, on a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's
-    gradient faster (1.5-3x) than JAX's transpose of those slices."""
+    step runs the scan: the step's products would read slices of the buffer, which XLA copies at every call and,
+    slices not being worth hoisting alone, at every step of a decoding loop (config G, B=1: twice the scan's time, on
+    a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's gradient faster (1.5-3x) than JAX's transpose
+    of those slices."""
     if inputs.x.shape[0] == 1 and isinstance(inputs.params, Pieces):
         step = functools.partial(_step_direction, joined=_loop_invariant(inputs.params.arrays, inputs.x))
         return layers.run_layers(step, call, inputs, layers.gate_weights)
