@@ -50,6 +50,20 @@ def test_the_rule_interpolates_log_ratios_between_measured_steps():
     assert cpu_rule.curves([first, second], "avx2") == {}
 
 
+def test_a_variant_measured_on_some_cpus_of_a_class_is_read_against_what_they_measured_beside_it():
+    """Two CPUs of a class time oneDNN's primitive at 0.5 and 2.0 of xla; only the first times "onednn:gemm", at 0.6.
+    The pooled primitive is 1.0 (the mean of the logs); the gemm is read as 1.2 times the primitive, as the one CPU
+    that timed both saw it, not as 0.6 against the other CPU's 2.0 (which would pick it where the primitive is the
+    faster on the only CPU that ran both)."""
+    first = _measured("avx2", ("gru", "float32", 8, 1, 10, {"onednn": (0.5, None), "onednn:gemm": (0.6, None)}))
+    second = _measured("avx2", ("gru", "float32", 8, 1, 10, {"onednn": (2.0, None)}))
+    curves = cpu_rule.curves([first, second], "avx2")
+    assert curves[("gru", "float32", "forward", "onednn")].at(100) == pytest.approx(1.0)
+    assert curves[("gru", "float32", "forward", "onednn:gemm")].at(100) == pytest.approx(1.2)
+    alone = cpu_rule.curves([first], "avx2")  # one CPU: its own ratios
+    assert alone[("gru", "float32", "forward", "onednn:gemm")].at(100) == pytest.approx(0.6)
+
+
 @pytest.mark.parametrize(
     "isa, dtype, want",
     [
@@ -121,6 +135,14 @@ KNOWN_MISSES = {
     # (AVX-512 float32 kernels), one curve: the mean says xla, 7 % behind this one measurement, within the spread
     # between days.
     ("avx512_core_bf16", "gru", "float32", 64, 8, 100, "training"),
+    # The AVX2 class's two CPUs disagree by more than 5 % either way, so one pick misses on one of them: the Zen 4
+    # capped at AVX2 (2026-11-25) timed oneDNN's GRU training step here at 1.14 of xla, the Zen 3 (2026-11-29) at 0.71
+    # (every implementation of ours under 0.78 there; the same cell flipped between days on the Zen 4 uncapped, above);
+    # the pooled estimate picks oneDNN, right on the real AVX2 CPU.
+    ("avx2", "gru", "float32", 64, 8, 100, "training"),
+    # The GRU's forward at B=1: oneDNN at 0.87 of xla on the capped Zen 4, 1.41 on the Zen 3 (1.36 in a one-round
+    # tune the same day): the pooled estimate picks xla, right on the Zen 3, 13 % behind on the capped Zen 4.
+    ("avx2", "gru", "float32", 256, 1, 100, "forward"),
 }
 
 
@@ -244,8 +266,8 @@ for mode in ("lstm", "gru"):
             assert picked == "xla", (mode, dtype, picked)
         elif cls == "bf16 emulated":  # measured at 2-4x the xla implementation's time
             assert picked == "xla", (mode, dtype, picked)
-        else:  # measured faster at this size on both sides
-            assert picked == "onednn", (mode, dtype, picked)
+        else:  # oneDNN (its primitive or a variant) measured faster at this size on both sides
+            assert all(side.partition(":")[0] == "onednn" for side in picked.split("+")), (mode, dtype, picked)
 print("ok")
 """
 

@@ -10,13 +10,15 @@ AVX-512, which the backend's ``Supports`` refuses). That is the CPU's class for 
 that measured nothing of a call falls back to the class below it whose kernels it also has (``FALLBACK``). Every
 measurement of a class counts, whichever CPU it came from: per (class, mode, dtype, side, implementation), the log of
 the measured time over the xla implementation's is a function of the log of the first layer's step in multiply-adds
-(``step_macs``), the mean of the measurements at a step, linear between measured steps and constant beyond them
-(``Curve``). A call's estimate is that function at its step, for what the class (or its fallback) has measured; for
-anything else (another mode, a class nothing was measured on) there is none, and the xla implementation runs.
+(``step_macs``), the CPUs' measurements pooled at a step (``_pooled``: their mean where each CPU measured each
+implementation), linear between measured steps and constant beyond them (``Curve``). A call's estimate is that
+function at its step, for what the class (or its fallback) has measured; for anything else (another mode, a class
+nothing was measured on) there is none, and the xla implementation runs.
 
 Core counts and cache sizes are recorded with each CPU's measurements and not used yet: every CPU measured so far has
-two cores, so no measurement shows how a choice moves with them. A tuned table replaces the shipped measurements for
-the (mode, dtype) pairs it measured: those are this machine's own.
+two cores, so no measurement shows how a choice moves with them; the AVX2 class's two CPUs (a Zen 3, L2 512 KiB a
+core, and a Zen 4 capped at AVX2, 1 MiB) disagree at two small cells, too few to say whether the cache decides. A tuned
+table replaces the shipped measurements for the (mode, dtype) pairs it measured: those are this machine's own.
 """
 
 from __future__ import annotations
@@ -164,21 +166,46 @@ Key = tuple[str, str, str, str]  # (mode, dtype, side, implementation)
 
 def curves(measured: Iterable[Measured], dtype_class: str | None = None) -> dict[Key, Curve]:
     """The curves of ``measured`` per (mode, dtype, side, implementation), pooling every CPU given, or only those whose
-    class for the cell's dtype is ``dtype_class`` (None: all, as for one machine's own table)."""
-    points: dict[Key, dict[int, list[float]]] = {}
-    for entry in measured:
+    class for the cell's dtype is ``dtype_class`` (None: all, as for one machine's own table). At each measured step
+    the implementations' log ratios are pooled by ``_pooled``."""
+    steps: dict[tuple[str, str, str, int], dict[int, dict[str, float]]] = {}
+    for index, entry in enumerate(measured):
         for cell in entry.cells:
             if dtype_class is not None and kernel_class(entry.isa, cell.dtype) != dtype_class:
                 continue
             for implementation, sides in cell.ratios.items():
                 for side, ratio in zip(SIDES, sides, strict=True):
                     if ratio is not None:
-                        key = (cell.mode, cell.dtype, side, implementation)
-                        points.setdefault(key, {}).setdefault(cell.macs, []).append(math.log(ratio))
+                        at = steps.setdefault((cell.mode, cell.dtype, side, cell.macs), {})
+                        at.setdefault(index, {})[implementation] = math.log(ratio)
+    points: dict[Key, dict[int, float]] = {}
+    for (mode, dtype, side, macs), logs in steps.items():
+        for implementation, log_ratio in _pooled(logs).items():
+            points.setdefault((mode, dtype, side, implementation), {})[macs] = log_ratio
     return {
-        key: Curve(np.log(np.array(sorted(at), float)), np.array([np.mean(at[m]) for m in sorted(at)]))
+        key: Curve(np.log(np.array(sorted(at), float)), np.array([at[m] for m in sorted(at)]))
         for key, at in points.items()
     }
+
+
+def _pooled(logs: dict[int, dict[str, float]]) -> dict[str, float]:
+    """The log ratio of each implementation at one step, from ``logs`` {CPU: {implementation: log ratio}}: the least
+    squares fit of log r[cpu, implementation] = a[implementation] + u[cpu], the CPUs' offsets u summing to 0, gives a.
+    Where every CPU measured every implementation that is the mean of their logs; where a variant was measured on
+    some CPUs only, it is read against what those CPUs measured beside it, not against the others' mean (the AVX2
+    class, 2026-11-29: "onednn:gemm" measured on the Zen 3 alone at 0.82 of xla, where the primitive took 0.74 there
+    and 1.04 on the capped Zen 4; by the plain means the gemm looked the faster)."""
+    cpus = list(logs)
+    implementations = sorted({name for row in logs.values() for name in row})
+    rows, values = [], []
+    for p, row in logs.items():
+        for name, value in row.items():
+            rows.append([float(name == n) for n in implementations] + [float(p == q) for q in cpus])
+            values.append(value)
+    rows.append([0.0] * len(implementations) + [1.0] * len(cpus))
+    values.append(0.0)
+    solution = np.linalg.lstsq(np.array(rows), np.array(values), rcond=None)[0]
+    return dict(zip(implementations, solution[: len(implementations)].tolist(), strict=True))
 
 
 @functools.cache
