@@ -188,13 +188,73 @@ def test_nnx_one_step_matches_the_reference(kind, dtype):
     _assert_close(results[0], results[1], dtype)
 
 
+def _row_products(eqn) -> list[tuple[int, ...]] | None:
+    """The shapes of the left operands of the products inside ``eqn`` where it is a ``custom_jvp_call`` of products
+    (a few rows times a transposed matrix, ``xla._nt_by_rows``); None otherwise."""
+    if eqn.primitive.name != "custom_jvp_call":
+        return None
+    inner = eqn.params["call_jaxpr"].jaxpr
+    shapes = [tuple(e.invars[0].aval.shape) for e in inner.eqns if e.primitive.name == "dot_general"]
+    return shapes or None
+
+
 def _dots(jaxpr) -> list[int]:
-    """The number of products in ``jaxpr``'s top level, then in each loop body's (scan's), outermost first."""
-    counts = [sum(eqn.primitive.name == "dot_general" for eqn in jaxpr.eqns)]
+    """The number of products in ``jaxpr``'s top level (a product run by rows counting one), then in each loop body's
+    (scan's), outermost first."""
+    counts = [sum(eqn.primitive.name == "dot_general" or _row_products(eqn) is not None for eqn in jaxpr.eqns)]
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "scan":
             counts += _dots(eqn.params["jaxpr"].jaxpr)
     return counts
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 5])
+def test_a_few_rows_times_a_weight_held_transposed_run_as_matrix_vector_products(batch):
+    """A lone step of the named LSTM (its weights [H, in], a product with them transposed) at B=2-4 runs each gate's
+    product as B matrix-vector products (XLA:CPU packs a transposed operand for a product of a few rows at every
+    call); at B=1 and B=5 one product per gate. Values, the forward-mode derivative (``jax.jvp``) and the gradient
+    against the reference implementation's; the tangent of the weights alone runs no product of the input's tangent."""
+    module = jcr_flax.LSTM(H)
+    x = jax.random.normal(jax.random.key(1), (batch, 1, I))
+    variables = module.init(jax.random.key(2), x)
+    carry = jax.tree.map(
+        lambda a: jax.random.normal(jax.random.key(4), a.shape), module.initialize_carry(None, x[:, 0].shape)
+    )
+
+    def step(implementation):
+        def run(variables, x, carry):
+            return module.clone(implementation=implementation).apply(
+                variables, x, initial_carry=carry, return_carry=True
+            )
+
+        return run
+
+    rows = [_row_products(eqn) for eqn in jax.make_jaxpr(step("xla"))(variables, x, carry).jaxpr.eqns]
+    rows = [shapes for shapes in rows if shapes is not None]
+    assert rows == ([[(I,)] * batch] * 4 + [[(H,)] * batch] * 4 if 1 < batch <= 4 else []), rows
+    tangents = jax.tree.map(lambda a: jax.random.normal(jax.random.key(5), a.shape), (variables, x, carry))
+    _assert_close(
+        jax.jvp(step("xla"), (variables, x, carry), tangents),
+        jax.jvp(step("reference"), (variables, x, carry), tangents),
+        "float32",
+    )
+
+    def loss(implementation):
+        def total(variables, x, carry):
+            return sum(
+                jnp.sum(jnp.sin(a * (k + 1)))
+                for k, a in enumerate(jax.tree.leaves(step(implementation)(variables, x, carry)))
+            )
+
+        return jax.grad(total, argnums=(0, 1, 2))(variables, x, carry)
+
+    _assert_close(loss("xla"), loss("reference"), "float32")
+    if 1 < batch <= 4:  # the weights' tangent alone: one product per gate (v dW^T), none of a zero input tangent
+        weights_only = jax.make_jaxpr(lambda v, t: jax.jvp(lambda v: step("xla")(v, x, carry), (v,), (t,)))(
+            variables, tangents[0]
+        ).jaxpr
+        full = [eqn for eqn in weights_only.eqns if eqn.primitive.name == "dot_general"]
+        assert all(len(eqn.invars[0].aval.shape) == 2 for eqn in full) and len(full) == 8, len(full)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -242,3 +302,30 @@ def test_a_decoding_loop_runs_one_product_per_matrix(name, dtype):
         lambda v, c, x: module.clone(implementation="xla").apply(v, x, initial_carry=c, return_carry=True)
     )(variables, carry, xs[0]).jaxpr
     assert _dots(lone) == [kernels]  # one per gate, each kernel where it lies
+
+
+def test_only_a_loops_body_closing_over_the_weights_concatenates_them():
+    """The step joins each matrix's gates where a loop's body closes over the weights (``lax.scan``, under
+    ``jax.grad`` too), and nowhere else: not a lone step under ``jax.grad`` of the parameters only (the weights the
+    gradient's tracers, the input the jit's), under ``jax.vmap`` over the input, or with both differentiated, where a
+    concatenation would copy the weights at every call."""
+    module = jcr_flax.LSTM(H)
+    x = jnp.ones((1, 1, I))
+    variables = module.init(jax.random.key(0), x)
+    carry = module.initialize_carry(None, x[:, 0].shape)
+
+    def loss(variables, x):
+        return jnp.sum(module.clone(implementation="xla").apply(variables, x, initial_carry=carry))
+
+    def scan(variables, xs):
+        return jax.lax.scan(lambda total, x: (total + loss(variables, x), None), 0.0, xs)[0]
+
+    def joins(f, *args) -> bool:
+        return "concatenate" in str(jax.make_jaxpr(f)(*args))
+
+    xs = jnp.ones((3, 1, 1, I))
+    assert joins(scan, variables, xs) and joins(jax.grad(scan), variables, xs)
+    assert not joins(loss, variables, x)
+    assert not joins(jax.grad(loss), variables, x)
+    assert not joins(jax.grad(loss, argnums=(0, 1)), variables, x)
+    assert not joins(jax.vmap(loss, in_axes=(None, 0)), variables, xs)
