@@ -299,7 +299,7 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
         if half:
             matrix = matrix.astype(jnp.bfloat16)
             out = lax.dot_general(v.astype(matrix.dtype), matrix, dims, precision, preferred_element_type=jnp.float32)
-        elif dims is _NT and 1 < v.shape[0] <= _ROWS_MAX_BATCH:
+        elif dims is _NT and 1 < v.shape[0] <= _ROWS_MAX_BATCH and matrix.size >= _ROWS_MIN_SIZE:
             out = _nt_by_rows(v, matrix, precision)
         else:
             out = lax.dot_general(v, matrix, dims, precision)
@@ -345,8 +345,11 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
     return y[None], layers.masked(mask_t, h_new, h), layers.masked(mask_t, c_new, c)
 
 
-#: The largest batch whose product with a weight held [N, K] (``_NT``) runs as one matrix-vector product per row.
+#: The largest batch whose product with a weight held [N, K] (``_NT``) runs as one matrix-vector product per row, and
+#: the smallest such weight: at H=I=128 the rows took as long as the one product (4 gates), and the step's GRU, with
+#: 6 products of B rows each, 0.165 ms where the one product per gate took 0.127 (B=4, a 2-core Zen 3).
 _ROWS_MAX_BATCH = 4
+_ROWS_MIN_SIZE = 256 * 256
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -354,8 +357,8 @@ def _nt_by_rows(v: Array, w: Array, precision: Any) -> Array:
     """v [B, K] times w [N, K] transposed, as B matrix-vector products: XLA:CPU's product of a few rows with a
     transposed operand packs the operand at every call, a matrix-vector product reads it as it lies (4 gates' products
     at B=2-4, H=I=256-512, float32, a 2-core Zen 3: 0.35-0.55 of the one product's time on jax 0.10.2 and 0.12;
-    H=128 even; at B=6-8 the one product as fast or faster). The tangent is the products' own, so the gradient's
-    products are those of one product (one weight-gradient product, not B outer products)."""
+    H=128 even, ``_ROWS_MIN_SIZE``; at B=6-8 the one product as fast or faster). The tangent is the products' own,
+    so the gradient's products are those of one product (one weight-gradient product, not B outer products)."""
     contract = (((0,), (1,)), ((), ()))
     return jnp.stack([lax.dot_general(v[row], w, contract, precision) for row in range(v.shape[0])])
 
