@@ -6,6 +6,9 @@ layers, dropout."""
 
 from __future__ import annotations
 
+import collections
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -334,3 +337,46 @@ def test_only_a_loops_body_closing_over_the_weights_concatenates_them():
     assert not joins(jax.grad(loss), variables, x)
     assert not joins(jax.grad(loss, argnums=(0, 1)), variables, x)
     assert not joins(jax.vmap(loss, in_axes=(None, 0)), variables, xs)
+
+
+def _operations(compiled_text: str) -> collections.Counter:
+    """The operations of a compiled XLA program, as (result shape with layout, opcode), counted."""
+    return collections.Counter(re.findall(r"= (\S+) ([\w-]+)\(", compiled_text))
+
+
+# Not OptimizedLSTMCell: its step concatenates the gates' kernels at each call, ours reads each where it lies
+@pytest.mark.parametrize("cell_type", [nn.GRUCell, nn.LSTMCell, nn.SimpleCell])
+def test_the_drop_ins_one_step_compiles_to_flax_cells_program(cell_type):
+    """What a one-step call of ``jax_cudnn_rnn.flax.RNN(cell)`` costs is what Flax's cell's step costs: the programs
+    XLA compiles are the same operation for operation (shape and opcode), the gradient's exactly, the forward's but
+    for the output's time axis ([B, 1, H] where the cell returns [B, H]). Timings of the two (docs/BENCHMARKS.md) then
+    differ by what the machine does, not by what runs."""
+    batch, units = 4, 16
+    cell = cell_type(units)
+    x = jax.random.normal(jax.random.key(0), (batch, units))
+    carry = cell.initialize_carry(jax.random.key(1), x.shape)
+    variables = cell.init(jax.random.key(2), carry, x)
+    drop_in = jcr_flax.RNN(cell_type(units))
+
+    def flax_step(variables, carry, x):
+        return cell.apply(variables, carry, x)
+
+    def our_step(variables, carry, x):
+        return drop_in.apply(
+            {"params": {"cell": variables["params"]}}, x[:, None], initial_carry=carry, return_carry=True
+        )
+
+    def total(step):
+        return lambda *args: sum(jnp.sum(jnp.sin(a * (k + 1))) for k, a in enumerate(jax.tree.leaves(step(*args))))
+
+    def program(f):
+        return _operations(jax.jit(f).lower(variables, carry, x).compile().as_text())
+
+    assert program(jax.grad(total(flax_step), argnums=(0, 1, 2))) == program(
+        jax.grad(total(our_step), argnums=(0, 1, 2))
+    )
+    theirs, ours = program(flax_step), program(our_step)
+    only_theirs, only_ours = theirs - ours, ours - theirs
+    assert all(shape.startswith(f"f32[{batch},{units}]") for shape, _ in only_theirs), only_theirs
+    assert all(shape.startswith(f"f32[{batch},1,{units}]") for shape, _ in only_ours), only_ours
+    assert sum(only_theirs.values()) <= 1 and sum(only_ours.values()) <= 4, (only_theirs, only_ours)
