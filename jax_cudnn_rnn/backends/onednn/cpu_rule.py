@@ -194,7 +194,10 @@ def _pooled(logs: dict[int, dict[str, float]]) -> dict[str, float]:
     Where every CPU measured every implementation that is the mean of their logs; where a variant was measured on
     some CPUs only, it is read against what those CPUs measured beside it, not against the others' mean (the AVX2
     class, 2026-11-29: "onednn:gemm" measured on the Zen 3 alone at 0.82 of xla, where the primitive took 0.74 there
-    and 1.04 on the capped Zen 4; by the plain means the gemm looked the faster)."""
+    and 1.04 on the capped Zen 4; by the plain means the gemm looked the faster). One CPU's are its own logs, without
+    the fit (a tuned table's curves are built at every estimate)."""
+    if len(logs) == 1:
+        return next(iter(logs.values()))
     cpus = list(logs)
     implementations = sorted({name for row in logs.values() for name in row})
     rows, values = [], []
