@@ -366,13 +366,13 @@ def _nt_by_rows(v: Array, w: Array, precision: Any) -> Array:
 def _nt_by_rows_jvp(precision: Any, primals, tangents):
     """The products' tangent, without the term of an argument not differentiated (a symbolic zero): instantiated, its
     product would run in every gradient's forward."""
-    v, w = primals
+    (v, w), (dv, dw) = primals, tangents
     out = _nt_by_rows(v, w, precision)
-    terms = [
-        lax.dot_general(*operands, _NT, precision)
-        for operands, tangent in (((tangents[0], w), tangents[0]), ((v, tangents[1]), tangents[1]))
-        if not isinstance(tangent, jax.custom_derivatives.SymbolicZero)
-    ]
+    terms = []
+    if not isinstance(dv, jax.custom_derivatives.SymbolicZero):
+        terms.append(lax.dot_general(dv, w, _NT, precision))
+    if not isinstance(dw, jax.custom_derivatives.SymbolicZero):
+        terms.append(lax.dot_general(v, dw, _NT, precision))
     return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
 
 

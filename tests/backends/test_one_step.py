@@ -50,6 +50,11 @@ def _pieces(config: jcr.RNNConfig, key: jax.Array, transpose_every: int = 2) -> 
     return _buffer.Pieces(arrays, slots, config, transposed)
 
 
+def _sines(tree) -> jax.Array:
+    """A scalar of every leaf of ``tree``, each weighted apart (sin of the leaf times its position): a loss."""
+    return sum(jnp.sum(jnp.sin(a.astype(jnp.float32) * (k + 1))) for k, a in enumerate(jax.tree.leaves(tree)))
+
+
 def _assert_close(got, want, dtype: str) -> None:
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), **TOL[dtype])
@@ -159,8 +164,7 @@ def test_linen_one_step_matches_the_reference(name, dtype):
             new, y = module.clone(implementation=implementation).apply(
                 variables, x, initial_carry=carry, return_carry=True, seq_lengths=lengths
             )
-            leaves = [y, *jax.tree.leaves(new)]
-            return sum(jnp.sum(jnp.sin(a.astype(jnp.float32) * (k + 1))) for k, a in enumerate(leaves)), (new, y)
+            return _sines([y, new]), (new, y)
 
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(variables, x, carry)
 
@@ -187,8 +191,7 @@ def test_nnx_one_step_matches_the_reference(kind, dtype):
 
         def loss(model, x, carry):
             new, y = model(x, initial_carry=carry, return_carry=True)
-            leaves = [y, *jax.tree.leaves(new)]
-            return sum(jnp.sum(jnp.sin(a.astype(jnp.float32) * (k + 1))) for k, a in enumerate(leaves)), (new, y)
+            return _sines([y, new]), (new, y)
 
         grads, outputs = nnx.grad(loss, argnums=(0, 1, 2), has_aux=True)(model, x, carry)
         results.append((outputs, jax.tree.leaves(nnx.state(grads[0])), grads[1:]))
@@ -249,10 +252,7 @@ def test_a_few_rows_times_a_weight_held_transposed_run_as_matrix_vector_products
 
     def loss(implementation):
         def total(variables, x, carry):
-            return sum(
-                jnp.sum(jnp.sin(a * (k + 1)))
-                for k, a in enumerate(jax.tree.leaves(step(implementation)(variables, x, carry)))
-            )
+            return _sines(step(implementation)(variables, x, carry))
 
         return jax.grad(total, argnums=(0, 1, 2))(variables, x, carry)
 
@@ -295,8 +295,7 @@ def test_a_decoding_loop_runs_one_product_per_matrix(name, dtype):
     def loss(implementation):
         def total(variables, xs):
             new, ys = decode(implementation)(variables, xs)
-            leaves = [ys, *jax.tree.leaves(new)]
-            return sum(jnp.sum(jnp.sin(a.astype(jnp.float32) * (k + 1))) for k, a in enumerate(leaves)), (new, ys)
+            return _sines([ys, new]), (new, ys)
 
         return jax.jit(jax.grad(total, argnums=(0, 1), has_aux=True))
 
@@ -367,7 +366,7 @@ def test_the_drop_ins_one_step_compiles_to_flax_cells_program(cell_type):
         )
 
     def total(step):
-        return lambda *args: sum(jnp.sum(jnp.sin(a * (k + 1))) for k, a in enumerate(jax.tree.leaves(step(*args))))
+        return lambda *args: _sines(step(*args))
 
     def program(f):
         return _operations(jax.jit(f).lower(variables, carry, x).compile().as_text())
