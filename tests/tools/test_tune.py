@@ -72,6 +72,11 @@ def test_the_rule_prefers_the_tuned_table_for_what_it_measured():
     shipped = cpu_rule.estimate(lstm, 8, "forward", "onednn", isa="avx512_core_bf16")
     assert cpu_rule.estimate(lstm, 8, "forward", "onednn", isa="avx512_core_bf16", tuned=table) == shipped
     assert "the rule fitted to the shipped measurements" in shipped[1]
+    # Another table (a new tune, another machine's in a test) is read anew, not the curves built for the last one.
+    retuned = _table(cpu_rule.Cell("gru", "float32", 64, 8, 100, {"onednn": (0.25, 0.5)}))
+    for each, ratio in ((retuned, 0.25), (table, 2.0)):
+        found = cpu_rule.estimate(cfg, 8, "forward", "onednn", isa="avx512_core_bf16", tuned=each)
+        assert found[0] == pytest.approx(ratio)
 
 
 def test_the_default_follows_this_machines_table(cache):

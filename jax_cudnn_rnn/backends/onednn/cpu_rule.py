@@ -195,7 +195,7 @@ def _pooled(logs: dict[int, dict[str, float]]) -> dict[str, float]:
     some CPUs only, it is read against what those CPUs measured beside it, not against the others' mean (the AVX2
     class, 2026-11-29: "onednn:gemm" measured on the Zen 3 alone at 0.82 of xla, where the primitive took 0.74 there
     and 1.04 on the capped Zen 4; by the plain means the gemm looked the faster). One CPU's are its own logs, without
-    the fit (a tuned table's curves are built at every estimate)."""
+    the fit."""
     if len(logs) == 1:
         return next(iter(logs.values()))
     cpus = list(logs)
@@ -214,6 +214,20 @@ def _pooled(logs: dict[int, dict[str, float]]) -> dict[str, float]:
 @functools.cache
 def _class_curves(dtype_class: str) -> dict[Key, Curve]:
     return curves(MEASUREMENTS, dtype_class)
+
+
+_last_tuned: list[tuple[Measured, dict[Key, Curve]]] = []
+
+
+def _tuned_curves(tuned: Measured) -> dict[Key, Curve]:
+    """``curves([tuned])``, built once for the table last asked about (``tuned.this_machine()`` gives the same object
+    at every call; its cells hold dicts, so it cannot key a hashing cache)."""
+    last = _last_tuned[:1]
+    if last and last[0][0] is tuned:
+        return last[0][1]
+    built = curves([tuned])
+    _last_tuned[:] = [(tuned, built)]
+    return built
 
 
 def measured_at(dtype_class: str) -> list[str]:
@@ -236,7 +250,7 @@ def estimate(
     key = (config.mode, config.dtype.name, side, implementation)
     macs = step_macs(config, batch)
     if tuned is not None and any((c.mode, c.dtype) == key[:2] for c in tuned.cells):
-        curve = curves([tuned]).get(key)
+        curve = _tuned_curves(tuned).get(key)
         return None if curve is None else (curve.at(macs), f"this machine's tuned table ({tuned.date})")
     own = kernel_class(isa, config.dtype.name)
     dtype_class = own
