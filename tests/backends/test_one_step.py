@@ -312,10 +312,11 @@ def test_a_decoding_loop_runs_one_product_per_matrix(name, dtype):
 
 
 def test_only_a_loops_body_closing_over_the_weights_concatenates_them():
-    """The step joins each matrix's gates where a loop's body closes over the weights (``lax.scan``, under
-    ``jax.grad`` too), and nowhere else: not a lone step under ``jax.grad`` of the parameters only (the weights the
-    gradient's tracers, the input the jit's), under ``jax.vmap`` over the input, or with both differentiated, where a
-    concatenation would copy the weights at every call."""
+    """The step joins each matrix's gates where a loop's body closes over the weights (``lax.scan``, ``fori_loop``,
+    ``while_loop``, under ``jax.grad`` too), and nowhere else: not a lone step under ``jax.grad`` of the parameters
+    only (the weights the gradient's tracers, the input the jit's), under ``jax.vmap`` over the input, with both
+    differentiated, or under a ``jit``, ``checkpoint`` or ``cond`` closing over the weights, where a concatenation
+    would copy the weights at every call."""
     module = jcr_flax.LSTM(H)
     x = jnp.ones((1, 1, I))
     variables = module.init(jax.random.key(0), x)
@@ -336,6 +337,17 @@ def test_only_a_loops_body_closing_over_the_weights_concatenates_them():
     assert not joins(jax.grad(loss), variables, x)
     assert not joins(jax.grad(loss, argnums=(0, 1)), variables, x)
     assert not joins(jax.vmap(loss, in_axes=(None, 0)), variables, xs)
+
+    def fori(variables, x):
+        return jax.lax.fori_loop(0, 3, lambda i, total: total + loss(variables, x), 0.0)
+
+    def while_(variables, x):
+        body = lambda state: (state[0] + 1, state[1] + loss(variables, x))  # noqa: E731
+        return jax.lax.while_loop(lambda state: state[0] < 3, body, (0, 0.0))[1]
+
+    assert joins(fori, variables, x) and joins(while_, variables, x)
+    for wrap in (jax.jit, jax.checkpoint, lambda f: lambda x: jax.lax.cond(True, f, f, x)):
+        assert not joins(lambda variables, x, wrap=wrap: wrap(lambda x: loss(variables, x))(x), variables, x)
 
 
 def _operations(compiled_text: str) -> collections.Counter:
