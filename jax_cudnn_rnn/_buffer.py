@@ -130,6 +130,17 @@ def unpack(params: jax.Array, config: RNNConfig) -> tuple[tuple[jax.Array | None
     return tuple(tuple(None if entry is None else group(*entry) for entry in groups) for groups in plan)
 
 
+def group_offsets(config: RNNConfig) -> tuple[tuple[int | None, ...], ...]:
+    """Per pseudo-layer, indexed as ``unpack``'s, the offset (elements) of each of its groups in the buffer where the
+    group lies there as one run, as ``unpack`` stacks it (its gates adjacent); None where absent or not one run."""
+    sizes, plan = _unpack_plan(config)
+    starts = list(itertools.accumulate(sizes, initial=0))
+    return tuple(
+        tuple(None if entry is None or len(entry[0]) != 1 else starts[entry[0][0]] for entry in groups)
+        for groups in plan
+    )
+
+
 class Group(NamedTuple):
     """One group of a pseudo-layer's tensors (its input matrices, recurrent matrices, projection, input or recurrent
     biases) as ``unpack_gates`` gives it: ``gates``, each gate's tensor apart ([H, in], or [in, H] where

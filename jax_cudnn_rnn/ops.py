@@ -13,7 +13,7 @@ import numpy as np
 from jax_cudnn_rnn import dropout
 from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn._checks import RNN_ARGUMENTS, ArgumentNames, as_lengths, check_inputs, check_pieces
-from jax_cudnn_rnn.backends import registry
+from jax_cudnn_rnn.backends import loops, registry
 from jax_cudnn_rnn.backends.call import Call, CudnnOptions, Inputs
 from jax_cudnn_rnn.backends.cudnn.algorithm import check_algorithm
 from jax_cudnn_rnn.config import RNNConfig
@@ -259,6 +259,7 @@ def run_checked(
         CudnnOptions(check_algorithm(algorithm), max_segments),
         apply_recurrent_dropout,
         pieces=pieces,
+        loop_invariant_weights=loops.loop_invariant(params.arrays if pieces else [params], x),
     )
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     recurrent_masks = dropout.recurrent_masks(dropout_key, config, x.shape[1]) if apply_recurrent_dropout else None

@@ -27,7 +27,10 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::RecurrenceAttrs, 
                                       ::xla::ffi::StructMember<bool>("training"),
                                       ::xla::ffi::StructMember<int64_t>("rows"),
                                       ::xla::ffi::StructMember<std::string_view>("weights_dtype"),
-                                      ::xla::ffi::StructMember<bool>("has_lengths"));
+                                      ::xla::ffi::StructMember<bool>("has_lengths"),
+                                      ::xla::ffi::StructMember<bool>("in_place"),
+                                      ::xla::ffi::StructMember<int64_t>("w_in_offset"),
+                                      ::xla::ffi::StructMember<int64_t>("w_rec_offset"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -58,7 +61,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
     const int64_t T = r.steps, B = r.batch, H = r.units, W = r.width(), I = r.inputs;
     std::optional<ffi::AnyBuffer> w_in, c0;
     OptionalBuffers args(optional_args, "argument");
-    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input, "w_in", &w_in));
+    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input && !r.in_place, "w_in", &w_in));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(TakeLengths(args, attrs.has_lengths, &r));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
@@ -87,10 +90,20 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       if (h_prev) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", **h_prev, F32, {T, B, H}));
       JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", **h_gemm, r.weights_type, {T, B, H}));
     }
-    std::shared_ptr<const MatmulPlan> plan = PackedProductPlan(B, r.rows, H, W, r.weights_type, true);
-    JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    // The recurrent weights packed, or (in place) read transposed where they lie in the parameter buffer.
+    std::shared_ptr<const MatmulPlan> plan;
+    const void *w_rec_data = packed.untyped_data(), *w_in_data = w_in ? w_in->untyped_data() : nullptr;
+    if (r.in_place) {
+      JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
+      w_rec_data = At(packed, r, r.w_rec_offset);
+      if (!r.skip_input) w_in_data = At(packed, r, r.w_in_offset);
+      if (B > 0) plan = ProductPlan({B, H}, {W, H}, r.weights_type, F32, false, true);
+    } else {
+      plan = PackedProductPlan(B, r.rows, H, W, r.weights_type, true);
+      JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    }
     std::shared_ptr<const MatmulPlan> input_plan =
-        w_in && T * B > 0 ? ProductPlan({T * B, I}, {W, I}, r.weights_type, F32, false, true) : nullptr;
+        w_in_data && T * B > 0 ? ProductPlan({T * B, I}, {W, I}, r.weights_type, F32, false, true) : nullptr;
 
     // The input product of every step and what each step reads and writes come from the extension's pool: buffers
     // XLA allocated would be new pages to fault in at every call.
@@ -100,8 +113,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
                  cell[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  operand = layout.Add(B * H * r.weights_bytes()), step_gates = layout.Add(B * W * 4),
                  step_aux = layout.Add(B * H * 4),
-                 scratchpad =
-                     layout.Add(std::max(plan->scratchpad_bytes, input_plan ? input_plan->scratchpad_bytes : 0));
+                 scratchpad = layout.Add(std::max(plan ? plan->scratchpad_bytes : 0,
+                                                  input_plan ? input_plan->scratchpad_bytes : 0));
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
     // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
@@ -117,8 +130,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       const int64_t chunks = Chunks(B);
       if (input_plan) {  // W x for every step at once
-        RunMatmul(*input_plan, stream, InputOperand(r, x, x_operand.in(work), chunks), w_in->untyped_data(),
-                  xp.in(work), scratchpad.in(work));
+        RunMatmul(*input_plan, stream, InputOperand(r, x, x_operand.in(work), chunks), w_in_data, xp.in(work),
+                  scratchpad.in(work));
         stream.wait();
       } else if (T * B > 0) {  // skip input: x itself enters every gate
         ParallelFor(T * B, chunks, [&](int64_t, int64_t begin, int64_t end) {
@@ -150,7 +163,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
           }
         });
         auto* products = reinterpret_cast<float*>(hp.in(work));
-        RunMatmul(*plan, stream, rounds ? a : h, packed.untyped_data(), products, scratchpad.in(work));
+        RunMatmul(*plan, stream, rounds ? a : h, w_rec_data, products, scratchpad.in(work));
         stream.wait();
         ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
@@ -207,7 +220,7 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     const int64_t T = r.steps, B = r.batch, H = r.units, W = r.width(), I = r.inputs;
     std::optional<ffi::AnyBuffer> w_in, aux, h_prev, c0, dc_n;
     OptionalBuffers args(optional_args, "argument");
-    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input, "w_in", &w_in));
+    JCR_RETURN_IF_ERROR(args.Take(!r.skip_input && !r.in_place, "w_in", &w_in));
     JCR_RETURN_IF_ERROR(args.Take(lstm || gru, "aux", &aux));
     JCR_RETURN_IF_ERROR(args.Take(gru, "h_prev", &h_prev));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
@@ -229,10 +242,8 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(CheckBuffer("d_b_in", *d_b_in, F32, {W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("d_b_rec", *d_b_rec, F32, {W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("dh0", *dh0, F32, {B, H}));
-    if (w_in) {
-      JCR_RETURN_IF_ERROR(CheckBuffer("w_in", *w_in, wtype, {W, I}));
-      JCR_RETURN_IF_ERROR(CheckBuffer("dw_in", **dw_in, wtype, {W, I}));
-    }
+    if (w_in) JCR_RETURN_IF_ERROR(CheckBuffer("w_in", *w_in, wtype, {W, I}));
+    if (dw_in) JCR_RETURN_IF_ERROR(CheckBuffer("dw_in", **dw_in, wtype, {W, I}));
     if (aux) JCR_RETURN_IF_ERROR(CheckBuffer("aux", *aux, F32, {T, B, H}));
     if (gru) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", *h_prev, F32, {T, B, H}));
     if (lstm) {
@@ -241,19 +252,29 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
       }
       JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, F32, {B, H}));
     }
-    std::shared_ptr<const MatmulPlan> plan = PackedProductPlan(B, r.rows, W, H, wtype, false);
-    JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    // The recurrent weights packed, or (in place) read where they lie in the parameter buffer.
+    std::shared_ptr<const MatmulPlan> plan;
+    const void *w_rec_data = packed.untyped_data(), *w_in_data = w_in ? w_in->untyped_data() : nullptr;
+    if (r.in_place) {
+      JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
+      w_rec_data = At(packed, r, r.w_rec_offset);
+      if (!r.skip_input) w_in_data = At(packed, r, r.w_in_offset);
+      if (B > 0) plan = ProductPlan({B, W}, {W, H}, wtype, F32, false, false);
+    } else {
+      plan = PackedProductPlan(B, r.rows, W, H, wtype, false);
+      JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
+    }
     // After the steps, over all of them: dW_rec = d_hp^T h_gemm, dW_in = d_xp^T x, dx = d_xp W_in.
     const int64_t TB = T * B;
     std::shared_ptr<const MatmulPlan> rec_plan, in_plan, dx_plan;
     if (TB > 0) {
       rec_plan = ProductPlan({TB, W}, {TB, H}, wtype, wtype, true, false);
-      if (w_in) {
+      if (w_in_data) {
         in_plan = ProductPlan({TB, W}, {TB, I}, wtype, wtype, true, false);
         dx_plan = ProductPlan({TB, W}, {W, I}, wtype, x.element_type(), false, false);
       }
     }
-    size_t scratchpad_bytes = plan->scratchpad_bytes;
+    size_t scratchpad_bytes = plan ? plan->scratchpad_bytes : 0;
     for (const auto& p : {rec_plan, in_plan, dx_plan}) {
       if (p) scratchpad_bytes = std::max(scratchpad_bytes, p->scratchpad_bytes);
     }
@@ -323,8 +344,8 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
           }
         });
         // dh w.r.t. the state the step read: through the recurrent product, plus (GRU) the direct part.
-        RunMatmul(*plan, stream, Row<char>(d_rec_all, r, t, 0, W, r.weights_bytes()), packed.untyped_data(),
-                  products.in(work), scratchpad.in(work));
+        RunMatmul(*plan, stream, Row<char>(d_rec_all, r, t, 0, W, r.weights_bytes()), w_rec_data, products.in(work),
+                  scratchpad.in(work));
         stream.wait();
         const float* through = f32(products);
         const float* bypass = f32(direct);
@@ -349,10 +370,10 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
         return ffi::Error::Success();
       }
       RunMatmul(*rec_plan, stream, d_rec_all, h_gemm.untyped_data(), dw_rec->untyped_data(), scratchpad.in(work));
-      if (w_in) {
+      if (w_in_data) {
         RunMatmul(*in_plan, stream, d_xp.in(work), InputOperand(r, x, x_operand.in(work), chunks),
                   (*dw_in)->untyped_data(), scratchpad.in(work));
-        RunMatmul(*dx_plan, stream, d_xp.in(work), w_in->untyped_data(), dx->untyped_data(), scratchpad.in(work));
+        RunMatmul(*dx_plan, stream, d_xp.in(work), w_in_data, dx->untyped_data(), scratchpad.in(work));
       }
       stream.wait();
       return ffi::Error::Success();

@@ -20,6 +20,9 @@
 //
 // `packed` is the recurrent weights w_rec [G*H, H] packed for products of `rows` rows by
 // jax_cudnn_rnn_onednn_matmul_pack, transposed for the forward (h w_rec^T), as they are for the backward (d_hp w_rec).
+// Where `in_place`, `packed` is instead the network's whole parameter buffer (1-D, wdtype) and w_rec and w_in are read
+// where they lie in it, at `w_rec_offset` and `w_in_offset` (elements), w_in not passed apart: no packing and no copy
+// of the weights, what a call of one or a few steps wants (its weights would be copied and packed for a few products).
 // With skip input (the network's input_mode) x itself enters every gate. The step at time t reads the state of step
 // t - 1 (t + 1 where `reverse`). gates, aux (LSTM: c after the step; GRU: R_n h + b_Rn), h_prev (GRU: the state each
 // step read) and h_gemm (that state rounded to wdtype, as its product read it) are what the backward reads. The
@@ -29,7 +32,8 @@
 // last valid step and the reverse direction starts at lengths[b] - 1; its backward passes the state's gradients
 // through unchanged and gives the gates none (x's values there must be finite, as gemm.py makes them: dw_in reads
 // them). Attributes: the network (RnnConfigAttrs: one layer and direction, its input size and mode), `reverse`,
-// `training`, `rows`, `weights_dtype` ("float32" or "bfloat16"), `has_lengths`.
+// `training`, `rows`, `weights_dtype` ("float32" or "bfloat16"), `has_lengths`,
+// `in_place`, `w_in_offset`, `w_rec_offset`.
 #ifndef JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 #define JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "threading.h"
 
@@ -25,6 +26,9 @@ ffi::Error DecodeRecurrence(const RecurrenceAttrs& attrs, const ffi::AnyBuffer& 
   r.reverse = attrs.reverse;
   r.training = attrs.training;
   r.rows = attrs.rows;
+  r.in_place = attrs.in_place;
+  r.w_in_offset = attrs.w_in_offset;
+  r.w_rec_offset = attrs.w_rec_offset;
   if (attrs.weights_dtype == "bfloat16") r.weights_type = ffi::DataType::BF16;
   else if (attrs.weights_dtype != "float32") {
     return ffi::Error::InvalidArgument("weights_dtype is '" + std::string(attrs.weights_dtype) +
@@ -44,6 +48,26 @@ ffi::Error DecodeRecurrence(const RecurrenceAttrs& attrs, const ffi::AnyBuffer& 
 
 ffi::Error CheckPacked(const ffi::AnyBuffer& packed, const MatmulPlan& plan) {
   return CheckBuffer("packed", packed, ffi::DataType::U8, {static_cast<int64_t>(plan.b.get_size())});
+}
+
+ffi::Error CheckInPlace(const ffi::AnyBuffer& params, const Recurrence& r) {
+  const auto dims = params.dimensions();
+  if (params.element_type() != r.weights_type || dims.size() != 1) {
+    return ffi::Error::InvalidArgument("params has dtype " + DataTypeName(params.element_type()) + " and shape " +
+                                       ShapeString(dims) + "; expected a 1-D buffer of " +
+                                       DataTypeName(r.weights_type));
+  }
+  const int64_t W = r.width();
+  for (const auto& [name, offset, size] : {std::tuple{"w_rec_offset", r.w_rec_offset, W * r.units},
+                                           std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset,
+                                                      r.skip_input ? 0 : W * r.inputs}}) {
+    if (offset < 0 || offset + size > dims[0]) {
+      return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected " +
+                                         std::to_string(size) + " elements from it within params' " +
+                                         std::to_string(dims[0]));
+    }
+  }
+  return ffi::Error::Success();
 }
 
 ffi::Error TakeLengths(OptionalBuffers<ffi::RemainingArgs>& args, bool has_lengths, Recurrence* r) {

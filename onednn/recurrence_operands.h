@@ -24,6 +24,8 @@ struct RecurrenceAttrs {
   int64_t rows;
   std::string_view weights_dtype;
   bool has_lengths;
+  bool in_place;  // the weights operand is the parameter buffer: w_in and w_rec read where they lie in it
+  int64_t w_in_offset, w_rec_offset;  // in elements, where in_place
 };
 
 // One call's recurrence: the cell, the sizes and the weights' element type.
@@ -33,6 +35,8 @@ struct Recurrence {
   bool reverse = false, training = false, skip_input = false;
   ::xla::ffi::DataType weights_type = ::xla::ffi::DataType::F32;
   const int32_t* lengths = nullptr;  // per row, where the call has lengths (TakeLengths)
+  bool in_place = false;
+  int64_t w_in_offset = 0, w_rec_offset = 0;
 
   int64_t width() const { return gates * units; }  // G*H
   bool bf16() const { return weights_type == ::xla::ffi::DataType::BF16; }
@@ -49,6 +53,15 @@ struct Recurrence {
 
 // The packed recurrent weights: a uint8 buffer of exactly the plan's packed size.
 ::xla::ffi::Error CheckPacked(const ::xla::ffi::AnyBuffer& packed, const MatmulPlan& plan);
+
+// The parameter buffer a call `in_place` reads its weights from: 1-D of the weights' element type, holding w_rec
+// [G*H, H] at w_rec_offset and (linear input) w_in [G*H, I] at w_in_offset.
+::xla::ffi::Error CheckInPlace(const ::xla::ffi::AnyBuffer& params, const Recurrence& r);
+
+// The element at `offset` of the parameter buffer of a call `in_place`.
+inline const void* At(const ::xla::ffi::AnyBuffer& params, const Recurrence& r, int64_t offset) {
+  return static_cast<const char*>(params.untyped_data()) + offset * r.weights_bytes();
+}
 
 // The optional `lengths` argument (int32 [B], where `has_lengths`) into `r`.
 ::xla::ffi::Error TakeLengths(OptionalBuffers<::xla::ffi::RemainingArgs>& args, bool has_lengths, Recurrence* r);

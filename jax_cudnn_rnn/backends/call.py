@@ -47,6 +47,8 @@ class Call:
       lengths.py) x is wider than ``config.input_size``: zeros, then a padding channel in its last column whose input
       weights per gate (in gate order) are these constants, which the params, ``config``'s, hold no weights for.
     pieces: whether the params are a frontend's named tensors (``_buffer.Pieces``) rather than the opaque buffer.
+    loop_invariant_weights: whether the call is a step of a loop being traced over which the params do not change
+      (jax_cudnn_rnn/backends/loops.py): XLA then computes what depends on them alone once, before the loop.
     """
 
     config: RNNConfig | None = None
@@ -61,6 +63,7 @@ class Call:
     recurrent_dropout: bool = False
     input_channel: tuple[float, ...] | None = None
     pieces: bool = False
+    loop_invariant_weights: bool = False
 
 
 class Inputs(NamedTuple):

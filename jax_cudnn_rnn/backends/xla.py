@@ -14,7 +14,6 @@ differentiated by JAX.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -284,8 +283,8 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
     """A call of one time step: the cell's ``general_step`` once (no scan of one iteration, no custom_vjp: JAX
     differentiates it), as Flax's cells run a step, over a frontend's tensors as ``layers.gate_weights`` gives them,
     each where it lies: one product per gate as a Flax cell's Dense layers (no copy of the weights). ``joined``: the
-    weights do not change from one step to the next (``_loop_invariant``), so each matrix's gates are concatenated,
-    which XLA does once before the loop, and each step runs one product per matrix, as Flax's
+    weights do not change from one step to the next (``call.loop_invariant_weights``), so each matrix's gates are
+    concatenated, which XLA does once before the loop, and each step runs one product per matrix, as Flax's
     ``OptimizedLSTMCell`` (config G decoding, B=1: a third of the time of the per-gate products on a 2-core Zen 3). Its
     products each carry the call's precision, which the gradient's products inherit."""
     config = direction.config
@@ -379,37 +378,6 @@ def _nt_by_rows_jvp(precision: Any, primals, tangents):
 _nt_by_rows.defjvp(_nt_by_rows_jvp, symbolic_zeros=True)
 
 
-# What jax traces a loop's body for (the jaxpr's debug_info.traced_for): lax.scan (Flax's nn.scan and nnx.scan run
-# on it; Flax's shape pass is "flax scan"), fori_loop, while_loop's body.
-_LOOP_BODIES = ("scan", "flax scan", "fori_loop", "while_body")
-
-
-def _loop_invariant(arrays: Sequence[Any], varying: Array) -> bool:
-    """Whether ``arrays`` do not change from one iteration of the loop being traced to the next: the jaxpr being built
-    now is a loop's body (``lax.scan``, ``fori_loop``, ``while_loop``; linen's ``nn.scan``), ``varying`` (the step's
-    input) one of its tracers, and each of ``arrays`` a tracer of an enclosing trace, a value the body closes over, as
-    a decoding loop's weights (jit's, or grad's around the loop). XLA computes what depends on such operands alone
-    once, before the loop. Not where the current trace is a transformation's (``jax.grad`` of the parameters only:
-    the weights are its tracers, the input the jit's; ``jax.vmap`` over the input), nor a lone step under ``jit``
-    (its weights arguments, of its input's trace) or under a ``jit``, ``checkpoint`` or ``cond`` nested in one and
-    closing over its weights (no loop there to hoist from), concrete weights (XLA would concatenate them at every
-    call), nor ``nnx.scan`` with the module broadcast, which passes the module's state through the loop's carry, nor
-    a step wrapped again inside the body (``nn.remat`` of it): each keeps the per-gate products, right everywhere.
-    Which trace is current, what it traces for and which a tracer belongs to are not public API: False where this
-    jax does not say."""
-    trace = getattr(varying, "_trace", None)
-    internals = getattr(getattr(jax, "_src", None), "core", None)  # jax's own, imported with it
-    current = getattr(getattr(internals, "trace_ctx", None), "trace", None)
-    traced_for = getattr(getattr(getattr(trace, "frame", None), "debug_info", None), "traced_for", None)
-    return (
-        trace is not None
-        and trace is current
-        and type(trace).__name__ == "DynamicJaxprTrace"
-        and traced_for in _LOOP_BODIES
-        and all(isinstance(a, jax.core.Tracer) and getattr(a, "_trace", trace) is not trace for a in arrays)
-    )
-
-
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py); a
     call of one time step over a frontend's ``Pieces`` as that step alone (``_step_direction``), reading each tensor
@@ -419,7 +387,7 @@ def rnn(call: Call, inputs: Inputs):
     a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's gradient faster (1.5-3x) than JAX's transpose
     of those slices."""
     if inputs.x.shape[0] == 1 and isinstance(inputs.params, Pieces):
-        step = functools.partial(_step_direction, joined=_loop_invariant(inputs.params.arrays, inputs.x))
+        step = functools.partial(_step_direction, joined=call.loop_invariant_weights)
         return layers.run_layers(step, call, inputs, layers.gate_weights)
     return layers.run_layers(_fast_direction, call, inputs._replace(params=as_buffer(inputs.params)))
 

@@ -17,11 +17,13 @@ from jax_cudnn_rnn import onednn
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
 from jax_cudnn_rnn.backends.onednn import backend as onednn_backend
-from jax_cudnn_rnn.backends.onednn import cpu_rule, extension
+from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, gemm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
 from support import require_extension, run_package_child
+
+GEMM = "onednn:gemm"
 
 
 def _measured(isa: str, *cells) -> cpu_rule.Measured:
@@ -198,14 +200,25 @@ def test_this_cpu_estimates_from_its_class():
 def test_a_frontends_call_of_one_step_runs_the_xla_step():
     """A frontend's one time step (its named tensors, ``Call.pieces``) has no oneDNN estimate: the CPU default runs the
     xla implementation's step, which reads each tensor where it lies, as Flax's cells run one (issue 60: decoding).
-    On the opaque buffer the rule estimates the step as any call (oneDNN's weights, prepared by a call on the params
-    alone, leave a decoding loop)."""
+    On the opaque buffer a lone call of at most ``gemm.IN_PLACE_STEPS`` steps is estimated for "onednn:gemm" alone,
+    which reads the weights in place (``cpu_rule.short_call``); in a loop over which the buffer does not change
+    (``Call.loop_invariant_weights``) the rule estimates the step as any call (oneDNN's weights, prepared by a call on
+    the params alone, leave a decoding loop)."""
     cfg = jcr.RNNConfig("lstm", 1, 256, 256)
+    steps = gemm.IN_PLACE_STEPS
     for side in registry.SIDES:
         assert onednn_backend.cost(Call(cfg, 1, 32, pieces=True), side, "") is None
-        assert onednn_backend.cost(Call(cfg, 1, 32), side, "") == onednn_backend.cost(Call(cfg, 2, 32), side, "")
+        assert onednn_backend.cost(Call(cfg, steps, 32), side, "") is None
+        assert onednn_backend.cost(Call(cfg, steps, 32), side, "plain") is None
+        assert tuple(onednn_backend.cost(Call(cfg, steps, 32), side, "gemm")) == cpu_rule.short_call(side, GEMM)
+        assert cpu_rule.short_call(side, GEMM)[0] < 1.0
+        looped = Call(cfg, steps, 32, loop_invariant_weights=True)
+        assert onednn_backend.cost(looped, side, "") == onednn_backend.cost(Call(cfg, steps + 1, 32), side, "")
     choice = registry.decide("cpu", Call(cfg, 1, 32, pieces=True))
     assert (choice.forward, choice.training) == ("xla", "xla")
+    if onednn_backend.unavailable() is None:
+        choice = registry.decide("cpu", Call(cfg, steps, 32))
+        assert (choice.forward, choice.training) == (GEMM, GEMM)
 
 
 _BELOW_AVX512 = """
@@ -283,3 +296,24 @@ def test_a_capped_cpu_estimates_from_its_own_class(cap, isa, tmp_path):
         pytest.skip(f"this CPU's oneDNN ISA is {native}: a cap cannot raise it to {isa}")
     result = run_package_child(_CLASS_IN_USE, tmp_path, isa, ONEDNN_MAX_CPU_ISA=cap)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_a_lone_step_on_the_buffer_reads_it_in_place_and_a_decoding_loop_keeps_onednn():
+    """The default for ``rnn()`` of one step on the opaque buffer: alone (under jit) the gemm recurrence in place;
+    in ``lax.scan`` closing over the buffer (``Call.loop_invariant_weights``, set by ``ops.rnn``) oneDNN's primitive,
+    whose weights preparation XLA hoists out of the loop."""
+    require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
+    import jax
+    import jax.numpy as jnp
+
+    cfg = jcr.RNNConfig("gru", 1, 16, 16)
+    params = jcr.init_params(jax.random.key(0), cfg)
+    x, h0 = jnp.ones((1, 2, 16)), jnp.zeros((1, 2, 16))
+    lone = jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg)[0]).lower(params, x, h0).as_text()
+    assert extension.GEMM_FORWARD_TARGET in lone and "in_place = true" in lone
+
+    def decode(p, h):
+        return jax.lax.scan(lambda h, x_t: (jcr.rnn(p, x_t[None], h, None, cfg)[1], None), h, jnp.ones((5, 2, 16)))[0]
+
+    looped = jax.jit(decode).lower(params, h0).as_text()
+    assert extension.GEMM_FORWARD_TARGET not in looped and extension.FORWARD_TARGET in looped

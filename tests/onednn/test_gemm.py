@@ -21,7 +21,7 @@ import pytest
 import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn.backends import registry
 from jax_cudnn_rnn.backends.call import Call
-from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, kernels
+from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, gemm, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
@@ -343,6 +343,59 @@ def test_gemm_under_vmap_matches_each_element(native):
         one = step(params, xs[i], h0s[i])
         for got, want in zip(jax.tree.leaves(batched), jax.tree.leaves(one), strict=True):
             np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("mode,num_layers,direction,extra", CASES, ids=str)
+@pytest.mark.parametrize("lengths", [None, np.asarray((1, 0, 1), np.int32)], ids=("", "lengths"))
+def test_a_short_call_reads_the_weights_in_place_and_matches_the_oracle(
+    native, mode, num_layers, direction, extra, lengths
+):
+    """A call of at most ``gemm.IN_PLACE_STEPS`` steps reads w_in and w_rec where they lie in the parameter buffer
+    (no pack, no copy of them): values against the float64 oracle, every gradient against the xla implementation's
+    (the reference's with lengths), the buffer's gradient whole (its weights' parts from the handlers, its biases'
+    beside them)."""
+    cfg = make_config(mode, num_layers, direction, **extra)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(11), steps=gemm.IN_PLACE_STEPS, batch=3)
+    outs, grads = _value_and_grads(GEMM, cfg, params, x, h0, c0, lengths)
+    assert_outputs_close(outs, oracle(cfg, params, x, h0, c0, seq_lengths=lengths), atol=1e-5, rtol=1e-5)
+    _, want = _value_and_grads("xla" if lengths is None else "reference", cfg, params, x, h0, c0, lengths)
+    _assert_grads_close(grads, want, 1e-5)
+    loss = lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, seq_lengths=lengths, implementation=GEMM)[0])  # noqa: E731
+    text = jax.jit(jax.grad(loss)).lower(params, x).as_text()
+    directions = num_layers * cfg.num_directions
+    if extra.get("proj_size"):  # the projected LSTM's layers are gemm_scan's scans of packed products
+        assert "in_place = true" not in text
+    else:
+        assert text.count("in_place = true") == 2 * directions and extension.PACK_TARGET not in text
+
+
+def test_a_longer_call_packs_its_recurrent_weights(native):
+    """Past ``gemm.IN_PLACE_STEPS`` steps each direction's recurrent weights are packed once for its products."""
+    cfg = make_config("gru", 1, "unidirectional")
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(12), steps=gemm.IN_PLACE_STEPS + 1)
+    text = jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=GEMM)[0]).lower(params, x).as_text()
+    assert extension.PACK_TARGET in text and "in_place = true" not in text
+
+
+def test_the_in_place_recurrence_refuses_a_buffer_that_does_not_hold_its_weights(native):
+    """In place, the handlers check that the buffer has the weights' dtype and holds each matrix at its offset."""
+    cfg = jcr.RNNConfig("gru", 1, 4, 5)
+    x, h0, b = jnp.zeros((1, 3, 5)), jnp.zeros((3, 4)), jnp.zeros(12)
+    kwargs = dict(config=cfg, reverse=False, training=False, weights_dtype=jnp.float32, y_dtype=jnp.float32)
+
+    def forward(params, in_place):
+        return jax.block_until_ready(kernels.gemm_forward(x, params, b, b, h0, None, None, in_place=in_place, **kwargs))
+
+    y, *_ = forward(jnp.zeros(12 * 9), (0, 60))
+    np.testing.assert_array_equal(np.asarray(y), 0.0)
+    with pytest.raises(Exception, match=r"w_rec_offset is 61; expected 48 elements from it within params' 108"):
+        forward(jnp.zeros(12 * 9), (0, 61))
+    with pytest.raises(Exception, match=r"w_in_offset is -1; expected 60 elements"):
+        forward(jnp.zeros(12 * 9), (-1, 60))
+    with pytest.raises(
+        Exception, match=r"params has dtype bfloat16 and shape \(108,\); expected a 1-D buffer of float32"
+    ):
+        forward(jnp.zeros(12 * 9, jnp.bfloat16), (0, 60))
 
 
 @pytest.mark.parametrize("proj_size", [0, 2])

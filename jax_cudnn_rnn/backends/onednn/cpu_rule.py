@@ -266,6 +266,23 @@ def estimate(
     return None
 
 
+# A call of at most ``gemm.IN_PLACE_STEPS`` steps on the buffer (a decoding step, a rollout's): "onednn:gemm" reads
+# the weights where they lie in it, where oneDNN's primitives reorder them at every call (a GRU step, B=1, H=512: 2.7
+# ms against 0.16) and the xla implementation copies them out. Its time over the xla implementation's, the median of
+# the measured ratios per side (one layer, I=H, GRU and LSTM, B 1/4/64, H 128/512; 2026-11-29, the Zen 3, AVX2:
+# lab/bench/cpu-2026-11-29-short-call-in-place-zen3.json); the shorter curves' per-step estimates do not see the
+# per-call preparation, which dominates at one step.
+SHORT_CALL = {"forward": 0.557, "training": 0.717}
+SHORT_CALL_SOURCE = "a call of few steps: onednn:gemm reads the weights in place (measured on a Zen 3, AVX2)"
+
+
+def short_call(side: str, implementation: str) -> tuple[float, str] | None:
+    """(time over the xla implementation's, what it rests on) of a call of at most ``gemm.IN_PLACE_STEPS`` steps on
+    the opaque buffer run by ``implementation`` on ``side``: ``SHORT_CALL`` for "onednn:gemm", None (not estimated:
+    not chosen) for the implementations that prepare the weights at every call."""
+    return (SHORT_CALL[side], SHORT_CALL_SOURCE) if implementation == "onednn:gemm" else None
+
+
 def outside_fit(isa: str | None) -> str | None:
     """Why the rule's estimates on a CPU of instruction set ``isa`` rest on other CPUs' classes than its own (or on
     nothing), for ``jax-cudnn-rnn info``; None where each of its classes (float32, bfloat16) has measurements of its

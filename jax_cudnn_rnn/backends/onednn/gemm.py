@@ -42,20 +42,23 @@ Array = jax.Array
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+IN_PLACE_STEPS = 1
+
+
 def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array, Array]:
     zeros = jnp.zeros((width,), jnp.float32)
     return (zeros if b_in is None else b_in), (zeros if b_rec is None else b_rec)
 
 
-def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, training):
+def _forward(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, training):
     b_in, b_rec = _biases(b_in, b_rec, w_rec.shape[0])
     return kernels.gemm_forward(
         x,
-        kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
+        params if in_place else kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
         b_in,
         b_rec,
         h0,
-        w_in,
+        None if in_place else w_in,
         c0,
         lengths,
         config=config,
@@ -63,40 +66,53 @@ def _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, le
         training=training,
         weights_dtype=w_rec.dtype,
         y_dtype=out_dtype,
+        in_place=in_place,
     )
 
 
-@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2))
-def _layer(config: RNNConfig, reverse: bool, out_dtype: Any, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths):
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _layer(
+    config: RNNConfig, reverse: bool, out_dtype: Any, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params
+):
     """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
     (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states), lengths int32 [B] or None (x zero past
-    them). Returns (ys [T, B, H] in ``out_dtype``, h_n, c_n or None in float32)."""
-    y, h_n, c_n, _ = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, False)
+    them). Where ``in_place`` is (w_in's offset, w_rec's) the kernels read the weights where they lie in ``params``,
+    the flat buffer w_in and w_rec were split from (their values unread, their gradients still theirs), else
+    ``params`` is None. Returns (ys [T, B, H] in ``out_dtype``, h_n, c_n or None in float32)."""
+    y, h_n, c_n, _ = _forward(
+        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, False
+    )
     return y, h_n, c_n
 
 
-def _layer_fwd(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths):
-    y, h_n, c_n, saved = _forward(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, True)
-    return (y, h_n, c_n), (x, w_in, b_in is not None, w_rec, b_rec is not None, c0, lengths, saved)
+def _layer_fwd(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params):
+    y, h_n, c_n, saved = _forward(
+        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, True
+    )
+    # In place the backward reads the buffer, not copies of the weights split from it.
+    weights = (params, None, w_in is None) if in_place else (w_in, w_rec, w_in is None)
+    return (y, h_n, c_n), (x, weights, b_in is not None, b_rec is not None, c0, lengths, saved)
 
 
-def _layer_bwd(config, reverse, out_dtype, residuals, cotangents):
-    x, w_in, has_b_in, w_rec, has_b_rec, c0, lengths, saved = residuals
+def _layer_bwd(config, reverse, out_dtype, in_place, residuals, cotangents):
+    x, (w_in, w_rec, skip_input), has_b_in, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
     dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
         x,
-        kernels.pack_weights(w_rec, dh_n.shape[0]),
+        w_in if in_place else kernels.pack_weights(w_rec, dh_n.shape[0]),
         d_ys,
         dh_n,
         dc_n,
-        w_in,
+        None if in_place else w_in,
         c0,
         saved,
         lengths,
         config=config,
         reverse=reverse,
+        in_place=in_place,
     )
-    return dx, dw_in, d_b_in if has_b_in else None, dw_rec, d_b_rec if has_b_rec else None, dh0, dc0, None
+    d_b_in, d_b_rec = (d_b_in if has_b_in else None), (d_b_rec if has_b_rec else None)
+    return dx, None if skip_input else dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0, None, None
 
 
 _layer.defvjp(_layer_fwd, _layer_bwd)
@@ -125,16 +141,22 @@ def pool_bytes(config: RNNConfig, num_steps: int, batch: int, training: bool) ->
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _direction(config: RNNConfig, x, weights, h0, c0, lengths, reverse: bool, last: bool):
+def _direction(config: RNNConfig, x, weights, offsets, params, h0, c0, lengths, reverse: bool, last: bool):
     """One layer and direction; its outputs in the network's dtype where they are the network's, else in float32 (the
-    next layer's GEMMs round them, and their gradient stays float32, as the xla implementation's)."""
+    next layer's GEMMs round them, and their gradient stays float32, as the xla implementation's). ``offsets`` are
+    its groups' in ``params`` (``_buffer.group_offsets``) where the kernels read the weights there, else None."""
     w_in, w_rec, w_proj, b_in, b_rec = weights
     out_dtype = config.dtype if last else jnp.float32
     if w_proj is not None:
         if lengths is not None:
             raise ValueError("seq_lengths: the projected LSTM's scan takes none (the fused kit arranges them)")
         return gemm_scan.layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
-    return _layer(config, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths)
+    in_place = None
+    if offsets is not None and offsets[1] is not None and (w_in is None or offsets[0] is not None):
+        in_place = (offsets[0], offsets[1])
+    return _layer(
+        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params if in_place else None
+    )
 
 
 def takes_lengths(config: RNNConfig) -> bool:
@@ -147,7 +169,9 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
     """The whole network (every layer and direction, no dropout): (y, h_n, c_n or None) in ``config.dtype``;
     arguments as ``jax_cudnn_rnn.rnn``'s, ``seq_lengths`` only where ``takes_lengths(config)``. With lengths each
     recurrence keeps a row's state past its length (cuDNN's packed sequences, as the handlers run them): no step is
-    arranged around the kernel, no wider input, no gather of the final states."""
+    arranged around the kernel, no wider input, no gather of the final states. A call of at most ``IN_PLACE_STEPS``
+    steps reads the weights where they lie in ``params`` (its products unpacked, no copy of them); a longer one packs
+    each direction's recurrent weights once for its steps."""
     f32 = jnp.float32
     lengths = None
     if seq_lengths is not None:
@@ -160,6 +184,7 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
         tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
         for groups in _buffer.unpack(params, config)
     ]
+    offsets = _buffer.group_offsets(config) if x.shape[0] <= IN_PLACE_STEPS else [None] * len(weights)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []
@@ -169,6 +194,8 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
                 config,
                 layer_input,
                 weights[index],
+                offsets[index],
+                params,
                 h0[index].astype(f32),
                 None if c0 is None else c0[index].astype(f32),
                 lengths,

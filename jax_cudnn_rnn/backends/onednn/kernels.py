@@ -258,10 +258,12 @@ def _recurrence_attributes(
     rows: int,
     weights_dtype,
     has_lengths: bool,
+    in_place: tuple[int, int] | None,
 ) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
     one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
-    rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument."""
+    rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument, and where
+    the weights are read in place, their offsets (w_in's, w_rec's) in the parameter buffer."""
     one = dataclasses.replace(
         config,
         num_layers=1,
@@ -279,6 +281,9 @@ def _recurrence_attributes(
         rows=np.int64(rows),
         weights_dtype=np.dtype(weights_dtype).name,
         has_lengths=np.bool_(has_lengths),
+        in_place=np.bool_(in_place is not None),
+        w_in_offset=np.int64(in_place[0] or 0 if in_place else 0),
+        w_rec_offset=np.int64(in_place[1] if in_place else 0),
     )
 
 
@@ -297,10 +302,13 @@ def gemm_forward(
     training: bool,
     weights_dtype,
     y_dtype,
+    in_place: tuple[int, int] | None = None,
 ):
     """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
     the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
     w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32;
+    ``in_place`` (w_in's offset or None for skip input, w_rec's) where ``packed`` is instead the flat parameter buffer
+    the weights are read from where they lie (w_in then None);
     ``lengths`` int32 [B] or None: past a row's length its state stays and its outputs are zero (x there finite).
     Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
     reads (gates, [aux], [h_prev], h_gemm), else ()."""
@@ -316,6 +324,7 @@ def gemm_forward(
         out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
         out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
         out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
+    skip_input = w_in is None if in_place is None else in_place[0] is None
     outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
         x,
         packed,
@@ -326,7 +335,7 @@ def gemm_forward(
         *([c0] if lstm else []),
         *([] if lengths is None else [lengths]),
         **_recurrence_attributes(
-            config, input_size, w_in is None, reverse, training, batch, weights_dtype, lengths is not None
+            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, in_place
         ),
     )
     y, h_n, *rest = outputs
@@ -334,9 +343,24 @@ def gemm_forward(
     return y, h_n, c_n, tuple(rest)
 
 
-def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, lengths=None, *, config: RNNConfig, reverse: bool):
-    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0 and lengths the forward's,
-    ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them, dy [T, B, H] (y's dtype), dh_n, dc_n
+def gemm_backward(
+    x,
+    packed,
+    dy,
+    dh_n,
+    dc_n,
+    w_in,
+    c0,
+    saved,
+    lengths=None,
+    *,
+    config: RNNConfig,
+    reverse: bool,
+    in_place: tuple[int, int] | None = None,
+):
+    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0, lengths and ``in_place`` the
+    forward's, ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them (or, ``in_place``, the
+    forward's parameter buffer), dy [T, B, H] (y's dtype), dh_n, dc_n
     (LSTM) [B, H] float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0
     or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
     _, batch, input_size = x.shape
@@ -352,7 +376,8 @@ def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, lengths=None, *, c
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct(dh_n.shape, f32),
     ]
-    out_types += [] if w_in is None else [jax.ShapeDtypeStruct(w_in.shape, weights_dtype)]
+    skip_input = w_in is None if in_place is None else in_place[0] is None
+    out_types += [] if skip_input else [jax.ShapeDtypeStruct((width, input_size), weights_dtype)]
     out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
     dx, dw_rec, d_b_in, d_b_rec, dh0, *rest = jax.ffi.ffi_call(
         extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential"
@@ -368,8 +393,8 @@ def gemm_backward(x, packed, dy, dh_n, dc_n, w_in, c0, saved, lengths=None, *, c
         *([c0, dc_n] if lstm else []),
         *([] if lengths is None else [lengths]),
         **_recurrence_attributes(
-            config, input_size, w_in is None, reverse, True, batch, weights_dtype, lengths is not None
+            config, input_size, skip_input, reverse, True, batch, weights_dtype, lengths is not None, in_place
         ),
     )
-    dw_in = None if w_in is None else rest.pop(0)
+    dw_in = None if skip_input else rest.pop(0)
     return dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)
