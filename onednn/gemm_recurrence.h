@@ -15,8 +15,11 @@
 //   jax_cudnn_rnn_onednn_gemm_backward(x, packed, dy [T, B, H] (y's type), dh_n [B, H], gates, h_gemm,
 //                                      [w_in: linear input], [aux: lstm, gru], [h_prev: gru], [c0, dc_n: lstm],
 //                                      [lengths: has_lengths])
-//       -> (dx [T, B, I] (x's type), dw_rec [G*H, H] wdtype, d_b_in [G*H], d_b_rec [G*H], dh0 [B, H],
-//           [dw_in [G*H, I] wdtype: linear input], [dc0: lstm])
+//       -> (dx [T, B, I] (x's type), dw_rec [G*H * H] wdtype, d_b_in [G*H], d_b_rec [G*H], dh0 [B, H],
+//           [dw_in [G*H * I] wdtype: linear input], [dc0: lstm])
+// The weights' gradients are flat (row-major [G*H, H] and [G*H, I]): the buffer's gradient is their concatenation
+// with the biases', which XLA copies as they are; shaped, it fused the reshapes into a loop of 2.5 ms for 6 MB.
+// Over T * B <= 2 rows they are written as outer products (oneDNN's matmul took 0.6 ms for one [1, 1536]^T [1, 512]).
 //
 // `packed` is the recurrent weights w_rec [G*H, H] packed for products of `rows` rows by
 // jax_cudnn_rnn_onednn_matmul_pack, transposed for the forward (h w_rec^T), as they are for the backward (d_hp w_rec).

@@ -369,12 +369,19 @@ def test_a_short_call_reads_the_weights_in_place_and_matches_the_oracle(
         assert text.count("in_place = true") == 2 * directions and extension.PACK_TARGET not in text
 
 
-def test_a_longer_call_packs_its_recurrent_weights(native):
-    """Past ``gemm.IN_PLACE_STEPS`` steps each direction's recurrent weights are packed once for its products."""
+def test_a_longer_call_packs_its_recurrent_weights_unless_its_kernel_reads_them_in_place(native):
+    """Past ``gemm.IN_PLACE_STEPS`` steps each direction's recurrent weights are packed once for its products, except
+    where oneDNN's kernel for them reads a plain b where it lies (`gemm:jit`): there every call is in place."""
     cfg = make_config("gru", 1, "unidirectional")
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(12), steps=gemm.IN_PLACE_STEPS + 1)
     text = jax.jit(lambda p, x: jcr.rnn(p, x, h0, c0, cfg, implementation=GEMM)[0]).lower(params, x).as_text()
-    assert extension.PACK_TARGET in text and "in_place = true" not in text
+    width = cfg.num_gates * cfg.num_units
+    in_place = kernels.reads_b_in_place(x.shape[1], (width, cfg.num_units), "float32")
+    name = extension.module().matmul_implementation(
+        [x.shape[1], cfg.num_units], [width, cfg.num_units], "float32", "float32", transpose_b=True
+    )
+    assert in_place == name.startswith("gemm:")
+    assert (extension.PACK_TARGET in text) != in_place and ("in_place = true" in text) == in_place
 
 
 def test_the_in_place_recurrence_refuses_a_buffer_that_does_not_hold_its_weights(native):
@@ -410,7 +417,9 @@ def test_gemm_runs_its_products_on_the_matmul_target(native, proj_size):
         (jax.grad(lambda p, x: jnp.sum(run(p, x) ** 2)), extension.GEMM_BACKWARD_TARGET),
     ):
         text = jax.jit(fn).lower(params, x).as_text()
-        assert extension.MATMUL_TARGET in text and extension.PACK_TARGET in text
+        width = cfg.num_gates * cfg.num_units
+        packs = proj_size or not kernels.reads_b_in_place(x.shape[1], (width, cfg.num_units), "float32")
+        assert (extension.PACK_TARGET in text) == bool(packs) and (extension.MATMUL_TARGET in text or not packs)
         assert (recurrence in text) == (not proj_size) and (extension.PACKED_MATMUL_TARGET in text) == bool(proj_size)
         assert extension.FORWARD_TARGET not in text and "dot_general" not in text
 

@@ -6,7 +6,8 @@ XLA:CPU's GEMM does not. Per layer and direction:
 
 * the input product of all time steps is one GEMM;
 * the recurrence is one FFI call (``kernels.gemm_forward``: onednn/gemm_recurrence.h): per step one product with the
-  recurrent weights, packed once into the layout the kernels read, and the cell's arithmetic (onednn/gemm_cells.h)
+  recurrent weights, packed once into the layout the kernels read or, for a short call or kernels that read them
+  where they lie (``_in_place``), read in the buffer itself, and the cell's arithmetic (onednn/gemm_cells.h)
   around it in C++. As an XLA scan (what ``gemm_scan`` still runs for a projected LSTM) the arithmetic and its stacked
   outputs cost about 40 % of the forward's time (GRU T=25 B=64 H=1024 bfloat16, a scan whose step kept the products
   and dropped the cell: 62 against 104 ms, on a loaded 2-core Zen 4);
@@ -43,6 +44,19 @@ Array = jax.Array
 
 
 IN_PLACE_STEPS = 1
+
+
+def _in_place(config: RNNConfig, num_steps: int, batch: int) -> bool:
+    """Whether the recurrence handlers read the weights where they lie in the buffer: a call of at most
+    ``IN_PLACE_STEPS`` steps (packing them is then a copy for one product), or any call whose recurrent products run
+    on a kernel that reads them in place (``kernels.reads_b_in_place``: oneDNN's `gemm:jit`, whose packed layout is a
+    plain copy). There, in place against packed (GRU, H=I=512, float32, a process each, AVX2 Zen 3, 2026-11-29):
+    forward 0.24 / 0.27 / 0.58 at B=1 and T=4 / 16 / 64, 0.80 / 0.80 / 0.82 at B=64; the gradient 0.67 / 0.64 / 0.78
+    and 0.84 / 0.98 / 0.93."""
+    if num_steps <= IN_PLACE_STEPS:
+        return True
+    width = config.num_gates * config.num_units
+    return kernels.reads_b_in_place(batch, (width, config.num_units), config.dtype.name)
 
 
 def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array, Array]:
@@ -169,9 +183,9 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
     """The whole network (every layer and direction, no dropout): (y, h_n, c_n or None) in ``config.dtype``;
     arguments as ``jax_cudnn_rnn.rnn``'s, ``seq_lengths`` only where ``takes_lengths(config)``. With lengths each
     recurrence keeps a row's state past its length (cuDNN's packed sequences, as the handlers run them): no step is
-    arranged around the kernel, no wider input, no gather of the final states. A call of at most ``IN_PLACE_STEPS``
-    steps reads the weights where they lie in ``params`` (its products unpacked, no copy of them); a longer one packs
-    each direction's recurrent weights once for its steps."""
+    arranged around the kernel, no wider input, no gather of the final states. Where ``_in_place`` (a call of few
+    steps, or products on kernels that read their weights in place) the handlers read the weights where they lie in
+    ``params`` (no copy of them); elsewhere each direction's recurrent weights are packed once for its steps."""
     f32 = jnp.float32
     lengths = None
     if seq_lengths is not None:
@@ -184,7 +198,7 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
         tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
         for groups in _buffer.unpack(params, config)
     ]
-    offsets = _buffer.group_offsets(config) if x.shape[0] <= IN_PLACE_STEPS else [None] * len(weights)
+    offsets = _buffer.group_offsets(config) if _in_place(config, *x.shape[:2]) else [None] * len(weights)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []
