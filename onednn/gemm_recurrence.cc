@@ -22,15 +22,12 @@
 #include "scratch.h"
 #include "threading.h"
 
-XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jax_cudnn_rnn::onednn::RecurrenceAttrs, JCR_RNN_CONFIG_ATTRS,
-                                      ::xla::ffi::StructMember<bool>("reverse"),
-                                      ::xla::ffi::StructMember<bool>("training"),
-                                      ::xla::ffi::StructMember<int64_t>("rows"),
-                                      ::xla::ffi::StructMember<std::string_view>("weights_dtype"),
-                                      ::xla::ffi::StructMember<bool>("has_lengths"),
-                                      ::xla::ffi::StructMember<bool>("in_place"),
-                                      ::xla::ffi::StructMember<int64_t>("w_in_offset"),
-                                      ::xla::ffi::StructMember<int64_t>("w_rec_offset"));
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    ::jax_cudnn_rnn::onednn::RecurrenceAttrs, JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("reverse"),
+    ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<int64_t>("rows"),
+    ::xla::ffi::StructMember<std::string_view>("weights_dtype"), ::xla::ffi::StructMember<bool>("has_lengths"),
+    ::xla::ffi::StructMember<bool>("in_place"), ::xla::ffi::StructMember<int64_t>("w_in_offset"),
+    ::xla::ffi::StructMember<int64_t>("w_rec_offset"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -49,6 +46,36 @@ const void* InputOperand(const Recurrence& r, const ffi::AnyBuffer& x, void* buf
              static_cast<char*>(buffer) + begin * r.inputs * r.weights_bytes(), (end - begin) * r.inputs);
   });
   return buffer;
+}
+
+// Where a handler reads the weights and the plan of its recurrent product: w_rec packed (`packed`) and w_in its own
+// argument, or both where they lie in the parameter buffer (`in_place`: `packed` is the buffer). The forward's
+// product is h w_rec^T, the backward's d_hp w_rec.
+struct Weights {
+  std::shared_ptr<const MatmulPlan> plan;  // null for an empty batch in place
+  const void* w_rec = nullptr;
+  const void* w_in = nullptr;  // null for skip input
+};
+
+ffi::Error TakeWeights(const Recurrence& r, const ffi::AnyBuffer& packed, const std::optional<ffi::AnyBuffer>& w_in,
+                       bool forward, Weights* weights) {
+  const int64_t B = r.batch, H = r.units, W = r.width();
+  const auto wtype = r.weights_type, F32 = ffi::DataType::F32;
+  weights->w_rec = packed.untyped_data();
+  weights->w_in = w_in ? w_in->untyped_data() : nullptr;
+  if (!r.in_place) {
+    weights->plan =
+        forward ? PackedProductPlan(B, r.rows, H, W, wtype, true) : PackedProductPlan(B, r.rows, W, H, wtype, false);
+    return CheckPacked(packed, *weights->plan);
+  }
+  JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
+  weights->w_rec = At(packed, r, r.w_rec_offset);
+  if (!r.skip_input) weights->w_in = At(packed, r, r.w_in_offset);
+  if (B > 0) {
+    weights->plan = forward ? ProductPlan({B, H}, {W, H}, wtype, F32, false, true)
+                            : ProductPlan({B, W}, {W, H}, wtype, F32, false, false);
+  }
+  return ffi::Error::Success();
 }
 
 ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer b_in, ffi::AnyBuffer b_rec,
@@ -90,18 +117,10 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       if (h_prev) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", **h_prev, F32, {T, B, H}));
       JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", **h_gemm, r.weights_type, {T, B, H}));
     }
-    // The recurrent weights packed, or (in place) read transposed where they lie in the parameter buffer.
-    std::shared_ptr<const MatmulPlan> plan;
-    const void *w_rec_data = packed.untyped_data(), *w_in_data = w_in ? w_in->untyped_data() : nullptr;
-    if (r.in_place) {
-      JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
-      w_rec_data = At(packed, r, r.w_rec_offset);
-      if (!r.skip_input) w_in_data = At(packed, r, r.w_in_offset);
-      if (B > 0) plan = ProductPlan({B, H}, {W, H}, r.weights_type, F32, false, true);
-    } else {
-      plan = PackedProductPlan(B, r.rows, H, W, r.weights_type, true);
-      JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
-    }
+    Weights weights;
+    JCR_RETURN_IF_ERROR(TakeWeights(r, packed, w_in, true, &weights));
+    const std::shared_ptr<const MatmulPlan>& plan = weights.plan;
+    const void *w_rec_data = weights.w_rec, *w_in_data = weights.w_in;
     std::shared_ptr<const MatmulPlan> input_plan =
         w_in_data && T * B > 0 ? ProductPlan({T * B, I}, {W, I}, r.weights_type, F32, false, true) : nullptr;
 
@@ -113,8 +132,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
                  cell[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  operand = layout.Add(B * H * r.weights_bytes()), step_gates = layout.Add(B * W * 4),
                  step_aux = layout.Add(B * H * 4),
-                 scratchpad = layout.Add(std::max(plan ? plan->scratchpad_bytes : 0,
-                                                  input_plan ? input_plan->scratchpad_bytes : 0));
+                 scratchpad = layout.Add(
+                     std::max(plan ? plan->scratchpad_bytes : 0, input_plan ? input_plan->scratchpad_bytes : 0));
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
     // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
@@ -278,18 +297,10 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
       }
       JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, F32, {B, H}));
     }
-    // The recurrent weights packed, or (in place) read where they lie in the parameter buffer.
-    std::shared_ptr<const MatmulPlan> plan;
-    const void *w_rec_data = packed.untyped_data(), *w_in_data = w_in ? w_in->untyped_data() : nullptr;
-    if (r.in_place) {
-      JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
-      w_rec_data = At(packed, r, r.w_rec_offset);
-      if (!r.skip_input) w_in_data = At(packed, r, r.w_in_offset);
-      if (B > 0) plan = ProductPlan({B, W}, {W, H}, wtype, F32, false, false);
-    } else {
-      plan = PackedProductPlan(B, r.rows, W, H, wtype, false);
-      JCR_RETURN_IF_ERROR(CheckPacked(packed, *plan));
-    }
+    Weights weights;
+    JCR_RETURN_IF_ERROR(TakeWeights(r, packed, w_in, false, &weights));
+    const std::shared_ptr<const MatmulPlan>& plan = weights.plan;
+    const void *w_rec_data = weights.w_rec, *w_in_data = weights.w_in;
     // After the steps, over all of them: dW_rec = d_hp^T h_gemm, dW_in = d_xp^T x, dx = d_xp W_in.
     const int64_t TB = T * B;
     std::shared_ptr<const MatmulPlan> rec_plan, in_plan, dx_plan;

@@ -58,9 +58,9 @@ ffi::Error CheckInPlace(const ffi::AnyBuffer& params, const Recurrence& r) {
                                        DataTypeName(r.weights_type));
   }
   const int64_t W = r.width();
-  for (const auto& [name, offset, size] : {std::tuple{"w_rec_offset", r.w_rec_offset, W * r.units},
-                                           std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset,
-                                                      r.skip_input ? 0 : W * r.inputs}}) {
+  for (const auto& [name, offset, size] :
+       {std::tuple{"w_rec_offset", r.w_rec_offset, W * r.units},
+        std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset, r.skip_input ? 0 : W * r.inputs}}) {
     if (offset < 0 || offset + size > dims[0]) {
       return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected " +
                                          std::to_string(size) + " elements from it within params' " +
