@@ -272,15 +272,16 @@ def estimate(
 # the measured ratios per side (one layer, I=H, GRU and LSTM, B 1/4/64, H 128/512; 2026-11-29, the Zen 3, AVX2:
 # lab/bench/cpu-2026-11-29-short-call-in-place-zen3.json); the shorter curves' per-step estimates do not see the
 # per-call preparation, which dominates at one step.
-SHORT_CALL = {"forward": 0.557, "training": 0.717}
+SHORT_CALL = {"onednn:gemm": {"forward": 0.557, "training": 0.717}}
 SHORT_CALL_SOURCE = "a call of few steps: onednn:gemm reads the weights in place (measured on a Zen 3, AVX2)"
 
 
 def short_call(side: str, implementation: str) -> tuple[float, str] | None:
     """(time over the xla implementation's, what it rests on) of a call of at most ``gemm.IN_PLACE_STEPS`` steps on
-    the opaque buffer run by ``implementation`` on ``side``: ``SHORT_CALL`` for "onednn:gemm", None (not estimated:
-    not chosen) for the implementations that prepare the weights at every call."""
-    return (SHORT_CALL[side], SHORT_CALL_SOURCE) if implementation == "onednn:gemm" else None
+    the opaque buffer run by ``implementation`` on ``side``: ``SHORT_CALL``'s, None (not estimated: not chosen) for
+    the implementations that prepare the weights at every call."""
+    ratios = SHORT_CALL.get(implementation)
+    return None if ratios is None else (ratios[side], SHORT_CALL_SOURCE)
 
 
 def outside_fit(isa: str | None) -> str | None:

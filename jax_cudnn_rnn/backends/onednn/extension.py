@@ -62,6 +62,7 @@ EXTENSION = native_extension.NativeExtension(
     attributes=(
         "buffer_sizes",
         "matmul_packed_bytes",
+        "matmul_implementation",
         "CPU_RUNTIME",
         "JAXLIB_BUILD_VERSION",
         "XLA_FFI_API_BUILD_VERSION",

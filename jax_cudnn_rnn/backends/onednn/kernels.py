@@ -227,8 +227,8 @@ def reads_b_in_place(rows: int, b_shape: tuple[int, int], dtype: str) -> bool:
     """Whether oneDNN's matmul multiplies [rows, K] by a b stored [N, K] (``b_shape``), transposed, with a kernel that
     reads b where it lies: its `gemm:jit` kernels (AVX2 and below, float32), whose packing is a plain copy, where its
     brgemm kernels copy a plain b into their blocked layout at every product."""
-    name = extension.module().matmul_implementation([rows, b_shape[1]], list(b_shape), dtype, "float32", False, True)
-    return name.startswith("gemm:")
+    kernel = extension.module().matmul_implementation
+    return kernel([rows, b_shape[1]], list(b_shape), dtype, "float32", False, True).startswith("gemm:")
 
 
 def _packed_attributes(rows: int, b_shape, transpose_b: bool) -> dict[str, Any]:
