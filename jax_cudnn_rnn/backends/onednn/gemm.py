@@ -104,20 +104,22 @@ def _layer_fwd(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec
         config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, True
     )
     # In place the backward reads the buffer, not copies of the weights split from it.
-    weights = (params, None, w_in is None) if in_place else (w_in, w_rec, w_in is None)
-    return (y, h_n, c_n), (x, weights, b_in is not None, b_rec is not None, c0, lengths, saved)
+    weights = (params,) if in_place else (w_in, w_rec)
+    return (y, h_n, c_n), (x, weights, w_in is None, b_in is not None, b_rec is not None, c0, lengths, saved)
 
 
 def _layer_bwd(config, reverse, out_dtype, in_place, residuals, cotangents):
-    x, (w_in, w_rec, skip_input), has_b_in, has_b_rec, c0, lengths, saved = residuals
+    x, weights, skip_input, has_b_in, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
+    (params,) = weights if in_place else (None,)
+    w_in, w_rec = (None, None) if in_place else weights
     dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
         x,
-        w_in if in_place else kernels.pack_weights(w_rec, dh_n.shape[0]),
+        params if in_place else kernels.pack_weights(w_rec, dh_n.shape[0]),
         d_ys,
         dh_n,
         dc_n,
-        None if in_place else w_in,
+        w_in,
         c0,
         saved,
         lengths,
