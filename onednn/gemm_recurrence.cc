@@ -27,7 +27,8 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<int64_t>("rows"),
     ::xla::ffi::StructMember<std::string_view>("weights_dtype"), ::xla::ffi::StructMember<bool>("has_lengths"),
     ::xla::ffi::StructMember<bool>("in_place"), ::xla::ffi::StructMember<int64_t>("w_in_offset"),
-    ::xla::ffi::StructMember<int64_t>("w_rec_offset"));
+    ::xla::ffi::StructMember<int64_t>("w_rec_offset"), ::xla::ffi::StructMember<bool>("params_gradient"),
+    ::xla::ffi::StructMember<int64_t>("b_in_offset"), ::xla::ffi::StructMember<int64_t>("b_rec_offset"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -242,6 +243,28 @@ void OuterProducts(const Recurrence& r, int64_t rows, int64_t M, int64_t N, cons
   });
 }
 
+// The rest of the buffer's gradient (`params_gradient`) beside the weights' slots the products write: the biases'
+// sums rounded into their slots, zeros wherever this layer has nothing (CheckInPlace: the slots do not overlap).
+void FinishParamsGradient(const Recurrence& r, const float* d_b_in, const float* d_b_rec, char* d_params,
+                          int64_t size) {
+  const int64_t W = r.width();
+  const size_t bytes = r.weights_bytes();
+  std::vector<std::pair<int64_t, int64_t>> slots = {{r.w_rec_offset, W * r.units}};
+  if (!r.skip_input) slots.emplace_back(r.w_in_offset, W * r.inputs);
+  for (const auto& [offset, sums] : {std::pair{r.b_in_offset, d_b_in}, std::pair{r.b_rec_offset, d_b_rec}}) {
+    if (offset == -1) continue;
+    StoreRow(r.bf16(), sums, d_params + offset * bytes, W);
+    slots.emplace_back(offset, W);
+  }
+  std::sort(slots.begin(), slots.end());
+  int64_t done = 0;
+  for (const auto& [offset, count] : slots) {
+    if (offset > done) std::memset(d_params + done * bytes, 0, (offset - done) * bytes);
+    done = std::max(done, offset + count);
+  }
+  if (size > done) std::memset(d_params + done * bytes, 0, (size - done) * bytes);
+}
+
 // Zero gradients of row `b` at time `t`, a padding step: its gates' (and a GRU's recurrent product's) in the arrays
 // the products read, and x's where x enters every gate (skip input: no product writes dx).
 void PaddingRowGradients(const Recurrence& r, int64_t t, int64_t b, void* d_hp, void* d_xp, ffi::AnyBuffer& dx) {
@@ -274,7 +297,9 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<Result> dw_in, dc0;
     OptionalBuffers rets(optional_rets, "result");
-    JCR_RETURN_IF_ERROR(rets.Take(!r.skip_input, "dw_in", &dw_in));
+    // With params_gradient the weights' gradients go to their slots of the buffer's gradient, `dw_rec` (d_params).
+    const bool whole = r.params_gradient;
+    JCR_RETURN_IF_ERROR(rets.Take(!r.skip_input && !whole, "dw_in", &dw_in));
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
     JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
     const auto F32 = ffi::DataType::F32, wtype = r.weights_type;
@@ -283,7 +308,11 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(CheckBuffer("gates", gates, F32, {T, B, W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", h_gemm, wtype, {T, B, H}));
     JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, x.element_type(), {T, B, I}));
-    JCR_RETURN_IF_ERROR(CheckBuffer("dw_rec", *dw_rec, wtype, {W * H}));
+    if (whole) {
+      JCR_RETURN_IF_ERROR(CheckBuffer("d_params", *dw_rec, wtype, {static_cast<int64_t>(packed.element_count())}));
+    } else {
+      JCR_RETURN_IF_ERROR(CheckBuffer("dw_rec", *dw_rec, wtype, {W * H}));
+    }
     JCR_RETURN_IF_ERROR(CheckBuffer("d_b_in", *d_b_in, F32, {W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("d_b_rec", *d_b_rec, F32, {W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("dh0", *dh0, F32, {B, H}));
@@ -301,6 +330,11 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(TakeWeights(r, packed, w_in, false, &weights));
     const std::shared_ptr<const MatmulPlan>& plan = weights.plan;
     const void *w_rec_data = weights.w_rec, *w_in_data = weights.w_in;
+    char* d_params = whole ? static_cast<char*>(dw_rec->untyped_data()) : nullptr;
+    void* dw_rec_out = whole ? d_params + r.w_rec_offset * r.weights_bytes() : dw_rec->untyped_data();
+    void* dw_in_out = r.skip_input ? nullptr
+                      : whole      ? d_params + r.w_in_offset * r.weights_bytes()
+                                   : (*dw_in)->untyped_data();
     // After the steps, over all of them: dW_rec = d_hp^T h_gemm, dW_in = d_xp^T x, dx = d_xp W_in.
     const int64_t TB = T * B;
     std::shared_ptr<const MatmulPlan> rec_plan, in_plan, dx_plan;
@@ -410,18 +444,22 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
         return ffi::Error::Success();
       }
       if (outer) {
-        OuterProducts(r, TB, W, H, d_rec_all, h_gemm.untyped_data(), dw_rec->untyped_data());
+        OuterProducts(r, TB, W, H, d_rec_all, h_gemm.untyped_data(), dw_rec_out);
       } else {
-        RunMatmul(*rec_plan, stream, d_rec_all, h_gemm.untyped_data(), dw_rec->untyped_data(), scratchpad.in(work));
+        RunMatmul(*rec_plan, stream, d_rec_all, h_gemm.untyped_data(), dw_rec_out, scratchpad.in(work));
       }
       if (w_in_data) {
         const void* x_rows = InputOperand(r, x, x_operand.in(work), chunks);
         if (outer) {
-          OuterProducts(r, TB, W, I, d_xp.in(work), x_rows, (*dw_in)->untyped_data());
+          OuterProducts(r, TB, W, I, d_xp.in(work), x_rows, dw_in_out);
         } else {
-          RunMatmul(*in_plan, stream, d_xp.in(work), x_rows, (*dw_in)->untyped_data(), scratchpad.in(work));
+          RunMatmul(*in_plan, stream, d_xp.in(work), x_rows, dw_in_out, scratchpad.in(work));
         }
         RunMatmul(*dx_plan, stream, d_xp.in(work), w_in_data, dx->untyped_data(), scratchpad.in(work));
+      }
+      if (whole) {
+        FinishParamsGradient(r, static_cast<const float*>(d_b_in->untyped_data()),
+                             static_cast<const float*>(d_b_rec->untyped_data()), d_params, packed.element_count());
       }
       stream.wait();
       return ffi::Error::Success();

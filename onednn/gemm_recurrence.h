@@ -36,7 +36,13 @@
 // through unchanged and gives the gates none (x's values there must be finite, as gemm.py makes them: dw_in reads
 // them). Attributes: the network (RnnConfigAttrs: one layer and direction, its input size and mode), `reverse`,
 // `training`, `rows`, `weights_dtype` ("float32" or "bfloat16"), `has_lengths`,
-// `in_place`, `w_in_offset`, `w_rec_offset`.
+// `in_place`, `w_in_offset`, `w_rec_offset`, `params_gradient`, `b_in_offset`, `b_rec_offset`.
+//
+// `params_gradient` (in place, the backward; a network of this one layer and direction): the backward's `dw_rec` is
+// instead d_params, the whole buffer's gradient (1-D, the buffer's size and wdtype), the weights' gradients written at
+// their offsets, the biases' (rounded to wdtype) at `b_in_offset` and `b_rec_offset` (-1: none in the buffer), zeros
+// elsewhere, and no dw_in: the buffer's gradient without XLA's concatenation of the parts (0.68 ms of a 1.72 ms LSTM
+// step gradient at B=4, H=512, for 8 MB; Intel AMX, float32).
 #ifndef JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 #define JAX_CUDNN_RNN_ONEDNN_GEMM_RECURRENCE_H_
 

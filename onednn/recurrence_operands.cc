@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "threading.h"
 
@@ -29,6 +30,12 @@ ffi::Error DecodeRecurrence(const RecurrenceAttrs& attrs, const ffi::AnyBuffer& 
   r.in_place = attrs.in_place;
   r.w_in_offset = attrs.w_in_offset;
   r.w_rec_offset = attrs.w_rec_offset;
+  r.params_gradient = attrs.params_gradient;
+  r.b_in_offset = attrs.b_in_offset;
+  r.b_rec_offset = attrs.b_rec_offset;
+  if (r.params_gradient && !r.in_place) {
+    return ffi::Error::InvalidArgument("params_gradient is true; expected it only with in_place");
+  }
   if (attrs.weights_dtype == "bfloat16") r.weights_type = ffi::DataType::BF16;
   else if (attrs.weights_dtype != "float32") {
     return ffi::Error::InvalidArgument("weights_dtype is '" + std::string(attrs.weights_dtype) +
@@ -58,13 +65,33 @@ ffi::Error CheckInPlace(const ffi::AnyBuffer& params, const Recurrence& r) {
                                        DataTypeName(r.weights_type));
   }
   const int64_t W = r.width();
+  const bool b_in = r.params_gradient && r.b_in_offset != -1, b_rec = r.params_gradient && r.b_rec_offset != -1;
   for (const auto& [name, offset, size] :
        {std::tuple{"w_rec_offset", r.w_rec_offset, W * r.units},
-        std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset, r.skip_input ? 0 : W * r.inputs}}) {
+        std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset, r.skip_input ? 0 : W * r.inputs},
+        std::tuple{"b_in_offset", b_in ? r.b_in_offset : 0, b_in ? W : 0},
+        std::tuple{"b_rec_offset", b_rec ? r.b_rec_offset : 0, b_rec ? W : 0}}) {
     if (offset < 0 || offset + size > dims[0]) {
       return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected " +
                                          std::to_string(size) + " elements from it within params' " +
                                          std::to_string(dims[0]));
+    }
+  }
+  if (r.params_gradient) {  // the gradient's slots: one value each
+    std::vector<std::tuple<int64_t, int64_t, const char*>> slots = {{r.w_rec_offset, W * r.units, "w_rec_offset"}};
+    if (!r.skip_input) slots.emplace_back(r.w_in_offset, W * r.inputs, "w_in_offset");
+    if (b_in) slots.emplace_back(r.b_in_offset, W, "b_in_offset");
+    if (b_rec) slots.emplace_back(r.b_rec_offset, W, "b_rec_offset");
+    std::sort(slots.begin(), slots.end());
+    for (size_t i = 1; i < slots.size(); ++i) {
+      const auto& [offset, size, name] = slots[i];
+      const auto& [before, before_size, before_name] = slots[i - 1];
+      if (before + before_size > offset) {
+        return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected it at " +
+                                           std::to_string(before + before_size) + " or later, past " + before_name +
+                                           "'s " + std::to_string(before_size) + " elements from " +
+                                           std::to_string(before));
+      }
     }
   }
   return ffi::Error::Success();

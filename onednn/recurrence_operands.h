@@ -26,6 +26,10 @@ struct RecurrenceAttrs {
   bool has_lengths;
   bool in_place;  // the weights operand is the parameter buffer: w_in and w_rec read where they lie in it
   int64_t w_in_offset, w_rec_offset;  // in elements, where in_place
+  // The backward's weights gradient is the whole buffer's (one layer and direction in place): the biases' go to
+  // b_in_offset and b_rec_offset (-1: the buffer has none), zeros wherever the layer has nothing.
+  bool params_gradient;
+  int64_t b_in_offset, b_rec_offset;
 };
 
 // One call's recurrence: the cell, the sizes and the weights' element type.
@@ -37,6 +41,8 @@ struct Recurrence {
   const int32_t* lengths = nullptr;  // per row, where the call has lengths (TakeLengths)
   bool in_place = false;
   int64_t w_in_offset = 0, w_rec_offset = 0;
+  bool params_gradient = false;
+  int64_t b_in_offset = -1, b_rec_offset = -1;
 
   int64_t width() const { return gates * units; }  // G*H
   bool bf16() const { return weights_type == ::xla::ffi::DataType::BF16; }
@@ -55,7 +61,8 @@ struct Recurrence {
 ::xla::ffi::Error CheckPacked(const ::xla::ffi::AnyBuffer& packed, const MatmulPlan& plan);
 
 // The parameter buffer a call `in_place` reads its weights from: 1-D of the weights' element type, holding w_rec
-// [G*H, H] at w_rec_offset and (linear input) w_in [G*H, I] at w_in_offset.
+// [G*H, H] at w_rec_offset and (linear input) w_in [G*H, I] at w_in_offset, and, where `params_gradient`, the biases
+// [G*H] at b_in_offset and b_rec_offset where they are not -1.
 ::xla::ffi::Error CheckInPlace(const ::xla::ffi::AnyBuffer& params, const Recurrence& r);
 
 // The element at `offset` of the parameter buffer of a call `in_place`.

@@ -384,6 +384,91 @@ def test_a_longer_call_packs_its_recurrent_weights_unless_its_kernel_reads_them_
     assert (extension.PACK_TARGET in text) != in_place and ("in_place = true" in text) == in_place
 
 
+ONE_LAYER = [
+    ("lstm", {}),
+    ("gru", {"bias_mode": "single_recurrent"}),
+    ("rnn_tanh", {"bias_mode": "single_input"}),
+    ("rnn_relu", {"bias_mode": "none"}),
+    ("gru", {"input_mode": "skip_input"}),
+]
+
+
+@pytest.mark.parametrize("mode,extra", ONE_LAYER, ids=str)
+@pytest.mark.parametrize("dtype", [jnp.float32, BF16], ids=("float32", "bfloat16"))
+def test_one_layer_in_place_has_its_handler_write_the_buffers_whole_gradient(native, mode, extra, dtype):
+    """A network of one layer and direction, in place: the backward's handler writes the parameter buffer's whole
+    gradient (``params_gradient``: the weights' and biases' at their offsets, zeros where the layer has nothing), with
+    no concatenation left to XLA. Every gradient against the xla implementation's (bfloat16: the same float32
+    reference and bfloat16's 3e-2 of the largest magnitude, as the bfloat16 test above)."""
+    cfg = make_config(mode, 1, "unidirectional", dtype=dtype, **extra)
+    if dtype == BF16:
+        require_bfloat16_kernels(GEMM, cfg)
+    params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(13), steps=gemm.IN_PLACE_STEPS, batch=3)
+    _, grads = _value_and_grads(GEMM, cfg, params, x, h0, c0)
+    cfg32 = make_config(mode, 1, "unidirectional", **extra)
+    _, want = _value_and_grads("xla", cfg32, *(None if a is None else _f32(a) for a in (params, x, h0, c0)))
+    if dtype == BF16:
+        assert grads[0].dtype == jnp.bfloat16
+        for got, expected in zip(grads, want, strict=True):
+            if expected is not None:
+                scale = float(jnp.max(jnp.abs(expected)))
+                np.testing.assert_allclose(_f32(got), expected, atol=3e-2 * scale, rtol=0)
+    else:
+        _assert_grads_close(grads, want, 1e-5)
+    loss = lambda p, x: jnp.sum(jcr.rnn(p, x, h0, c0, cfg, implementation=GEMM)[0])  # noqa: E731
+    lowered = jax.jit(jax.grad(loss)).lower(params, x)
+    assert lowered.as_text().count("params_gradient = true") == 1
+    assert "concatenate" not in lowered.compile().as_text()
+
+
+def test_the_whole_gradient_refuses_bias_offsets_outside_the_buffer_or_on_another_slot(native):
+    """With ``params_gradient`` the handler checks that each bias's slot lies in the buffer and overlaps no other."""
+    cfg = jcr.RNNConfig("gru", 1, 4, 5)  # w_in 60 elements at 0, w_rec 48 at 60, then b_in and b_rec, 12 each
+    params, x, h0 = jnp.zeros(132), jnp.zeros((1, 3, 5)), jnp.zeros((3, 4))
+    b = jnp.zeros(12)
+    *_, saved = kernels.gemm_forward(
+        x,
+        params,
+        b,
+        b,
+        h0,
+        None,
+        None,
+        config=cfg,
+        reverse=False,
+        training=True,
+        weights_dtype=jnp.float32,
+        y_dtype=jnp.float32,
+        in_place=(0, 60),
+    )
+
+    def backward(b_offsets):
+        return jax.block_until_ready(
+            kernels.gemm_backward(
+                x,
+                params,
+                jnp.zeros((1, 3, 4)),
+                h0,
+                None,
+                None,
+                None,
+                saved,
+                config=cfg,
+                reverse=False,
+                in_place=(0, 60),
+                params_gradient=b_offsets,
+            )
+        )
+
+    np.testing.assert_array_equal(np.asarray(backward((108, 120))[3]), 0.0)
+    with pytest.raises(Exception, match=r"b_rec_offset is 125; expected 12 elements from it within params' 132"):
+        backward((108, 125))
+    with pytest.raises(
+        Exception, match=r"b_in_offset is 100; expected it at 108 or later, past w_rec_offset's 48 elements from 60"
+    ):
+        backward((100, 120))
+
+
 def test_the_in_place_recurrence_refuses_a_buffer_that_does_not_hold_its_weights(native):
     """In place, the handlers check that the buffer has the weights' dtype and holds each matrix at its offset."""
     cfg = jcr.RNNConfig("gru", 1, 4, 5)

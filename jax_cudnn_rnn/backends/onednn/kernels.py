@@ -268,11 +268,13 @@ def _recurrence_attributes(
     weights_dtype,
     has_lengths: bool,
     in_place: tuple[int, int] | None,
+    params_gradient: tuple[int | None, int | None] | None = None,
 ) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
     one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
     rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument, and where
-    the weights are read in place, their offsets (w_in's, w_rec's) in the parameter buffer."""
+    the weights are read in place, their offsets (w_in's, w_rec's) in the parameter buffer; where the backward gives
+    the whole buffer's gradient, ``params_gradient``, the biases' offsets (b_in's, b_rec's; None where absent)."""
     one = dataclasses.replace(
         config,
         num_layers=1,
@@ -293,6 +295,9 @@ def _recurrence_attributes(
         in_place=np.bool_(in_place is not None),
         w_in_offset=np.int64(in_place[0] or 0 if in_place else 0),
         w_rec_offset=np.int64(in_place[1] if in_place else 0),
+        params_gradient=np.bool_(params_gradient is not None),
+        b_in_offset=np.int64(-1 if params_gradient is None or params_gradient[0] is None else params_gradient[0]),
+        b_rec_offset=np.int64(-1 if params_gradient is None or params_gradient[1] is None else params_gradient[1]),
     )
 
 
@@ -366,12 +371,16 @@ def gemm_backward(
     config: RNNConfig,
     reverse: bool,
     in_place: tuple[int, int] | None = None,
+    params_gradient: tuple[int | None, int | None] | None = None,
 ):
     """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0, lengths and ``in_place`` the
     forward's, ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them (or, ``in_place``, the
     forward's parameter buffer), dy [T, B, H] (y's dtype), dh_n, dc_n
     (LSTM) [B, H] float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0
-    or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32."""
+    or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32. With
+    ``params_gradient`` (in place, for a network of this one layer and direction: the biases' offsets in the buffer,
+    b_in's and b_rec's, None where absent) the fourth is instead the whole buffer's gradient, in its dtype, with the
+    biases' in it too, and dw_in is None."""
     _, batch, input_size = x.shape
     gates, h_gemm = saved[0], saved[-1]
     weights_dtype = h_gemm.dtype
@@ -380,13 +389,13 @@ def gemm_backward(
     f32 = np.float32
     out_types = [
         jax.ShapeDtypeStruct(x.shape, x.dtype),
-        jax.ShapeDtypeStruct((width * units,), weights_dtype),
+        jax.ShapeDtypeStruct(packed.shape if params_gradient else (width * units,), weights_dtype),
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct(dh_n.shape, f32),
     ]
     skip_input = w_in is None if in_place is None else in_place[0] is None
-    out_types += [] if skip_input else [jax.ShapeDtypeStruct((width * input_size,), weights_dtype)]
+    out_types += [] if skip_input or params_gradient else [jax.ShapeDtypeStruct((width * input_size,), weights_dtype)]
     out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
     dx, dw_rec, d_b_in, d_b_rec, dh0, *rest = jax.ffi.ffi_call(
         extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential"
@@ -402,9 +411,20 @@ def gemm_backward(
         *([c0, dc_n] if lstm else []),
         *([] if lengths is None else [lengths]),
         **_recurrence_attributes(
-            config, input_size, skip_input, reverse, True, batch, weights_dtype, lengths is not None, in_place
+            config,
+            input_size,
+            skip_input,
+            reverse,
+            True,
+            batch,
+            weights_dtype,
+            lengths is not None,
+            in_place,
+            params_gradient,
         ),
     )
+    if params_gradient:
+        return dx, None, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)
     # Flat from the handler: the buffer's gradient concatenates them as they are (XLA's concatenation of [G*H, in]
     # reshaped into it was a fused loop of 2.5 ms for 6 MB; a GRU step, B=1, H=512).
     dw_in = None if skip_input else rest.pop(0).reshape(width, input_size)
