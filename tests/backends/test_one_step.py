@@ -20,6 +20,7 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _buffer, layout
 from jax_cudnn_rnn import flax as jcr_flax
 from jax_cudnn_rnn import nnx as jcr_nnx
+from jax_cudnn_rnn.backends import cpu_info
 
 B, I, H = 3, 5, 4
 TOL = {
@@ -219,12 +220,14 @@ def _dots(jaxpr) -> list[int]:
 
 
 @pytest.mark.parametrize("batch, units", [(2, 128), (1, 256), (2, 256), (4, 256), (5, 256)])
-def test_a_few_rows_times_a_weight_held_transposed_run_as_matrix_vector_products(batch, units):
-    """A lone step of the named LSTM (its weights [H, in], a product with them transposed) at B=2-4 runs each gate's
-    product as B matrix-vector products where the weight has 256 x 256 elements or more (XLA:CPU packs a transposed
-    operand for a product of a few rows at every call); at B=1 and B=5, or H=I=128, one product per gate. Values, the
-    forward-mode derivative (``jax.jvp``) and the gradient against the reference implementation's; the tangent of the
-    weights alone runs no product of the input's tangent."""
+def test_a_few_rows_times_a_weight_held_transposed_run_as_matrix_vector_products(monkeypatch, batch, units):
+    """On a CPU without AVX-512 (whatever this one is: its flags as such a CPU's) a lone step of the named LSTM (its
+    weights [H, in], a product with them transposed) at B=2-4 runs each gate's product as B matrix-vector products
+    where the weight has 256 x 256 elements or more (XLA:CPU packs a transposed operand for a product of a few rows at
+    every call); at B=1 and B=5, or H=I=128, one product per gate. Values, the forward-mode derivative (``jax.jvp``)
+    and the gradient against the reference implementation's; the tangent of the weights alone runs no product of the
+    input's tangent."""
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset({"avx2", "fma"}))
     module = jcr_flax.LSTM(units)
     x = jax.random.normal(jax.random.key(1), (batch, 1, units))
     variables = module.init(jax.random.key(2), x)
@@ -263,6 +266,31 @@ def test_a_few_rows_times_a_weight_held_transposed_run_as_matrix_vector_products
         ).jaxpr
         full = [eqn for eqn in weights_only.eqns if eqn.primitive.name == "dot_general"]
         assert all(len(eqn.invars[0].aval.shape) == 2 for eqn in full) and len(full) == 8, len(full)
+
+
+@pytest.mark.parametrize("flags, rows", [({"avx2", "fma"}, 4), ({"avx2", "fma", "avx512f"}, 0), (set(), 4)])
+def test_the_rows_run_only_where_the_cpu_has_no_avx512(monkeypatch, flags, rows):
+    """With AVX-512 (measured on an Intel Xeon with AMX) a few rows times a weight held transposed are one product per
+    gate, as at B=5: the rows lost there (the named GRU's step at B=4, H=I=512: 0.667 ms against 0.434). Without it, or
+    where the CPU's flags cannot be read, the rows, as measured on a Zen 3 with AVX2."""
+    monkeypatch.setattr(cpu_info, "flags", lambda: frozenset(flags))
+    module = jcr_flax.LSTM(256)
+    x = jnp.ones((4, 1, 256))
+    variables = module.init(jax.random.key(2), x)
+    run = lambda v, x: module.clone(implementation="xla").apply(v, x)  # noqa: E731
+    found = [_row_products(eqn) for eqn in jax.make_jaxpr(run)(variables, x).jaxpr.eqns]
+    assert [shapes for shapes in found if shapes is not None] == [[(256,)] * rows] * (8 if rows else 0)
+
+
+def test_the_cpu_flags_come_from_proc_cpuinfo():
+    """``cpu_info.flags`` is /proc/cpuinfo's first processor's "flags" field, as the bench records it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            line = next(line for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        assert cpu_info.flags() == frozenset()
+        return
+    assert cpu_info.flags() == frozenset(line.split(":", 1)[1].split())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -13,6 +13,7 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
+from jax_cudnn_rnn.backends import cpu_info
 from jax_cudnn_rnn.tools.bench import contenders as C
 from jax_cudnn_rnn.tools.bench import measure as M
 
@@ -49,20 +50,10 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (Linux), or {}."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-    except OSError:
-        return {}
-    return {k.strip(): v.strip() for k, v in fields.items()}
-
-
 def cpu_model() -> str:
     """The CPU's model name with its vendor, family and model numbers, which a VM's generic name ("Intel(R) Xeon(R)
     Processor") leaves out; "" where /proc/cpuinfo is missing."""
-    info = _cpuinfo()
+    info = cpu_info.fields()
     if not info:
         return ""
     return (
@@ -73,9 +64,9 @@ def cpu_model() -> str:
 
 def cpu_features() -> list[str]:
     """The CPU features that decide the GEMM kernels: AVX2, AVX-512, its bfloat16 and VNNI extensions, AMX."""
-    flags = set(_cpuinfo().get("flags", "").split())
     return sorted(
-        flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_tile"}
+        cpu_info.flags()
+        & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_tile"}
     )
 
 
