@@ -213,8 +213,10 @@ def test_this_cpu_estimates_from_its_class():
 
 
 def test_a_frontends_call_of_one_step_runs_the_xla_step():
-    """A frontend's one time step (its named tensors, ``Call.pieces``) has no oneDNN estimate: the CPU default runs the
-    xla implementation's step, which reads each tensor where it lies, as Flax's cells run one (issue 60: decoding).
+    """A frontend's lone time step (its named tensors, ``Call.pieces``) has no oneDNN estimate: the CPU default runs
+    the xla implementation's step, which reads each tensor where it lies, as Flax's cells run one (issue 60); in a loop
+    over which the tensors do not change (decoding) it is estimated as any call, oneDNN's reorder of them leaving the
+    loop.
     On the opaque buffer a lone call of at most ``gemm.IN_PLACE_STEPS`` steps is estimated for "onednn:gemm" alone,
     which reads the weights in place (``cpu_rule.short_call``); in a loop over which the buffer does not change
     (``Call.loop_invariant_weights``) the rule estimates the step as any call (oneDNN's weights, prepared by a call on
@@ -223,6 +225,10 @@ def test_a_frontends_call_of_one_step_runs_the_xla_step():
     steps = gemm.IN_PLACE_STEPS
     for side in registry.SIDES:
         assert onednn_backend.cost(Call(cfg, 1, 32, pieces=True), side, "") is None
+        looped_step = Call(cfg, 1, 32, pieces=True, loop_invariant_weights=True)
+        assert onednn_backend.cost(looped_step, side, "") == onednn_backend.cost(
+            Call(cfg, 2, 32, pieces=True), side, ""
+        )
         assert onednn_backend.cost(Call(cfg, steps, 32), side, "") is None
         assert onednn_backend.cost(Call(cfg, steps, 32), side, "plain") is None
         assert tuple(onednn_backend.cost(Call(cfg, steps, 32), side, "gemm")) == cpu_rule.short_call(side, GEMM)

@@ -226,13 +226,17 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     covers the call (then the xla implementation runs), and where the batch is not known. A frontend's call of one
     time step is such a call: the xla implementation runs it as the cell's step alone, reading each named tensor where
     it lies as Flax's cells do, where oneDNN reorders the weights at every call (2026-11-29, Zen 3: a one-step GRU,
-    B=1, H=512, 0.21 ms against 6.3; issue 60). A call of at most ``gemm.IN_PLACE_STEPS`` steps on the opaque buffer
-    runs "onednn:gemm", which reads the weights where they lie in it (``cpu_rule.short_call``: a GRU step, B=1,
-    H=512, 0.16 ms against oneDNN's 2.7 and Flax's cell's 0.21), except in a loop over which the buffer does not change
+    B=1, H=512, 0.21 ms against 6.3; issue 60), except in a loop over which they do not change, where that reorder
+    leaves the loop and the step is estimated as any call (config G's decoding with the named 2-layer LSTM, B=64, an
+    Intel AMX CPU: 199 ms on oneDNN against 285 on the xla step and 253 for Flax's nn.scan of cells). A call of at
+    most ``gemm.IN_PLACE_STEPS`` steps on the opaque buffer runs "onednn:gemm", which reads the weights where they lie
+    in it (``cpu_rule.short_call``: a GRU step, B=1, H=512, 0.16 ms against oneDNN's 2.7 and Flax's cell's 0.21),
+    except in a loop over which the buffer does not change
     (``call.loop_invariant_weights``), where oneDNN's preparation of the weights, a call of its own on the params
     alone, leaves the loop (a decoding loop, 100 steps of a 2-layer LSTM, H=512: B=64 491-544 ms against the gemm's
     632-668); longer calls as the rule decides."""
-    if call.config is None or call.batch is None or (call.max_time == 1 and call.pieces):
+    lone_piece_step = call.max_time == 1 and call.pieces and not call.loop_invariant_weights
+    if call.config is None or call.batch is None or lone_piece_step:
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     short = call.max_time is not None and call.max_time <= gemm.IN_PLACE_STEPS
