@@ -244,23 +244,19 @@ void OuterProducts(const Recurrence& r, int64_t rows, int64_t M, int64_t N, cons
 }
 
 // The rest of the buffer's gradient (`params_gradient`) beside the weights' slots the products write: the biases'
-// sums rounded into their slots, zeros wherever this layer has nothing (CheckInPlace: the slots do not overlap).
+// sums rounded into their slots, zeros wherever this layer has nothing (ParamsSlots; CheckInPlace: no two overlap).
 void FinishParamsGradient(const Recurrence& r, const float* d_b_in, const float* d_b_rec, char* d_params,
                           int64_t size) {
-  const int64_t W = r.width();
   const size_t bytes = r.weights_bytes();
-  std::vector<std::pair<int64_t, int64_t>> slots = {{r.w_rec_offset, W * r.units}};
-  if (!r.skip_input) slots.emplace_back(r.w_in_offset, W * r.inputs);
   for (const auto& [offset, sums] : {std::pair{r.b_in_offset, d_b_in}, std::pair{r.b_rec_offset, d_b_rec}}) {
-    if (offset == -1) continue;
-    StoreRow(r.bf16(), sums, d_params + offset * bytes, W);
-    slots.emplace_back(offset, W);
+    if (offset != -1) StoreRow(r.bf16(), sums, d_params + offset * bytes, r.width());
   }
-  std::sort(slots.begin(), slots.end());
+  std::vector<Slot> slots = ParamsSlots(r);
+  std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.offset < b.offset; });
   int64_t done = 0;
-  for (const auto& [offset, count] : slots) {
-    if (offset > done) std::memset(d_params + done * bytes, 0, (offset - done) * bytes);
-    done = std::max(done, offset + count);
+  for (const Slot& slot : slots) {
+    if (slot.offset > done) std::memset(d_params + done * bytes, 0, (slot.offset - done) * bytes);
+    done = std::max(done, slot.offset + slot.size);
   }
   if (size > done) std::memset(d_params + done * bytes, 0, (size - done) * bytes);
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "threading.h"
@@ -64,37 +63,36 @@ ffi::Error CheckInPlace(const ffi::AnyBuffer& params, const Recurrence& r) {
                                        ShapeString(dims) + "; expected a 1-D buffer of " +
                                        DataTypeName(r.weights_type));
   }
-  const int64_t W = r.width();
-  const bool b_in = r.params_gradient && r.b_in_offset != -1, b_rec = r.params_gradient && r.b_rec_offset != -1;
-  for (const auto& [name, offset, size] :
-       {std::tuple{"w_rec_offset", r.w_rec_offset, W * r.units},
-        std::tuple{"w_in_offset", r.skip_input ? 0 : r.w_in_offset, r.skip_input ? 0 : W * r.inputs},
-        std::tuple{"b_in_offset", b_in ? r.b_in_offset : 0, b_in ? W : 0},
-        std::tuple{"b_rec_offset", b_rec ? r.b_rec_offset : 0, b_rec ? W : 0}}) {
-    if (offset < 0 || offset + size > dims[0]) {
-      return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected " +
-                                         std::to_string(size) + " elements from it within params' " +
+  std::vector<Slot> slots = ParamsSlots(r);
+  for (const Slot& slot : slots) {
+    if (slot.offset < 0 || slot.offset + slot.size > dims[0]) {
+      return ffi::Error::InvalidArgument(std::string(slot.name) + " is " + std::to_string(slot.offset) + "; expected " +
+                                         std::to_string(slot.size) + " elements from it within params' " +
                                          std::to_string(dims[0]));
     }
   }
   if (r.params_gradient) {  // the gradient's slots: one value each
-    std::vector<std::tuple<int64_t, int64_t, const char*>> slots = {{r.w_rec_offset, W * r.units, "w_rec_offset"}};
-    if (!r.skip_input) slots.emplace_back(r.w_in_offset, W * r.inputs, "w_in_offset");
-    if (b_in) slots.emplace_back(r.b_in_offset, W, "b_in_offset");
-    if (b_rec) slots.emplace_back(r.b_rec_offset, W, "b_rec_offset");
-    std::sort(slots.begin(), slots.end());
+    std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.offset < b.offset; });
     for (size_t i = 1; i < slots.size(); ++i) {
-      const auto& [offset, size, name] = slots[i];
-      const auto& [before, before_size, before_name] = slots[i - 1];
-      if (before + before_size > offset) {
-        return ffi::Error::InvalidArgument(std::string(name) + " is " + std::to_string(offset) + "; expected it at " +
-                                           std::to_string(before + before_size) + " or later, past " + before_name +
-                                           "'s " + std::to_string(before_size) + " elements from " +
-                                           std::to_string(before));
+      const Slot &slot = slots[i], &before = slots[i - 1];
+      if (before.offset + before.size > slot.offset) {
+        return ffi::Error::InvalidArgument(std::string(slot.name) + " is " + std::to_string(slot.offset) +
+                                           "; expected it at " + std::to_string(before.offset + before.size) +
+                                           " or later, past " + before.name + "'s " + std::to_string(before.size) +
+                                           " elements from " + std::to_string(before.offset));
       }
     }
   }
   return ffi::Error::Success();
+}
+
+std::vector<Slot> ParamsSlots(const Recurrence& r) {
+  const int64_t W = r.width();
+  std::vector<Slot> slots = {{r.w_rec_offset, W * r.units, "w_rec_offset"}};
+  if (!r.skip_input) slots.push_back({r.w_in_offset, W * r.inputs, "w_in_offset"});
+  if (r.params_gradient && r.b_in_offset != -1) slots.push_back({r.b_in_offset, W, "b_in_offset"});
+  if (r.params_gradient && r.b_rec_offset != -1) slots.push_back({r.b_rec_offset, W, "b_rec_offset"});
+  return slots;
 }
 
 ffi::Error TakeLengths(OptionalBuffers<ffi::RemainingArgs>& args, bool has_lengths, Recurrence* r) {

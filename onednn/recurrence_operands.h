@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "ffi_args.h"
 #include "matmul.h"
@@ -64,6 +65,17 @@ struct Recurrence {
 // [G*H, H] at w_rec_offset and (linear input) w_in [G*H, I] at w_in_offset, and, where `params_gradient`, the biases
 // [G*H] at b_in_offset and b_rec_offset where they are not -1.
 ::xla::ffi::Error CheckInPlace(const ::xla::ffi::AnyBuffer& params, const Recurrence& r);
+
+// One of the layer's tensors in the parameter buffer of a call `in_place`: where it starts and its size (elements).
+struct Slot {
+  int64_t offset, size;
+  const char* name;  // its offset's attribute
+};
+
+// The layer's tensors in the buffer, in this order: w_rec, w_in (linear input), and, where `params_gradient`, b_in and
+// b_rec where the buffer has them (their offsets not -1). What CheckInPlace checks and the backward's whole gradient
+// covers.
+std::vector<Slot> ParamsSlots(const Recurrence& r);
 
 // The element at `offset` of the parameter buffer of a call `in_place`.
 inline const void* At(const ::xla::ffi::AnyBuffer& params, const Recurrence& r, int64_t offset) {

@@ -219,6 +219,8 @@ def _direction(config: RNNConfig, x, weights, offsets, params, h0, c0, lengths, 
         if lengths is not None:
             raise ValueError("seq_lengths: the projected LSTM's scan takes none (the fused kit arranges them)")
         return gemm_scan.layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
+    if _whole_in_place(config, weights, offsets):
+        return _whole(config, out_dtype, offsets, x, params, h0, c0, lengths)
     in_place = None
     if offsets is not None and offsets[1] is not None and (w_in is None or offsets[0] is not None):
         in_place = (offsets[0], offsets[1])
@@ -261,19 +263,6 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
         for groups in _buffer.unpack(params, config)
     ]
     offsets = _buffer.group_offsets(config) if _in_place(config, *x.shape[:2]) else [None] * len(weights)
-    if _whole_in_place(config, weights[0], offsets[0]):
-        y, h_last, c_last = _whole(
-            config,
-            config.dtype,
-            offsets[0],
-            layer_input,
-            params,
-            h0[0].astype(f32),
-            None if c0 is None else c0[0].astype(f32),
-            lengths,
-        )
-        dtype = config.dtype
-        return y.astype(dtype), h_last[None].astype(dtype), None if c0 is None else c_last[None].astype(dtype)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []

@@ -18,22 +18,14 @@ from typing import Any
 
 import jax
 
-from jax_cudnn_rnn.backends import tuned_files
+from jax_cudnn_rnn.backends import cpu_info, tuned_files
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.backends.onednn.cpu_rule import Measured, as_json, measured_from
 
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo's first "model name"), or "" where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return ""
+    return cpu_info.fields().get("model name", "")
 
 
 def machine_key() -> dict[str, Any]:
