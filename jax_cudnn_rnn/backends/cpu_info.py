@@ -1,6 +1,6 @@
 """What /proc/cpuinfo says of this machine's first processor (Linux; nothing elsewhere), read once: what the bench
 records beside its times, and the CPU features the xla implementation's one-step products choose by
-(``backends/xla.py``, ``_rows_max_batch``)."""
+(``backends/xla.py``, ``_nt_product``)."""
 
 from __future__ import annotations
 

@@ -298,8 +298,8 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
         if half:
             matrix = matrix.astype(jnp.bfloat16)
             out = lax.dot_general(v.astype(matrix.dtype), matrix, dims, precision, preferred_element_type=jnp.float32)
-        elif dims is _NT and 1 < v.shape[0] <= _rows_max_batch() and matrix.size >= _ROWS_MIN_SIZE:
-            out = _nt_by_rows(v, matrix, precision)
+        elif dims is _NT:
+            out = _nt_product(v, matrix, precision)
         else:
             out = lax.dot_general(v, matrix, dims, precision)
         return out.astype(v.dtype)
@@ -344,47 +344,73 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
     return y[None], layers.masked(mask_t, h_new, h), layers.masked(mask_t, c_new, c)
 
 
-#: The largest batch whose product with a weight held [N, K] (``_NT``) runs as one matrix-vector product per row, and
-#: the smallest such weight: at H=I=128 the rows took as long as the one product (4 gates), and the step's GRU, with
-#: 6 products of B rows each, 0.165 ms where the one product per gate took 0.127 (B=4, a 2-core Zen 3).
+#: The largest batch whose product with a weight held [N, K] (``_NT``) runs as one matrix-vector product per row
+#: where the CPU has no AVX-512, and the smallest such weight: at H=I=128 the rows took as long as the one product (4
+#: gates), and the step's GRU, with 6 products of B rows each, 0.165 ms where the one product per gate took 0.127 (B=4,
+#: a 2-core Zen 3).
 _ROWS_MAX_BATCH = 4
 _ROWS_MIN_SIZE = 256 * 256
 
-
-def _rows_max_batch() -> int:
-    """``_ROWS_MAX_BATCH`` where the CPU has no AVX-512, else 1 (no rows): on an Intel Xeon with AMX (AVX-512,
-    2026-11-29) the rows lost wherever measured, the named GRU's step at B=4, H=I=512 taking 0.667 ms by rows against
-    0.434 as one product per gate (its gradient 1.14 against 0.95), the LSTM's 0.666 against 0.531, and at B=2 they
-    were within 10 % of the one product either way. Measured on those two CPUs only (the Zen 3 with AVX2, this one):
-    a Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
-    return 1 if "avx512f" in cpu_info.flags() else _ROWS_MAX_BATCH
+#: The largest batch whose product with a weight held [N, K] runs as the weight times the rows' transpose where the
+#: CPU has AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX (2026-11-29) took
+#: 0.67-0.89 of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held [K, N]: 0.190)
+#: and 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower.
+_TRANSPOSED_MAX_BATCH = 16
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _nt_product(v: Array, w: Array, precision: Any) -> Array:
+    """v [B, K] times w [N, K] transposed ([B, N]) in the form this CPU runs fastest for B rows: XLA:CPU's product of
+    a few rows with a transposed operand packs that operand at every call. Without AVX-512 (a Zen 3, AVX2) B
+    matrix-vector products (``_nt_by_rows``) for 2-4 rows and a weight of 256 x 256 or more; with it (where the rows
+    lost: the named GRU's step at B=4, H=I=512 0.667 ms by rows against 0.434 as one product) w times v transposed
+    (``_nt_transposed``) for 2-16 rows; else the one product. By /proc/cpuinfo's flags, measured on those two CPUs: a
+    Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
+    batch = v.shape[0]
+    if "avx512f" in cpu_info.flags():
+        if 1 < batch <= _TRANSPOSED_MAX_BATCH:
+            return _nt_transposed(v, w, precision)
+    elif 1 < batch <= _ROWS_MAX_BATCH and w.size >= _ROWS_MIN_SIZE:
+        return _nt_by_rows(v, w, precision)
+    return lax.dot_general(v, w, _NT, precision)
+
+
+def _with_nt_tangent(product):
+    """``product`` (v [B, K], w [N, K], precision -> v w^T, another form of the one product) as a ``custom_jvp`` whose
+    tangent is the plain products' own, so that the gradient's products are those of one product (one weight-gradient
+    product, not B outer products; no transposes of the form's barriers), without the term of an argument not
+    differentiated (a symbolic zero: instantiated, its product would run in every gradient's forward)."""
+    wrapped = jax.custom_jvp(product, nondiff_argnums=(2,))
+
+    def jvp(precision: Any, primals, tangents):
+        (v, w), (dv, dw) = primals, tangents
+        terms = []
+        if not isinstance(dv, jax.custom_derivatives.SymbolicZero):
+            terms.append(lax.dot_general(dv, w, _NT, precision))
+        if not isinstance(dw, jax.custom_derivatives.SymbolicZero):
+            terms.append(lax.dot_general(v, dw, _NT, precision))
+        out = wrapped(v, w, precision)
+        return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
+
+    wrapped.defjvp(jvp, symbolic_zeros=True)
+    return wrapped
+
+
+@_with_nt_tangent
 def _nt_by_rows(v: Array, w: Array, precision: Any) -> Array:
-    """v [B, K] times w [N, K] transposed, as B matrix-vector products: XLA:CPU's product of a few rows with a
-    transposed operand packs the operand at every call, a matrix-vector product reads it as it lies (4 gates' products
-    at B=2-4, H=I=256-512, float32, a 2-core Zen 3: 0.35-0.55 of the one product's time on jax 0.10.2 and 0.12;
-    H=128 even, ``_ROWS_MIN_SIZE``; at B=6-8 the one product as fast or faster). The tangent is the products' own,
-    so the gradient's products are those of one product (one weight-gradient product, not B outer products)."""
+    """v [B, K] times w [N, K] transposed, as B matrix-vector products: a matrix-vector product reads w as it lies (4
+    gates' products at B=2-4, H=I=256-512, float32, a 2-core Zen 3: 0.35-0.55 of the one product's time on jax 0.10.2
+    and 0.12; H=128 even, ``_ROWS_MIN_SIZE``; at B=6-8 the one product as fast or faster)."""
     contract = (((0,), (1,)), ((), ()))
     return jnp.stack([lax.dot_general(v[row], w, contract, precision) for row in range(v.shape[0])])
 
 
-def _nt_by_rows_jvp(precision: Any, primals, tangents):
-    """The products' tangent, without the term of an argument not differentiated (a symbolic zero): instantiated, its
-    product would run in every gradient's forward."""
-    (v, w), (dv, dw) = primals, tangents
-    out = _nt_by_rows(v, w, precision)
-    terms = []
-    if not isinstance(dv, jax.custom_derivatives.SymbolicZero):
-        terms.append(lax.dot_general(dv, w, _NT, precision))
-    if not isinstance(dw, jax.custom_derivatives.SymbolicZero):
-        terms.append(lax.dot_general(v, dw, _NT, precision))
-    return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
-
-
-_nt_by_rows.defjvp(_nt_by_rows_jvp, symbolic_zeros=True)
+@_with_nt_tangent
+def _nt_transposed(v: Array, w: Array, precision: Any) -> Array:
+    """v [B, K] times w [N, K] transposed, as (w v^T)^T: a product of w as it lies with v^T [K, B] (neither operand
+    transposed). The barriers keep XLA from folding the transposes back into the product (v's: the one product
+    again) or into a consumer (the result's: a product into a transposed layout, 4-7x slower)."""
+    product = lax.dot_general(w, lax.optimization_barrier(v.T), _NN, precision)
+    return lax.optimization_barrier(product).T
 
 
 def rnn(call: Call, inputs: Inputs):
