@@ -27,7 +27,10 @@ class Pieces:
     """The opaque buffer of ``config`` as separate arrays: ``arrays[i]`` is the tensor at ``slots[i]`` (any shape of
     the slot's size), and what no slot holds is zero (a frontend's biases held at zero, which get no gradient).
     ``transposed[i]``: ``arrays[i]`` holds a matrix slot's tensor transposed, [in, H] (a Flax cell's kernel, as the
-    cell keeps it); ``canonical()`` turns those into the slot's [H, in].
+    cell keeps it); ``canonical()`` turns those into the slot's [H, in]. ``stacked[i]``: ``arrays[i]`` is a block of
+    columns sliced from one array that holds its group's gates side by side, transposed, in gate order (an nnx cell's
+    ``dense_i``/``dense_h`` kernel [in, G*H]): a product of all of the group's gates at once reads that array whole
+    (XLA folds the concatenation of its slices back into it), where one per gate would copy each slice.
 
     A frontend's named parameters travel to the implementation like this rather than packed: oneDNN's kernels read
     the tensors and write their gradients in place (the registry's ``Backend.takes_pieces``), so that no copy
@@ -42,12 +45,14 @@ class Pieces:
         slots: Sequence[ParamSlot],
         config: RNNConfig,
         transposed: Sequence[bool] | None = None,
+        stacked: Sequence[bool] | None = None,
     ):
         self.arrays, self.slots, self.config = tuple(arrays), tuple(slots), config
         self.transposed = (False,) * len(self.arrays) if transposed is None else tuple(transposed)
+        self.stacked = (False,) * len(self.arrays) if stacked is None else tuple(stacked)
 
     def tree_flatten(self):
-        return self.arrays, (self.slots, self.config, self.transposed)
+        return self.arrays, (self.slots, self.config, self.transposed, self.stacked)
 
     @classmethod
     def tree_unflatten(cls, aux, arrays):
@@ -68,7 +73,7 @@ class Pieces:
     def astype(self, dtype: Any) -> Pieces:
         """Every array cast to ``dtype``, the config's dtype with them."""
         config = dataclasses.replace(self.config, dtype=jnp.dtype(dtype).name)
-        return Pieces([jnp.asarray(a, dtype) for a in self.arrays], self.slots, config, self.transposed)
+        return Pieces([jnp.asarray(a, dtype) for a in self.arrays], self.slots, config, self.transposed, self.stacked)
 
 
 def as_buffer(params: Any) -> Any:
@@ -144,10 +149,12 @@ def group_offsets(config: RNNConfig) -> tuple[tuple[int | None, ...], ...]:
 class Group(NamedTuple):
     """One group of a pseudo-layer's tensors (its input matrices, recurrent matrices, projection, input or recurrent
     biases) as ``unpack_gates`` gives it: ``gates``, each gate's tensor apart ([H, in], or [in, H] where
-    ``transposed``; [H]; None for a held bias: zero)."""
+    ``transposed``; [H]; None for a held bias: zero); ``stacked``: every gate is a block of columns of one array
+    (``Pieces.stacked``)."""
 
     gates: tuple[jax.Array | None, ...]
     transposed: tuple[bool, ...]
+    stacked: bool = False
 
 
 def unpack_gates(pieces: Pieces) -> tuple[tuple[Group | None, ...], ...]:
@@ -155,18 +162,23 @@ def unpack_gates(pieces: Pieces) -> tuple[tuple[Group | None, ...], ...]:
     ``Group`` (None where absent) of the ``pieces``' own arrays as they lie, each gate apart: a call of one step
     (jax_cudnn_rnn/backends/xla.py's) reads each where it is, with no copy of it."""
     config = pieces.config
-    found = {s.offset: (a, t) for s, a, t in zip(pieces.slots, pieces.arrays, pieces.transposed, strict=True)}
+    found = {
+        slot.offset: entry
+        for slot, *entry in zip(pieces.slots, pieces.arrays, pieces.transposed, pieces.stacked, strict=True)
+    }
 
     def group(slots: list[ParamSlot]) -> Group | None:
         if not slots:
             return None
-        arrays, transposed = zip(*(found.get(slot.offset, (None, False)) for slot in slots), strict=True)
+        arrays, transposed, stacked = zip(
+            *(found.get(slot.offset, (None, False, False)) for slot in slots), strict=True
+        )
         shape = slots[0].shape
         gates = tuple(
             None if a is None else jnp.reshape(a, shape[::-1] if t else shape)
             for a, t in zip(arrays, transposed, strict=True)
         )
-        return Group(gates, transposed)
+        return Group(gates, transposed, all(stacked))
 
     return tuple(
         tuple(group(layer_slots(config, layer, direction)[name]) for name in GROUP_NAMES)
@@ -202,11 +214,12 @@ def sub_params(params: Any, config: RNNConfig, layer: int, direction: int | None
                 moved[full.offset] = (full, part)
     if isinstance(params, Pieces):
         kept = [
-            (moved[slot.offset][1], a)
-            for slot, a in zip(params.slots, params.arrays, strict=True)
+            (moved[slot.offset][1], a, t, s)
+            for slot, a, t, s in zip(params.slots, params.arrays, params.transposed, params.stacked, strict=True)
             if slot.offset in moved
         ]
-        return Pieces([a for _, a in kept], [slot for slot, _ in kept], single)
+        slots, arrays, transposed, stacked = (list(column) for column in zip(*kept, strict=True)) if kept else ([],) * 4
+        return Pieces(arrays, slots, single, transposed, stacked)
     pieces = [
         (part, jax.lax.slice(params, (full.offset,), (full.offset + full.size,))) for full, part in moved.values()
     ]

@@ -205,10 +205,11 @@ def _nnx_location(cell: Any, name: str) -> tuple[str, str, bool]:
 def nnx_pieces(cell: Any, parameters: Any, argument: str) -> Pieces:
     """An nnx cell's Variables as they are now (shared: each call reads them; traceable) as the ``Pieces`` of
     ``parameters`` (its ``Parameterization``): the kernels as the cell keeps them, [in, H], marked transposed (a
-    stacked layer's columns of one gate each), in the config's dtype. A missing or misshapen tensor, or a bias the cell
-    has and ``parameters`` does not train, is a ValueError naming ``argument``'s attribute."""
+    stacked layer's columns of one gate each, marked stacked), in the config's dtype. A missing or misshapen tensor,
+    or a bias the cell has and ``parameters`` does not train, is a ValueError naming ``argument``'s attribute."""
     config = parameters.config
-    arrays, transposed, read = [], [], set()
+    arrays, transposed, stacked_columns, read = [], [], [], set()
+    gates, parts = len(config.gate_names), {}
     for slot in parameters.slots:
         name, shape = slot.name(config), slot.shape
         layer, leaf, stacked = _nnx_location(cell, name)
@@ -216,15 +217,19 @@ def nnx_pieces(cell: Any, parameters: Any, argument: str) -> Pieces:
         param = getattr(getattr(cell, layer, None), leaf, None)
         if param is None:
             raise ValueError(f"{argument}.{layer}.{leaf} is missing; the module trains {name} {shape}")
-        value = param[...]
-        if stacked:
-            k = config.gate_names.index(_split(name)[1])
-            value = value[..., k * shape[0] : (k + 1) * shape[0]]
+        value = jnp.asarray(param[...], config.dtype)
+        if stacked and value.shape[-1] == gates * shape[0]:
+            # one split, whose transpose is one concatenation of the gates' gradients, which XLA folds into the
+            # product's gradient where a product reads the gates at once (slices' transposes: a pad and an add each)
+            if (layer, leaf) not in parts:
+                parts[layer, leaf] = jnp.split(value, gates, axis=-1)
+            value = parts[layer, leaf][config.gate_names.index(_split(name)[1])]
         want = shape[::-1] if leaf == "kernel" else shape
         if tuple(value.shape) != want:
             raise ValueError(f"{argument}.{layer}.{leaf} holds {name} of shape {tuple(value.shape)}; expected {want}")
-        arrays.append(jnp.asarray(value, config.dtype))
+        arrays.append(value)
         transposed.append(leaf == "kernel")
+        stacked_columns.append(stacked and leaf == "kernel")
     if type(cell).__name__ == "LSTMCell":  # a Linear layer per gate; the others stack their gates' columns
         layers = {*_NNX_LSTM_NAMES[0].values(), *_NNX_LSTM_NAMES[1].values()}
     else:
@@ -239,4 +244,4 @@ def nnx_pieces(cell: Any, parameters: Any, argument: str) -> Pieces:
             f"{', '.join(extra)} {'is a bias' if len(extra) == 1 else 'are biases'} the module does not train "
             f"(bias_mode {config.bias_mode!r}); build it from the cell with the bias it has"
         )
-    return Pieces(arrays, parameters.slots, config, transposed)
+    return Pieces(arrays, parameters.slots, config, transposed, stacked_columns)

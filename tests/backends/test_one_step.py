@@ -174,15 +174,14 @@ def test_linen_one_step_matches_the_reference(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("kind", ["GRUCell", "LSTMCell", "named GRU"])
+@pytest.mark.parametrize("kind", ["GRUCell", "LSTMCell", "OptimizedLSTMCell", "named GRU"])
 def test_nnx_one_step_matches_the_reference(kind, dtype):
     def build(implementation):
         rngs = nnx.Rngs(0)
-        if kind == "GRUCell":
-            return jcr_nnx.RNN(nnx.GRUCell(I, H, rngs=rngs, dtype=dtype), implementation=implementation)
-        if kind == "LSTMCell":
-            return jcr_nnx.RNN(nnx.LSTMCell(I, H, rngs=rngs, dtype=dtype), implementation=implementation)
-        return jcr_nnx.GRU(I, H, implementation=implementation, param_dtype=dtype, rngs=rngs)
+        if kind == "named GRU":
+            return jcr_nnx.GRU(I, H, implementation=implementation, param_dtype=dtype, rngs=rngs)
+        cell = getattr(nnx, kind)(I, H, rngs=rngs, dtype=dtype)
+        return jcr_nnx.RNN(cell, implementation=implementation)
 
     x = jax.random.normal(jax.random.key(1), (B, 1, I), dtype)
     results = []
@@ -198,6 +197,45 @@ def test_nnx_one_step_matches_the_reference(kind, dtype):
         grads, outputs = nnx.grad(loss, argnums=(0, 1, 2), has_aux=True)(model, x, carry)
         results.append((outputs, jax.tree.leaves(nnx.state(grads[0])), grads[1:]))
     _assert_close(results[0], results[1], dtype)
+
+
+@pytest.mark.parametrize("kind", ["GRUCell", "OptimizedLSTMCell"])
+def test_an_nnx_cells_stacked_kernels_are_read_whole_by_one_step(kind):
+    """nnx's GRUCell and OptimizedLSTMCell keep every gate's columns side by side in one kernel [in, G*H]: a lone step
+    of the module over that cell runs one product per kernel, as the cell does, and its gradient is one product per
+    kernel, with no copy of a gate's columns on the way in (a slice each: nnx's GRU step at B=4, H=I=512 took 0.70 ms
+    against 0.35) nor a pass over the kernel's gradient on the way out (pads and adds of the slices' transposes:
+    1.49 ms against 1.15). In the compiled program, the only arrays of a kernel's shape are the kernels and their
+    gradients' products; none of one gate's."""
+    inputs, units = 24, 32
+    cell = getattr(nnx, kind)(inputs, units, rngs=nnx.Rngs(0))
+    gates = cell.dense_h.kernel.shape[1] // units
+    graph, params, rest = nnx.split(jcr_nnx.RNN(cell, implementation="xla"), nnx.Param, ...)
+    x = jax.random.normal(jax.random.key(1), (4, 1, inputs))
+    carry = nnx.merge(graph, params, rest).initialize_carry((4, 1, inputs))
+
+    def run(params, x, carry):
+        return nnx.merge(graph, params, rest)(x, initial_carry=carry, return_carry=True)
+
+    def loss(params, x, carry):
+        return _sines(run(params, x, carry))
+
+    for program, kernels in ((run, 0), (jax.grad(loss), 2)):
+        text = jax.jit(program).lower(params, x, carry).compile().as_text()
+        entry = text[text.index("ENTRY") :]
+        shapes = collections.Counter(re.findall(r"= f32\[(\d+,\d+)\]\S* (\w+)\(", entry))
+        whole = {f"{inputs},{gates * units}", f"{units},{gates * units}"}
+        made = sum(n for (shape, op), n in shapes.items() if shape in whole and op != "parameter")
+        gate = sum(n for (shape, op), n in shapes.items() if shape in (f"{inputs},{units}", f"{units},{units}"))
+        assert (made, gate) == (kernels, 0), shapes
+        products = [
+            e.outvars[0].aval.shape
+            for e in jax.make_jaxpr(program)(params, x, carry).jaxpr.eqns
+            if e.primitive.name == "dot_general"
+        ]
+        assert sorted(products) == sorted(
+            [(4, gates * units)] * 2 + [(gates * units, inputs), (gates * units, units)][:kernels]
+        ), products
 
 
 def _nt_form(eqn) -> str | None:

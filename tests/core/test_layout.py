@@ -407,6 +407,29 @@ def test_sub_params_hold_the_layers_canonical_tensors(cfg):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+def test_sub_params_of_pieces_keep_each_arrays_orientation():
+    """A frontend's ``Pieces`` with some matrices held transposed ([in, H], a Flax cell's kernel) and marked stacked:
+    a layer's or a direction's ``sub_params`` keep those flags with their arrays, so that its buffer is the sliced
+    buffer's (not a transposed matrix read as the slot's [H, in])."""
+    cfg = jcr.RNNConfig("gru", 2, 6, 4, direction="bidirectional")
+    params = jcr.init_params(jax.random.key(3), cfg)
+    slots = list(jcr.layout.param_slots(cfg)[0])
+    flips = [index % 2 == 0 for index in range(len(slots))]
+    arrays = [
+        params[s.offset : s.offset + s.size].reshape(s.shape).T if flip else params[s.offset : s.offset + s.size]
+        for s, flip in zip(slots, flips, strict=True)
+    ]
+    pieces = _buffer.Pieces(arrays, slots, cfg, flips, flips)
+    biases = jcr.layout.param_slots(cfg)[1]
+    no_biases = params.at[np.concatenate([np.arange(s.offset, s.offset + s.size) for s in biases])].set(0)
+    for layer, direction in itertools.product(range(cfg.num_layers), (None, *range(cfg.num_directions))):
+        part = _buffer.sub_params(pieces, cfg, layer, direction)
+        assert part.transposed == part.stacked and any(part.transposed) and not all(part.transposed)
+        np.testing.assert_array_equal(
+            np.asarray(part.buffer()), np.asarray(_buffer.sub_params(no_biases, cfg, layer, direction))
+        )
+
+
 def _backward_primitives(fun, params):
     """The primitives of ``fun``'s backward pass at ``params`` (its vjp's jaxpr), and the vjp."""
     out, vjp = jax.vjp(fun, params)
