@@ -7,6 +7,10 @@ the new carry and output, with respect to the parameters, the carry and x), each
 - ``flax_cell``: Flax's ``nn.GRUCell`` / ``nn.LSTMCell`` ``apply`` (the baseline);
 - ``dropin``: ``jax_cudnn_rnn.flax.RNN(cell)`` over the same cell, T=1, ``initial_carry`` and ``return_carry``;
 - ``named``: ``jax_cudnn_rnn.flax.GRU`` / ``LSTM``, likewise;
+- ``nnx``: ``jax_cudnn_rnn.nnx.RNN(cell)`` over ``nnx.GRUCell`` / ``nnx.LSTMCell`` (as ``nnx.RNN``), split into
+  its graph, parameters and other state (what ``nnx.jit`` traces);
+- ``equinox``: ``jax_cudnn_rnn.equinox.GRU`` / ``LSTM`` (one sequence, as ``eqx.nn`` cells) under ``jax.vmap`` over
+  the batch, its arrays the parameters (``eqx.partition``);
 - ``rnn``: ``jax_cudnn_rnn.rnn()`` on the opaque buffer, time-major [1, B, I].
 
 Decoding (the bench's config G, jax_cudnn_rnn/tools/bench/problems.py): 100 one-step calls of a 2-layer LSTM, H = I =
@@ -36,7 +40,7 @@ import timeit
 MODES = ("gru", "lstm")
 BATCHES = (1, 4, 64)
 HIDDENS = (128, 512)
-STEP_CONTENDERS = ("flax_cell", "dropin", "named", "rnn")
+STEP_CONTENDERS = ("flax_cell", "dropin", "named", "nnx", "equinox", "rnn")
 DECODE_CONTENDERS = ("flax_scan", "flax_scan_opt", "named", "rnn")
 DECODE = {"layers": 2, "hidden": 512, "time": 100, "batches": (1, 64)}  # config G
 
@@ -82,6 +86,33 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
 
         def run(v, c, x):
             c, y = module.apply(v, x[:, None], initial_carry=c, return_carry=True)
+            return c, y[:, 0]
+
+    elif contender == "nnx":
+        from flax import nnx
+
+        from jax_cudnn_rnn import nnx as jnnx
+
+        rngs = nnx.Rngs(1)
+        nnx_cell = (nnx.LSTMCell if mode == "lstm" else nnx.GRUCell)(hidden, hidden, rngs=rngs)
+        graph, variables, rest = nnx.split(jnnx.RNN(nnx_cell), nnx.Param, ...)
+
+        def run(v, c, x):
+            c, y = nnx.merge(graph, v, rest)(x[:, None], initial_carry=c, return_carry=True)
+            return c, y[:, 0]
+
+    elif contender == "equinox":
+        import equinox as eqx
+
+        from jax_cudnn_rnn import equinox as jeqx
+
+        eqx_module = (jeqx.LSTM if mode == "lstm" else jeqx.GRU)(hidden, hidden, key=jax.random.key(1))
+        variables, static = eqx.partition(eqx_module, eqx.is_array)
+        carry = (carry[1][:, None], carry[0][:, None]) if mode == "lstm" else carry[:, None]  # per sequence [1, H]
+
+        def run(v, c, x):
+            module = eqx.combine(v, static)
+            y, c = jax.vmap(lambda x, c: module(x[None], c))(x, c)
             return c, y[:, 0]
 
     else:
