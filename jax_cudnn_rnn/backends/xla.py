@@ -353,11 +353,15 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
 _ROWS_MAX_BATCH = 4
 _ROWS_MIN_SIZE = 256 * 256
 
-#: The largest batch whose product with a weight held [N, K] runs as the weight times the rows' transpose where the
-#: CPU has AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX (2026-11-29) took
-#: 0.67-0.89 of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held [K, N]: 0.190)
-#: and 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower.
-_TRANSPOSED_MAX_BATCH = 16
+#: The batches whose product with a weight held [N, K] runs as the weight times the rows' transpose where the CPU has
+#: AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX (2026-11-29) took 0.67-0.89
+#: of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held [K, N]: 0.190) and
+#: 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower. B=1 too: a call under ``jax.vmap`` (the
+#: Equinox modules run one sequence, vmapped over the batch) is traced at one row and its batched program keeps the
+#: form (Equinox's LSTM step at B=4, H=512: 1.31 -> 1.06x Flax's cell, the GRU's 1.24 -> 1.11; at B=64 within the
+#: noise, 0.97-1.05), while one row alone runs as fast either way (a matrix-vector product: 4 gates at H=512 0.173 ms
+#: against 0.181, at H=128 0.016 against 0.014).
+_TRANSPOSED_MIN_BATCH, _TRANSPOSED_MAX_BATCH = 1, 16
 
 
 def _nt_product(v: Array, w: Array, precision: Any) -> Array:
@@ -365,11 +369,12 @@ def _nt_product(v: Array, w: Array, precision: Any) -> Array:
     a few rows with a transposed operand packs that operand at every call. Without AVX-512 (a Zen 3, AVX2) B
     matrix-vector products (``_nt_by_rows``) for 2-4 rows and a weight of 256 x 256 or more; with it (where the rows
     lost: the named GRU's step at B=4, H=I=512 0.667 ms by rows against 0.434 as one product) w times v transposed
-    (``_nt_transposed``) for 2-16 rows; else the one product. By /proc/cpuinfo's flags, measured on those two CPUs: a
-    Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
+    (``_nt_transposed``) for 1-16 rows (1: what ``jax.vmap`` batches); else the one product. By /proc/cpuinfo's
+    flags, measured on those two CPUs: a Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule
+    untimed."""
     batch = v.shape[0]
     if "avx512f" in cpu_info.flags():
-        if 1 < batch <= _TRANSPOSED_MAX_BATCH:
+        if _TRANSPOSED_MIN_BATCH <= batch <= _TRANSPOSED_MAX_BATCH:
             return _nt_transposed(v, w, precision)
     elif 1 < batch <= _ROWS_MAX_BATCH and w.size >= _ROWS_MIN_SIZE:
         return _nt_by_rows(v, w, precision)
