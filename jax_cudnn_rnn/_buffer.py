@@ -150,7 +150,7 @@ class Group(NamedTuple):
     """One group of a pseudo-layer's tensors (its input matrices, recurrent matrices, projection, input or recurrent
     biases) as ``unpack_gates`` gives it: ``gates``, each gate's tensor apart ([H, in], or [in, H] where
     ``transposed``; [H]; None for a held bias: zero); ``stacked``: every gate is a block of columns of one array
-    (``Pieces.stacked``)."""
+    (``stacked`` of ``Pieces``)."""
 
     gates: tuple[jax.Array | None, ...]
     transposed: tuple[bool, ...]
