@@ -356,22 +356,25 @@ _ROWS_MIN_SIZE = 256 * 256
 #: The batches whose product with a weight held [N, K] runs as the weight times the rows' transpose where the CPU has
 #: AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX (2026-11-29) took 0.67-0.89
 #: of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held [K, N]: 0.190) and
-#: 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower. B=1 too: a call under ``jax.vmap`` (the
-#: Equinox modules run one sequence, vmapped over the batch) is traced at one row and its batched program keeps the
-#: form (Equinox's LSTM step at B=4, H=512: 1.31 -> 1.06x Flax's cell, the GRU's 1.24 -> 1.11; at B=64 within the
-#: noise, 0.97-1.05), while one row alone runs as fast either way (a matrix-vector product: 4 gates at H=512 0.173 ms
-#: against 0.181, at H=128 0.016 against 0.014).
-_TRANSPOSED_MIN_BATCH, _TRANSPOSED_MAX_BATCH = 1, 16
+#: 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower. One row alone runs as fast either way (a
+#: matrix-vector product: 4 gates at H=512 0.173 ms against 0.181, at H=128 0.016 against 0.014): the plain one.
+_TRANSPOSED_MIN_BATCH, _TRANSPOSED_MAX_BATCH = 2, 16
 
 
 def _nt_product(v: Array, w: Array, precision: Any) -> Array:
+    """v [B, K] times w [N, K] transposed ([B, N]) in the form this CPU runs fastest for B rows (``_nt_by_batch``),
+    one row as ``_one_row``: a step under ``jax.vmap`` (the Equinox modules run one sequence, vmapped over the batch
+    by their users) is traced at one row, and the form is chosen again by the rows it is batched to."""
+    return _one_row(v, w, precision) if v.shape[0] == 1 else _nt_by_batch(v, w, precision)
+
+
+def _nt_by_batch(v: Array, w: Array, precision: Any) -> Array:
     """v [B, K] times w [N, K] transposed ([B, N]) in the form this CPU runs fastest for B rows: XLA:CPU's product of
     a few rows with a transposed operand packs that operand at every call. Without AVX-512 (a Zen 3, AVX2) B
     matrix-vector products (``_nt_by_rows``) for 2-4 rows and a weight of 256 x 256 or more; with it (where the rows
     lost: the named GRU's step at B=4, H=I=512 0.667 ms by rows against 0.434 as one product) w times v transposed
-    (``_nt_transposed``) for 1-16 rows (1: what ``jax.vmap`` batches); else the one product. By /proc/cpuinfo's
-    flags, measured on those two CPUs: a Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule
-    untimed."""
+    (``_nt_transposed``) for 2-16 rows; else the one product. By /proc/cpuinfo's flags, measured on those two CPUs: a
+    Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
     batch = v.shape[0]
     if "avx512f" in cpu_info.flags():
         if _TRANSPOSED_MIN_BATCH <= batch <= _TRANSPOSED_MAX_BATCH:
@@ -400,6 +403,37 @@ def _with_nt_tangent(product):
 
     wrapped.defjvp(jvp, symbolic_zeros=True)
     return wrapped
+
+
+@functools.cache
+def _one_row_batching(precision: Any):
+    """One row times a weight held transposed, as the one product, whose ``jax.vmap`` is ``_nt_by_batch`` of the rows
+    it is batched to (a weight batched too, models vmapped together: each example's plain product). Equinox's LSTM
+    step at B=4, H=512 took 1.31x Flax's cell with the one product under vmap and 1.06 with the transposed form;
+    that form at one row for every batch cost its GRU at B=64, H=128 1.16-1.23x."""
+
+    @jax.custom_batching.custom_vmap
+    def product(v: Array, w: Array) -> Array:
+        return _nt_by_batch(v, w, precision)
+
+    @product.def_vmap
+    def batched(axis_size: int, in_batched: Any, v: Array, w: Array):
+        del axis_size
+        v_batched, w_batched = in_batched
+        if w_batched:
+            plain = functools.partial(lax.dot_general, dimension_numbers=_NT, precision=precision)
+            return jax.vmap(plain, (0 if v_batched else None, 0))(v, w), True
+        rows = _nt_by_batch(v.reshape(-1, v.shape[-1]), w, precision)
+        return rows.reshape(*v.shape[:-1], w.shape[0]), True
+
+    return product
+
+
+@_with_nt_tangent
+def _one_row(v: Array, w: Array, precision: Any) -> Array:
+    """``_one_row_batching``'s product, differentiated as the plain product (``custom_vmap`` has no reverse mode of
+    its own)."""
+    return _one_row_batching(precision)(v, w)
 
 
 @_with_nt_tangent
