@@ -63,7 +63,9 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from jax_cudnn_rnn import _checks, interop, layout, ops
+from jax_cudnn_rnn import _checks, interop, ops
+from jax_cudnn_rnn._buffer import Pieces
+from jax_cudnn_rnn._parameterization import Parameterization
 from jax_cudnn_rnn.cells import activations
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -109,29 +111,37 @@ def _block_diagonal(kernel: Any, gates: int) -> Any:
     return jnp.einsum("igh,jg->jigh", blocks, eye).reshape(gates * rows, columns)
 
 
-def _opaque_buffer(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) -> Any:
-    """The opaque buffer [params_size(config)] of one Keras layer's weights, with jnp ops only (it runs under ``jit``
-    and ``grad``, where the NumPy converters of ``interop`` cannot).
+def _pieces(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) -> Pieces:
+    """One Keras layer's weights as the buffer's ``Pieces``, each read where it lies rather than packed into the
+    buffer at every call (jnp ops only: it runs under ``jit`` and ``grad``). A packed buffer cost a one-step call of the
+    LSTM at B=4, H=512 9x Flax's cell step (its concatenation at every call, then the buffer's step); the pieces give
+    the xla implementation's one step the tensors as Flax's cells hold them, and oneDNN's kernels read them in place.
 
     kernel [I, G*H] and recurrent_kernel [H, G*H] hold the gates side by side in Keras's order
-    (``interop.KERAS_GATES``); bias is [G*H] (LSTM, SimpleRNN: the input biases; where ``config`` has the
-    recurrent ones too, ``bias_mode="double"``, those are held at zero: constants, no gradient), [2, G*H] (GRU: the
-    input row, then the recurrent row, ``bias_mode="double"``) or None (``"none"``). All in ``config.dtype``.
+    (``interop.KERAS_GATES``): each gate's columns are a piece marked transposed ([in, H]), and stacked where Keras's
+    order is the canonical one (LSTM, SimpleRNN: a product of every gate reads the kernel whole); bias is [G*H] (LSTM,
+    SimpleRNN: the input biases; where ``config`` has the recurrent ones too, ``bias_mode="double"``, those are held
+    at zero: no piece, no gradient; the reset-before GRU's ``"single_input"``), [2, G*H] (GRU: the input row, then the
+    recurrent row, ``bias_mode="double"``) or None (``"none"``). All in ``config.dtype``.
     """
-    units = config.num_units
-    columns = [interop.KERAS_GATES[config.mode].index(gate) for gate in config.gate_names]
+    order = interop.KERAS_GATES[config.mode]
+    stacked = tuple(order) == tuple(config.gate_names)
 
-    def gates(matrix: Any) -> list[Any]:  # [in, G*H] -> G matrices [H, in], canonical order
-        return [matrix[:, j * units : (j + 1) * units].T for j in columns]
+    def gates(array: Any) -> dict[str, Any]:  # [..., G*H] -> {gate: [..., H]}, one split
+        return dict(zip(order, jnp.split(array, len(order), axis=-1), strict=True))
 
-    weights = gates(kernel) + gates(recurrent_kernel)
-    biases = []
+    groups = {"w_input": gates(kernel), "w_recurrent": gates(recurrent_kernel)}
+    held: tuple[str, ...] = ()
     if bias is not None:
-        for row in bias[None] if bias.ndim == 1 else bias:
-            biases += [row[j * units : (j + 1) * units] for j in columns]
-        if bias.ndim == 1 and config.has_recurrent_bias and config.has_input_bias:
-            biases += [jnp.zeros((units,), bias.dtype)] * config.num_gates  # held at zero
-    return layout.canonical_to_params(weights, biases, config)
+        rows = bias[None] if bias.ndim == 1 else bias
+        present = {"b_input": config.has_input_bias, "b_recurrent": config.has_recurrent_bias}
+        sides = [side for side, has in present.items() if has]
+        groups.update({side: gates(row) for side, row in zip(sides[: len(rows)], rows, strict=True)})
+        held = tuple(f"{side}/{gate}" for side in sides[len(rows) :] for gate in config.gate_names)
+    slots = Parameterization(config, held).slots
+    arrays = [groups[slot.group][config.gate_names[slot.gate]] for slot in slots]
+    matrices = [not slot.is_bias for slot in slots]
+    return Pieces(arrays, slots, config, matrices, [m and stacked for m in matrices])
 
 
 def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str, Any]) -> str | None:
@@ -235,7 +245,7 @@ class _Fused:
         self.input_spec = None  # the rank is checked in build() and call(), with messages that name `inputs`
 
     def _bias_mode(self) -> str:
-        return "double" if self.cell.use_bias else "none"  # the recurrent biases held at zero (_opaque_buffer)
+        return "double" if self.cell.use_bias else "none"  # the recurrent biases held at zero (_pieces)
 
     def _rnn_config(self, input_size: int, dtype: Any) -> RNNConfig:
         """The one-layer, one-direction network this layer is, in the compute dtype, with the cell's activations and
@@ -357,7 +367,7 @@ class _Fused:
         recurrent = jnp.asarray(cell.recurrent_kernel.value, dtype)
         if drops_all and cell.recurrent_dropout >= 1:  # h_{t-1} times zeros: no recurrent product at all
             recurrent = recurrent * 0
-        params = _opaque_buffer(
+        params = _pieces(
             kernel,
             recurrent,
             None if cell.bias is None else jnp.asarray(cell.bias.value, dtype),

@@ -4,6 +4,7 @@ dropout, activations other than cuDNN's, the reset_after=False GRU, fit, .keras 
 malformed input named in the error."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ keras = import_or_skip("keras")
 if keras.backend.backend() != "jax":  # imported earlier with another backend: these tests would not test JAX Keras
     raise RuntimeError(f"keras was imported with backend {keras.backend.backend()!r} before this module set 'jax'")
 
+import jax_cudnn_rnn as jcr  # noqa: E402
 from jax_cudnn_rnn import keras as jk  # noqa: E402
 
 # Nearly every test here runs Keras's own layers beside ours, and Keras is not strict-clean: its cells add a bias [N] to
@@ -136,6 +138,52 @@ def test_gradients_through_a_masked_backward_layer_equal_keras():
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))([v.value for v in layer.trainable_variables], X, state)
 
     _assert_same(jax.tree_util.tree_leaves(grads(ours)), jax.tree_util.tree_leaves(grads(theirs)), atol=1e-5)
+
+
+def _product_shapes(jaxpr) -> list[tuple[int, ...]]:
+    """The result shapes of every dot_general in ``jaxpr`` and the jaxprs inside it (jit, custom_jvp, ...)."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            shapes.append(eqn.outvars[0].aval.shape)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (list, tuple)) else [value]:
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    shapes += _product_shapes(inner)
+    return shapes
+
+
+@pytest.mark.parametrize("ours_class, theirs_class, kwargs", LAYERS[:3], ids=IDS[:3])
+def test_one_step_reads_the_variables_where_they_lie_and_equals_keras(ours_class, theirs_class, kwargs):
+    """A one-step call (decoding, a rollout: Keras's stateless_call at T=1), forward and gradient, equals Keras's layer,
+    and reads the layer's variables where they lie: no buffer of the whole weight space is assembled from them (a
+    concatenation at every call, then the buffer's step: the LSTM's step at B=4, H=512 took 9x Flax's cell), and the
+    LSTM's and SimpleRNN's kernels, whose gates Keras keeps in the canonical order, each enter one product whole."""
+    ours, theirs = _pair(ours_class, theirs_class, kwargs, return_sequences=True, return_state=True)
+    x, state = X[:, :1], _states(ours_class)
+
+    def grads(layer):
+        def loss(trainable, x, state):
+            fixed = [v.value for v in layer.non_trainable_variables]
+            out, _ = layer.stateless_call(trainable, fixed, x, initial_state=state)
+            return sum(jnp.sum(jnp.sin(o)) for o in out), out
+
+        return jax.grad(loss, argnums=(0, 1, 2), has_aux=True)
+
+    trainable = {layer: [v.value for v in layer.trainable_variables] for layer in (ours, theirs)}
+    got, want = (jax.jit(grads(layer))(trainable[layer], x, state) for layer in (ours, theirs))
+    _assert_same(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), atol=1e-5)
+
+    size = jcr.params_size(ours._rnn_config(I, "float32"))
+    gates = ours.cell.kernel.shape[1] // H
+    fixed = [v.value for v in ours.non_trainable_variables]
+    forward = jax.jit(lambda w, x, s: ours.stateless_call(w, fixed, x, initial_state=s)[0])
+    for program in (forward, jax.jit(grads(ours))):
+        text = program.lower(trainable[ours], x, state).compile().as_text()
+        assert not re.search(rf"\bf32\[{size}\]", text[text.index("ENTRY") :]), "a buffer was assembled"
+    products = _product_shapes(jax.make_jaxpr(forward)(trainable[ours], x, state).jaxpr)
+    assert sorted(products) == ([(B, gates * H)] * 2 if ours_class is not jk.GRU else [(B, H)] * 6), products
 
 
 def test_bidirectional_runs_our_layers_and_equals_keras():
