@@ -11,7 +11,8 @@ the new carry and output, with respect to the parameters, the carry and x), each
   its graph, parameters and other state (what ``nnx.jit`` traces), the parameters passed as a list;
 - ``equinox``: ``jax_cudnn_rnn.equinox.GRU`` / ``LSTM`` (one sequence, as ``eqx.nn`` cells) under ``jax.vmap`` over
   the batch, its arrays the parameters (``eqx.partition``), passed as a list;
-
+- ``keras``: ``jax_cudnn_rnn.keras.GRU`` / ``LSTM`` (``return_state``) through Keras's ``stateless_call`` (what
+  Keras's JAX trainer runs), its variables passed as lists;
 - ``rnn``: ``jax_cudnn_rnn.rnn()`` on the opaque buffer, time-major [1, B, I].
 
 Every contender's parameters reach the jitted step as plain containers (dicts, lists), whose flattening at each call
@@ -25,12 +26,14 @@ baseline), ``flax_scan_opt`` (the same with ``nn.OptimizedLSTMCell``), ``named``
 ``jax_cudnn_rnn.flax.LSTM`` called per step) and ``rnn`` (``rnn()`` per step, as the bench's contender).
 
 Each (contender, kind) runs in a process of its own; the rounds alternate the contenders and each number is the best
-of its rounds (best of several repeats within a round), so that a loaded machine shows ratios it can be trusted with
-more than its absolute times. Records the CPU, its feature flags, oneDNN's ISA and kernel class, the jax version and
-the threads this process may use.
+of its rounds, so that a loaded machine shows ratios it can be trusted with more than its absolute times. Within a
+process each case is built ``--executables`` times (5), each build its own compiled executable over its own arrays,
+the builds timed in turn, and the process's number is their median (``_median_seconds``: one executable of a small
+step is not a measurement of its program). Records the CPU, its feature flags, oneDNN's ISA and kernel class, the jax
+version and the threads this process may use.
 
-    python benchmarks/one_step.py [--rounds 3] [--json out.json] [--quick] [--threads 1] [--label "loaded machine"]
-        [--skip-steps | --skip-decode]
+    python benchmarks/one_step.py [--rounds 3] [--executables 5] [--json out.json] [--quick] [--threads 1]
+        [--label "loaded machine"] [--skip-steps | --skip-decode]
 """
 
 from __future__ import annotations
@@ -46,21 +49,35 @@ import timeit
 MODES = ("gru", "lstm")
 BATCHES = (1, 4, 64)
 HIDDENS = (128, 512)
-STEP_CONTENDERS = ("flax_cell", "dropin", "named", "nnx", "equinox", "rnn")
+STEP_CONTENDERS = ("flax_cell", "dropin", "named", "nnx", "equinox", "keras", "rnn")
 DECODE_CONTENDERS = ("flax_scan", "flax_scan_opt", "named", "rnn")
 DECODE = {"layers": 2, "hidden": 512, "time": 100, "batches": (1, 64)}  # config G
 
 
-def _best_seconds(fn, args, budget: float) -> float:
-    """The best mean time of ``fn(*args)`` over repeats of about ``budget`` / 7 seconds each."""
+def _median_seconds(builds, budget: float) -> float:
+    """The median over ``builds`` ((fn, args) pairs, each its own compiled executable over its own arrays) of each
+    one's best mean time over 7 repeats of about ``budget`` / 7 seconds. The builds are timed in turn within each
+    repeat, so that a change in the machine's load falls on all of them alike.
+
+    Several executables, because one executable of a small step is not a measurement of its program: the same HLO
+    compiled 8 times in one process ran Flax's GRU cell step (B=4, H=128, forward) in 84-126 us (Intel AMX, 2026-11-30),
+    a spread wider than the differences this benchmark is for; the median of several is the program's typical time."""
+    import statistics
+
     import jax
 
-    jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    once = max(time.perf_counter() - start, 1e-6)
-    number = max(3, int(budget / 7 / once))
-    return min(timeit.repeat(lambda: jax.block_until_ready(fn(*args)), number=number, repeat=7)) / number
+    numbers = []
+    for fn, args in builds:
+        jax.block_until_ready(fn(*args))
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        numbers.append(max(3, int(budget / 7 / max(time.perf_counter() - start, 1e-6))))
+    best = [float("inf")] * len(builds)
+    for _ in range(7):
+        for i, ((fn, args), number) in enumerate(zip(builds, numbers, strict=True)):
+            seconds = timeit.timeit(lambda fn=fn, args=args: jax.block_until_ready(fn(*args)), number=number) / number
+            best[i] = min(best[i], seconds)
+    return statistics.median(best)
 
 
 def _step_functions(contender: str, mode: str, batch: int, hidden: int):
@@ -123,6 +140,19 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
             module = eqx.combine(jax.tree.unflatten(treedef, v), static)
             y, c = jax.vmap(lambda x, c: module(x[None], c))(x, c)
             return c, y[:, 0]
+
+    elif contender == "keras":
+        from jax_cudnn_rnn import keras as jk  # the worker's KERAS_BACKEND is "jax" (main)
+
+        layer = (jk.LSTM if mode == "lstm" else jk.GRU)(hidden, return_state=True)
+        layer.build((batch, 1, hidden))
+        variables = [v.value for v in layer.trainable_variables]
+        fixed = [v.value for v in layer.non_trainable_variables]  # the seed generator's state: not differentiated
+
+        def run(v, c, x):
+            state = [c[1], c[0]] if mode == "lstm" else [c]  # Keras's [h, c] against Flax's (c, h)
+            out, _ = layer.stateless_call(v, fixed, x[:, None], initial_state=state)
+            return ((out[2], out[1]) if mode == "lstm" else out[1]), out[0]
 
     else:
         config = jcr.RNNConfig(mode, 1, hidden, hidden)
@@ -196,21 +226,21 @@ def _decode_function(contender: str, batch: int):
     return jax.jit(decode), (params, x)
 
 
-def worker(kind: str, contender: str, mode: str, quick: bool) -> dict[str, float]:
-    """{case: best seconds} of one contender in this process; ``kind`` "step" (``mode``'s one step, every batch and
-    hidden size, forward and gradient) or "decode"."""
+def worker(kind: str, contender: str, mode: str, quick: bool, executables: int) -> dict[str, float]:
+    """{case: seconds} of one contender in this process (``_median_seconds`` over ``executables`` builds of each
+    case); ``kind`` "step" (``mode``'s one step, every batch and hidden size, forward and gradient) or "decode"."""
     budget = 0.05 if quick else 0.2
     out = {}
     if kind == "step":
         for batch in BATCHES:
             for hidden in HIDDENS:
-                forward, gradient, args = _step_functions(contender, mode, batch, hidden)
-                out[f"{mode} B{batch} H{hidden} forward"] = _best_seconds(forward, args, budget)
-                out[f"{mode} B{batch} H{hidden} gradient"] = _best_seconds(gradient, args, budget)
+                builds = [_step_functions(contender, mode, batch, hidden) for _ in range(executables)]
+                out[f"{mode} B{batch} H{hidden} forward"] = _median_seconds([(f, a) for f, _, a in builds], budget)
+                out[f"{mode} B{batch} H{hidden} gradient"] = _median_seconds([(g, a) for _, g, a in builds], budget)
     else:
         for batch in DECODE["batches"]:
-            forward, args = _decode_function(contender, batch)
-            out[f"decode B{batch}"] = _best_seconds(forward, args, budget * 5)
+            builds = [_decode_function(contender, batch) for _ in range(executables)]
+            out[f"decode B{batch}"] = _median_seconds(builds, budget * 5)
     return out
 
 
@@ -244,12 +274,15 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="1: XLA's CPU client on one thread (a loaded machine); 0: its default"
     )
+    parser.add_argument(
+        "--executables", type=int, default=5, help="builds of each case per process, their median taken (1: one)"
+    )
     parser.add_argument("--label", default="", help='how the machine was, e.g. "loaded machine"')
     parser.add_argument("--json")
     parser.add_argument("--worker", nargs=3, metavar=("KIND", "CONTENDER", "MODE"))
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.quick)))
+        print(json.dumps(worker(*args.worker, args.quick, args.executables)))
         return
     if args.threads == 1:
         os.environ["XLA_FLAGS"] = (
@@ -267,8 +300,9 @@ def main() -> None:
         shift = round_ % len(STEP_CONTENDERS)  # a different contender first each round
         for kind, contender, mode in jobs[shift:] + jobs[:shift]:
             quick = ["--quick"] if args.quick else []
-            command = [sys.executable, __file__, *quick, "--worker", kind, contender, mode]
-            done = subprocess.run(command, capture_output=True, text=True)
+            command = [sys.executable, __file__, *quick, "--executables", str(args.executables)]
+            command += ["--worker", kind, contender, mode]
+            done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "jax"})
             if done.returncode:
                 print(f"{kind} {contender} {mode} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
                 continue
