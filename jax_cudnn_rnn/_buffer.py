@@ -28,9 +28,10 @@ class Pieces:
     the slot's size), and what no slot holds is zero (a frontend's biases held at zero, which get no gradient).
     ``transposed[i]``: ``arrays[i]`` holds a matrix slot's tensor transposed, [in, H] (a Flax cell's kernel, as the
     cell keeps it); ``canonical()`` turns those into the slot's [H, in]. ``stacked[i]``: ``arrays[i]`` is a block of
-    columns sliced from one array that holds its group's gates side by side, transposed, in gate order (an nnx cell's
-    ``dense_i``/``dense_h`` kernel [in, G*H]): a product of all of the group's gates at once reads that array whole
-    (XLA folds the concatenation of its slices back into it), where one per gate would copy each slice.
+    columns sliced from one array that holds its group's gates side by side, transposed, in the order the pieces hold
+    them (an nnx cell's ``dense_i``/``dense_h`` kernel [in, G*H], gate order; a Keras GRU's kernel, z before r): a
+    product of all of the group's gates at once reads that array whole (XLA folds the concatenation of its slices back
+    into it), where one per gate would copy each slice.
 
     A frontend's named parameters travel to the implementation like this rather than packed: oneDNN's kernels read
     the tensors and write their gradients in place (the registry's ``Backend.takes_pieces``), so that no copy
@@ -150,11 +151,12 @@ class Group(NamedTuple):
     """One group of a pseudo-layer's tensors (its input matrices, recurrent matrices, projection, input or recurrent
     biases) as ``unpack_gates`` gives it: ``gates``, each gate's tensor apart ([H, in], or [in, H] where
     ``transposed``; [H]; None for a held bias: zero); ``stacked``: every gate is a block of columns of one array
-    (``stacked`` of ``Pieces``)."""
+    (``stacked`` of ``Pieces``), ``order`` the gates in the order their blocks lie there."""
 
     gates: tuple[jax.Array | None, ...]
     transposed: tuple[bool, ...]
     stacked: bool = False
+    order: tuple[int, ...] = ()
 
 
 def unpack_gates(pieces: Pieces) -> tuple[tuple[Group | None, ...], ...]:
@@ -163,22 +165,26 @@ def unpack_gates(pieces: Pieces) -> tuple[tuple[Group | None, ...], ...]:
     (jax_cudnn_rnn/backends/xla.py's) reads each where it is, with no copy of it."""
     config = pieces.config
     found = {
-        slot.offset: entry
-        for slot, *entry in zip(pieces.slots, pieces.arrays, pieces.transposed, pieces.stacked, strict=True)
+        slot.offset: (*entry, position)
+        for position, (slot, *entry) in enumerate(
+            zip(pieces.slots, pieces.arrays, pieces.transposed, pieces.stacked, strict=True)
+        )
     }
 
     def group(slots: list[ParamSlot]) -> Group | None:
         if not slots:
             return None
-        arrays, transposed, stacked = zip(
-            *(found.get(slot.offset, (None, False, False)) for slot in slots), strict=True
+        arrays, transposed, stacked, positions = zip(
+            *(found.get(slot.offset, (None, False, False, 0)) for slot in slots), strict=True
         )
         shape = slots[0].shape
         gates = tuple(
             None if a is None else jnp.reshape(a, shape[::-1] if t else shape)
             for a, t in zip(arrays, transposed, strict=True)
         )
-        return Group(gates, transposed, all(stacked))
+        if not all(stacked):
+            return Group(gates, transposed)
+        return Group(gates, transposed, True, tuple(sorted(range(len(slots)), key=positions.__getitem__)))
 
     return tuple(
         tuple(group(layer_slots(config, layer, direction)[name]) for name in GROUP_NAMES)

@@ -118,14 +118,13 @@ def _pieces(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) ->
     the xla implementation's one step the tensors as Flax's cells hold them, and oneDNN's kernels read them in place.
 
     kernel [I, G*H] and recurrent_kernel [H, G*H] hold the gates side by side in Keras's order
-    (``interop.KERAS_GATES``): each gate's columns are a piece marked transposed ([in, H]), and stacked where Keras's
-    order is the canonical one (LSTM, SimpleRNN: a product of every gate reads the kernel whole); bias is [G*H] (LSTM,
+    (``interop.KERAS_GATES``): each gate's columns are a piece marked transposed ([in, H]) and stacked, the pieces in
+    Keras's order (a product of every gate reads the kernel whole; the GRU's z before r); bias is [G*H] (LSTM,
     SimpleRNN: the input biases; where ``config`` has the recurrent ones too, ``bias_mode="double"``, those are held
     at zero: no piece, no gradient; the reset-before GRU's ``"single_input"``), [2, G*H] (GRU: the input row, then the
     recurrent row, ``bias_mode="double"``) or None (``"none"``). All in ``config.dtype``.
     """
     order = interop.KERAS_GATES[config.mode]
-    stacked = tuple(order) == tuple(config.gate_names)
 
     def gates(array: Any) -> dict[str, Any]:  # [..., G*H] -> {gate: [..., H]}, one split
         return dict(zip(order, jnp.split(array, len(order), axis=-1), strict=True))
@@ -138,10 +137,12 @@ def _pieces(kernel: Any, recurrent_kernel: Any, bias: Any, config: RNNConfig) ->
         sides = [side for side, has in present.items() if has]
         groups.update({side: gates(row) for side, row in zip(sides[: len(rows)], rows, strict=True)})
         held = tuple(f"{side}/{gate}" for side in sides[len(rows) :] for gate in config.gate_names)
-    slots = Parameterization(config, held).slots
+    # each group's pieces in Keras's order: the order of the kernels' blocks, which a stacked group's product reads
+    position = {gate: order.index(name) for gate, name in enumerate(config.gate_names)}
+    slots = sorted(Parameterization(config, held).slots, key=lambda slot: (slot.group, position[slot.gate]))
     arrays = [groups[slot.group][config.gate_names[slot.gate]] for slot in slots]
     matrices = [not slot.is_bias for slot in slots]
-    return Pieces(arrays, slots, config, matrices, [m and stacked for m in matrices])
+    return Pieces(arrays, slots, config, matrices, matrices)
 
 
 def _choose_implementation(implementation: Any, use_cudnn: Any, kwargs: dict[str, Any]) -> str | None:

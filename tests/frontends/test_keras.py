@@ -183,7 +183,7 @@ def test_one_step_reads_the_variables_where_they_lie_and_equals_keras(ours_class
         text = program.lower(trainable[ours], x, state).compile().as_text()
         assert not re.search(rf"\bf32\[{size}\]", text[text.index("ENTRY") :]), "a buffer was assembled"
     products = _product_shapes(jax.make_jaxpr(forward)(trainable[ours], x, state).jaxpr)
-    assert sorted(products) == ([(B, gates * H)] * 2 if ours_class is not jk.GRU else [(B, H)] * 6), products
+    assert sorted(products) == [(B, gates * H)] * 2, products
 
 
 def test_bidirectional_runs_our_layers_and_equals_keras():
