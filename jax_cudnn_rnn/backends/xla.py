@@ -356,12 +356,13 @@ def _step_direction(direction: layers.Direction, arrays: layers.DirectionInputs,
 _ROWS_MAX_BATCH = 4
 _ROWS_MIN_SIZE = 256 * 256
 
-#: The batches whose product with a weight held [N, K] runs as the weight times the rows' transpose where the CPU has
-#: AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX (2026-11-29) took 0.67-0.89
-#: of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held [K, N]: 0.190) and
-#: 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower. One row alone runs as fast either way (a
-#: matrix-vector product: 4 gates at H=512 0.173 ms against 0.181, at H=128 0.016 against 0.014): the plain one.
-_TRANSPOSED_MIN_BATCH, _TRANSPOSED_MAX_BATCH = 2, 16
+#: The largest batch whose product with a weight held [N, K] runs as the weight times the rows' transpose (two rows
+#: or more) where the CPU has AVX-512: 4 gates' products at B=2-16, H=I=128-512, float32, on an Intel Xeon with AMX
+#: (2026-11-29) took 0.67-0.89 of the plain product's time at H=512 (B=4: 0.176 ms against 0.256; Flax's kernels held
+#: [K, N]: 0.190) and 0.78-0.97 at H=128; at B=32 within 5 % either way, at B=64 1.10x slower. One row alone runs as
+#: fast either way (a matrix-vector product: 4 gates at H=512 0.173 ms against 0.181, at H=128 0.016 against 0.014):
+#: the plain one.
+_TRANSPOSED_MAX_BATCH = 16
 
 
 def _nt_product(v: Array, w: Array, precision: Any) -> Array:
@@ -380,7 +381,7 @@ def _nt_by_batch(v: Array, w: Array, precision: Any) -> Array:
     Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
     batch = v.shape[0]
     if "avx512f" in cpu_info.flags():
-        if _TRANSPOSED_MIN_BATCH <= batch <= _TRANSPOSED_MAX_BATCH:
+        if 1 < batch <= _TRANSPOSED_MAX_BATCH:
             return _nt_transposed(v, w, precision)
     elif 1 < batch <= _ROWS_MAX_BATCH and w.size >= _ROWS_MIN_SIZE:
         return _nt_by_rows(v, w, precision)
