@@ -378,14 +378,23 @@ def _nt_by_batch(v: Array, w: Array, precision: Any) -> Array:
     matrix-vector products (``_nt_by_rows``) for 2-4 rows and a weight of 256 x 256 or more; with it (where the rows
     lost: the named GRU's step at B=4, H=I=512 0.667 ms by rows against 0.434 as one product) w times v transposed
     (``_nt_transposed``) for 2-16 rows; else the one product. By /proc/cpuinfo's flags, measured on those two CPUs: a
-    Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed."""
+    Zen 4, whose AVX-512 runs in 256-bit halves, follows the AVX-512 rule untimed. The form is the CPU's only
+    (``lax.platform_dependent``): lowered for any other platform (a GPU, a TPU, whose hosts' flags say nothing of
+    them) the product is the plain one, without the form's barriers."""
     batch = v.shape[0]
+    form = None
     if "avx512f" in cpu_info.flags():
         if 1 < batch <= _TRANSPOSED_MAX_BATCH:
-            return _nt_transposed(v, w, precision)
+            form = _nt_transposed
     elif 1 < batch <= _ROWS_MAX_BATCH and w.size >= _ROWS_MIN_SIZE:
-        return _nt_by_rows(v, w, precision)
-    return lax.dot_general(v, w, _NT, precision)
+        form = _nt_by_rows
+
+    def plain(v: Array, w: Array) -> Array:
+        return lax.dot_general(v, w, _NT, precision)
+
+    if form is None:
+        return plain(v, w)
+    return lax.platform_dependent(v, w, cpu=lambda v, w: form(v, w, precision), default=plain)
 
 
 def _with_nt_tangent(product):

@@ -245,10 +245,13 @@ def _nt_form(eqn) -> str | None:
     shape), "transposed" (``_nt_transposed``: the weight times the rows' transpose), "one row" (``_one_row``: the
     one product of one row, whose batching chooses again); None otherwise. Looks through the wrappers."""
     name = eqn.primitive.name
+    if name == "cond":  # lax.platform_dependent: the form on the CPU, the plain product elsewhere
+        call = _form_call(eqn)
+        return None if call is None else _nt_form(call)
     if name not in ("custom_jvp_call", "custom_vmap_call"):
         return None
     inner = (eqn.params["call_jaxpr"] if name == "custom_jvp_call" else eqn.params["call"]).jaxpr
-    nested = [e for e in inner.eqns if e.primitive.name in ("custom_jvp_call", "custom_vmap_call")]
+    nested = [e for e in inner.eqns if e.primitive.name in ("custom_jvp_call", "custom_vmap_call", "cond")]
     if len(nested) == 1:
         return _nt_form(nested[0])
     dots = [e for e in inner.eqns if e.primitive.name == "dot_general"]
@@ -260,6 +263,26 @@ def _nt_form(eqn) -> str | None:
     if len(dots) == 1 and name == "custom_vmap_call":
         return "one row"
     return None
+
+
+def _form_call(eqn):
+    """The call of a form in the CPU's branch of ``eqn``, the ``cond`` of ``lax.platform_dependent`` that runs
+    xla._nt_product's forms on the CPU only; None where there is none."""
+    calls = [e for branch in eqn.params["branches"] for e in branch.jaxpr.eqns if _nt_form(e) is not None]
+    return calls[0] if len(calls) == 1 else None
+
+
+def _on_the_cpu(eqns) -> list:
+    """``eqns`` with each ``lax.platform_dependent``'s ``cond`` replaced by the equations of its CPU branch."""
+    out = []
+    for eqn in eqns:
+        platforms = eqn.params.get("branches_platforms") if eqn.primitive.name == "cond" else None
+        if platforms is None:
+            out.append(eqn)
+            continue
+        branch = next(i for i, names in enumerate(platforms) if names is None or "cpu" in names)
+        out += _on_the_cpu(eqn.params["branches"][branch].jaxpr.eqns)
+    return out
 
 
 def _dots(jaxpr) -> list[int]:
@@ -323,7 +346,8 @@ def test_a_few_rows_times_a_weight_held_transposed_run_in_the_cpus_fastest_form(
     if form == "rows":  # B matrix-vector products, each of one row
         for eqn in jaxpr.eqns:
             if _nt_form(eqn):
-                inner = [e for e in eqn.params["call_jaxpr"].jaxpr.eqns if e.primitive.name == "dot_general"]
+                call = _form_call(eqn) if eqn.primitive.name == "cond" else eqn
+                inner = [e for e in call.params["call_jaxpr"].jaxpr.eqns if e.primitive.name == "dot_general"]
                 assert [tuple(e.invars[0].aval.shape) for e in inner] == [(units,)] * batch
     tangents = jax.tree.map(lambda a: jax.random.normal(jax.random.key(5), a.shape), (variables, x, carry))
     _assert_close(
@@ -343,7 +367,7 @@ def test_a_few_rows_times_a_weight_held_transposed_run_in_the_cpus_fastest_form(
         weights_only = jax.make_jaxpr(lambda v, t: jax.jvp(lambda v: step("xla")(v, x, carry), (v,), (t,)))(
             variables, tangents[0]
         ).jaxpr
-        full = [eqn for eqn in weights_only.eqns if eqn.primitive.name == "dot_general"]
+        full = [eqn for eqn in _on_the_cpu(weights_only.eqns) if eqn.primitive.name == "dot_general"]
         assert all(len(eqn.invars[0].aval.shape) == 2 for eqn in full) and len(full) == 8, len(full)
 
 
@@ -359,6 +383,27 @@ def test_the_form_of_a_few_rows_follows_the_cpus_flags(monkeypatch, flags, form)
     variables = module.init(jax.random.key(2), x)
     run = lambda v, x: module.clone(implementation="xla").apply(v, x)  # noqa: E731
     assert _forms(jax.make_jaxpr(run)(variables, x).jaxpr) == [form] * 8
+
+
+@pytest.mark.parametrize("flags", [_AVX2, _AVX512], ids=["avx2", "avx512"])
+def test_the_cpus_forms_are_lowered_for_the_cpu_only(monkeypatch, flags):
+    """The forms are this CPU's (its flags; the rows' and the transpose's barriers): a lone step of the named LSTM at
+    B=4 lowered for a GPU or a TPU (a host with these flags: a TPU host has AVX-512) runs the plain products, its
+    gradient too; lowered for the CPU, the form's products (one per row, or the barriers around the transposed one)."""
+    monkeypatch.setattr(cpu_info, "flags", lambda: flags)
+    module = jcr_flax.LSTM(256, implementation="xla")
+    x = jnp.ones((4, 1, 256))
+    variables = module.init(jax.random.key(2), x)
+    loss = lambda v, x: _sines(module.apply(v, x))  # noqa: E731
+    for program in (module.apply, jax.grad(loss)):
+        for platform in ("cpu", "cuda", "tpu"):
+            text = jax.export.export(jax.jit(program), platforms=[platform])(variables, x).mlir_module()
+            barriers, row_products = (
+                text.count("optimization_barrier"),
+                len(re.findall(r"dot_general.*\(tensor<256xf32>, tensor<256x256xf32>\)", text)),
+            )
+            form = "transposed" if barriers else "rows" if row_products else None
+            assert form == (None if platform != "cpu" else "transposed" if "avx512f" in flags else "rows"), platform
 
 
 @pytest.mark.parametrize("batch, form", [(4, "transposed"), (20, None)])
