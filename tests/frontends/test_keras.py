@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from skips import REQUIRE_ONEDNN
-from support import import_or_skip, require_extension
+from support import import_or_skip, jaxpr_eqns, require_extension
 
 os.environ["KERAS_BACKEND"] = "jax"  # Keras reads it once, at its first import
 keras = import_or_skip("keras")
@@ -140,20 +140,6 @@ def test_gradients_through_a_masked_backward_layer_equal_keras():
     _assert_same(jax.tree_util.tree_leaves(grads(ours)), jax.tree_util.tree_leaves(grads(theirs)), atol=1e-5)
 
 
-def _product_shapes(jaxpr) -> list[tuple[int, ...]]:
-    """The result shapes of every dot_general in ``jaxpr`` and the jaxprs inside it (jit, custom_jvp, ...)."""
-    shapes = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            shapes.append(eqn.outvars[0].aval.shape)
-        for value in eqn.params.values():
-            for inner in value if isinstance(value, (list, tuple)) else [value]:
-                inner = getattr(inner, "jaxpr", inner)
-                if hasattr(inner, "eqns"):
-                    shapes += _product_shapes(inner)
-    return shapes
-
-
 @pytest.mark.parametrize("ours_class, theirs_class, kwargs", LAYERS[:3], ids=IDS[:3])
 def test_one_step_reads_the_variables_where_they_lie_and_equals_keras(ours_class, theirs_class, kwargs):
     """A one-step call (decoding, a rollout: Keras's stateless_call at T=1), forward and gradient, equals Keras's layer,
@@ -182,7 +168,8 @@ def test_one_step_reads_the_variables_where_they_lie_and_equals_keras(ours_class
     for program in (forward, jax.jit(grads(ours))):
         text = program.lower(trainable[ours], x, state).compile().as_text()
         assert not re.search(rf"\bf32\[{size}\]", text[text.index("ENTRY") :]), "a buffer was assembled"
-    products = _product_shapes(jax.make_jaxpr(forward)(trainable[ours], x, state).jaxpr)
+    jaxpr = jax.make_jaxpr(forward)(trainable[ours], x, state).jaxpr
+    products = [e.outvars[0].aval.shape for e in jaxpr_eqns(jaxpr) if e.primitive.name == "dot_general"]
     assert sorted(products) == [(B, gates * H)] * 2, products
 
 
