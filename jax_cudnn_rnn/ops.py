@@ -260,6 +260,7 @@ def run_checked(
         apply_recurrent_dropout,
         pieces=pieces,
         loop_invariant_weights=loops.loop_invariant(params.arrays if pieces else [params], x),
+        mapped=loops.mapped(x),
     )
     masks = dropout.masks_for(dropout_key, config, x.shape) if apply_dropout else None
     recurrent_masks = dropout.recurrent_masks(dropout_key, config, x.shape[1]) if apply_recurrent_dropout else None

@@ -26,9 +26,9 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
     ::jax_cudnn_rnn::onednn::RecurrenceAttrs, JCR_RNN_CONFIG_ATTRS, ::xla::ffi::StructMember<bool>("reverse"),
     ::xla::ffi::StructMember<bool>("training"), ::xla::ffi::StructMember<int64_t>("rows"),
     ::xla::ffi::StructMember<std::string_view>("weights_dtype"), ::xla::ffi::StructMember<bool>("has_lengths"),
-    ::xla::ffi::StructMember<bool>("in_place"), ::xla::ffi::StructMember<int64_t>("w_in_offset"),
-    ::xla::ffi::StructMember<int64_t>("w_rec_offset"), ::xla::ffi::StructMember<bool>("params_gradient"),
-    ::xla::ffi::StructMember<int64_t>("b_in_offset"), ::xla::ffi::StructMember<int64_t>("b_rec_offset"));
+    ::xla::ffi::StructMember<::xla::ffi::Span<const int64_t>>("blocks"),
+    ::xla::ffi::StructMember<bool>("params_gradient"), ::xla::ffi::StructMember<int64_t>("b_in_offset"),
+    ::xla::ffi::StructMember<int64_t>("b_rec_offset"));
 
 namespace jax_cudnn_rnn::onednn {
 
@@ -49,32 +49,51 @@ const void* InputOperand(const Recurrence& r, const ffi::AnyBuffer& x, void* buf
   return buffer;
 }
 
-// Where a handler reads the weights and the plan of its recurrent product: w_rec packed (`packed`) and w_in its own
-// argument, or both where they lie in the parameter buffer (`in_place`: `packed` is the buffer). The forward's
-// product is h w_rec^T, the backward's d_hp w_rec.
-struct Weights {
-  std::shared_ptr<const MatmulPlan> plan;  // null for an empty batch in place
-  const void* w_rec = nullptr;
-  const void* w_in = nullptr;  // null for skip input
+// One product with the layer's weights, or with a block of them: `plan` over b at `b`, its result at column `column`
+// of the [rows, G*H] products (a block's first gate's).
+struct Product {
+  std::shared_ptr<const MatmulPlan> plan;
+  const void* b = nullptr;
+  int64_t column = 0;
 };
 
-ffi::Error TakeWeights(const Recurrence& r, const ffi::AnyBuffer& packed, const std::optional<ffi::AnyBuffer>& w_in,
-                       bool forward, Weights* weights) {
-  const int64_t B = r.batch, H = r.units, W = r.width();
+// The weights operands of a call: `packed`, then the trailing `pieces` (in place), which the blocks index.
+std::vector<const ffi::AnyBuffer*> WeightsOperands(const ffi::AnyBuffer& packed,
+                                                   const std::vector<std::optional<ffi::AnyBuffer>>& pieces) {
+  std::vector<const ffi::AnyBuffer*> operands = {&packed};
+  for (const auto& piece : pieces) operands.push_back(&*piece);
+  return operands;
+}
+
+// The trailing `pieces` arguments of a call in place whose blocks read more operands than `packed`.
+ffi::Error TakePieces(OptionalBuffers<ffi::RemainingArgs>& args, const Recurrence& r,
+                      std::vector<std::optional<ffi::AnyBuffer>>* pieces) {
+  pieces->resize(std::max<int64_t>(r.operands - 1, 0));
+  for (auto& piece : *pieces) JCR_RETURN_IF_ERROR(args.Take(true, "piece", &piece));
+  return ffi::Error::Success();
+}
+
+// The forward's products: w_in's over every step's rows (none for skip input), w_rec's over one step's. In place, one
+// per block, each where it lies; else w_in its own argument and w_rec packed.
+ffi::Error ForwardProducts(const Recurrence& r, const std::vector<const ffi::AnyBuffer*>& operands,
+                           const std::optional<ffi::AnyBuffer>& w_in, std::vector<Product>* in,
+                           std::vector<Product>* rec) {
+  const int64_t TB = r.steps * r.batch, B = r.batch, H = r.units, W = r.width(), I = r.inputs;
   const auto wtype = r.weights_type, F32 = ffi::DataType::F32;
-  weights->w_rec = packed.untyped_data();
-  weights->w_in = w_in ? w_in->untyped_data() : nullptr;
   if (!r.in_place) {
-    weights->plan =
-        forward ? PackedProductPlan(B, r.rows, H, W, wtype, true) : PackedProductPlan(B, r.rows, W, H, wtype, false);
-    return CheckPacked(packed, *weights->plan);
+    rec->push_back({PackedProductPlan(B, r.rows, H, W, wtype, true), operands[0]->untyped_data(), 0});
+    JCR_RETURN_IF_ERROR(CheckPacked(*operands[0], *rec->back().plan));
+    if (w_in && TB > 0) in->push_back({ProductPlan({TB, I}, {W, I}, wtype, F32, false, true), w_in->untyped_data(), 0});
+    return ffi::Error::Success();
   }
-  JCR_RETURN_IF_ERROR(CheckInPlace(packed, r));
-  weights->w_rec = At(packed, r, r.w_rec_offset);
-  if (!r.skip_input) weights->w_in = At(packed, r, r.w_in_offset);
-  if (B > 0) {
-    weights->plan = forward ? ProductPlan({B, H}, {W, H}, wtype, F32, false, true)
-                            : ProductPlan({B, W}, {W, H}, wtype, F32, false, false);
+  JCR_RETURN_IF_ERROR(CheckInPlace(operands, r));
+  for (const WeightBlock& block : r.blocks) {
+    const int64_t rows = block.matrix == 0 ? TB : B, K = r.depth(block), n = block.gates * H;
+    if (rows == 0) continue;
+    // x W^T or h W^T: the block, [n, K] as it lies, read as its transpose [K, n]
+    Product product{StridedProductPlan(rows, K, n, {K, 1}, {block.col_stride, block.row_stride}, {W, 1}, wtype, F32),
+                    At(*operands[block.operand], r, block), block.gate0 * H};
+    (block.matrix == 0 ? in : rec)->push_back(std::move(product));
   }
   return ffi::Error::Success();
 }
@@ -92,6 +111,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(args.Take(!r.skip_input && !r.in_place, "w_in", &w_in));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(TakeLengths(args, attrs.has_lengths, &r));
+    std::vector<std::optional<ffi::AnyBuffer>> pieces;
+    JCR_RETURN_IF_ERROR(TakePieces(args, r, &pieces));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<Result> c_n, gates, aux, h_prev, h_gemm;
     OptionalBuffers rets(optional_rets, "result");
@@ -118,12 +139,13 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       if (h_prev) JCR_RETURN_IF_ERROR(CheckBuffer("h_prev", **h_prev, F32, {T, B, H}));
       JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", **h_gemm, r.weights_type, {T, B, H}));
     }
-    Weights weights;
-    JCR_RETURN_IF_ERROR(TakeWeights(r, packed, w_in, true, &weights));
-    const std::shared_ptr<const MatmulPlan>& plan = weights.plan;
-    const void *w_rec_data = weights.w_rec, *w_in_data = weights.w_in;
-    std::shared_ptr<const MatmulPlan> input_plan =
-        w_in_data && T * B > 0 ? ProductPlan({T * B, I}, {W, I}, r.weights_type, F32, false, true) : nullptr;
+    std::vector<Product> in, rec;
+    JCR_RETURN_IF_ERROR(ForwardProducts(r, WeightsOperands(packed, pieces), w_in, &in, &rec));
+    size_t scratchpad_bytes = 0;
+    for (const auto* products : {&in, &rec}) {
+      for (const Product& product : *products)
+        scratchpad_bytes = std::max(scratchpad_bytes, product.plan->scratchpad_bytes);
+    }
 
     // The input product of every step and what each step reads and writes come from the extension's pool: buffers
     // XLA allocated would be new pages to fault in at every call.
@@ -132,9 +154,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
                  hp = layout.Add(B * W * 4), state[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  cell[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  operand = layout.Add(B * H * r.weights_bytes()), step_gates = layout.Add(B * W * 4),
-                 step_aux = layout.Add(B * H * 4),
-                 scratchpad = layout.Add(
-                     std::max(plan ? plan->scratchpad_bytes : 0, input_plan ? input_plan->scratchpad_bytes : 0));
+                 step_aux = layout.Add(B * H * 4), scratchpad = layout.Add(scratchpad_bytes);
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
     // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
@@ -149,11 +169,14 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
 
     return RunOnednn([&](dnnl::stream& stream) -> ffi::Error {
       const int64_t chunks = Chunks(B);
-      if (input_plan) {  // W x for every step at once
-        RunMatmul(*input_plan, stream, InputOperand(r, x, x_operand.in(work), chunks), w_in_data, xp.in(work),
-                  scratchpad.in(work));
+      if (!in.empty()) {  // W x for every step at once
+        const void* x_rows = InputOperand(r, x, x_operand.in(work), chunks);
+        for (const Product& product : in) {
+          RunMatmul(*product.plan, stream, x_rows, product.b, reinterpret_cast<float*>(xp.in(work)) + product.column,
+                    scratchpad.in(work));
+        }
         stream.wait();
-      } else if (T * B > 0) {  // skip input: x itself enters every gate
+      } else if (T * B > 0 && r.skip_input) {  // skip input: x itself enters every gate
         ParallelFor(T * B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t row = begin; row < end; ++row) {
             float* out = reinterpret_cast<float*>(xp.in(work)) + row * W;
@@ -183,7 +206,9 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
           }
         });
         auto* products = reinterpret_cast<float*>(hp.in(work));
-        RunMatmul(*plan, stream, rounds ? a : h, w_rec_data, products, scratchpad.in(work));
+        for (const Product& product : rec) {
+          RunMatmul(*product.plan, stream, rounds ? a : h, product.b, products + product.column, scratchpad.in(work));
+        }
         stream.wait();
         ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
@@ -221,45 +246,88 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
 // step, B=1, [1, 1536]^T [1, 512], took 0.6 ms on its `gemm:jit` where this loop writes the 3 MB in 0.09 (Zen 3).
 constexpr int64_t kOuterProductRows = 2;
 
-// out [M, N] (wdtype) = a^T b for a [rows, M] and b [rows, N] of wdtype, rows <= kOuterProductRows: each row of the
-// output written once, in parallel over the rows of out.
-void OuterProducts(const Recurrence& r, int64_t rows, int64_t M, int64_t N, const void* a, const void* b, void* out) {
-  std::vector<float> a_rows(rows * M), b_rows(rows * N);
-  for (int64_t k = 0; k < rows; ++k) {
-    LoadRow(r.bf16(), static_cast<const char*>(a) + k * M * r.weights_bytes(), a_rows.data() + k * M, M);
-    LoadRow(r.bf16(), static_cast<const char*>(b) + k * N * r.weights_bytes(), b_rows.data() + k * N, N);
+// One outer-product sum: out [M, N] (wdtype, rows `ldo` apart) = a^T b for a [rows, M] and b [rows, N] of wdtype
+// (rows `lda` and `ldb` apart).
+struct OuterProduct {
+  int64_t M, N;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* out;
+  int64_t ldo;
+};
+
+// `products` over rows <= kOuterProductRows: each row of each output written once, in one parallel pass over all of
+// their rows (a dispatch per block would cost more than the products themselves at one row).
+void OuterProducts(const Recurrence& r, int64_t rows, const std::vector<OuterProduct>& products) {
+  std::vector<std::vector<float>> a_rows(products.size()), b_rows(products.size());
+  std::vector<int64_t> first(products.size() + 1, 0);  // each product's first row among all of them
+  int64_t widest = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const OuterProduct& p = products[i];
+    a_rows[i].resize(rows * p.M);
+    b_rows[i].resize(rows * p.N);
+    for (int64_t k = 0; k < rows; ++k) {
+      LoadRow(r.bf16(), static_cast<const char*>(p.a) + k * p.lda * r.weights_bytes(), a_rows[i].data() + k * p.M, p.M);
+      LoadRow(r.bf16(), static_cast<const char*>(p.b) + k * p.ldb * r.weights_bytes(), b_rows[i].data() + k * p.N, p.N);
+    }
+    first[i + 1] = first[i] + p.M;
+    widest = std::max(widest, p.N);
   }
-  ParallelFor(M, ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
-    std::vector<float> row(N);
-    for (int64_t m = begin; m < end; ++m) {
-      std::fill(row.begin(), row.end(), 0.0f);
+  ParallelFor(first.back(), ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
+    std::vector<float> row(widest);
+    size_t i = std::upper_bound(first.begin(), first.end(), begin) - first.begin() - 1;
+    for (int64_t g = begin; g < end; ++g) {
+      while (g >= first[i + 1]) ++i;
+      const OuterProduct& p = products[i];
+      const int64_t m = g - first[i];
+      std::fill_n(row.begin(), p.N, 0.0f);
       for (int64_t k = 0; k < rows; ++k) {
-        const float scale = a_rows[k * M + m];
-        const float* from = b_rows.data() + k * N;
-        for (int64_t n = 0; n < N; ++n) row[n] += scale * from[n];
+        const float scale = a_rows[i][k * p.M + m];
+        const float* from = b_rows[i].data() + k * p.N;
+        for (int64_t n = 0; n < p.N; ++n) row[n] += scale * from[n];
       }
-      StoreRow(r.bf16(), row.data(), static_cast<char*>(out) + m * N * r.weights_bytes(), N);
+      StoreRow(r.bf16(), row.data(), static_cast<char*>(p.out) + m * p.ldo * r.weights_bytes(), p.N);
     }
   });
 }
 
-// The rest of the buffer's gradient (`params_gradient`) beside the weights' slots the products write: the biases'
-// sums rounded into their slots, zeros wherever this layer has nothing (ParamsSlots; CheckInPlace: no two overlap).
-void FinishParamsGradient(const Recurrence& r, const float* d_b_in, const float* d_b_rec, char* d_params,
-                          int64_t size) {
+// The rest of the weights operands' gradients (`params_gradient`) beside the blocks the products write: the biases'
+// sums rounded into their slots of the first, zeros wherever a rows operand holds nothing of this layer (OperandSlots;
+// CheckInPlace: no two overlap, and a columns operand's blocks cover it).
+void FinishParamsGradient(const Recurrence& r, const float* d_b_in, const float* d_b_rec,
+                          const std::vector<ffi::AnyBuffer*>& gradients) {
   const size_t bytes = r.weights_bytes();
+  auto* first = static_cast<char*>(gradients[0]->untyped_data());
   for (const auto& [offset, sums] : {std::pair{r.b_in_offset, d_b_in}, std::pair{r.b_rec_offset, d_b_rec}}) {
-    if (offset != -1) StoreRow(r.bf16(), sums, d_params + offset * bytes, r.width());
+    if (offset != -1) StoreRow(r.bf16(), sums, first + offset * bytes, r.width());
   }
-  std::vector<Slot> slots = ParamsSlots(r);
-  std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.offset < b.offset; });
-  int64_t done = 0;
-  for (const Slot& slot : slots) {
-    if (slot.offset > done) std::memset(d_params + done * bytes, 0, (slot.offset - done) * bytes);
-    done = std::max(done, slot.offset + slot.size);
+  for (int64_t o = 0; o < r.operands; ++o) {
+    bool columns = false;
+    for (const WeightBlock& block : r.blocks) columns |= block.operand == o && block.columns();
+    if (columns) continue;
+    auto* d = static_cast<char*>(gradients[o]->untyped_data());
+    const int64_t size = static_cast<int64_t>(gradients[o]->element_count());
+    std::vector<Slot> slots = OperandSlots(r, o);
+    std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.offset < b.offset; });
+    int64_t done = 0;
+    for (const Slot& slot : slots) {
+      if (slot.offset > done) std::memset(d + done * bytes, 0, (slot.offset - done) * bytes);
+      done = std::max(done, slot.offset + slot.size);
+    }
+    if (size > done) std::memset(d + done * bytes, 0, (size - done) * bytes);
   }
-  if (size > done) std::memset(d_params + done * bytes, 0, (size - done) * bytes);
 }
+
+// Where a block's gradient goes: its first element and its strides (a block of an operand's gradient where the backward
+// gives the operands' whole gradients, else of the dense [G*H, K] gradient of its matrix).
+struct GradientBlock {
+  WeightBlock block;
+  const void* weights = nullptr;  // the block where it lies (dx's and dh's products read it)
+  char* out = nullptr;
+  int64_t row_stride = 0, col_stride = 0;
+};
 
 // Zero gradients of row `b` at time `t`, a padding step: its gates' (and a GRU's recurrent product's) in the arrays
 // the products read, and x's where x enters every gate (skip input: no product writes dx).
@@ -290,22 +358,37 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
     JCR_RETURN_IF_ERROR(args.Take(lstm, "c0", &c0));
     JCR_RETURN_IF_ERROR(args.Take(lstm, "dc_n", &dc_n));
     JCR_RETURN_IF_ERROR(TakeLengths(args, attrs.has_lengths, &r));
+    std::vector<std::optional<ffi::AnyBuffer>> pieces;
+    JCR_RETURN_IF_ERROR(TakePieces(args, r, &pieces));
     JCR_RETURN_IF_ERROR(args.CheckAllTaken());
     std::optional<Result> dw_in, dc0;
     OptionalBuffers rets(optional_rets, "result");
-    // With params_gradient the weights' gradients go to their slots of the buffer's gradient, `dw_rec` (d_params).
+    // With params_gradient the weights' gradients go to their places in the weights operands' gradients: `dw_rec` is
+    // packed's (d_params), each piece's follows dc0.
     const bool whole = r.params_gradient;
     JCR_RETURN_IF_ERROR(rets.Take(!r.skip_input && !whole, "dw_in", &dw_in));
     JCR_RETURN_IF_ERROR(rets.Take(lstm, "dc0", &dc0));
+    std::vector<std::optional<Result>> d_pieces(whole ? pieces.size() : 0);
+    for (auto& d_piece : d_pieces) JCR_RETURN_IF_ERROR(rets.Take(true, "d_piece", &d_piece));
     JCR_RETURN_IF_ERROR(rets.CheckAllTaken());
     const auto F32 = ffi::DataType::F32, wtype = r.weights_type;
+    const size_t bytes = r.weights_bytes();
     JCR_RETURN_IF_ERROR(CheckOutputType("dy", dy, r));
     JCR_RETURN_IF_ERROR(CheckBuffer("dh_n", dh_n, F32, {B, H}));
     JCR_RETURN_IF_ERROR(CheckBuffer("gates", gates, F32, {T, B, W}));
     JCR_RETURN_IF_ERROR(CheckBuffer("h_gemm", h_gemm, wtype, {T, B, H}));
     JCR_RETURN_IF_ERROR(CheckBuffer("dx", *dx, x.element_type(), {T, B, I}));
+    std::vector<ffi::AnyBuffer*> gradients;  // whole: each weights operand's
     if (whole) {
-      JCR_RETURN_IF_ERROR(CheckBuffer("d_params", *dw_rec, wtype, {static_cast<int64_t>(packed.element_count())}));
+      auto dims = [](const ffi::AnyBuffer& b) {
+        return std::vector<int64_t>(b.dimensions().begin(), b.dimensions().end());
+      };
+      JCR_RETURN_IF_ERROR(CheckBuffer("d_params", *dw_rec, wtype, dims(packed)));
+      gradients.push_back(&*dw_rec);
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        JCR_RETURN_IF_ERROR(CheckBuffer("d_piece", **d_pieces[i], wtype, dims(*pieces[i])));
+        gradients.push_back(&**d_pieces[i]);
+      }
     } else {
       JCR_RETURN_IF_ERROR(CheckBuffer("dw_rec", *dw_rec, wtype, {W * H}));
     }
@@ -322,29 +405,66 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
       }
       JCR_RETURN_IF_ERROR(CheckBuffer("dc0", **dc0, F32, {B, H}));
     }
-    Weights weights;
-    JCR_RETURN_IF_ERROR(TakeWeights(r, packed, w_in, false, &weights));
-    const std::shared_ptr<const MatmulPlan>& plan = weights.plan;
-    const void *w_rec_data = weights.w_rec, *w_in_data = weights.w_in;
-    char* d_params = whole ? static_cast<char*>(dw_rec->untyped_data()) : nullptr;
-    void* dw_rec_out = whole ? d_params + r.w_rec_offset * r.weights_bytes() : dw_rec->untyped_data();
-    void* dw_in_out = r.skip_input ? nullptr
-                      : whole      ? d_params + r.w_in_offset * r.weights_bytes()
-                                   : (*dw_in)->untyped_data();
-    // After the steps, over all of them: dW_rec = d_hp^T h_gemm, dW_in = d_xp^T x, dx = d_xp W_in.
-    const int64_t TB = T * B;
-    std::shared_ptr<const MatmulPlan> rec_plan, in_plan, dx_plan;
-    const bool outer = TB <= kOuterProductRows;  // the weights' gradients as OuterProducts
-    if (TB > 0) {
-      if (!outer) rec_plan = ProductPlan({TB, W}, {TB, H}, wtype, wtype, true, false);
-      if (w_in_data) {
-        if (!outer) in_plan = ProductPlan({TB, W}, {TB, I}, wtype, wtype, true, false);
-        dx_plan = ProductPlan({TB, W}, {W, I}, wtype, x.element_type(), false, false);
+    // dh = d_rec W_rec at every step (per block, adding up, or on packed), and where each block's gradient goes.
+    std::vector<Product> rec;
+    std::vector<GradientBlock> blocks;  // w_in's, then w_rec's
+    if (!r.in_place) {
+      rec.push_back({PackedProductPlan(B, r.rows, W, H, wtype, false), packed.untyped_data(), 0});
+      JCR_RETURN_IF_ERROR(CheckPacked(packed, *rec.back().plan));
+      if (w_in) {
+        blocks.push_back(
+            {{0, 0, 0, 0, r.gates, I, 1}, w_in->untyped_data(), static_cast<char*>((*dw_in)->untyped_data()), I, 1});
+      }
+      blocks.push_back({{1, 0, 0, 0, r.gates, H, 1}, nullptr, static_cast<char*>(dw_rec->untyped_data()), H, 1});
+    } else {
+      const std::vector<const ffi::AnyBuffer*> operands = WeightsOperands(packed, pieces);
+      JCR_RETURN_IF_ERROR(CheckInPlace(operands, r));
+      for (const WeightBlock& block : r.blocks) {
+        const int64_t K = r.depth(block), n = block.gates * H;
+        GradientBlock g{block, At(*operands[block.operand], r, block)};
+        if (whole) {
+          g.out = static_cast<char*>(gradients[block.operand]->untyped_data()) + block.offset * bytes;
+          g.row_stride = block.row_stride;
+          g.col_stride = block.col_stride;
+        } else {
+          void* dense = block.matrix == 0 ? (*dw_in)->untyped_data() : dw_rec->untyped_data();
+          g.out = static_cast<char*>(dense) + block.gate0 * H * K * bytes;
+          g.row_stride = K;
+          g.col_stride = 1;
+        }
+        blocks.push_back(g);
+        if (block.matrix == 1 && B > 0) {
+          rec.push_back({StridedProductPlan(B, n, H, {W, 1}, {block.row_stride, block.col_stride}, {H, 1}, wtype, F32,
+                                            !rec.empty()),
+                         g.weights, block.gate0 * H});
+        }
       }
     }
-    size_t scratchpad_bytes = plan ? plan->scratchpad_bytes : 0;
-    for (const auto& p : {rec_plan, in_plan, dx_plan}) {
-      if (p) scratchpad_bytes = std::max(scratchpad_bytes, p->scratchpad_bytes);
+    // After the steps, over all of them, per block: dW = d^T rows (d the gates' gradients, rows x or h_gemm) into
+    // the block's gradient as it lies (its transpose for a columns block), and dx = the sum of d W over w_in's blocks
+    // (in float32 scratch where several add up to a bfloat16 dx).
+    const int64_t TB = T * B;
+    const bool outer = TB <= kOuterProductRows;  // the weights' gradients as OuterProducts
+    int64_t in_blocks = 0;
+    for (const GradientBlock& g : blocks) in_blocks += g.block.matrix == 0;
+    const bool dx_scratch = in_blocks > 1 && x.element_type() != F32;
+    std::vector<std::shared_ptr<const MatmulPlan>> gradient_plans(blocks.size()), dx_plans;
+    size_t scratchpad_bytes = 0;
+    for (const Product& product : rec) scratchpad_bytes = std::max(scratchpad_bytes, product.plan->scratchpad_bytes);
+    for (size_t i = 0; i < blocks.size() && TB > 0; ++i) {
+      const GradientBlock& g = blocks[i];
+      const int64_t K = r.depth(g.block), n = g.block.gates * H;
+      if (!outer) {
+        gradient_plans[i] = g.col_stride == 1
+                                ? StridedProductPlan(n, TB, K, {1, W}, {K, 1}, {g.row_stride, 1}, wtype, wtype)
+                                : StridedProductPlan(K, TB, n, {1, K}, {W, 1}, {g.col_stride, 1}, wtype, wtype);
+        scratchpad_bytes = std::max(scratchpad_bytes, gradient_plans[i]->scratchpad_bytes);
+      }
+      if (g.block.matrix == 0) {
+        dx_plans.push_back(StridedProductPlan(TB, n, I, {W, 1}, {g.block.row_stride, g.block.col_stride}, {I, 1}, wtype,
+                                              dx_scratch ? F32 : x.element_type(), !dx_plans.empty()));
+        scratchpad_bytes = std::max(scratchpad_bytes, dx_plans.back()->scratchpad_bytes);
+      }
     }
 
     const int64_t chunks = Chunks(B);
@@ -355,7 +475,7 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
                  dc = layout.Add(B * H * 4), dh_new = layout.Add(B * H * 4), d_pre = layout.Add(B * W * 4),
                  d_rec = layout.Add(B * W * 4), direct = layout.Add(B * H * 4), products = layout.Add(B * H * 4),
                  skip = layout.Add(B * I * 4), sums = layout.Add(chunks * W * 4), sums_rec = layout.Add(chunks * W * 4),
-                 scratchpad = layout.Add(scratchpad_bytes);
+                 dx_sums = layout.Add(dx_scratch ? TB * I * 4 : 0), scratchpad = layout.Add(scratchpad_bytes);
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
     AdviseHugePages(dx->untyped_data(), dx->size_bytes());  // as the forward's outputs
@@ -414,8 +534,10 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
           }
         });
         // dh w.r.t. the state the step read: through the recurrent product, plus (GRU) the direct part.
-        RunMatmul(*plan, stream, Row<char>(d_rec_all, r, t, 0, W, r.weights_bytes()), w_rec_data, products.in(work),
-                  scratchpad.in(work));
+        for (const Product& product : rec) {
+          RunMatmul(*product.plan, stream, Row<char>(d_rec_all, r, t, 0, W, bytes) + product.column * bytes, product.b,
+                    products.in(work), scratchpad.in(work));
+        }
         stream.wait();
         const float* through = f32(products);
         const float* bypass = f32(direct);
@@ -433,29 +555,43 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
       };
       reduce(f32(sums), d_b_in->untyped_data());
       reduce(gru ? f32(sums_rec) : f32(sums), d_b_rec->untyped_data());
-      // The weights' gradients and the input's, one product each over every step and row.
+      // The weights' gradients and the input's, products over every step and row.
       if (TB == 0) {
         std::fill_n(static_cast<char*>(dw_rec->untyped_data()), dw_rec->size_bytes(), 0);
         if (dw_in) std::fill_n(static_cast<char*>((*dw_in)->untyped_data()), (*dw_in)->size_bytes(), 0);
+        for (ffi::AnyBuffer* gradient : gradients) {
+          std::fill_n(static_cast<char*>(gradient->untyped_data()), gradient->size_bytes(), 0);
+        }
+        if (whole) {
+          FinishParamsGradient(r, static_cast<const float*>(d_b_in->untyped_data()),
+                               static_cast<const float*>(d_b_rec->untyped_data()), gradients);
+        }
         return ffi::Error::Success();
       }
-      if (outer) {
-        OuterProducts(r, TB, W, H, d_rec_all, h_gemm.untyped_data(), dw_rec_out);
-      } else {
-        RunMatmul(*rec_plan, stream, d_rec_all, h_gemm.untyped_data(), dw_rec_out, scratchpad.in(work));
+      const void* x_rows = in_blocks > 0 ? InputOperand(r, x, x_operand.in(work), chunks) : nullptr;
+      void* dx_out = dx_scratch ? dx_sums.in(work) : dx->untyped_data();
+      size_t dx_block = 0;
+      std::vector<OuterProduct> outer_products;
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const GradientBlock& g = blocks[i];
+        const bool input = g.block.matrix == 0;
+        const void* rows = input ? x_rows : h_gemm.untyped_data();
+        const int64_t K = r.depth(g.block), n = g.block.gates * H;
+        const char* d = static_cast<const char*>(input ? d_xp.in(work) : d_rec_all) + g.block.gate0 * H * bytes;
+        if (outer && g.col_stride == 1) outer_products.push_back({n, K, d, W, rows, K, g.out, g.row_stride});
+        else if (outer) outer_products.push_back({K, n, rows, K, d, W, g.out, g.col_stride});
+        else if (g.col_stride == 1) RunMatmul(*gradient_plans[i], stream, d, rows, g.out, scratchpad.in(work));
+        else RunMatmul(*gradient_plans[i], stream, rows, d, g.out, scratchpad.in(work));
+        if (input) RunMatmul(*dx_plans[dx_block++], stream, d, g.weights, dx_out, scratchpad.in(work));
       }
-      if (w_in_data) {
-        const void* x_rows = InputOperand(r, x, x_operand.in(work), chunks);
-        if (outer) {
-          OuterProducts(r, TB, W, I, d_xp.in(work), x_rows, dw_in_out);
-        } else {
-          RunMatmul(*in_plan, stream, d_xp.in(work), x_rows, dw_in_out, scratchpad.in(work));
-        }
-        RunMatmul(*dx_plan, stream, d_xp.in(work), w_in_data, dx->untyped_data(), scratchpad.in(work));
-      }
+      if (!outer_products.empty()) OuterProducts(r, TB, outer_products);
       if (whole) {
         FinishParamsGradient(r, static_cast<const float*>(d_b_in->untyped_data()),
-                             static_cast<const float*>(d_b_rec->untyped_data()), d_params, packed.element_count());
+                             static_cast<const float*>(d_b_rec->untyped_data()), gradients);
+      }
+      if (dx_scratch) {
+        stream.wait();
+        StoreRow(true, static_cast<const float*>(dx_out), dx->untyped_data(), TB * I);
       }
       stream.wait();
       return ffi::Error::Success();

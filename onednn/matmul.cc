@@ -55,11 +55,15 @@ struct MatmulShape {
   dt data_type = dt::f32, out_type = dt::f32;
   bool transpose_a = false, transpose_b = false;
   int64_t packed_rows = 0;
+  // A 2-D product over operands that lie with these strides (a's, b's, c's: 2 each) instead of densely, and whether
+  // it adds to c (StridedProductPlan).
+  std::vector<int64_t> strides;
+  bool accumulate = false;
 
   bool operator==(const MatmulShape& other) const {
     return a_dims == other.a_dims && b_dims == other.b_dims && data_type == other.data_type &&
            out_type == other.out_type && transpose_a == other.transpose_a && transpose_b == other.transpose_b &&
-           packed_rows == other.packed_rows;
+           packed_rows == other.packed_rows && strides == other.strides && accumulate == other.accumulate;
   }
   size_t rank() const { return a_dims.size(); }
   int64_t m() const { return a_dims[rank() - (transpose_a ? 1 : 2)]; }
@@ -77,10 +81,10 @@ struct MatmulShape {
 
 struct MatmulShapeHash {
   size_t operator()(const MatmulShape& shape) const {
-    size_t seed =
-        std::hash<int64_t>{}(shape.packed_rows * 4096 + static_cast<int>(shape.data_type) * 64 +
-                             static_cast<int>(shape.out_type) * 4 + shape.transpose_a * 2 + shape.transpose_b);
-    for (const auto* dims : {&shape.a_dims, &shape.b_dims}) {
+    size_t seed = std::hash<int64_t>{}(shape.packed_rows * 8192 + static_cast<int>(shape.data_type) * 128 +
+                                       static_cast<int>(shape.out_type) * 8 + shape.accumulate * 4 +
+                                       shape.transpose_a * 2 + shape.transpose_b);
+    for (const auto* dims : {&shape.a_dims, &shape.b_dims, &shape.strides}) {
       for (int64_t d : *dims) seed ^= std::hash<int64_t>{}(d) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
     }
     return seed;
@@ -156,12 +160,25 @@ dnnl::memory::desc OperandDesc(const std::vector<int64_t>& stored, bool transpos
 
 std::shared_ptr<const MatmulPlan> MakePlan(const MatmulShape& shape) {
   auto plan = std::make_shared<MatmulPlan>();
-  plan->a = OperandDesc(shape.a_dims, shape.transpose_a, shape.data_type);
-  plan->b = OperandDesc(shape.b_dims, shape.transpose_b, shape.data_type);
-  plan->c = OperandDesc(shape.c_dims(), false, shape.out_type);
+  if (shape.strides.empty()) {
+    plan->a = OperandDesc(shape.a_dims, shape.transpose_a, shape.data_type);
+    plan->b = OperandDesc(shape.b_dims, shape.transpose_b, shape.data_type);
+    plan->c = OperandDesc(shape.c_dims(), false, shape.out_type);
+  } else {
+    const std::vector<int64_t>& s = shape.strides;
+    const int64_t m = shape.m(), k = shape.k(), n = shape.n();
+    plan->a = dnnl::memory::desc({m, k}, shape.data_type, {s[0], s[1]});
+    plan->b = dnnl::memory::desc({k, n}, shape.data_type, {s[2], s[3]});
+    plan->c = dnnl::memory::desc({m, n}, shape.out_type, {s[4], s[5]});
+  }
   dnnl::primitive_attr attr;
   // As the RNN primitives (plan.cc): each call brings its scratchpad, so that one primitive serves every thread.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (shape.accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
   if (shape.packed_rows > 0) {
     // The layout the primitive picks for its weights (format `any`) where it is free to: blocked for its kernels,
     // so that it reads them as they are instead of copying b into that layout at every call (brgemm's copy_B).
@@ -370,6 +387,17 @@ std::shared_ptr<const MatmulPlan> ProductPlan(const std::vector<int64_t>& a_dims
   MatmulShape shape;
   ffi::Error error = DecodeShape(a_dims, b_dims, dtype, dtype, out_dtype, transpose_a, transpose_b, &shape);
   if (error.failure()) throw std::invalid_argument(error.message());
+  return Cache().Get(shape);
+}
+
+std::shared_ptr<const MatmulPlan> StridedProductPlan(int64_t m, int64_t k, int64_t n, const Strides& a_strides,
+                                                     const Strides& b_strides, const Strides& c_strides,
+                                                     ffi::DataType dtype, ffi::DataType out_dtype, bool accumulate) {
+  MatmulShape shape;
+  ffi::Error error = DecodeShape({m, k}, {k, n}, dtype, dtype, out_dtype, false, false, &shape);
+  if (error.failure()) throw std::invalid_argument(error.message());
+  shape.strides = {a_strides[0], a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1]};
+  shape.accumulate = accumulate;
   return Cache().Get(shape);
 }
 

@@ -13,6 +13,7 @@
 #ifndef JAX_CUDNN_RNN_ONEDNN_MATMUL_H_
 #define JAX_CUDNN_RNN_ONEDNN_MATMUL_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +64,18 @@ struct MatmulPlan {
 std::shared_ptr<const MatmulPlan> ProductPlan(const std::vector<int64_t>& a_dims, const std::vector<int64_t>& b_dims,
                                               xla::ffi::DataType dtype, xla::ffi::DataType out_dtype, bool transpose_a,
                                               bool transpose_b);
+
+// An operand's strides in elements: element (i, j) of a 2-D operand lies at i * strides[0] + j * strides[1].
+using Strides = std::array<int64_t, 2>;
+
+// The plan of c = a b (`accumulate`: c += a b) for a [m, k], b [k, n] and c [m, n] that lie with these strides (blocks
+// of a larger array: a gate's columns, a matrix held transposed), a and b of element type `dtype`, c of `out_dtype`
+// (float32 or dtype), run by RunMatmul on pointers to each operand's first element. Cached with the handlers' plans;
+// throws std::invalid_argument for element types they refuse.
+std::shared_ptr<const MatmulPlan> StridedProductPlan(int64_t m, int64_t k, int64_t n, const Strides& a_strides,
+                                                     const Strides& b_strides, const Strides& c_strides,
+                                                     xla::ffi::DataType dtype, xla::ffi::DataType out_dtype,
+                                                     bool accumulate = false);
 
 // The plan of a product of `rows` rows (a [rows, k] of element type `dtype`, c float32) with b ([k, n], or [n, k]
 // where `transpose_b`) packed for products of `packed_rows` rows as jax_cudnn_rnn_onednn_matmul_pack packs it: what

@@ -25,13 +25,27 @@ struct RecurrenceAttrs {
   int64_t rows;
   std::string_view weights_dtype;
   bool has_lengths;
-  bool in_place;  // the weights operand is the parameter buffer: w_in and w_rec read where they lie in it
-  int64_t w_in_offset, w_rec_offset;  // in elements, where in_place
-  // The backward's weights gradient is the whole buffer's (one layer and direction in place): the biases' go to
-  // b_in_offset and b_rec_offset (-1: the buffer has none), zeros wherever the layer has nothing.
+  // Where the weights are read in place: kBlockFields numbers per WeightBlock (below), none where w_rec comes packed
+  // and w_in as its own argument.
+  ::xla::ffi::Span<const int64_t> blocks;
+  // The backward's weights gradient is that of every weights operand whole (a layer read in place): the biases' go to
+  // b_in_offset and b_rec_offset of the first operand (-1: it has none), zeros wherever no block or bias lies.
   bool params_gradient;
   int64_t b_in_offset, b_rec_offset;
 };
+
+// Gates [gate0, gate0 + gates) of one of the layer's matrices (w_in [G*H, I], w_rec [G*H, H]) read where they lie in
+// a weights operand (0: the handlers' `packed` argument, i > 0: the i-th of their trailing `pieces`): row `row` (of
+// gates * H) and column `k` of the block are the operand's element offset + row * row_stride + k * col_stride. Two
+// forms: rows (col_stride 1, row_stride K: the gates' rows as the buffer holds them) and columns (row_stride 1:
+// columns [offset, offset + gates * H) of an operand [K, col_stride] that holds the matrix transposed, a Flax or Keras
+// kernel); an operand's blocks have one form, and a columns operand is its blocks' whole.
+struct WeightBlock {
+  int64_t matrix;  // 0: w_in, 1: w_rec
+  int64_t operand, offset, gate0, gates, row_stride, col_stride;
+  bool columns() const { return row_stride == 1 && col_stride != 1; }
+};
+constexpr size_t kBlockFields = 7;
 
 // One call's recurrence: the cell, the sizes and the weights' element type.
 struct Recurrence {
@@ -40,12 +54,15 @@ struct Recurrence {
   bool reverse = false, training = false, skip_input = false;
   ::xla::ffi::DataType weights_type = ::xla::ffi::DataType::F32;
   const int32_t* lengths = nullptr;  // per row, where the call has lengths (TakeLengths)
-  bool in_place = false;
-  int64_t w_in_offset = 0, w_rec_offset = 0;
+  bool in_place = false;             // the weights are read where `blocks` say
+  std::vector<WeightBlock> blocks;   // w_in's (linear input) then w_rec's, each in gate order
+  int64_t operands = 0;              // how many weights operands the blocks read (packed, then the pieces)
   bool params_gradient = false;
   int64_t b_in_offset = -1, b_rec_offset = -1;
 
   int64_t width() const { return gates * units; }  // G*H
+  // The contracted size of `block`'s matrix: I for w_in, H for w_rec.
+  int64_t depth(const WeightBlock& block) const { return block.matrix == 0 ? inputs : units; }
   bool bf16() const { return weights_type == ::xla::ffi::DataType::BF16; }
   size_t weights_bytes() const { return bf16() ? 2 : 4; }
   // The time of the `s`-th step in processing order, and whether it is the first one.
@@ -61,25 +78,24 @@ struct Recurrence {
 // The packed recurrent weights: a uint8 buffer of exactly the plan's packed size.
 ::xla::ffi::Error CheckPacked(const ::xla::ffi::AnyBuffer& packed, const MatmulPlan& plan);
 
-// The parameter buffer a call `in_place` reads its weights from: 1-D of the weights' element type, holding w_rec
-// [G*H, H] at w_rec_offset and (linear input) w_in [G*H, I] at w_in_offset, and, where `params_gradient`, the biases
-// [G*H] at b_in_offset and b_rec_offset where they are not -1.
-::xla::ffi::Error CheckInPlace(const ::xla::ffi::AnyBuffer& params, const Recurrence& r);
+// The weights operands of a call `in_place` (`packed`, then the pieces): each of the weights' element type, each
+// block within its operand, and, where `params_gradient`, no element in two blocks (or a block and a bias of the
+// first operand) and a columns operand covered whole.
+::xla::ffi::Error CheckInPlace(const std::vector<const ::xla::ffi::AnyBuffer*>& operands, const Recurrence& r);
 
-// One of the layer's tensors in the parameter buffer of a call `in_place`: where it starts and its size (elements).
+// One of the layer's tensors in a rows operand of a call `in_place`: where it starts and its size (elements).
 struct Slot {
   int64_t offset, size;
-  const char* name;  // its offset's attribute
+  const char* name;
 };
 
-// The layer's tensors in the buffer, in this order: w_rec, w_in (linear input), and, where `params_gradient`, b_in and
-// b_rec where the buffer has them (their offsets not -1). What CheckInPlace checks and the backward's whole gradient
-// covers.
-std::vector<Slot> ParamsSlots(const Recurrence& r);
+// The tensors in rows operand `operand` of a call `in_place`, in the blocks' order and, for the first operand where
+// `params_gradient`, its biases where it has them (their offsets not -1). What the backward's whole gradient covers.
+std::vector<Slot> OperandSlots(const Recurrence& r, int64_t operand);
 
-// The element at `offset` of the parameter buffer of a call `in_place`.
-inline const void* At(const ::xla::ffi::AnyBuffer& params, const Recurrence& r, int64_t offset) {
-  return static_cast<const char*>(params.untyped_data()) + offset * r.weights_bytes();
+// The first element of `block` in its operand.
+inline const void* At(const ::xla::ffi::AnyBuffer& operand, const Recurrence& r, const WeightBlock& block) {
+  return static_cast<const char*>(operand.untyped_data()) + block.offset * r.weights_bytes();
 }
 
 // The optional `lengths` argument (int32 [B], where `has_lengths`) into `r`.

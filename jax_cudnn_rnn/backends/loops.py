@@ -39,3 +39,13 @@ def loop_invariant(arrays: Sequence[Any], varying: Array) -> bool:
         and traced_for in LOOP_BODIES
         and all(isinstance(a, jax.core.Tracer) and getattr(a, "_trace", trace) is not trace for a in arrays)
     )
+
+
+def mapped(varying: Array) -> bool:
+    """Whether ``varying`` (a call's input) is being mapped by ``jax.vmap`` here: a tracer of a batching trace, as an
+    Equinox module's per-sequence call inside the user's ``jax.vmap`` sees its input. A kernel that runs such a call
+    once per mapped element (an FFI call's ``vmap_method="sequential"``) then runs it B times; XLA's own programs take
+    the mapped axis into their products. Not where the vmap encloses a ``jit`` that encloses the call (the jit's
+    program is mapped after it is traced). Which trace a tracer belongs to is not public API: False where this jax
+    does not say."""
+    return type(getattr(varying, "_trace", None)).__name__ == "BatchTrace"

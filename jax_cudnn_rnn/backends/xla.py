@@ -470,7 +470,9 @@ def _nt_transposed(v: Array, w: Array, precision: Any) -> Array:
 def rnn(call: Call, inputs: Inputs):
     """The registry's ``run``: the fast path, ``call`` as ``ops.rnn`` prepared it (jax_cudnn_rnn/backends/call.py); a
     call of one time step over a frontend's ``Pieces`` as that step alone (``_step_direction``), reading each tensor
-    where it lies, as Flax's cells do, or, in a loop that does not change them, one product per matrix. A buffer's one
+    where it lies, as Flax's cells do, or, in a loop that does not change them, one product per matrix (what a GPU
+    runs, a CPU without oneDNN's extension, and a CPU's step under ``jax.vmap``; elsewhere the CPU's default runs
+    oneDNN's recurrence over the same tensors, "onednn:gemm"). A buffer's one
     step runs the scan: the step's products would read slices of the buffer, which XLA copies at every call and,
     slices not being worth hoisting alone, at every step of a decoding loop (config G, B=1: twice the scan's time, on
     a loaded 2-core CPU); the scan's custom_vjp also forms the buffer's gradient faster (1.5-3x) than JAX's transpose

@@ -7,6 +7,7 @@ layers, dropout."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 
 import flax.linen as nn
@@ -20,7 +21,8 @@ import jax_cudnn_rnn as jcr
 from jax_cudnn_rnn import _buffer, layout
 from jax_cudnn_rnn import flax as jcr_flax
 from jax_cudnn_rnn import nnx as jcr_nnx
-from jax_cudnn_rnn.backends import cpu_info
+from jax_cudnn_rnn.backends import cpu_info, registry
+from jax_cudnn_rnn.backends.call import Call
 
 B, I, H = 3, 5, 4
 TOL = {
@@ -77,10 +79,13 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("implementation", ["xla", "onednn:gemm"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("extras", ["plain", "lengths+resets"])
-def test_rnn_one_step_on_pieces_matches_the_reference(case, dtype, extras):
+@pytest.mark.parametrize("extras", ["plain", "lengths", "lengths+resets"])
+def test_rnn_one_step_on_pieces_matches_the_reference(case, dtype, extras, implementation):
+    """The xla implementation's step and oneDNN's recurrence over the pieces where they lie (the CPU's default for a
+    frontend's one step where the extension is loaded; skipped where it is not, or does not run the case)."""
     options = dict(CASES[case])
     mode, num_layers = options.pop("mode"), options.pop("num_layers", 1)
     input_size = options.pop("input_size", I)
@@ -95,11 +100,18 @@ def test_rnn_one_step_on_pieces_matches_the_reference(case, dtype, extras):
     h0 = jax.random.normal(keys[2], (d, B, config.hidden_size), dtype)
     c0 = jax.random.normal(keys[3], (d, B, H), dtype) if mode == "lstm" else None
     kwargs = {}
-    if extras != "plain":
-        kwargs = dict(seq_lengths=jnp.array([1, 1, 1], jnp.int32), resets=jnp.array([[True, False, True]]))
+    if extras != "plain":  # a row past its length too: its state stays, its output is zero
+        kwargs = dict(seq_lengths=jnp.array([1, 0, 1], jnp.int32))
+    if extras == "lengths+resets":
+        kwargs.update(resets=jnp.array([[True, False, True]]))
     training = config.dropout > 0 or config.recurrent_dropout > 0
     if training:
         kwargs.update(is_training=True, dropout_key=keys[4])
+    call = Call(config, 1, B, "seq_lengths" in kwargs, training, "resets" in kwargs, pieces=True)
+    call = dataclasses.replace(call, recurrent_dropout=training and config.recurrent_dropout > 0)
+    reason = registry.why_not(implementation, "cpu", call)
+    if reason is not None:
+        pytest.skip(f"{implementation} does not run it here: {reason}")
 
     def run(implementation):
         def loss(pieces, x, h0, c0):
@@ -112,7 +124,7 @@ def test_rnn_one_step_on_pieces_matches_the_reference(case, dtype, extras):
 
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(pieces, x, h0, c0)
 
-    (grads, outputs), (want_grads, want_outputs) = run("xla"), run("reference")
+    (grads, outputs), (want_grads, want_outputs) = run(implementation), run("reference")
     _assert_close(outputs, want_outputs, dtype)
     _assert_close(grads, want_grads, dtype)
     assert jax.tree.structure(grads[0]) == jax.tree.structure(pieces)
@@ -540,16 +552,18 @@ def _operations(compiled_text: str) -> collections.Counter:
 # Not OptimizedLSTMCell: its step concatenates the gates' kernels at each call, ours reads each where it lies
 @pytest.mark.parametrize("cell_type", [nn.GRUCell, nn.LSTMCell, nn.SimpleCell])
 def test_the_drop_ins_one_step_compiles_to_flax_cells_program(cell_type):
-    """What a one-step call of ``jax_cudnn_rnn.flax.RNN(cell)`` costs is what Flax's cell's step costs: the programs
-    XLA compiles are the same operation for operation (shape and opcode), the gradient's exactly, the forward's but
-    for the output's time axis ([B, 1, H] where the cell returns [B, H]). Timings of the two (docs/BENCHMARKS.md) then
-    differ by what the machine does, not by what runs."""
+    """What a one-step call of ``jax_cudnn_rnn.flax.RNN(cell)`` on the xla implementation (where oneDNN's extension is
+    not loaded; a GPU's or a TPU's one step) costs is what Flax's cell's step costs: the programs XLA compiles are the
+    same operation for operation (shape and opcode), the gradient's exactly, the forward's but for the output's time
+    axis ([B, 1, H] where the cell returns [B, H]). Timings of the two (docs/BENCHMARKS.md) then differ by what the
+    machine does, not by what runs. (With the extension the CPU's default runs oneDNN's recurrence over the cell's
+    tensors instead: tests/onednn/test_gemm_pieces.py.)"""
     batch, units = 4, 16
     cell = cell_type(units)
     x = jax.random.normal(jax.random.key(0), (batch, units))
     carry = cell.initialize_carry(jax.random.key(1), x.shape)
     variables = cell.init(jax.random.key(2), carry, x)
-    drop_in = jcr_flax.RNN(cell_type(units))
+    drop_in = jcr_flax.RNN(cell_type(units), implementation="xla")
 
     def flax_step(variables, carry, x):
         return cell.apply(variables, carry, x)

@@ -212,34 +212,35 @@ def test_this_cpu_estimates_from_its_class():
     assert onednn_backend.cost(Call(jcr.RNNConfig("rnn_tanh", 1, 8, 8), 10, 4), "forward", "") is None
 
 
-def test_a_frontends_call_of_one_step_runs_the_xla_step():
-    """A frontend's lone time step (its named tensors, ``Call.pieces``) has no oneDNN estimate: the CPU default runs
-    the xla implementation's step, which reads each tensor where it lies, as Flax's cells run one (issue 60); in a loop
-    over which the tensors do not change (decoding) it is estimated as any call, oneDNN's reorder of them leaving the
-    loop.
-    On the opaque buffer a lone call of at most ``gemm.IN_PLACE_STEPS`` steps is estimated for "onednn:gemm" alone,
-    which reads the weights in place (``cpu_rule.short_call``); in a loop over which the buffer does not change
-    (``Call.loop_invariant_weights``) the rule estimates the step as any call (oneDNN's weights, prepared by a call on
-    the params alone, leave a decoding loop)."""
+def test_a_call_of_one_step_runs_the_gemm_in_place_but_in_a_loop_or_under_vmap():
+    """A lone call of at most ``gemm.IN_PLACE_STEPS`` steps, on the opaque buffer or on a frontend's named tensors
+    (``Call.pieces``: decoding, a rollout, issue 60), is estimated for "onednn:gemm" alone, which reads the weights
+    where they lie (``cpu_rule.short_call``); oneDNN's own run, which reorders them at every call, has no estimate. In
+    a loop over which the weights do not change (``Call.loop_invariant_weights``) the step is estimated as any call
+    (oneDNN's weights, prepared by a call on the params alone, leave a decoding loop). A frontend's step under
+    ``jax.vmap`` (``Call.mapped``: the handlers would run once per mapped row) or of a projected LSTM (whose layers
+    run on the buffer) has no oneDNN estimate: the xla step runs it."""
     cfg = jcr.RNNConfig("lstm", 1, 256, 256)
     steps = gemm.IN_PLACE_STEPS
     for side in registry.SIDES:
-        assert onednn_backend.cost(Call(cfg, 1, 32, pieces=True), side, "") is None
-        looped_step = Call(cfg, 1, 32, pieces=True, loop_invariant_weights=True)
-        assert onednn_backend.cost(looped_step, side, "") == onednn_backend.cost(
-            Call(cfg, 2, 32, pieces=True), side, ""
-        )
-        assert onednn_backend.cost(Call(cfg, steps, 32), side, "") is None
-        assert onednn_backend.cost(Call(cfg, steps, 32), side, "plain") is None
-        assert tuple(onednn_backend.cost(Call(cfg, steps, 32), side, "gemm")) == cpu_rule.short_call(side, GEMM)
+        for pieces in (False, True):
+            lone = Call(cfg, steps, 32, pieces=pieces)
+            assert onednn_backend.cost(lone, side, "") is None
+            assert onednn_backend.cost(lone, side, "plain") is None
+            assert tuple(onednn_backend.cost(lone, side, "gemm")) == cpu_rule.short_call(side, GEMM)
+            looped = Call(cfg, steps, 32, pieces=pieces, loop_invariant_weights=True)
+            longer = Call(cfg, steps + 1, 32, pieces=pieces)
+            assert onednn_backend.cost(looped, side, "") == onednn_backend.cost(longer, side, "")
         assert cpu_rule.short_call(side, GEMM)[0] < 1.0
-        looped = Call(cfg, steps, 32, loop_invariant_weights=True)
-        assert onednn_backend.cost(looped, side, "") == onednn_backend.cost(Call(cfg, steps + 1, 32), side, "")
-    choice = registry.decide("cpu", Call(cfg, 1, 32, pieces=True))
-    assert (choice.forward, choice.training) == ("xla", "xla")
+        projected = jcr.RNNConfig("lstm", 1, 256, 256, proj_size=128)
+        for outside in (Call(cfg, steps, 32, pieces=True, mapped=True), Call(projected, steps, 32, pieces=True)):
+            assert onednn_backend.cost(outside, side, "gemm") is None
     if onednn_backend.unavailable() is None:
-        choice = registry.decide("cpu", Call(cfg, steps, 32))
-        assert (choice.forward, choice.training) == (GEMM, GEMM)
+        for pieces in (False, True):
+            choice = registry.decide("cpu", Call(cfg, steps, 32, pieces=pieces))
+            assert (choice.forward, choice.training) == (GEMM, GEMM)
+    choice = registry.decide("cpu", Call(cfg, steps, 32, pieces=True, mapped=True))
+    assert (choice.forward, choice.training) == ("xla", "xla")
 
 
 _BELOW_AVX512 = """
@@ -331,7 +332,7 @@ def test_a_lone_step_on_the_buffer_reads_it_in_place_and_a_decoding_loop_keeps_o
     params = jcr.init_params(jax.random.key(0), cfg)
     x, h0 = jnp.ones((1, 2, 16)), jnp.zeros((1, 2, 16))
     lone = jax.jit(lambda p, x, h: jcr.rnn(p, x, h, None, cfg)[0]).lower(params, x, h0).as_text()
-    assert extension.GEMM_FORWARD_TARGET in lone and "in_place = true" in lone
+    assert extension.GEMM_FORWARD_TARGET in lone and "blocks = dense<[" in lone
 
     def decode(p, h):
         return jax.lax.scan(lambda h, x_t: (jcr.rnn(p, x_t[None], h, None, cfg)[1], None), h, jnp.ones((5, 2, 16)))[0]

@@ -220,27 +220,31 @@ def unavailable() -> str | None:
 
 
 def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
-    """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla
-    implementation, on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this
-    machine's tuned table where there is one (jax_cudnn_rnn/backends/onednn/tuned.py); None where nothing measured
-    covers the call (then the xla implementation runs), and where the batch is not known. A frontend's call of one
-    time step is such a call: the xla implementation runs it as the cell's step alone, reading each named tensor where
-    it lies as Flax's cells do, where oneDNN reorders the weights at every call (2026-11-29, Zen 3: a one-step GRU,
-    B=1, H=512, 0.21 ms against 6.3; issue 60), except in a loop over which they do not change, where that reorder
-    leaves the loop and the step is estimated as any call (config G's decoding with the named 2-layer LSTM, B=64, an
-    Intel AMX CPU: 199 ms on oneDNN against 285 on the xla step and 253 for Flax's nn.scan of cells). A call of at
-    most ``gemm.IN_PLACE_STEPS`` steps on the opaque buffer runs "onednn:gemm", which reads the weights where they lie
-    in it (``cpu_rule.short_call``: a GRU step, B=1, H=512, 0.16 ms against oneDNN's 2.7 and Flax's cell's 0.21),
-    except in a loop over which the buffer does not change
-    (``call.loop_invariant_weights``), where oneDNN's preparation of the weights, a call of its own on the params
-    alone, leaves the loop (a decoding loop, 100 steps of a 2-layer LSTM, H=512: B=64 491-544 ms against the gemm's
-    632-668); longer calls as the rule decides."""
-    lone_piece_step = call.max_time == 1 and call.pieces and not call.loop_invariant_weights
-    if call.config is None or call.batch is None or lone_piece_step:
+    """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla implementation,
+    on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this machine's tuned table where
+    there is one (jax_cudnn_rnn/backends/onednn/tuned.py); None where nothing measured covers the call (then the xla
+    implementation runs), and where the batch is not known. A call of at most ``gemm.IN_PLACE_STEPS`` steps runs
+    "onednn:gemm", which reads the weights where they lie, in the opaque buffer or in a frontend's tensors
+    (``cpu_rule.short_call``: a GRU step on the buffer, B=1, H=512, 0.16 ms against oneDNN's 2.7 and Flax's cell's 0.21,
+    Zen 3; a frontend's GRU step, B=4, H=512: 0.24-0.30 ms against 0.34-0.49 on the xla step, which reads each tensor
+    where it lies as Flax's cells do, and Flax's cell's 0.42, Intel AMX), where oneDNN's own run reorders the weights at
+    every call (2026-11-29, Zen 3: a one-step GRU, B=1, H=512, 0.21 ms against 6.3; issue 60); except in a loop over
+    which the weights do not change (``call.loop_invariant_weights``), where oneDNN's preparation of the weights, a call
+    of its own on the params alone, leaves the loop (a decoding loop, 100 steps of a 2-layer LSTM, H=512: B=64 491-544
+    ms against the gemm's 632-668; config G with the named 2-layer LSTM, B=64, an Intel AMX CPU: 199 ms on oneDNN
+    against 285 on the xla step and 253 for Flax's nn.scan of cells) and the call is estimated as any; and except a
+    frontend's step under ``jax.vmap`` (``call.mapped``: the handlers would run once per mapped row) or of a projected
+    LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the rule decides."""
+    if call.config is None or call.batch is None:
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     short = call.max_time is not None and call.max_time <= gemm.IN_PLACE_STEPS
-    if short and not call.pieces and not call.loop_invariant_weights:
+    if short and not call.loop_invariant_weights:
+        if call.pieces and (call.config.proj_size or call.mapped):
+            # a projected LSTM's layers are gemm_scan's, on the buffer (a copy of the tensors); under vmap the
+            # handlers run once per mapped element (an Equinox LSTM step, B=64, H=512: 15 ms against the xla step's
+            # 1.3, whose products take the mapped axis)
+            return None
         found = cpu_rule.short_call(side, implementation)
         return None if found is None else registry.Cost(*found)
     found = cpu_rule.estimate(
@@ -274,7 +278,7 @@ registry.register(
         variants={
             "plain": registry.Variant(rnn_plain, sides=(registry.TRAINING,), takes_pieces=True),
             # Both sides; estimated where cpu_measurements.json has cells of it (bfloat16, native bfloat16 kernels).
-            "gemm": registry.Variant(rnn_gemm),
+            "gemm": registry.Variant(rnn_gemm, takes_pieces=True, takes_transposed=True),
         },
         scratch_bytes=lambda call, side, variant: scratch_bytes(call, side, variant),
         # The weights and backward handlers read a frontend's named tensors and write their gradients in place.

@@ -7,10 +7,11 @@ XLA:CPU's GEMM does not. Per layer and direction:
 * the input product of all time steps is one GEMM;
 * the recurrence is one FFI call (``kernels.gemm_forward``: onednn/gemm_recurrence.h): per step one product with the
   recurrent weights, packed once into the layout the kernels read or, for a short call or kernels that read them
-  where they lie (``_in_place``), read in the buffer itself, and the cell's arithmetic (onednn/gemm_cells.h)
-  around it in C++. As an XLA scan (what ``gemm_scan`` still runs for a projected LSTM) the arithmetic and its stacked
-  outputs cost about 40 % of the forward's time (GRU T=25 B=64 H=1024 bfloat16, a scan whose step kept the products
-  and dropped the cell: 62 against 104 ms, on a loaded 2-core Zen 4);
+  where they lie (``_in_place``), read in the buffer itself, or in a frontend's own tensors (``_buffer.Pieces``: a
+  Flax cell's kernel per gate, a Keras layer's stacked kernel; ``_piece_operands``), and the cell's arithmetic
+  (onednn/gemm_cells.h) around it in C++. As an XLA scan (what ``gemm_scan`` still runs for a projected LSTM) the
+  arithmetic and its stacked outputs cost about 40 % of the forward's time (GRU T=25 B=64 H=1024 bfloat16, a scan
+  whose step kept the products and dropped the cell: 62 against 104 ms, on a loaded 2-core Zen 4);
 * its gradient is one FFI call too (``kernels.gemm_backward``: the gate gradients and the gradient w.r.t. the state,
   step by step), then the weight gradients and the input's are one GEMM each over all steps.
 
@@ -30,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_cudnn_rnn import _buffer
+from jax_cudnn_rnn._buffer import Pieces
 from jax_cudnn_rnn.backends.custom_vjp import custom_vjp
 from jax_cudnn_rnn.backends.fused import lengths as fused_lengths
 from jax_cudnn_rnn.backends.onednn import gemm_scan, kernels
@@ -113,7 +115,7 @@ def _layer_bwd(config, reverse, out_dtype, in_place, residuals, cotangents):
     d_ys, dh_n, dc_n = cotangents
     (params,) = weights if in_place else (None,)
     w_in, w_rec = (None, None) if in_place else weights
-    dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0 = kernels.gemm_backward(
+    dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0, _ = kernels.gemm_backward(
         x,
         params if in_place else kernels.pack_weights(w_rec, dh_n.shape[0]),
         d_ys,
@@ -165,7 +167,7 @@ def _whole_fwd(config, out_dtype, offsets, x, params, h0, c0, lengths):
 def _whole_bwd(config, out_dtype, offsets, residuals, cotangents):
     x, params, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
-    dx, _, _, d_params, _, dh0, dc0 = kernels.gemm_backward(
+    dx, _, _, d_params, _, dh0, dc0, _ = kernels.gemm_backward(
         x,
         params,
         d_ys,
@@ -184,6 +186,117 @@ def _whole_bwd(config, out_dtype, offsets, residuals, cotangents):
 
 
 _whole.defvjp(_whole_fwd, _whole_bwd)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One layer and direction read where a frontend's tensors lie (``_buffer.Pieces``).
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _piece_operands(config: RNNConfig, groups, input_size: int):
+    """(operands, blocks, b_in, b_rec) of one layer and direction's tensors as ``_buffer.unpack_gates`` gives them:
+    each matrix gate its own operand, read where it lies (as rows, or as the columns of a kernel held [in, H]), a
+    stacked group's gates one operand (their array: XLA folds the concatenation of its slices back into it) read as
+    columns, consecutive gates lying side by side one block; the biases joined in gate order, in float32 (a held one
+    zero; None where the group is absent)."""
+    w_in, w_rec, _, b_in, b_rec = groups
+    gates, units = config.num_gates, config.num_units
+    operands, blocks = [], []
+
+    def add(array, matrix: int, blocks_of: list[tuple[int, int, int]], depth: int, transposed: bool) -> None:
+        """``array`` as one operand holding ``blocks_of`` (offset, first gate, gates) of ``matrix``."""
+        operands.append(array.astype(config.dtype))
+        width = array.shape[-1]
+        strides = (1, width) if transposed and width > 1 else (depth, 1)  # one column: its rows are its columns
+        for offset, gate, count in blocks_of:
+            blocks.append(kernels.WeightBlock(matrix, len(operands) - 1, offset, gate, count, *strides))
+
+    for matrix, group, depth in ((0, w_in, input_size), (1, w_rec, units)):
+        if group is None:
+            continue
+        if not group.stacked:
+            for gate, (array, transposed) in enumerate(zip(group.gates, group.transposed, strict=True)):
+                add(array, matrix, [(0, gate, 1)], depth, transposed)
+            continue
+        order, runs, gate = list(group.order), [], 0
+        while gate < gates:  # the gates in runs that lie side by side in gate order
+            position, count = order.index(gate), 1
+            while gate + count < gates and position + count < len(order) and order[position + count] == gate + count:
+                count += 1
+            runs.append((position * units, gate, count))
+            gate += count
+        add(jnp.concatenate([group.gates[k] for k in order], axis=1), matrix, runs, depth, True)
+
+    def bias(group):
+        if group is None:
+            return None
+        return jnp.concatenate([jnp.zeros((units,)) if b is None else b.astype(jnp.float32) for b in group.gates])
+
+    return operands, tuple(blocks), bias(b_in), bias(b_rec)
+
+
+def _pieces_forward(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, training):
+    b_in, b_rec = _biases(b_in, b_rec, config.num_gates * config.num_units)
+    return kernels.gemm_forward(
+        x,
+        operands[0],
+        b_in,
+        b_rec,
+        h0,
+        None,
+        c0,
+        lengths,
+        config=config,
+        reverse=reverse,
+        training=training,
+        weights_dtype=operands[0].dtype,
+        y_dtype=out_dtype,
+        in_place=blocks,
+        pieces=tuple(operands[1:]),
+    )
+
+
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _pieces_layer(config: RNNConfig, reverse: bool, out_dtype: Any, blocks, x, operands, b_in, b_rec, h0, c0, lengths):
+    """As ``_layer``, the weights read where ``blocks`` say they lie in ``operands`` (``_piece_operands``), whose
+    gradients the backward's handler writes as they lie: no copy of a tensor either way."""
+    y, h_n, c_n, _ = _pieces_forward(
+        config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, False
+    )
+    return y, h_n, c_n
+
+
+def _pieces_layer_fwd(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths):
+    y, h_n, c_n, saved = _pieces_forward(
+        config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, True
+    )
+    return (y, h_n, c_n), (x, operands, b_in is not None, b_rec is not None, c0, lengths, saved)
+
+
+def _pieces_layer_bwd(config, reverse, out_dtype, blocks, residuals, cotangents):
+    x, operands, has_b_in, has_b_rec, c0, lengths, saved = residuals
+    d_ys, dh_n, dc_n = cotangents
+    dx, _, d_b_in, d_first, d_b_rec, dh0, dc0, d_rest = kernels.gemm_backward(
+        x,
+        operands[0],
+        d_ys,
+        dh_n,
+        dc_n,
+        None,
+        c0,
+        saved,
+        lengths,
+        config=config,
+        reverse=reverse,
+        in_place=blocks,
+        params_gradient=(None, None),
+        pieces=tuple(operands[1:]),
+    )
+    d_b_in, d_b_rec = (d_b_in if has_b_in else None), (d_b_rec if has_b_rec else None)
+    return dx, [d_first, *d_rest], d_b_in, d_b_rec, dh0, dc0, None
+
+
+_pieces_layer.defvjp(_pieces_layer_fwd, _pieces_layer_bwd)
 
 
 def call_bytes(config: RNNConfig, layer: int, num_steps: int, batch: int) -> tuple[int, int]:
@@ -229,6 +342,15 @@ def _direction(config: RNNConfig, x, weights, offsets, params, h0, c0, lengths, 
     )
 
 
+def _pieces_direction(config: RNNConfig, x, groups, offsets, params, h0, c0, lengths, reverse: bool, last: bool):
+    """``_direction`` for a frontend's tensors, ``groups`` this layer and direction's ``_buffer.unpack_gates``
+    groups (no projection; ``offsets`` and ``params`` unused), read where they lie (``_pieces_layer``)."""
+    del offsets, params
+    operands, blocks, b_in, b_rec = _piece_operands(config, groups, x.shape[-1])
+    out_dtype = config.dtype if last else jnp.float32
+    return _pieces_layer(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths)
+
+
 def _whole_in_place(config: RNNConfig, weights, offsets) -> bool:
     """Whether the network is one layer and direction (no projection) whose every group lies in the buffer as one run
     where ``offsets`` (the groups' offsets, or None where the call does not read in place) say: ``_whole`` runs it."""
@@ -249,8 +371,12 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
     recurrence keeps a row's state past its length (cuDNN's packed sequences, as the handlers run them): no step is
     arranged around the kernel, no wider input, no gather of the final states. Where ``_in_place`` (a call of few
     steps, or products on kernels that read their weights in place) the handlers read the weights where they lie in
-    ``params`` (no copy of them); elsewhere each direction's recurrent weights are packed once for its steps."""
+    ``params`` (no copy of them), the buffer or a frontend's ``Pieces`` (a projected LSTM's excepted: it packs them
+    into the buffer); elsewhere each direction's recurrent weights are packed once for its steps (``Pieces`` packed
+    into the buffer first)."""
     f32 = jnp.float32
+    if isinstance(params, Pieces) and not (config.proj_size == 0 and _in_place(config, *x.shape[:2])):
+        params = params.buffer()
     lengths = None
     if seq_lengths is not None:
         lengths = seq_lengths.astype(jnp.int32)
@@ -258,21 +384,26 @@ def rnn(params, x, h0, c0, config: RNNConfig, seq_lengths=None) -> tuple[Any, An
     # Each layer's GEMMs round their input to the weights' dtype and give its gradient in the input's dtype: two
     # directions' gradients of x add up in float32, as the xla implementation's, and are rounded once.
     layer_input = x.astype(f32) if config.num_directions == 2 else x
-    weights = [
-        tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
-        for groups in _buffer.unpack(params, config)
-    ]
-    offsets = _buffer.group_offsets(config) if _in_place(config, *x.shape[:2]) else [None] * len(weights)
+    pieces = isinstance(params, Pieces)
+    if pieces:
+        weights, offsets = _buffer.unpack_gates(params), None
+    else:
+        weights = [
+            tuple(None if w is None else (w if i < 3 else w.astype(f32)) for i, w in enumerate(groups))
+            for groups in _buffer.unpack(params, config)
+        ]
+        offsets = _buffer.group_offsets(config) if _in_place(config, *x.shape[:2]) else [None] * len(weights)
     h_n, c_n = [], []
     for layer in range(config.num_layers):
         outputs = []
         for direction in range(config.num_directions):
             index = layer * config.num_directions + direction
-            ys, h_last, c_last = _direction(
+            run = _pieces_direction if pieces else _direction
+            ys, h_last, c_last = run(
                 config,
                 layer_input,
                 weights[index],
-                offsets[index],
+                None if pieces else offsets[index],
                 params,
                 h0[index].astype(f32),
                 None if c0 is None else c0[index].astype(f32),

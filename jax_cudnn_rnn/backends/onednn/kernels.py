@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -258,6 +258,42 @@ def matmul_packed(a, packed, *, rows: int, b_shape: tuple[int, int], transpose_b
     )
 
 
+class WeightBlock(NamedTuple):
+    """Gates ``gate0`` to ``gate0 + gates - 1`` of one of a layer's matrices (``matrix`` 0: w_in [G*H, I], 1: w_rec
+    [G*H, H]) where they lie in weights operand ``operand`` of the recurrence handlers (0: their ``packed`` argument,
+    i > 0: ``pieces[i - 1]``): row ``row`` and column ``k`` of the block at element ``offset + row * row_stride + k *
+    col_stride`` of the operand, as rows (``row_stride`` K, ``col_stride`` 1: the buffer's layout) or as columns
+    (``row_stride`` 1: columns from ``offset`` of an operand [K, ``col_stride``] holding the matrix transposed, a Flax
+    or Keras kernel). onednn/recurrence_operands.h's ``WeightBlock``."""
+
+    matrix: int
+    operand: int
+    offset: int
+    gate0: int
+    gates: int
+    row_stride: int
+    col_stride: int
+
+
+def buffer_blocks(
+    config: RNNConfig, input_size: int, w_in_offset: int | None, w_rec_offset: int
+) -> tuple[WeightBlock, ...]:
+    """The blocks of one layer and direction whose matrices lie in the flat parameter buffer at these offsets (w_in's
+    None: skip input): each matrix one block of every gate, as rows."""
+    gates, units = config.num_gates, config.num_units
+    blocks = [] if w_in_offset is None else [WeightBlock(0, 0, w_in_offset, 0, gates, input_size, 1)]
+    return (*blocks, WeightBlock(1, 0, w_rec_offset, 0, gates, units, 1))
+
+
+def _blocks(config: RNNConfig, input_size: int, in_place) -> tuple[WeightBlock, ...]:
+    """``in_place`` as blocks: given as blocks, or as (w_in's offset or None, w_rec's) in the buffer."""
+    if in_place is None:
+        return ()
+    if all(isinstance(b, WeightBlock) for b in in_place):
+        return tuple(in_place)
+    return buffer_blocks(config, input_size, *in_place)
+
+
 def _recurrence_attributes(
     config: RNNConfig,
     input_size: int,
@@ -267,14 +303,15 @@ def _recurrence_attributes(
     rows: int,
     weights_dtype,
     has_lengths: bool,
-    in_place: tuple[int, int] | None,
+    blocks: tuple[WeightBlock, ...],
     params_gradient: tuple[int | None, int | None] | None = None,
 ) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
     one-direction network with this input (its biases come as arrays), the direction, whether the call trains, the
-    rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument, and where
-    the weights are read in place, their offsets (w_in's, w_rec's) in the parameter buffer; where the backward gives
-    the whole buffer's gradient, ``params_gradient``, the biases' offsets (b_in's, b_rec's; None where absent)."""
+    rows the recurrent weights were packed for and their dtype, whether the lengths come as an argument, and where the
+    weights are read in place, their ``blocks`` (none: w_rec packed and w_in an argument); where the backward gives
+    the weights operands' whole gradients, ``params_gradient``, the biases' offsets in the first (b_in's, b_rec's;
+    None where absent)."""
     one = dataclasses.replace(
         config,
         num_layers=1,
@@ -292,9 +329,7 @@ def _recurrence_attributes(
         rows=np.int64(rows),
         weights_dtype=np.dtype(weights_dtype).name,
         has_lengths=np.bool_(has_lengths),
-        in_place=np.bool_(in_place is not None),
-        w_in_offset=np.int64(in_place[0] or 0 if in_place else 0),
-        w_rec_offset=np.int64(in_place[1] if in_place else 0),
+        blocks=np.asarray([field for block in blocks for field in block], np.int64).reshape(-1),
         params_gradient=np.bool_(params_gradient is not None),
         b_in_offset=np.int64(-1 if params_gradient is None or params_gradient[0] is None else params_gradient[0]),
         b_rec_offset=np.int64(-1 if params_gradient is None or params_gradient[1] is None else params_gradient[1]),
@@ -316,13 +351,15 @@ def gemm_forward(
     training: bool,
     weights_dtype,
     y_dtype,
-    in_place: tuple[int, int] | None = None,
+    in_place: Any = None,
+    pieces: tuple[Any, ...] = (),
 ):
     """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
     the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
     w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32;
-    ``in_place`` (w_in's offset or None for skip input, w_rec's) where ``packed`` is instead the flat parameter buffer
-    the weights are read from where they lie (w_in then None);
+    ``in_place`` where the weights are instead read where they lie (w_in then None): their ``WeightBlock``s in
+    ``packed`` and ``pieces`` (each of ``weights_dtype``), or (w_in's offset or None for skip input, w_rec's) in
+    ``packed``, the flat parameter buffer;
     ``lengths`` int32 [B] or None: past a row's length its state stays and its outputs are zero (x there finite).
     Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
     reads (gates, [aux], [h_prev], h_gemm), else ()."""
@@ -338,7 +375,8 @@ def gemm_forward(
         out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
         out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
         out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
-    skip_input = w_in is None if in_place is None else in_place[0] is None
+    blocks = _blocks(config, input_size, in_place)
+    skip_input = w_in is None if in_place is None else all(block.matrix == 1 for block in blocks)
     outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
         x,
         packed,
@@ -348,8 +386,9 @@ def gemm_forward(
         *([] if w_in is None else [w_in]),
         *([c0] if lstm else []),
         *([] if lengths is None else [lengths]),
+        *pieces,
         **_recurrence_attributes(
-            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, in_place
+            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks
         ),
     )
     y, h_n, *rest = outputs
@@ -370,8 +409,9 @@ def gemm_backward(
     *,
     config: RNNConfig,
     reverse: bool,
-    in_place: tuple[int, int] | None = None,
+    in_place: Any = None,
     params_gradient: tuple[int | None, int | None] | None = None,
+    pieces: tuple[Any, ...] = (),
 ):
     """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0, lengths and ``in_place`` the
     forward's, ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them (or, ``in_place``, the
@@ -380,7 +420,8 @@ def gemm_backward(
     or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32. With
     ``params_gradient`` (in place, for a network of this one layer and direction: the biases' offsets in the buffer,
     b_in's and b_rec's, None where absent) the fourth is instead the whole buffer's gradient, in its dtype, with the
-    biases' in it too, and dw_in is None."""
+    biases' in it too, dw_in is None, and an eighth gives the ``pieces``' gradients (a tuple, empty without
+    ``params_gradient``)."""
     _, batch, input_size = x.shape
     gates, h_gemm = saved[0], saved[-1]
     weights_dtype = h_gemm.dtype
@@ -394,9 +435,11 @@ def gemm_backward(
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct(dh_n.shape, f32),
     ]
-    skip_input = w_in is None if in_place is None else in_place[0] is None
+    blocks = _blocks(config, input_size, in_place)
+    skip_input = w_in is None if in_place is None else all(block.matrix == 1 for block in blocks)
     out_types += [] if skip_input or params_gradient else [jax.ShapeDtypeStruct((width * input_size,), weights_dtype)]
     out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
+    out_types += [jax.ShapeDtypeStruct(piece.shape, piece.dtype) for piece in pieces] if params_gradient else []
     dx, dw_rec, d_b_in, d_b_rec, dh0, *rest = jax.ffi.ffi_call(
         extension.GEMM_BACKWARD_TARGET, out_types, vmap_method="sequential"
     )(
@@ -410,6 +453,7 @@ def gemm_backward(
         *saved[1:-1],  # [aux], [h_prev]
         *([c0, dc_n] if lstm else []),
         *([] if lengths is None else [lengths]),
+        *pieces,
         **_recurrence_attributes(
             config,
             input_size,
@@ -419,13 +463,14 @@ def gemm_backward(
             batch,
             weights_dtype,
             lengths is not None,
-            in_place,
+            blocks,
             params_gradient,
         ),
     )
     if params_gradient:
-        return dx, None, d_b_in, dw_rec, d_b_rec, dh0, (rest[0] if lstm else None)
+        dc0 = rest.pop(0) if lstm else None
+        return dx, None, d_b_in, dw_rec, d_b_rec, dh0, dc0, tuple(rest)
     # Flat from the handler: the buffer's gradient concatenates them as they are (XLA's concatenation of [G*H, in]
     # reshaped into it was a fused loop of 2.5 ms for 6 MB; a GRU step, B=1, H=512).
     dw_in = None if skip_input else rest.pop(0).reshape(width, input_size)
-    return dx, dw_in, d_b_in, dw_rec.reshape(width, units), d_b_rec, dh0, (rest[0] if lstm else None)
+    return dx, dw_in, d_b_in, dw_rec.reshape(width, units), d_b_rec, dh0, (rest[0] if lstm else None), ()
