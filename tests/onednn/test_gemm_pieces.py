@@ -69,15 +69,16 @@ def _assert_runs_in_place(step, *args) -> None:
 LINEN_CELLS = {"LSTMCell": nn.LSTMCell, "GRUCell": nn.GRUCell, "SimpleCell": nn.SimpleCell}
 
 
+@pytest.mark.parametrize("batch", [1, B])  # one row: the handlers' own loops (kSmallProductRows); three: oneDNN's
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(LINEN_CELLS))
-def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(name, dtype):
+def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(name, dtype, batch):
     """``jax_cudnn_rnn.flax.RNN(cell)``'s one step over the cell's own parameters (a kernel per gate, held [in, H]):
     output, carry and the gradient of every parameter, of the carry and of x against Flax's cell."""
     if dtype == "bfloat16":
         require_bfloat16_kernels("onednn:gemm")
     cell = LINEN_CELLS[name](H, dtype=dtype, param_dtype=dtype)
-    x = jax.random.normal(jax.random.key(0), (B, I), dtype)
+    x = jax.random.normal(jax.random.key(0), (batch, I), dtype)
     carry = jax.tree.map(
         lambda a: jax.random.normal(jax.random.key(1), a.shape, dtype),
         cell.initialize_carry(jax.random.key(2), x.shape),
@@ -134,8 +135,9 @@ def test_the_nnx_step_reads_the_cells_variables_and_equals_the_cell(kind):
     _assert_runs_in_place(jax.jit(ours), params, carry, x)
 
 
+@pytest.mark.parametrize("batch", [2, B])
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "SimpleRNN"])
-def test_the_keras_step_reads_the_layers_kernels_and_equals_keras(kind):
+def test_the_keras_step_reads_the_layers_kernels_and_equals_keras(kind, batch):
     """A Keras layer's one step (``stateless_call`` at T=1) over its variables as they lie (the kernel [in, G*H] whole;
     the GRU's gates z, r, h each a block of its columns, r and z put back in place by where their products land)
     against Keras's own layer, value and gradients."""
@@ -147,12 +149,12 @@ def test_the_keras_step_reads_the_layers_kernels_and_equals_keras(kind):
 
     ours, theirs = getattr(jk, kind)(H, return_state=True), getattr(keras.layers, kind)(H, return_state=True)
     for layer in (ours, theirs):
-        layer.build((B, 1, I))
+        layer.build((batch, 1, I))
     weights = [
         np.random.default_rng(k).normal(0, 0.5, w.shape).astype(np.float32) for k, w in enumerate(theirs.get_weights())
     ]
-    x = jax.random.normal(jax.random.key(0), (B, 1, I))
-    states = [jax.random.normal(jax.random.key(k + 1), (B, H)) for k in range(2 if kind == "LSTM" else 1)]
+    x = jax.random.normal(jax.random.key(0), (batch, 1, I))
+    states = [jax.random.normal(jax.random.key(k + 1), (batch, H)) for k in range(2 if kind == "LSTM" else 1)]
 
     def grads(layer):
         fixed = [v.value for v in layer.non_trainable_variables]
