@@ -276,21 +276,10 @@ def _pieces_layer_fwd(config, reverse, out_dtype, blocks, x, operands, b_in, b_r
 def _pieces_layer_bwd(config, reverse, out_dtype, blocks, residuals, cotangents):
     x, operands, has_b_in, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
+    # In place, each operand's whole gradient (params_gradient), no bias in them (their sums come apart)
+    whole = dict(in_place=blocks, params_gradient=(None, None), pieces=tuple(operands[1:]))
     dx, _, d_b_in, d_first, d_b_rec, dh0, dc0, d_rest = kernels.gemm_backward(
-        x,
-        operands[0],
-        d_ys,
-        dh_n,
-        dc_n,
-        None,
-        c0,
-        saved,
-        lengths,
-        config=config,
-        reverse=reverse,
-        in_place=blocks,
-        params_gradient=(None, None),
-        pieces=tuple(operands[1:]),
+        x, operands[0], d_ys, dh_n, dc_n, None, c0, saved, lengths, config=config, reverse=reverse, **whole
     )
     d_b_in, d_b_rec = (d_b_in if has_b_in else None), (d_b_rec if has_b_rec else None)
     return dx, [d_first, *d_rest], d_b_in, d_b_rec, dh0, dc0, None
