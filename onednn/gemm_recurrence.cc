@@ -74,6 +74,15 @@ ffi::Error TakePieces(OptionalBuffers<ffi::RemainingArgs>& args, const Recurrenc
   return ffi::Error::Success();
 }
 
+// Products of so few rows that a oneDNN call per block costs more than the product itself (a frontend's kernels are a
+// block per gate: 8 calls for an LSTM step, each a dispatch to the threads): written by the loops below, every block
+// in one parallel pass, reading each block where it lies. In-process, Intel AMX, 2026-11-30: the named LSTM's step at
+// B=2, H=128 0.077 / 0.249 ms forward / gradient against 0.108 / 0.298 on oneDNN's calls; at B=4, H=512 (GRU) the
+// loops lost (gradient 1.4-2.0x).
+constexpr int64_t kSmallProductRows = 2;
+
+bool SmallProducts(const Recurrence& r, int64_t rows) { return r.in_place && rows <= kSmallProductRows; }
+
 // The forward's products: w_in's over every step's rows (none for skip input), w_rec's over one step's. In place, one
 // per block, each where it lies; else w_in its own argument and w_rec packed.
 ffi::Error ForwardProducts(const Recurrence& r, const std::vector<const ffi::AnyBuffer*>& operands,
@@ -91,22 +100,17 @@ ffi::Error ForwardProducts(const Recurrence& r, const std::vector<const ffi::Any
   for (const WeightBlock& block : r.blocks) {
     const int64_t rows = block.matrix == 0 ? TB : B, K = r.depth(block), n = block.gates * H;
     if (rows == 0) continue;
-    // x W^T or h W^T: the block, [n, K] as it lies, read as its transpose [K, n]
-    Product product{StridedProductPlan(rows, K, n, {K, 1}, {block.col_stride, block.row_stride}, {W, 1}, wtype, F32),
-                    At(*operands[block.operand], r, block), block.gate0 * H, &block};
+    // x W^T or h W^T: the block, [n, K] as it lies, read as its transpose [K, n]; no plan where the handlers' own
+    // loops write the products (SmallProducts)
+    Product product{
+        SmallProducts(r, rows)
+            ? nullptr
+            : StridedProductPlan(rows, K, n, {K, 1}, {block.col_stride, block.row_stride}, {W, 1}, wtype, F32),
+        At(*operands[block.operand], r, block), block.gate0 * H, &block};
     (block.matrix == 0 ? in : rec)->push_back(std::move(product));
   }
   return ffi::Error::Success();
 }
-
-// Products of so few rows that a oneDNN call per block costs more than the product itself (a frontend's kernels are a
-// block per gate: 8 calls for an LSTM step, each a dispatch to the threads): written by the loops below, every block
-// in one parallel pass, reading each block where it lies. In-process, Intel AMX, 2026-11-30: the named LSTM's step at
-// B=2, H=128 0.077 / 0.249 ms forward / gradient against 0.108 / 0.298 on oneDNN's calls; at B=4, H=512 (GRU) the
-// loops lost (gradient 1.4-2.0x).
-constexpr int64_t kSmallProductRows = 2;
-
-bool SmallProducts(const Recurrence& r, int64_t rows) { return r.in_place && rows <= kSmallProductRows; }
 
 // c [rows, W] (float32) at each product's columns = a [rows, K] (wdtype) times its block, transposed: the forward's
 // products. Parallel over the blocks' rows, each a dot product (rows form) or a run of them (columns form).
@@ -140,6 +144,16 @@ void SmallForward(const Recurrence& r, int64_t rows, const void* a, int64_t K, c
       }
     }
   });
+}
+
+// c [rows, W] (float32) at each product's columns = a [rows, K] times its weights: the handlers' own loops where the
+// rows are few (SmallProducts), else oneDNN's products, waited for.
+void RunForwardProducts(const Recurrence& r, dnnl::stream& stream, int64_t rows, const void* a, int64_t K,
+                        const std::vector<Product>& products, float* c, void* scratchpad) {
+  if (SmallProducts(r, rows)) return SmallForward(r, rows, a, K, products, c);
+  for (const Product& product : products)
+    RunMatmul(*product.plan, stream, a, product.b, c + product.column, scratchpad);
+  stream.wait();
 }
 
 ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer b_in, ffi::AnyBuffer b_rec,
@@ -187,8 +201,9 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
     JCR_RETURN_IF_ERROR(ForwardProducts(r, WeightsOperands(packed, pieces), w_in, &in, &rec));
     size_t scratchpad_bytes = 0;
     for (const auto* products : {&in, &rec}) {
-      for (const Product& product : *products)
-        scratchpad_bytes = std::max(scratchpad_bytes, product.plan->scratchpad_bytes);
+      for (const Product& product : *products) {
+        if (product.plan) scratchpad_bytes = std::max(scratchpad_bytes, product.plan->scratchpad_bytes);
+      }
     }
 
     // The input product of every step and what each step reads and writes come from the extension's pool: buffers
@@ -216,11 +231,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       if (!in.empty()) {  // W x for every step at once
         const void* x_rows = InputOperand(r, x, x_operand.in(work), chunks);
         auto* xp_out = reinterpret_cast<float*>(xp.in(work));
-        if (SmallProducts(r, T * B)) SmallForward(r, T * B, x_rows, I, in, xp_out);
-        for (const Product& product : SmallProducts(r, T * B) ? std::vector<Product>() : in) {
-          RunMatmul(*product.plan, stream, x_rows, product.b, xp_out + product.column, scratchpad.in(work));
-        }
-        stream.wait();
+        RunForwardProducts(r, stream, T * B, x_rows, I, in, xp_out, scratchpad.in(work));
       } else if (T * B > 0 && r.skip_input) {  // skip input: x itself enters every gate
         ParallelFor(T * B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t row = begin; row < end; ++row) {
@@ -251,11 +262,7 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
           }
         });
         auto* products = reinterpret_cast<float*>(hp.in(work));
-        if (SmallProducts(r, B)) SmallForward(r, B, rounds ? a : h, H, rec, products);
-        for (const Product& product : SmallProducts(r, B) ? std::vector<Product>() : rec) {
-          RunMatmul(*product.plan, stream, rounds ? a : h, product.b, products + product.column, scratchpad.in(work));
-        }
-        stream.wait();
+        RunForwardProducts(r, stream, B, rounds ? a : h, H, rec, products, scratchpad.in(work));
         ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
             float* row_gates = training ? Row<float>((*gates)->untyped_data(), r, t, b, W, 4)
@@ -510,7 +517,7 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
           g.col_stride = 1;
         }
         blocks.push_back(g);
-        if (block.matrix == 1 && B > 0) {
+        if (block.matrix == 1 && B > 0 && !SmallProducts(r, B)) {
           rec.push_back({StridedProductPlan(B, n, H, {W, 1}, {block.row_stride, block.col_stride}, {H, 1}, wtype, F32,
                                             !rec.empty()),
                          g.weights, block.gate0 * H});
@@ -540,7 +547,7 @@ ffi::Error GemmBackwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuf
                                 : StridedProductPlan(K, TB, n, {1, K}, {W, 1}, {g.col_stride, 1}, wtype, wtype);
         scratchpad_bytes = std::max(scratchpad_bytes, gradient_plans[i]->scratchpad_bytes);
       }
-      if (g.block.matrix == 0) {
+      if (g.block.matrix == 0 && !small_dx) {
         dx_plans.push_back(StridedProductPlan(TB, n, I, {W, 1}, {g.block.row_stride, g.block.col_stride}, {I, 1}, wtype,
                                               dx_scratch ? F32 : x.element_type(), !dx_plans.empty()));
         scratchpad_bytes = std::max(scratchpad_bytes, dx_plans.back()->scratchpad_bytes);
