@@ -441,7 +441,7 @@ def test_the_whole_gradient_refuses_bias_offsets_outside_the_buffer_or_on_anothe
         training=True,
         weights_dtype=jnp.float32,
         y_dtype=jnp.float32,
-        in_place=(0, 60),
+        blocks=kernels.buffer_blocks(cfg, 5, 0, 60),
     )
 
     def backward(b_offsets):
@@ -457,7 +457,7 @@ def test_the_whole_gradient_refuses_bias_offsets_outside_the_buffer_or_on_anothe
                 saved,
                 config=cfg,
                 reverse=False,
-                in_place=(0, 60),
+                blocks=kernels.buffer_blocks(cfg, 5, 0, 60),
                 params_gradient=b_offsets,
             )
         )
@@ -477,8 +477,9 @@ def test_the_in_place_recurrence_refuses_a_buffer_that_does_not_hold_its_weights
     x, h0, b = jnp.zeros((1, 3, 5)), jnp.zeros((3, 4)), jnp.zeros(12)
     kwargs = dict(config=cfg, reverse=False, training=False, weights_dtype=jnp.float32, y_dtype=jnp.float32)
 
-    def forward(params, in_place):
-        return jax.block_until_ready(kernels.gemm_forward(x, params, b, b, h0, None, None, in_place=in_place, **kwargs))
+    def forward(params, offsets):
+        blocks = kernels.buffer_blocks(cfg, 5, *offsets)
+        return jax.block_until_ready(kernels.gemm_forward(x, params, b, b, h0, None, None, blocks=blocks, **kwargs))
 
     y, *_ = forward(jnp.zeros(12 * 9), (0, 60))
     np.testing.assert_array_equal(np.asarray(y), 0.0)

@@ -193,7 +193,7 @@ def _forward(x, pieces, blocks, **changes):
     b, h0 = jnp.zeros(6), jnp.zeros((x.shape[1], 2))
     kwargs = dict(config=config, reverse=False, training=False, weights_dtype=jnp.float32, y_dtype=jnp.float32)
     y, *_ = kernels.gemm_forward(
-        x, pieces[0], b, b, h0, None, None, in_place=blocks, pieces=pieces[1:], **{**kwargs, **changes}
+        x, pieces[0], b, b, h0, None, None, blocks=blocks, pieces=pieces[1:], **{**kwargs, **changes}
     )
     return jax.block_until_ready(y)
 
@@ -241,7 +241,7 @@ def test_the_backward_refuses_a_kernel_its_blocks_do_not_cover():
     x, h0, b = jnp.ones((1, 4, 3)), jnp.zeros((4, 2)), jnp.zeros(2)
     kernel, w_rec = jnp.ones((3, 5)), jnp.ones((2, 2))  # w_in's 2 columns, then 3 no block takes
     blocks = (Block(0, 0, 0, 0, 1, 1, 5), Block(1, 1, 0, 0, 1, 2, 1))
-    common = dict(config=config, reverse=False, in_place=blocks, pieces=(w_rec,))
+    common = dict(config=config, reverse=False, blocks=blocks, pieces=(w_rec,))
     y, h_n, _, saved = kernels.gemm_forward(
         x, kernel, b, b, h0, None, None, training=True, weights_dtype=jnp.float32, y_dtype=jnp.float32, **common
     )

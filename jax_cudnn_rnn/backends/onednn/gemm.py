@@ -66,15 +66,15 @@ def _biases(b_in: Array | None, b_rec: Array | None, width: int) -> tuple[Array,
     return (zeros if b_in is None else b_in), (zeros if b_rec is None else b_rec)
 
 
-def _forward(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, training):
+def _forward(config, reverse, out_dtype, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, training):
     b_in, b_rec = _biases(b_in, b_rec, w_rec.shape[0])
     return kernels.gemm_forward(
         x,
-        params if in_place else kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
+        params if blocks else kernels.pack_weights(w_rec, h0.shape[0], transpose_b=True),
         b_in,
         b_rec,
         h0,
-        None if in_place else w_in,
+        None if blocks else w_in,
         c0,
         lengths,
         config=config,
@@ -82,42 +82,42 @@ def _forward(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, 
         training=training,
         weights_dtype=w_rec.dtype,
         y_dtype=out_dtype,
-        in_place=in_place,
+        blocks=blocks,
     )
 
 
 @functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
 def _layer(
-    config: RNNConfig, reverse: bool, out_dtype: Any, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params
+    config: RNNConfig, reverse: bool, out_dtype: Any, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params
 ):
     """x [T, B, in] (the network's dtype, or float32), w_in [G*H, in] or None (skip input), b_in/b_rec [G*H] or None
     (float32), w_rec [G*H, H], h0 [B, H], c0 [B, H] or None (float32 states), lengths int32 [B] or None (x zero past
-    them). Where ``in_place`` is (w_in's offset, w_rec's) the kernels read the weights where they lie in ``params``,
-    the flat buffer w_in and w_rec were split from (their values unread, their gradients still theirs), else
+    them). Where ``blocks`` (``kernels.buffer_blocks``) say where the weights lie in ``params``, the flat buffer w_in
+    and w_rec were split from, the kernels read them there (their values unread, their gradients still theirs), else
     ``params`` is None. Returns (ys [T, B, H] in ``out_dtype``, h_n, c_n or None in float32)."""
     y, h_n, c_n, _ = _forward(
-        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, False
+        config, reverse, out_dtype, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, False
     )
     return y, h_n, c_n
 
 
-def _layer_fwd(config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params):
+def _layer_fwd(config, reverse, out_dtype, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params):
     y, h_n, c_n, saved = _forward(
-        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, True
+        config, reverse, out_dtype, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, True
     )
     # In place the backward reads the buffer, not copies of the weights split from it.
-    weights = (params,) if in_place else (w_in, w_rec)
+    weights = (params,) if blocks else (w_in, w_rec)
     return (y, h_n, c_n), (x, weights, w_in is None, b_in is not None, b_rec is not None, c0, lengths, saved)
 
 
-def _layer_bwd(config, reverse, out_dtype, in_place, residuals, cotangents):
+def _layer_bwd(config, reverse, out_dtype, blocks, residuals, cotangents):
     x, weights, skip_input, has_b_in, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
-    (params,) = weights if in_place else (None,)
-    w_in, w_rec = (None, None) if in_place else weights
+    (params,) = weights if blocks else (None,)
+    w_in, w_rec = (None, None) if blocks else weights
     dx, dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0, _ = kernels.gemm_backward(
         x,
-        params if in_place else kernels.pack_weights(w_rec, dh_n.shape[0]),
+        params if blocks else kernels.pack_weights(w_rec, dh_n.shape[0]),
         d_ys,
         dh_n,
         dc_n,
@@ -127,65 +127,13 @@ def _layer_bwd(config, reverse, out_dtype, in_place, residuals, cotangents):
         lengths,
         config=config,
         reverse=reverse,
-        in_place=in_place,
+        blocks=blocks,
     )
     d_b_in, d_b_rec = (d_b_in if has_b_in else None), (d_b_rec if has_b_rec else None)
     return dx, None if skip_input else dw_in, d_b_in, dw_rec, d_b_rec, dh0, dc0, None, None
 
 
 _layer.defvjp(_layer_fwd, _layer_bwd)
-
-
-def _own_groups(config: RNNConfig, params):
-    """The only layer's (w_in, b_in, w_rec, b_rec) split from ``params``, the biases in float32 (None where absent)."""
-    w_in, w_rec, _, b_in, b_rec = _buffer.unpack(params, config)[0]
-    f32 = jnp.float32
-    return w_in, None if b_in is None else b_in.astype(f32), w_rec, None if b_rec is None else b_rec.astype(f32)
-
-
-@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2))
-def _whole(config: RNNConfig, out_dtype: Any, offsets, x, params, h0, c0, lengths):
-    """A network of one layer and direction read in place from ``params``, its groups at ``offsets``
-    (``_buffer.group_offsets``'s): as ``_layer``, but the backward's handler writes ``params``' whole gradient itself
-    (``params_gradient``), where ``_layer``'s parts of it are XLA's concatenation, a pass over the whole buffer (0.68
-    ms of a 1.72 ms LSTM step gradient, B=4, H=512)."""
-    w_in, b_in, w_rec, b_rec = _own_groups(config, params)
-    y, h_n, c_n, _ = _forward(
-        config, False, out_dtype, offsets[:2], x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, False
-    )
-    return y, h_n, c_n
-
-
-def _whole_fwd(config, out_dtype, offsets, x, params, h0, c0, lengths):
-    w_in, b_in, w_rec, b_rec = _own_groups(config, params)
-    y, h_n, c_n, saved = _forward(
-        config, False, out_dtype, offsets[:2], x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params, True
-    )
-    return (y, h_n, c_n), (x, params, c0, lengths, saved)
-
-
-def _whole_bwd(config, out_dtype, offsets, residuals, cotangents):
-    x, params, c0, lengths, saved = residuals
-    d_ys, dh_n, dc_n = cotangents
-    dx, _, _, d_params, _, dh0, dc0, _ = kernels.gemm_backward(
-        x,
-        params,
-        d_ys,
-        dh_n,
-        dc_n,
-        None,
-        c0,
-        saved,
-        lengths,
-        config=config,
-        reverse=False,
-        in_place=offsets[:2],
-        params_gradient=(offsets[3], offsets[4]),
-    )
-    return dx, d_params, dh0, dc0, None
-
-
-_whole.defvjp(_whole_fwd, _whole_bwd)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -235,8 +183,19 @@ def _piece_operands(config: RNNConfig, groups, input_size: int):
     return operands, tuple(blocks), bias(b_in), bias(b_rec)
 
 
-def _pieces_forward(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, training):
-    b_in, b_rec = _biases(b_in, b_rec, config.num_gates * config.num_units)
+def _blocks_biases(config: RNNConfig, operands, b_in, b_rec, bias_offsets):
+    """The biases the handlers add, in float32: b_in and b_rec, or where ``bias_offsets`` are given, the slots of the
+    first operand at them (None: a bias absent, zeros)."""
+    width = config.num_gates * config.num_units
+    if bias_offsets is not None:
+        b_in, b_rec = (None if o is None else operands[0][o : o + width].astype(jnp.float32) for o in bias_offsets)
+    return _biases(b_in, b_rec, width)
+
+
+def _blocks_forward(
+    config, reverse, out_dtype, blocks, bias_offsets, x, operands, b_in, b_rec, h0, c0, lengths, training
+):
+    b_in, b_rec = _blocks_biases(config, operands, b_in, b_rec, bias_offsets)
     return kernels.gemm_forward(
         x,
         operands[0],
@@ -251,33 +210,39 @@ def _pieces_forward(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec
         training=training,
         weights_dtype=operands[0].dtype,
         y_dtype=out_dtype,
-        in_place=blocks,
+        blocks=blocks,
         pieces=tuple(operands[1:]),
     )
 
 
-@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _pieces_layer(config: RNNConfig, reverse: bool, out_dtype: Any, blocks, x, operands, b_in, b_rec, h0, c0, lengths):
-    """As ``_layer``, the weights read where ``blocks`` say they lie in ``operands`` (``_piece_operands``), whose
-    gradients the backward's handler writes as they lie: no copy of a tensor either way."""
-    y, h_n, c_n, _ = _pieces_forward(
-        config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, False
+@functools.partial(custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
+def _blocks_layer(
+    config: RNNConfig, reverse: bool, out_dtype: Any, blocks, bias_offsets, x, operands, b_in, b_rec, h0, c0, lengths
+):
+    """As ``_layer``, the weights read where ``blocks`` say they lie in ``operands`` (a frontend's tensors:
+    ``_piece_operands``; or the flat buffer of a network of one layer and direction), whose gradients the backward's
+    handler writes whole, as they lie (``params_gradient``): no copy of a tensor either way. Where ``bias_offsets``
+    (b_in's and b_rec's in the first operand, None where absent) are given the biases are read there too (b_in and
+    b_rec None) and their gradients written there: the one-layer buffer's gradient is then one array the handler
+    writes, where XLA would join its parts in a pass over the whole buffer (0.68 ms of a 1.72 ms LSTM step gradient,
+    B=4, H=512)."""
+    y, h_n, c_n, _ = _blocks_forward(
+        config, reverse, out_dtype, blocks, bias_offsets, x, operands, b_in, b_rec, h0, c0, lengths, False
     )
     return y, h_n, c_n
 
 
-def _pieces_layer_fwd(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths):
-    y, h_n, c_n, saved = _pieces_forward(
-        config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths, True
+def _blocks_layer_fwd(config, reverse, out_dtype, blocks, bias_offsets, x, operands, b_in, b_rec, h0, c0, lengths):
+    y, h_n, c_n, saved = _blocks_forward(
+        config, reverse, out_dtype, blocks, bias_offsets, x, operands, b_in, b_rec, h0, c0, lengths, True
     )
     return (y, h_n, c_n), (x, operands, b_in is not None, b_rec is not None, c0, lengths, saved)
 
 
-def _pieces_layer_bwd(config, reverse, out_dtype, blocks, residuals, cotangents):
+def _blocks_layer_bwd(config, reverse, out_dtype, blocks, bias_offsets, residuals, cotangents):
     x, operands, has_b_in, has_b_rec, c0, lengths, saved = residuals
     d_ys, dh_n, dc_n = cotangents
-    # In place, each operand's whole gradient (params_gradient), no bias in them (their sums come apart)
-    whole = dict(in_place=blocks, params_gradient=(None, None), pieces=tuple(operands[1:]))
+    whole = dict(blocks=blocks, params_gradient=bias_offsets or (None, None), pieces=tuple(operands[1:]))
     dx, _, d_b_in, d_first, d_b_rec, dh0, dc0, d_rest = kernels.gemm_backward(
         x, operands[0], d_ys, dh_n, dc_n, None, c0, saved, lengths, config=config, reverse=reverse, **whole
     )
@@ -285,7 +250,7 @@ def _pieces_layer_bwd(config, reverse, out_dtype, blocks, residuals, cotangents)
     return dx, [d_first, *d_rest], d_b_in, d_b_rec, dh0, dc0, None
 
 
-_pieces_layer.defvjp(_pieces_layer_fwd, _pieces_layer_bwd)
+_blocks_layer.defvjp(_blocks_layer_fwd, _blocks_layer_bwd)
 
 
 def call_bytes(config: RNNConfig, layer: int, num_steps: int, batch: int) -> tuple[int, int]:
@@ -321,31 +286,28 @@ def _direction(config: RNNConfig, x, weights, offsets, params, h0, c0, lengths, 
         if lengths is not None:
             raise ValueError("seq_lengths: the projected LSTM's scan takes none (the fused kit arranges them)")
         return gemm_scan.layer(config.cell, reverse, out_dtype, x, w_in, b_in, w_rec, b_rec, w_proj, h0, c0)
-    if _whole_in_place(config, weights, offsets):
-        return _whole(config, out_dtype, offsets, x, params, h0, c0, lengths)
-    in_place = None
-    if offsets is not None and offsets[1] is not None and (w_in is None or offsets[0] is not None):
-        in_place = (offsets[0], offsets[1])
-    return _layer(
-        config, reverse, out_dtype, in_place, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params if in_place else None
-    )
+    if offsets is None or offsets[1] is None or (w_in is not None and offsets[0] is None):
+        return _layer(config, reverse, out_dtype, None, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, None)
+    blocks = kernels.buffer_blocks(config, x.shape[-1], offsets[0], offsets[1])
+    # A network of this layer and direction alone, its biases each one run in the buffer: the buffer's whole gradient
+    # from the handler.
+    if (
+        config.num_layers == 1
+        and config.num_directions == 1
+        and all(group is None or offset is not None for group, offset in zip(weights, offsets, strict=True))
+    ):
+        bias_offsets = tuple(offsets[3:])
+        return _blocks_layer(config, reverse, out_dtype, blocks, bias_offsets, x, [params], None, None, h0, c0, lengths)
+    return _layer(config, reverse, out_dtype, blocks, x, w_in, b_in, w_rec, b_rec, h0, c0, lengths, params)
 
 
 def _pieces_direction(config: RNNConfig, x, groups, offsets, params, h0, c0, lengths, reverse: bool, last: bool):
     """``_direction`` for a frontend's tensors, ``groups`` this layer and direction's ``_buffer.unpack_gates``
-    groups (no projection; ``offsets`` and ``params`` unused), read where they lie (``_pieces_layer``)."""
+    groups (no projection; ``offsets`` and ``params`` unused), read where they lie (``_blocks_layer``)."""
     del offsets, params
     operands, blocks, b_in, b_rec = _piece_operands(config, groups, x.shape[-1])
     out_dtype = config.dtype if last else jnp.float32
-    return _pieces_layer(config, reverse, out_dtype, blocks, x, operands, b_in, b_rec, h0, c0, lengths)
-
-
-def _whole_in_place(config: RNNConfig, weights, offsets) -> bool:
-    """Whether the network is one layer and direction (no projection) whose every group lies in the buffer as one run
-    where ``offsets`` (the groups' offsets, or None where the call does not read in place) say: ``_whole`` runs it."""
-    if offsets is None or config.num_layers != 1 or config.num_directions != 1 or config.proj_size != 0:
-        return False
-    return offsets[1] is not None and all(w is None or o is not None for w, o in zip(weights, offsets, strict=True))
+    return _blocks_layer(config, reverse, out_dtype, blocks, None, x, operands, b_in, b_rec, h0, c0, lengths)
 
 
 def takes_lengths(config: RNNConfig) -> bool:

@@ -285,15 +285,6 @@ def buffer_blocks(
     return (*blocks, WeightBlock(1, 0, w_rec_offset, 0, gates, units, 1))
 
 
-def _blocks(config: RNNConfig, input_size: int, in_place) -> tuple[WeightBlock, ...]:
-    """``in_place`` as blocks: given as blocks, or as (w_in's offset or None, w_rec's) in the buffer."""
-    if in_place is None:
-        return ()
-    if all(isinstance(b, WeightBlock) for b in in_place):
-        return tuple(in_place)
-    return buffer_blocks(config, input_size, *in_place)
-
-
 def _recurrence_attributes(
     config: RNNConfig,
     input_size: int,
@@ -351,15 +342,14 @@ def gemm_forward(
     training: bool,
     weights_dtype,
     y_dtype,
-    in_place: Any = None,
+    blocks: tuple[WeightBlock, ...] | None = None,
     pieces: tuple[Any, ...] = (),
 ):
     """One layer and direction (onednn/gemm_recurrence.h): x [T, B, I] (float32 or the weights' dtype), ``packed``
     the recurrent weights as ``pack_weights(w_rec, B, transpose_b=True)`` packs them, b_in/b_rec [G*H], h0 [B, H],
     w_in [G*H, I] in ``weights_dtype`` or None (skip input), c0 [B, H] (LSTM) or None; biases and states float32;
-    ``in_place`` where the weights are instead read where they lie (w_in then None): their ``WeightBlock``s in
-    ``packed`` and ``pieces`` (each of ``weights_dtype``), or (w_in's offset or None for skip input, w_rec's) in
-    ``packed``, the flat parameter buffer;
+    ``blocks`` where the weights are instead read where they lie (w_in then None): their ``WeightBlock``s in
+    ``packed`` (the flat parameter buffer: ``buffer_blocks``) and ``pieces`` (each of ``weights_dtype``);
     ``lengths`` int32 [B] or None: past a row's length its state stays and its outputs are zero (x there finite).
     Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
     reads (gates, [aux], [h_prev], h_gemm), else ()."""
@@ -375,8 +365,7 @@ def gemm_forward(
         out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
         out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
         out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
-    blocks = _blocks(config, input_size, in_place)
-    skip_input = w_in is None if in_place is None else all(block.matrix == 1 for block in blocks)
+    skip_input = w_in is None if blocks is None else all(block.matrix == 1 for block in blocks)
     outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
         x,
         packed,
@@ -388,7 +377,7 @@ def gemm_forward(
         *([] if lengths is None else [lengths]),
         *pieces,
         **_recurrence_attributes(
-            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks
+            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks or ()
         ),
     )
     y, h_n, *rest = outputs
@@ -409,13 +398,13 @@ def gemm_backward(
     *,
     config: RNNConfig,
     reverse: bool,
-    in_place: Any = None,
+    blocks: tuple[WeightBlock, ...] | None = None,
     params_gradient: tuple[int | None, int | None] | None = None,
     pieces: tuple[Any, ...] = (),
 ):
-    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0, lengths and ``in_place`` the
-    forward's, ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them (or, ``in_place``, the
-    forward's parameter buffer), dy [T, B, H] (y's dtype), dh_n, dc_n
+    """The gradient of ``gemm_forward`` (onednn/gemm_recurrence.h): x, w_in, c0, lengths and ``blocks`` the
+    forward's, ``packed`` the recurrent weights as ``pack_weights(w_rec, B)`` packs them (or, with ``blocks``, the
+    forward's), dy [T, B, H] (y's dtype), dh_n, dc_n
     (LSTM) [B, H] float32, ``saved`` the forward's. Returns (dx, dw_in or None, d_b_in, dw_rec, d_b_rec, dh0, dc0
     or None): x's gradient in x's dtype, the weights' in theirs, the biases' and the states' in float32. With
     ``params_gradient`` (in place, for a network of this one layer and direction: the biases' offsets in the buffer,
@@ -435,8 +424,7 @@ def gemm_backward(
         jax.ShapeDtypeStruct((width,), f32),
         jax.ShapeDtypeStruct(dh_n.shape, f32),
     ]
-    blocks = _blocks(config, input_size, in_place)
-    skip_input = w_in is None if in_place is None else all(block.matrix == 1 for block in blocks)
+    skip_input = w_in is None if blocks is None else all(block.matrix == 1 for block in blocks)
     out_types += [] if skip_input or params_gradient else [jax.ShapeDtypeStruct((width * input_size,), weights_dtype)]
     out_types += [jax.ShapeDtypeStruct(dh_n.shape, f32)] if lstm else []
     out_types += [jax.ShapeDtypeStruct(piece.shape, piece.dtype) for piece in pieces] if params_gradient else []
@@ -463,7 +451,7 @@ def gemm_backward(
             batch,
             weights_dtype,
             lengths is not None,
-            blocks,
+            blocks or (),
             params_gradient,
         ),
     )
