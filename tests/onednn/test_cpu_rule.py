@@ -10,6 +10,9 @@ import math
 import os
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
@@ -241,6 +244,40 @@ def test_a_call_of_one_step_runs_the_gemm_in_place_but_in_a_loop_or_under_vmap()
             assert (choice.forward, choice.training) == (GEMM, GEMM)
     choice = registry.decide("cpu", Call(cfg, steps, 32, pieces=True, mapped=True))
     assert (choice.forward, choice.training) == ("xla", "xla")
+
+
+def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementation():
+    """Under ``jax.vmap`` (``Call.mapped``: an Equinox module's sequences) oneDNN's training runs once per mapped
+    element: with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per element the training side has no oneDNN estimate,
+    and the default trains with the xla implementation, its inference forward (which folds the mapped axis into its
+    batch) still oneDNN's where the rule says so; with that many rows the call is estimated as any. Its gradient,
+    under ``grad(vmap)`` and ``vmap(grad)``, is the xla implementation's."""
+    cfg = jcr.RNNConfig("lstm", 1, 256, 256)
+    few, enough = onednn_backend.MAPPED_TRAINING_MIN_BATCH - 1, onednn_backend.MAPPED_TRAINING_MIN_BATCH
+    for variant in ("", "gemm", "plain"):
+        assert onednn_backend.cost(Call(cfg, 50, few, mapped=True), registry.TRAINING, variant) is None
+        for side, batch in ((registry.TRAINING, enough), ("forward", few)):
+            alone = onednn_backend.cost(Call(cfg, 50, batch), side, variant)
+            assert onednn_backend.cost(Call(cfg, 50, batch, mapped=True), side, variant) == alone
+    require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
+    small = jcr.RNNConfig("lstm", 1, 8, 4)
+    assert registry.decide("cpu", Call(small, 5, 1, mapped=True)).training == "xla"
+    params = jcr.init_params(jax.random.key(0), small)
+    xs = jax.random.normal(jax.random.key(1), (3, 5, 1, 4))
+    zeros = jnp.zeros((1, 1, 8))
+
+    def loss(params, x, implementation):
+        return jnp.sum(jcr.rnn(params, x, zeros, zeros, small, implementation=implementation)[0] ** 2)
+
+    def grad_of_vmap(params, implementation):
+        return jax.grad(lambda p: jnp.sum(jax.vmap(lambda x: loss(p, x, implementation))(xs)))(params)
+
+    def vmap_of_grad(params, implementation):
+        return jax.vmap(jax.grad(loss), in_axes=(None, 0, None))(params, xs, implementation)
+
+    for differentiate in (grad_of_vmap, vmap_of_grad):
+        got, want = jax.jit(differentiate, static_argnums=1)(params, None), differentiate(params, "xla")
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
 _BELOW_AVX512 = """

@@ -219,6 +219,15 @@ def unavailable() -> str | None:
     return f"the oneDNN extension, which is not loaded: {extension.extension_error()}"
 
 
+# Under ``jax.vmap`` (``call.mapped``) oneDNN's training forward and backward run once per mapped element (JAX wants a
+# weight gradient per element under ``vmap(grad)``), where XLA's programs take the mapped axis into their products:
+# below this many rows per element the xla implementation's training step is the faster. rnn() of an LSTM under
+# jax.vmap, its gradient, oneDNN's / the xla implementation's (a process each, Intel AMX, 2 threads, 2026-11-30):
+# H=256, T=50, float32: 1.70 (B=1, 32 mapped), 1.50 (B=4, 16), 1.17 (B=8, 8), 0.94 (B=16, 4), 0.87 (B=64, 4); H=128,
+# T=25, B=1, 64 mapped: 2.61; an Equinox LSTM's sequences (B=1), 32 mapped, H=256, T=50: 218 ms against 162.
+MAPPED_TRAINING_MIN_BATCH = 16
+
+
 def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     """What ``call`` costs on ``side`` run by ``variant`` ("" for oneDNN's own run), relative to the xla implementation,
     on this CPU: the rule's estimate (jax_cudnn_rnn/backends/onednn/cpu_rule.py), from this machine's tuned table where
@@ -234,8 +243,12 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     ms against the gemm's 632-668; config G with the named 2-layer LSTM, B=64, an Intel AMX CPU: 199 ms on oneDNN
     against 285 on the xla step and 253 for Flax's nn.scan of cells) and the call is estimated as any; and except a
     frontend's step under ``jax.vmap`` (``call.mapped``: the handlers would run once per mapped row) or of a projected
-    LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the rule decides."""
+    LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the rule decides. The training
+    side of a call under ``jax.vmap`` with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per mapped element (an Equinox
+    module's sequence) is the xla implementation's."""
     if call.config is None or call.batch is None:
+        return None
+    if call.mapped and side == registry.TRAINING and call.batch < MAPPED_TRAINING_MIN_BATCH:
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     short = call.max_time is not None and call.max_time <= gemm.IN_PLACE_STEPS
