@@ -75,6 +75,9 @@ class Backend:
     takes_transposed: whether ``run`` takes such pieces with matrices transposed as they came (the ``transposed``
       flags of ``Pieces``: a Flax cell's kernels, [in, H]); else it gets them in their slots' orientation
       (``Pieces.canonical``).
+    mapped_by_jvp: whether ``run`` of a call under ``jax.vmap`` (``Call.mapped``) takes JAX's forward mode (no
+      custom_vjp in it): a hybrid whose differentiated side it is then differentiates such a call by it
+      (jax_cudnn_rnn/backends/hybrid.py).
     """
 
     name: str
@@ -88,3 +91,4 @@ class Backend:
     scratch_bytes: Callable[[Call, str, str], int | None] | None = None
     takes_pieces: bool = False
     takes_transposed: bool = False
+    mapped_by_jvp: bool = False

@@ -33,10 +33,32 @@ def _with(inputs: Inputs, arrays: KernelArrays) -> Inputs:
     return inputs._replace(params=arrays.params, x=arrays.x, h0=arrays.h0, c0=arrays.c0)
 
 
+def _by_jvp(undifferentiated: Run, differentiated: Run, call: Call, arrays: KernelArrays, rest: Inputs):
+    """The hybrid as a ``jax.custom_jvp`` whose rule is ``differentiated``'s own forward mode: for a call under
+    ``jax.vmap`` whose differentiated side JAX differentiates itself (the xla implementation's ``Call.mapped`` path),
+    where a custom_vjp's backward would run batched per mapped element, each element's weight gradient formed on its
+    own and summed after (an Equinox GRU's gradient, H=128, T=25, 64 sequences: 22.5 ms against 10.3 for the xla
+    implementation alone)."""
+
+    @jax.custom_jvp
+    def run(arrays: KernelArrays, rest: Inputs):
+        return batch_first(undifferentiated(call, _with(rest, arrays)))
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        (arrays, rest), (d_arrays, _) = primals, tangents
+        outputs, d_outputs = jax.jvp(lambda arrays: differentiated(call, _with(rest, arrays)), (arrays,), (d_arrays,))
+        return batch_first(outputs), d_outputs  # (a custom_vmap has no transpose: not on the tangents)
+
+    return run(arrays, rest)
+
+
 @functools.cache
-def hybrid(undifferentiated: Run, differentiated: Run) -> Run:
+def hybrid(undifferentiated: Run, differentiated: Run, mapped_by_jvp: bool = False) -> Run:
     """``run(call, inputs)``: ``undifferentiated(call, inputs)`` where nothing differentiates the call, and
-    ``differentiated``'s values and gradients (with respect to params, x, h0 and c0) under ``jax.grad``."""
+    ``differentiated``'s values and gradients (with respect to params, x, h0 and c0) under ``jax.grad``.
+    ``mapped_by_jvp``: ``differentiated`` takes JAX's forward mode for a call under ``jax.vmap`` (``Call.mapped``),
+    and such a call is differentiated by it (``_by_jvp``)."""
 
     @functools.partial(custom_vjp, nondiff_argnums=(0,))
     def run(call: Call, arrays: KernelArrays, rest: Inputs):
@@ -57,6 +79,9 @@ def hybrid(undifferentiated: Run, differentiated: Run) -> Run:
     def hybrid_run(call: Call, inputs: Inputs):
         # The arrays the gradient is for travel as one argument; the rest of the inputs as another, without them.
         arrays = KernelArrays(inputs.params, inputs.x, inputs.h0, inputs.c0)
-        return run(call, arrays, inputs._replace(params=None, x=None, h0=None, c0=None))
+        rest = inputs._replace(params=None, x=None, h0=None, c0=None)
+        if call.mapped and mapped_by_jvp:
+            return _by_jvp(undifferentiated, differentiated, call, arrays, rest)
+        return run(call, arrays, rest)
 
     return hybrid_run

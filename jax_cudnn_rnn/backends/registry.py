@@ -213,7 +213,7 @@ def _runner(forward: _Run, training: _Run) -> Run:
         return training.run
     if forward.on(TRAINING) == training:
         return forward.run
-    return hybrid(forward.run, training.run)
+    return hybrid(forward.run, training.run, training.backend.mapped_by_jvp and not training.variant)
 
 
 # ---------------------------------------------------------------------------------------------- deciding

@@ -8,7 +8,8 @@ jax_cudnn_rnn/backends/layers.py's.
 
 A config with other activations than the cell's own, a cell without a fast step (the reset-before GRU) or a call with
 recurrent dropout runs the cell's ``general_step`` instead (``layers.scan_general``, after the same input GEMM),
-differentiated by JAX.
+differentiated by JAX. So is a call under ``jax.vmap`` (``_mapped_direction``: an Equinox module's sequences), whose
+custom_vjp JAX would run per mapped element.
 """
 
 from __future__ import annotations
@@ -214,20 +215,23 @@ def _input_gemm_bwd(precision, residuals, d_xp):
 _input_gemm.defvjp(_input_gemm_fwd, _input_gemm_bwd)
 
 
-def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: str) -> Array:
+def _input_projection(x: Array, w_in: Array | None, num_gates: int, precision: str, autodiff: bool = False) -> Array:
     """W x for every time step at once (the bias is added by the recurrence): [T, B, in] -> [T, B, G*H]. Skip input
-    feeds x itself to every gate."""
+    feeds x itself to every gate. ``autodiff``: the product as JAX differentiates it (``_input_gemm``'s rule else)."""
     if w_in is None:
         return jnp.tile(x, (1, 1, num_gates))
+    if autodiff:
+        return _einsum("tbi,gi->tbg", x, w_in, w_in.dtype)
     return _input_gemm(x, w_in, precision)
 
 
-def _general_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
-    """The input GEMM for every step at once, then the cell's ``general_step`` in a scan that JAX differentiates."""
+def _general_direction(direction: layers.Direction, arrays: layers.DirectionInputs, autodiff: bool = False):
+    """The input GEMM for every step at once, then the cell's ``general_step`` in a scan that JAX differentiates (with
+    ``autodiff``, the input GEMM too)."""
     config = direction.config
     cell = config.cell
     w_in, b_in = arrays.weights[0], arrays.weights[3]
-    xps = cell.gate_inputs(_input_projection(arrays.x, w_in, config.num_gates, direction.precision))
+    xps = cell.gate_inputs(_input_projection(arrays.x, w_in, config.num_gates, direction.precision, autodiff))
     b_ins = None if b_in is None else cell.gate_inputs(b_in)
 
     def gate_inputs_of(xps_t):
@@ -247,6 +251,25 @@ def _fast_direction(direction: layers.Direction, arrays: layers.DirectionInputs)
     static = Recurrence(config.cell, direction.reverse, config.cell_clip, direction.precision)
     recurrence = RecurrenceInputs(xp, b_in, w_rec, b_rec, w_proj, arrays.h0, arrays.c0, arrays.mask, arrays.reset)
     return _recurrence(static, recurrence)
+
+
+def _mapped_direction(direction: layers.Direction, arrays: layers.DirectionInputs):
+    """A direction under ``jax.vmap`` (``Call.mapped``: an Equinox module's sequences): the fast path's forward, and
+    JAX's own derivatives of ``_general_direction`` without a custom_vjp (a ``jax.custom_jvp``). JAX batches a
+    custom_vjp's backward per mapped element, each element's weight gradient a product of its own rows, summed after;
+    its own transpose of the vmapped products takes every element's rows in one (an Equinox LSTM's gradient, H=128,
+    T=25, 64 sequences, Intel AMX: 46 ms against 14.5 here and Equinox's own cells' 13.0)."""
+
+    @jax.custom_jvp
+    def run(arrays: layers.DirectionInputs):
+        return _fast_direction(direction, arrays)
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        with jax.default_matmul_precision(direction.precision):
+            return jax.jvp(functools.partial(_general_direction, direction, autodiff=True), primals, tangents)
+
+    return run(arrays)
 
 
 class _Gates:
@@ -480,7 +503,8 @@ def rnn(call: Call, inputs: Inputs):
     if inputs.x.shape[0] == 1 and isinstance(inputs.params, Pieces):
         step = functools.partial(_step_direction, joined=call.loop_invariant_weights)
         return layers.run_layers(step, call, inputs, layers.gate_weights)
-    return layers.run_layers(_fast_direction, call, inputs._replace(params=as_buffer(inputs.params)))
+    direction = _mapped_direction if call.mapped else _fast_direction
+    return layers.run_layers(direction, call, inputs._replace(params=as_buffer(inputs.params)))
 
 
 registry.register(
@@ -493,5 +517,6 @@ registry.register(
         cost=lambda call, side, variant: registry.UNIT,  # every other estimate is relative to this one
         takes_pieces=True,
         takes_transposed=True,
+        mapped_by_jvp=True,
     )
 )

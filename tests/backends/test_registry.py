@@ -108,7 +108,7 @@ def test_a_pair_runs_one_implementation_undifferentiated_and_the_other_under_gra
     ):
         np.testing.assert_array_equal(got, want)
     # built once per pair (the reference packing a frontend's named tensors; the xla one reads them as they lie)
-    assert registry._run_named("reference+xla") is hybrid.hybrid(registry.packing(reference.rnn), xla.rnn)
+    assert registry._run_named("reference+xla") is hybrid.hybrid(registry.packing(reference.rnn), xla.rnn, True)
 
 
 def test_cudnns_fallback_is_the_registrys_next_choice():

@@ -220,11 +220,11 @@ def unavailable() -> str | None:
 
 
 # Under ``jax.vmap`` (``call.mapped``) oneDNN's training forward and backward run once per mapped element (JAX wants a
-# weight gradient per element under ``vmap(grad)``), where XLA's programs take the mapped axis into their products:
-# below this many rows per element the xla implementation's training step is the faster. rnn() of an LSTM under
-# jax.vmap, its gradient, oneDNN's / the xla implementation's (a process each, Intel AMX, 2 threads, 2026-11-30):
-# H=256, T=50, float32: 1.70 (B=1, 32 mapped), 1.50 (B=4, 16), 1.17 (B=8, 8), 0.94 (B=16, 4), 0.87 (B=64, 4); H=128,
-# T=25, B=1, 64 mapped: 2.61; an Equinox LSTM's sequences (B=1), 32 mapped, H=256, T=50: 218 ms against 162.
+# weight gradient per element under ``vmap(grad)``), where the xla implementation's mapped path, which JAX itself
+# differentiates, takes the mapped axis into its products: below this many rows per element the xla implementation
+# trains faster. rnn() of an LSTM under jax.vmap, its gradient, oneDNN's time / the xla implementation's (a process
+# each, Intel AMX, 2 threads, 2026-11-30): H=256, T=50, float32: 4.0 (B=1, 32 mapped), 1.31 (B=8, 8), 1.06-1.14
+# (B=16, 4), 1.06-1.19 (B=64, 4); H=512, T=25, bfloat16: 3.87 (B=4, 8), 0.66 (B=64, 2).
 MAPPED_TRAINING_MIN_BATCH = 16
 
 
