@@ -33,7 +33,7 @@ step is not a measurement of its program). Records the CPU, its feature flags, o
 version and the threads this process may use.
 
     python benchmarks/one_step.py [--rounds 3] [--executables 5] [--json out.json] [--quick] [--threads 1]
-        [--label "loaded machine"] [--skip-steps | --skip-decode]
+        [--label "loaded machine"] [--skip-steps | --skip-decode] [--contenders flax_cell,equinox]
 """
 
 from __future__ import annotations
@@ -269,6 +269,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="shorter repeats")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--contenders", default=",".join(STEP_CONTENDERS), help="the step's contenders (flax_cell, the baseline, first)"
+    )
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-steps", action="store_true", help="decoding only")
     parser.add_argument(
@@ -292,7 +295,8 @@ def main() -> None:
     facts["label"] = args.label
     facts["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     print(json.dumps(facts), flush=True)
-    jobs = [] if args.skip_steps else [("step", c, m) for m in args.modes.split(",") for c in STEP_CONTENDERS]
+    contenders = args.contenders.split(",")
+    jobs = [] if args.skip_steps else [("step", c, m) for m in args.modes.split(",") for c in contenders]
     if not args.skip_decode:
         jobs += [("decode", c, "lstm") for c in DECODE_CONTENDERS]
     best: dict[tuple[str, str], float] = {}

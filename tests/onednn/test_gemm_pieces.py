@@ -172,19 +172,31 @@ def test_the_keras_step_reads_the_layers_kernels_and_equals_keras(kind, batch):
     _assert_runs_in_place(forward, trainable, x, states)
 
 
-def test_a_step_under_vmap_runs_the_xla_step():
-    """An Equinox module's one step under the user's ``jax.vmap`` (each sequence a call of one row) is left to the xla
-    implementation: the handlers would run once per mapped row. Outside vmap the same network's step runs them."""
+def test_a_step_under_vmap_is_one_call_and_trains_on_the_xla_step():
+    """An Equinox module's one step under the user's ``jax.vmap`` (each sequence a call of one row): its forward is one
+    call of oneDNN's recurrence over the mapped rows folded into its batch (``kernels.gemm_forward``), not one per
+    row; its training step the xla step's, which JAX differentiates itself under vmap (no handler, no custom_vjp:
+    ``hybrid._by_jvp``). Its values against Equinox's own cell, its gradients the xla implementation's."""
     eqx = import_or_skip("equinox")
     from jax_cudnn_rnn import equinox as jcr_eqx
 
     model = jcr_eqx.LSTM(I, H, key=jax.random.key(0))
     xs = jax.random.normal(jax.random.key(1), (B, 1, I))
-    text = eqx.filter_jit(jax.vmap(lambda x: model(x)[0])).lower(xs).as_text()
-    assert not any(target in text for target in GEMM_TARGETS)
-    linen = jcr_flax.LSTM(H)
-    variables = linen.init(jax.random.key(2), xs)
-    assert any(target in jax.jit(linen.apply).lower(variables, xs).as_text() for target in GEMM_TARGETS)
+    forward = eqx.filter_jit(jax.vmap(lambda m, x: m(x)[0], in_axes=(None, 0)))
+    text = forward.lower(model, xs).as_text()
+    calls = re.findall(rf"{extension.GEMM_FORWARD_TARGET}.*", text)
+    assert len(calls) == 1 and f"tensor<1x{B}x{I}xf32>" in text, text
+    cell = model.to_cells()[0][0]
+    want = jax.vmap(lambda x: cell(x[0], (jnp.zeros(H), jnp.zeros(H)))[0][None])(xs)
+    _assert_close(forward(model, xs), want, 2e-6)
+
+    def loss(m, x):
+        return jnp.sum(jax.vmap(lambda x: m(x)[0], in_axes=0)(x) ** 2)
+
+    grads = eqx.filter_jit(eqx.filter_grad(loss))
+    assert not any(target in grads.lower(model, xs).as_text() for target in GEMM_TARGETS)
+    on_xla = jcr_eqx.LSTM(I, H, implementation="xla", key=jax.random.key(0))
+    _assert_close(grads(model, xs), grads(on_xla, xs), 1e-6)
 
 
 def _forward(x, pieces, blocks, **changes):

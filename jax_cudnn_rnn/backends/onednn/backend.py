@@ -242,22 +242,21 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     of its own on the params alone, leaves the loop (a decoding loop, 100 steps of a 2-layer LSTM, H=512: B=64 491-544
     ms against the gemm's 632-668; config G with the named 2-layer LSTM, B=64, an Intel AMX CPU: 199 ms on oneDNN
     against 285 on the xla step and 253 for Flax's nn.scan of cells) and the call is estimated as any; and except a
-    frontend's step under ``jax.vmap`` (``call.mapped``: the handlers would run once per mapped row) or of a projected
-    LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the rule decides. The training
-    side of a call under ``jax.vmap`` with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per mapped element (an Equinox
-    module's sequence) is the xla implementation's."""
+    frontend's step of a projected LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the
+    rule decides. The training side of a call under ``jax.vmap`` with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per
+    mapped element (an Equinox module's sequence) is the xla implementation's, which JAX differentiates itself there;
+    its inference forward folds the mapped rows into one call (a frontend's step too: ``kernels.gemm_forward``)."""
     if call.config is None or call.batch is None:
         return None
     if call.mapped and side == registry.TRAINING and call.batch < MAPPED_TRAINING_MIN_BATCH:
         return None
     implementation = f"onednn:{variant}" if variant else "onednn"
     short = call.max_time is not None and call.max_time <= gemm.IN_PLACE_STEPS
+    if call.mapped and variant == "gemm" and not short:
+        return None  # its weights packed for one element's rows, the gemm would run once per mapped element
     if short and not call.loop_invariant_weights:
-        if call.pieces and (call.config.proj_size or call.mapped):
-            # a projected LSTM's layers are gemm_scan's, on the buffer (a copy of the tensors); under vmap the
-            # handlers run once per mapped element (an Equinox LSTM step, B=64, H=512: 15 ms against the xla step's
-            # 1.3, whose products take the mapped axis)
-            return None
+        if call.pieces and call.config.proj_size:
+            return None  # a projected LSTM's layers are gemm_scan's, on the buffer (a copy of the tensors)
         found = cpu_rule.short_call(side, implementation)
         return None if found is None else registry.Cost(*found)
     found = cpu_rule.estimate(

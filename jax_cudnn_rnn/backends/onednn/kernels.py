@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from jax_cudnn_rnn import _buffer, layout
-from jax_cudnn_rnn.backends.fused import convention
+from jax_cudnn_rnn.backends.fused import batching, convention
 from jax_cudnn_rnn.backends.onednn import extension
 from jax_cudnn_rnn.config import RNNConfig
 
@@ -353,33 +353,38 @@ def gemm_forward(
     ``lengths`` int32 [B] or None: past a row's length its state stays and its outputs are zero (x there finite).
     Returns (y [T, B, H] in ``y_dtype``, h_n, c_n or None, saved): ``saved``, in training, what ``gemm_backward``
     reads (gates, [aux], [h_prev], h_gemm), else ()."""
-    num_steps, batch, input_size = x.shape
+    input_size = x.shape[-1]
     units, mode = config.num_units, config.mode
     width = config.num_gates * units
     lstm, gru = mode == "lstm", mode == "gru"
     f32 = np.float32
-    out_types = [jax.ShapeDtypeStruct((num_steps, batch, units), y_dtype), jax.ShapeDtypeStruct((batch, units), f32)]
-    out_types += [jax.ShapeDtypeStruct((batch, units), f32)] if lstm else []
-    if training:
-        steps = (num_steps, batch, units)
-        out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
-        out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
-        out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
     skip_input = w_in is None if blocks is None else all(block.matrix == 1 for block in blocks)
-    outputs = jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
-        x,
-        packed,
-        b_in,
-        b_rec,
-        h0,
-        *([] if w_in is None else [w_in]),
-        *([c0] if lstm else []),
-        *([] if lengths is None else [lengths]),
-        *pieces,
-        **_recurrence_attributes(
+    optional = [(w_in, None), (c0 if lstm else None, 0), (lengths, 0)]  # the arguments after h0, their batch axes
+    present = [(array, axis) for array, axis in optional if array is not None]
+    operands = [x, packed, b_in, b_rec, h0, *(a for a, _ in present), *pieces]
+    batch_axes = [1, None, None, None, 0, *(axis for _, axis in present), *[None] * len(pieces)]
+
+    def call(*operands):
+        num_steps, batch, _ = operands[0].shape
+        out_types = [jax.ShapeDtypeStruct((num_steps, batch, units), y_dtype)]
+        out_types += [jax.ShapeDtypeStruct((batch, units), f32)] * (1 + lstm)
+        if training:
+            steps = (num_steps, batch, units)
+            out_types += [jax.ShapeDtypeStruct((num_steps, batch, width), f32)]
+            out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
+            out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
+        attributes = _recurrence_attributes(
             config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks or ()
-        ),
-    )
+        )
+        return jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
+            *operands, **attributes
+        )
+
+    if blocks and not training:
+        # The inference forward with the weights where they lie: under jax.vmap one call over the mapped rows folded
+        # into its batch (a frontend's step, vmapped over an Equinox module's sequences), not one per mapped row.
+        call = batching.fold_vmap(call, batch_axes, [1, *[0] * (1 + lstm)])
+    outputs = call(*operands)
     y, h_n, *rest = outputs
     c_n = rest.pop(0) if lstm else None
     return y, h_n, c_n, tuple(rest)
