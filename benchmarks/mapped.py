@@ -22,9 +22,8 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 
-from one_step import machine
+from one_step import machine, median_seconds
 
 MODES = ("lstm", "gru")
 SHAPES = ((128, 25, 64), (256, 50, 32))  # hidden (= input size), steps, sequences
@@ -70,32 +69,14 @@ def _functions(contender: str, mode: str, hidden: int, steps: int, sequences: in
     return eqx.filter_jit(forward), eqx.filter_jit(eqx.filter_grad(loss)), module, xs
 
 
-def _seconds(fn, args, budget: float = 1.5) -> float:
-    """The best mean time of ``fn(*args)`` over 5 repeats of about ``budget`` / 5 seconds."""
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    number = max(2, int(budget / 5 / max(time.perf_counter() - start, 1e-6)))
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(number):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
 def worker(contender: str) -> dict[str, float]:
     times = {}
     for mode in MODES:
         for hidden, steps, sequences in SHAPES:
             forward, gradient, module, xs = _functions(contender, mode, hidden, steps, sequences)
             case = f"{mode} H{hidden} T{steps} N{sequences}"
-            times[f"{case} forward"] = _seconds(forward, (module, xs))
-            times[f"{case} gradient"] = _seconds(gradient, (module, xs))
+            times[f"{case} forward"] = median_seconds([(forward, (module, xs))], 1.5)
+            times[f"{case} gradient"] = median_seconds([(gradient, (module, xs))], 1.5)
     return times
 
 

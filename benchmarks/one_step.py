@@ -28,7 +28,7 @@ baseline), ``flax_scan_opt`` (the same with ``nn.OptimizedLSTMCell``), ``named``
 Each (contender, kind) runs in a process of its own; the rounds alternate the contenders and each number is the best
 of its rounds, so that a loaded machine shows ratios it can be trusted with more than its absolute times. Within a
 process each case is built ``--executables`` times (5), each build its own compiled executable over its own arrays,
-the builds timed in turn, and the process's number is their median (``_median_seconds``: one executable of a small
+the builds timed in turn, and the process's number is their median (``median_seconds``: one executable of a small
 step is not a measurement of its program). Records the CPU, its feature flags, oneDNN's ISA and kernel class, the jax
 version and the threads this process may use.
 
@@ -54,7 +54,7 @@ DECODE_CONTENDERS = ("flax_scan", "flax_scan_opt", "named", "rnn")
 DECODE = {"layers": 2, "hidden": 512, "time": 100, "batches": (1, 64)}  # config G
 
 
-def _median_seconds(builds, budget: float) -> float:
+def median_seconds(builds, budget: float) -> float:
     """The median over ``builds`` ((fn, args) pairs, each its own compiled executable over its own arrays) of each
     one's best mean time over 7 repeats of about ``budget`` / 7 seconds. The builds are timed in turn within each
     repeat, so that a change in the machine's load falls on all of them alike.
@@ -227,7 +227,7 @@ def _decode_function(contender: str, batch: int):
 
 
 def worker(kind: str, contender: str, mode: str, quick: bool, executables: int) -> dict[str, float]:
-    """{case: seconds} of one contender in this process (``_median_seconds`` over ``executables`` builds of each
+    """{case: seconds} of one contender in this process (``median_seconds`` over ``executables`` builds of each
     case); ``kind`` "step" (``mode``'s one step, every batch and hidden size, forward and gradient) or "decode"."""
     budget = 0.05 if quick else 0.2
     out = {}
@@ -235,12 +235,12 @@ def worker(kind: str, contender: str, mode: str, quick: bool, executables: int) 
         for batch in BATCHES:
             for hidden in HIDDENS:
                 builds = [_step_functions(contender, mode, batch, hidden) for _ in range(executables)]
-                out[f"{mode} B{batch} H{hidden} forward"] = _median_seconds([(f, a) for f, _, a in builds], budget)
-                out[f"{mode} B{batch} H{hidden} gradient"] = _median_seconds([(g, a) for _, g, a in builds], budget)
+                out[f"{mode} B{batch} H{hidden} forward"] = median_seconds([(f, a) for f, _, a in builds], budget)
+                out[f"{mode} B{batch} H{hidden} gradient"] = median_seconds([(g, a) for _, g, a in builds], budget)
     else:
         for batch in DECODE["batches"]:
             builds = [_decode_function(contender, batch) for _ in range(executables)]
-            out[f"decode B{batch}"] = _median_seconds(builds, budget * 5)
+            out[f"decode B{batch}"] = median_seconds(builds, budget * 5)
     return out
 
 
