@@ -294,7 +294,7 @@ def _recurrence_attributes(
     rows: int,
     weights_dtype,
     has_lengths: bool,
-    blocks: tuple[WeightBlock, ...],
+    blocks: tuple[WeightBlock, ...] | None,
     params_gradient: tuple[int | None, int | None] | None = None,
 ) -> dict:
     """The recurrence handlers' attributes (onednn/gemm_recurrence.h): ``config``'s cell and units as a one-layer,
@@ -320,7 +320,7 @@ def _recurrence_attributes(
         rows=np.int64(rows),
         weights_dtype=np.dtype(weights_dtype).name,
         has_lengths=np.bool_(has_lengths),
-        blocks=np.asarray([field for block in blocks for field in block], np.int64).reshape(-1),
+        blocks=np.asarray([field for block in blocks or () for field in block], np.int64).reshape(-1),
         params_gradient=np.bool_(params_gradient is not None),
         b_in_offset=np.int64(-1 if params_gradient is None or params_gradient[0] is None else params_gradient[0]),
         b_rec_offset=np.int64(-1 if params_gradient is None or params_gradient[1] is None else params_gradient[1]),
@@ -374,7 +374,7 @@ def gemm_forward(
             out_types += [jax.ShapeDtypeStruct(steps, f32)] * ((lstm or gru) + gru)
             out_types += [jax.ShapeDtypeStruct(steps, weights_dtype)]
         attributes = _recurrence_attributes(
-            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks or ()
+            config, input_size, skip_input, reverse, training, batch, weights_dtype, lengths is not None, blocks
         )
         return jax.ffi.ffi_call(extension.GEMM_FORWARD_TARGET, out_types, vmap_method="sequential")(
             *operands, **attributes
@@ -456,7 +456,7 @@ def gemm_backward(
             batch,
             weights_dtype,
             lengths is not None,
-            blocks or (),
+            blocks,
             params_gradient,
         ),
     )
