@@ -159,6 +159,21 @@ def documented_recurrent_masks(key, cfg, batch) -> np.ndarray:
     )
 
 
+def mapped_gradients(one, xs, *mapped):
+    """``one(params, x, *rest)``'s gradient over ``jax.vmap`` of ``xs`` (and ``mapped``, each mapped on its first axis)
+    in both orders: ``grad(vmap)`` (of the elements' summed values) and ``vmap(grad)`` (each element's own), as two
+    functions of the parameters."""
+    axes = (None, 0, *[0] * len(mapped))
+
+    def grad_of_vmap(params):
+        return jax.grad(lambda p: jnp.sum(jax.vmap(one, in_axes=axes)(p, xs, *mapped)))(params)
+
+    def vmap_of_grad(params):
+        return jax.vmap(jax.grad(one), in_axes=axes)(params, xs, *mapped)
+
+    return grad_of_vmap, vmap_of_grad
+
+
 def jaxpr_eqns(jaxpr) -> Iterator:
     """Every equation of ``jaxpr`` (a core Jaxpr), then those of its sub-jaxprs (scan bodies, custom rules, ...) and of
     what its hijax primitives lower to (``_hijax_expansion``)."""

@@ -18,7 +18,7 @@ from jax_cudnn_rnn.backends.onednn import extension
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import draw_inputs, jaxpr_eqns, make_config, require_extension
+from support import draw_inputs, jaxpr_eqns, make_config, mapped_gradients, require_extension
 
 N = 3  # mapped sequences
 CASES = [
@@ -41,13 +41,7 @@ def _loss(cfg, xs, h0, c0, seq_lengths, implementation):
         y, h_n, c_n = jcr.rnn(params, x, h0, c0, cfg, seq_lengths=lengths, implementation=implementation)
         return jnp.sum(y**2) + jnp.sum(h_n) + (0.0 if c_n is None else jnp.sum(c_n * 0.5))
 
-    def grad_of_vmap(params):
-        return jax.grad(lambda p: jnp.sum(jax.vmap(one, in_axes=(None, 0, 0))(p, xs, seq_lengths)))(params)
-
-    def vmap_of_grad(params):
-        return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(params, xs, seq_lengths)
-
-    return grad_of_vmap, vmap_of_grad
+    return mapped_gradients(one, xs, seq_lengths)
 
 
 def _custom_vjps(fn, *args) -> list[str]:

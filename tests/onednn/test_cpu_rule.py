@@ -24,7 +24,7 @@ from jax_cudnn_rnn.backends.onednn import cpu_rule, extension, gemm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import require_extension, run_package_child
+from support import mapped_gradients, require_extension, run_package_child
 
 GEMM = "onednn:gemm"
 
@@ -274,15 +274,12 @@ def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementatio
     def loss(params, x, implementation):
         return jnp.sum(jcr.rnn(params, x, zeros, zeros, small, implementation=implementation)[0] ** 2)
 
-    def grad_of_vmap(params, implementation):
-        return jax.grad(lambda p: jnp.sum(jax.vmap(lambda x: loss(p, x, implementation))(xs)))(params)
-
-    def vmap_of_grad(params, implementation):
-        return jax.vmap(jax.grad(loss), in_axes=(None, 0, None))(params, xs, implementation)
-
-    for differentiate in (grad_of_vmap, vmap_of_grad):
-        got, want = jax.jit(differentiate, static_argnums=1)(params, None), differentiate(params, "xla")
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    got = mapped_gradients(lambda p, x: loss(p, x, None), xs)
+    want = mapped_gradients(lambda p, x: loss(p, x, "xla"), xs)
+    for got_fn, want_fn in zip(got, want, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(jax.jit(got_fn)(params)), np.asarray(want_fn(params)), rtol=1e-6, atol=1e-6
+        )
 
 
 _BELOW_AVX512 = """
