@@ -70,17 +70,20 @@ def gate_weights(pieces: Any, config: RNNConfig, dtype: Any):
     return [tuple(cast(group) for group in groups) for groups in _buffer.unpack_gates(pieces)]
 
 
-def recurrent_products(w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int) -> Callable:
+def recurrent_products(
+    w_rec: Array, b_rec: Array | None, rmask: Array | None, num_gates: int, weights_first: bool = False
+) -> Callable:
     """The ``recurrent(v, gates)`` a cell's ``general_step`` takes: for a ``slice`` of the gates, R_k (v * m_k) + b_Rk
     side by side [B, len*H]; w_rec [G*H, P], b_rec [G*H] or None, rmask None or [G, B, P] (one recurrent-dropout mask
-    per gate, ``dropout.recurrent_masks``). Without masks, one GEMM over the gates asked for."""
+    per gate, ``dropout.recurrent_masks``). Without masks, one GEMM over the gates asked for, with ``weights_first``
+    as (R v^T)^T."""
     units = w_rec.shape[0] // num_gates
 
     def recurrent(v: Array, gates: slice) -> Array:
         rows = slice(gates.start * units, gates.stop * units)
         w = w_rec[rows]
         if rmask is None:
-            out = v @ w.T
+            out = (w @ v.T).T if weights_first else v @ w.T
         else:
             count = gates.stop - gates.start
             out = jnp.einsum("gbp,ghp->bgh", v[None] * rmask[gates], w.reshape(count, units, w.shape[1]))
@@ -117,15 +120,16 @@ DirectionFn = Callable[[Direction, DirectionInputs], tuple[Array, Array, Array |
 """``direction_fn(direction, arrays) -> (ys [T, B, hidden], h_n [B, hidden], c_n [B, H] or None)``."""
 
 
-def scan_general(direction: Direction, xs, gate_inputs_of, arrays: DirectionInputs):
+def scan_general(direction: Direction, xs, gate_inputs_of, arrays: DirectionInputs, weights_first: bool = False):
     """One direction of one layer through the cell's ``general_step``: ``lax.scan`` over ``xs`` (a pytree with a
     leading time axis, in place of ``arrays.x``), ``gate_inputs_of(x_t)`` giving the step's gate inputs (W x_t + b_W,
-    split as the cell reads them; w_in and b_in are its business). Returns (ys [T, B, hidden], h_n, c_n or None)."""
+    split as the cell reads them; w_in and b_in are its business); ``weights_first`` as ``recurrent_products``.
+    Returns (ys [T, B, hidden], h_n, c_n or None)."""
     config = direction.config
     _, w_rec, w_proj, _, b_rec = arrays.weights
     cell = config.cell
     activation, recurrent_activation = config.activation_functions
-    recurrent = recurrent_products(w_rec, b_rec, arrays.rmask, config.num_gates)
+    recurrent = recurrent_products(w_rec, b_rec, arrays.rmask, config.num_gates, weights_first)
 
     def step(carry, inputs):
         x_t, mask_t, reset_t = inputs

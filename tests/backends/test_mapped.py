@@ -26,6 +26,7 @@ CASES = [
     ("gru", 2, "bidirectional", {}, True),
     ("rnn_tanh", 1, "unidirectional", {}, True),
     ("lstm", 2, "bidirectional", {"proj_size": 2}, False),
+    ("gru", 2, "unidirectional", {"input_mode": "skip_input"}, True),
 ]
 
 
