@@ -49,8 +49,8 @@ class Call:
     pieces: whether the params are a frontend's named tensors (``_buffer.Pieces``) rather than the opaque buffer.
     loop_invariant_weights: whether the call is a step of a loop being traced over which the params do not change
       (jax_cudnn_rnn/backends/loops.py): XLA then computes what depends on them alone once, before the loop.
-    mapped: whether x is being mapped by ``jax.vmap`` where the call is traced (``loops.mapped``): an Equinox module's
-      per-sequence call under the user's vmap.
+    mapped: how many elements ``jax.vmap`` maps x over where the call is traced, 0 where it is not mapped
+      (``loops.mapped``): an Equinox module's per-sequence call under the user's vmap; ``batch`` is one element's.
     """
 
     config: RNNConfig | None = None
@@ -66,7 +66,7 @@ class Call:
     input_channel: tuple[float, ...] | None = None
     pieces: bool = False
     loop_invariant_weights: bool = False
-    mapped: bool = False
+    mapped: int = 0
 
 
 class Inputs(NamedTuple):

@@ -41,11 +41,16 @@ def loop_invariant(arrays: Sequence[Any], varying: Array) -> bool:
     )
 
 
-def mapped(varying: Array) -> bool:
-    """Whether ``varying`` (a call's input) is being mapped by ``jax.vmap`` here: a tracer of a batching trace, as an
-    Equinox module's per-sequence call inside the user's ``jax.vmap`` sees its input. A kernel that runs such a call
-    once per mapped element (an FFI call's ``vmap_method="sequential"``) then runs it B times; XLA's own programs take
-    the mapped axis into their products. Not where the vmap encloses a ``jit`` that encloses the call (the jit's
-    program is mapped after it is traced). Which trace a tracer belongs to is not public API: False where this jax
-    does not say."""
-    return type(getattr(varying, "_trace", None)).__name__ == "BatchTrace"
+def mapped(varying: Array) -> int:
+    """How many elements ``jax.vmap`` maps ``varying`` (a call's input) over here, 0 where none: the product of the
+    sizes of the batching traces that hold it, as an Equinox module's per-sequence call inside the user's ``jax.vmap``
+    sees its input (1 for a vmap whose size this jax does not say). A kernel that runs such a call once per mapped
+    element (an FFI call's ``vmap_method="sequential"``) then runs it that many times; XLA's own programs take the
+    mapped axis into their products. Not where the vmap encloses a ``jit`` that encloses the call (the jit's program is
+    mapped after it is traced). Which trace a tracer belongs to is not public API: 0 where this jax does not say."""
+    elements = 0
+    while type(getattr(varying, "_trace", None)).__name__ == "BatchTrace":
+        size = getattr(getattr(varying._trace, "axis_data", None), "size", None)
+        elements = max(elements, 1) * (size if isinstance(size, int) else 1)
+        varying = getattr(varying, "val", None)
+    return elements

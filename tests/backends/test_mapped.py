@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jax_cudnn_rnn as jcr
+from jax_cudnn_rnn.backends import loops
 from jax_cudnn_rnn.backends.onednn import extension
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,3 +65,23 @@ def test_a_mapped_call_is_differentiated_by_jax_itself(mode, layers, direction, 
     # Outside vmap the fast path keeps its own backward.
     single = lambda p: jnp.sum(jcr.rnn(p, xs[0], h0, c0, cfg, implementation="xla")[0])  # noqa: E731
     assert _custom_vjps(jax.grad(single), params)
+
+
+def test_mapped_counts_the_elements_of_every_vmap_that_maps_the_input():
+    """``loops.mapped`` (``Call.mapped``): the product of the sizes of the vmaps that map x where the call is traced,
+    0 outside vmap, in a vmap that maps other arguments only, and where the vmap encloses a jit that encloses it."""
+    seen = []
+
+    def record(x, other=None):
+        seen.append(loops.mapped(x))
+        return x
+
+    x = jnp.zeros((3, 5, 2))
+    record(x)
+    jax.jit(record)(x)
+    jax.vmap(record)(x)
+    jax.vmap(jax.vmap(record))(x)
+    jax.jit(jax.vmap(jax.vmap(record)))(x)
+    jax.vmap(record, in_axes=(None, 0))(x, jnp.zeros(4))
+    jax.vmap(jax.jit(record))(x)
+    assert seen == [0, 0, 3, 15, 15, 0, 0]

@@ -253,7 +253,8 @@ def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementatio
     element: with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per element the training side has no oneDNN estimate,
     and the default trains with the xla implementation, its inference forward (which folds the mapped axis into its
     batch) still oneDNN's where the rule says so (not the gemm's over more than one step, whose weights are packed for
-    one element's rows); with that many rows the call is estimated as any. Its gradient,
+    one element's rows); with that many rows the call is estimated as any; the inference forward, one call over every
+    mapped element's rows, is estimated at all of them. Its gradient,
     under ``grad(vmap)`` and ``vmap(grad)``, is the xla implementation's."""
     cfg = jcr.RNNConfig("lstm", 1, 256, 256)
     few, enough = onednn_backend.MAPPED_TRAINING_MIN_BATCH - 1, onednn_backend.MAPPED_TRAINING_MIN_BATCH
@@ -264,6 +265,12 @@ def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementatio
             mapped = onednn_backend.cost(Call(cfg, 50, batch, mapped=True), side, variant)
             # the gemm's weights are packed for one element's rows: it would run once per mapped element
             assert mapped == (None if variant == "gemm" else alone)
+    # The inference forward folds every mapped element's rows into one call: estimated at all of them.
+    folded = onednn_backend.cost(Call(cfg, 50, few, mapped=8), "forward", "")
+    assert folded == onednn_backend.cost(Call(cfg, 50, few * 8), "forward", "")
+    assert folded != onednn_backend.cost(Call(cfg, 50, few), "forward", "")
+    trained = onednn_backend.cost(Call(cfg, 50, enough, mapped=8), registry.TRAINING, "")
+    assert trained == onednn_backend.cost(Call(cfg, 50, enough), registry.TRAINING, "")
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
     small = jcr.RNNConfig("lstm", 1, 8, 4)
     assert registry.decide("cpu", Call(small, 5, 1, mapped=True)).training == "xla"

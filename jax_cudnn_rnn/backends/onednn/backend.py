@@ -245,7 +245,8 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
     frontend's step of a projected LSTM (whose layers run on the buffer), which the xla step runs. Longer calls as the
     rule decides. The training side of a call under ``jax.vmap`` with fewer than ``MAPPED_TRAINING_MIN_BATCH`` rows per
     mapped element (an Equinox module's sequence) is the xla implementation's, which JAX differentiates itself there;
-    its inference forward folds the mapped rows into one call (a frontend's step too: ``kernels.gemm_forward``)."""
+    its inference forward folds the mapped rows into one call (a frontend's step too: ``kernels.gemm_forward``) and is
+    estimated at the rows of every mapped element."""
     if call.config is None or call.batch is None:
         return None
     if call.mapped and side == registry.TRAINING and call.batch < MAPPED_TRAINING_MIN_BATCH:
@@ -259,8 +260,11 @@ def cost(call: Call, side: str, variant: str) -> registry.Cost | None:
             return None  # a projected LSTM's layers are gemm_scan's, on the buffer (a copy of the tensors)
         found = cpu_rule.short_call(side, implementation)
         return None if found is None else registry.Cost(*found)
+    # Under vmap the inference forward is one call over every mapped element's rows (``convention.vmapped``), as the
+    # xla implementation's program takes them all in its products: estimated at that batch.
+    batch = call.batch * call.mapped if call.mapped and side != registry.TRAINING else call.batch
     found = cpu_rule.estimate(
-        call.config, call.batch, side, implementation, isa=extension.effective_cpu_isa(), tuned=tuned.this_machine()
+        call.config, batch, side, implementation, isa=extension.effective_cpu_isa(), tuned=tuned.this_machine()
     )
     return None if found is None else registry.Cost(*found)
 
