@@ -244,7 +244,7 @@ def test_a_call_of_one_step_runs_the_gemm_in_place_but_in_a_loop():
     # Under vmap, one row per mapped element: its forward folds the rows into one call, its training is the xla step's
     # (``MAPPED_TRAINING_MIN_BATCH``).
     if onednn_backend.unavailable() is None:
-        choice = registry.decide("cpu", Call(cfg, steps, 1, pieces=True, mapped=True))
+        choice = registry.decide("cpu", Call(cfg, steps, 1, pieces=True, mapped=1))
         assert (choice.forward, choice.training) == (GEMM, "xla")
 
 
@@ -259,10 +259,10 @@ def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementatio
     cfg = jcr.RNNConfig("lstm", 1, 256, 256)
     few, enough = onednn_backend.MAPPED_TRAINING_MIN_BATCH - 1, onednn_backend.MAPPED_TRAINING_MIN_BATCH
     for variant in ("", "gemm", "plain"):
-        assert onednn_backend.cost(Call(cfg, 50, few, mapped=True), registry.TRAINING, variant) is None
+        assert onednn_backend.cost(Call(cfg, 50, few, mapped=1), registry.TRAINING, variant) is None
         for side, batch in ((registry.TRAINING, enough), ("forward", few)):
             alone = onednn_backend.cost(Call(cfg, 50, batch), side, variant)
-            mapped = onednn_backend.cost(Call(cfg, 50, batch, mapped=True), side, variant)
+            mapped = onednn_backend.cost(Call(cfg, 50, batch, mapped=1), side, variant)
             # the gemm's weights are packed for one element's rows: it would run once per mapped element
             assert mapped == (None if variant == "gemm" else alone)
     # The inference forward folds every mapped element's rows into one call: estimated at all of them.
@@ -273,7 +273,7 @@ def test_a_mapped_call_with_few_rows_per_element_trains_on_the_xla_implementatio
     assert trained == onednn_backend.cost(Call(cfg, 50, enough), registry.TRAINING, "")
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
     small = jcr.RNNConfig("lstm", 1, 8, 4)
-    assert registry.decide("cpu", Call(small, 5, 1, mapped=True)).training == "xla"
+    assert registry.decide("cpu", Call(small, 5, 1, mapped=1)).training == "xla"
     params = jcr.init_params(jax.random.key(0), small)
     xs = jax.random.normal(jax.random.key(1), (3, 5, 1, 4))
     zeros = jnp.zeros((1, 1, 8))

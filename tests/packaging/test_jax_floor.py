@@ -10,8 +10,10 @@ Needs the package index (pip's cache makes a repeated run quick); every step has
 
 import os
 import re
+import shutil
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,15 +51,17 @@ def test_the_between_jax_is_between():
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(built_wheel, tmp_path_factory) -> str:
+def wheel_venv(built_wheel, tmp_path_factory) -> Iterator[str]:
     """The python of a fresh venv with the binary wheel and its cudnn and onednn extras (the cuDNN extension must
     register its CUDA targets with each jax as well), at the declared floor jax; each test below pins its own jax in it,
-    so that the two share one install of the wheel and its extras (nvidia-cudnn-cu13's is the longest)."""
+    so that the two share one install of the wheel and its extras (nvidia-cudnn-cu13's is the longest). Removed after
+    this module, as test_wheel.py's environment is (a few GB of disk)."""
     venv = tmp_path_factory.mktemp("floor") / "venv"
     run_checked([sys.executable, "-m", "venv", str(venv)], timeout=120)
     python = str(venv / "bin" / "python")
     _install(python, declared(), f"{built_wheel}[cudnn,onednn]")
-    return python
+    yield python
+    shutil.rmtree(venv, ignore_errors=True)
 
 
 def _install(python: str, version: str, *requirements: str) -> None:

@@ -12,6 +12,7 @@ tested and it fails instead (tests/packaging/conftest.py).
 """
 
 import os
+import shutil
 import sys
 import venv
 
@@ -92,7 +93,9 @@ print("older runtime OK")
 @pytest.fixture(scope="module")
 def installed_wheel(built_wheel, tmp_path_factory):
     """(the wheel built by scripts/build_wheel.sh, the fresh environment's bin directory, its environment variables),
-    with the wheel and its `cudnn` and `onednn` extras installed there; built once per session (conftest.py)."""
+    with the wheel and its `cudnn` and `onednn` extras installed there; built once per session (conftest.py). The
+    environment (a few GB, cuDNN's wheel most of it) is removed after this module: CI's disk holds every venv the run
+    makes at once otherwise, and a run ended on a full disk here (2026-11-30)."""
     wheel, tmp_path = built_wheel, tmp_path_factory.mktemp("wheel")
     env_dir = tmp_path / "fresh"
     venv.create(env_dir, with_pip=True)
@@ -106,7 +109,8 @@ def installed_wheel(built_wheel, tmp_path_factory):
         env=env,
         cwd=tmp_path,
     )
-    return wheel, bin_dir, env, tmp_path
+    yield wheel, bin_dir, env, tmp_path
+    shutil.rmtree(env_dir, ignore_errors=True)
 
 
 def test_wheel_installs_and_runs_without_compilers(installed_wheel):
