@@ -41,6 +41,7 @@ def test_block_extraction():
 @pytest.mark.parametrize("where, source", BLOCKS, ids=[where for where, _ in BLOCKS])
 def test_readme_block_runs(where, source, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TMPDIR"] = str(tmp_path)  # the blocks' `tempfile.mkdtemp()` folders go with the test's, not into /tmp for good
     result = subprocess.run(
         [sys.executable, "-c", source], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env, check=False
     )
