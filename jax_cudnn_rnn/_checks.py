@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import RNNConfig, check_config
 
 __all__ = [
     "RNN_ARGUMENTS",
@@ -277,15 +277,7 @@ def check_inputs(
     [num_layers*D, hidden], seq_lengths a scalar and resets [T]; for one without the layer axis
     (``names.state_axes[0]`` None, only for a config of one layer and one direction) h0 and c0 are [batch, hidden].
     """
-    if isinstance(config, jax.core.Tracer):
-        raise TypeError(
-            f"config is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
-            "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
-            "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
-            "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata"
-        )
-    if not isinstance(config, RNNConfig):
-        raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
+    check_config(config)
     if config.dtype == np.float64 and not jax.config.jax_enable_x64:
         raise TypeError(
             "config.dtype is float64 but jax_enable_x64 is off; enable it with "

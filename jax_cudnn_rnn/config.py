@@ -43,6 +43,8 @@ SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype
 
 def canonical_dtype(dtype: Any, *, argument: str = "dtype") -> np.dtype:
     """Returns ``dtype`` as a NumPy dtype if it is one of float16, bfloat16, float32, float64, else raises."""
+    if dtype is None:  # np.dtype(None) is float64: a dtype left unset must not become one
+        raise TypeError(f"{argument} is None; expected one of {[d.name for d in SUPPORTED_DTYPES]}")
     try:
         result = np.dtype(dtype)
     except TypeError as e:
@@ -303,11 +305,11 @@ class RNNConfig:
 
     def state_shape(self, batch_size: int) -> tuple[int, int, int]:
         """Shape of h0 and h_n: (L * D, B, hidden_size); (L * D, B, H) without projection."""
-        return (self.num_layers * self.num_directions, batch_size, self.hidden_size)
+        return (self.num_layers * self.num_directions, check_int("batch_size", batch_size, 0), self.hidden_size)
 
     def cell_shape(self, batch_size: int) -> tuple[int, int, int]:
         """Shape of c0 and c_n (LSTM): (L * D, B, num_units)."""
-        return (self.num_layers * self.num_directions, batch_size, self.num_units)
+        return (self.num_layers * self.num_directions, check_int("batch_size", batch_size, 0), self.num_units)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict from which ``from_json`` rebuilds an equal config; the fields added later
@@ -336,3 +338,18 @@ class RNNConfig:
         if unknown:
             raise ValueError(f"RNNConfig fields {sorted(unknown)} are unknown; expected a subset of {sorted(known)}")
         return cls(**fields)
+
+
+def check_config(config: Any, argument: str = "config") -> RNNConfig:
+    """``config`` after checking that it is an ``RNNConfig``; the TypeError names it as ``argument``. A config that
+    ``jax.jit`` traced (passed as an array argument) gets the fix: configs are static."""
+    if isinstance(config, jax.core.Tracer):
+        raise TypeError(
+            f"{argument} is a traced value ({type(config).__name__}): jax.jit traced the RNNConfig like an "
+            "array argument, but it must be static. Use jax.jit(jcr.rnn, static_argnames=('config',)) "
+            "and pass config=cfg by keyword, or pass params as an RNNParams (jcr.RNNParams.init(key, cfg) "
+            "or RNNParams(buffer, cfg)), which carries its config as static pytree metadata"
+        )
+    if not isinstance(config, RNNConfig):
+        raise TypeError(f"{argument} must be an RNNConfig, got {type(config).__name__}")
+    return config

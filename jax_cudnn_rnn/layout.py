@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_cudnn_rnn.config import RNNConfig, canonical_dtype
+from jax_cudnn_rnn.config import RNNConfig, canonical_dtype, check_config
 
 # The documented names; layer_slots, assemble and _check_buffer serve the package's own modules
 # (jax_cudnn_rnn/_buffer.py has the implementations' views of the buffer: unpacking, one layer as a network of its own).
@@ -106,8 +106,12 @@ def _canonical_slots(config: RNNConfig) -> tuple[list[ParamSlot], list[ParamSlot
     return weights, biases
 
 
-@functools.cache
 def _layout(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...], int]:
+    return _placed_slots(check_config(config))
+
+
+@functools.cache
+def _placed_slots(config: RNNConfig) -> tuple[tuple[ParamSlot, ...], tuple[ParamSlot, ...], int]:
     weights, biases = _canonical_slots(config)
     # cuDNN's weight space: every matrix (canonical order is pseudo-layer order), then every bias.
     offset = 0
@@ -182,7 +186,7 @@ def _buffer_and_config(params: Any, config: RNNConfig | None) -> tuple[Any, RNNC
         return params.buffer, carried
     if config is None:
         raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
-    return params, config
+    return params, check_config(config)
 
 
 def params_to_canonical(params: Any, config: RNNConfig | None = None) -> tuple[list[jax.Array], list[jax.Array]]:
@@ -300,7 +304,7 @@ def init_params(key: jax.Array, config: RNNConfig, *, scale: float | None = None
     """A fresh opaque buffer with every weight and bias drawn from U(-k, k), k = 1/sqrt(hidden_size) by default
     (PyTorch's initialisation of nn.LSTM/GRU/RNN, which uses the projected size when projecting); ``scale``
     overrides k."""
-    dtype = canonical_dtype(config.dtype)
+    dtype = canonical_dtype(check_config(config).dtype)
     if dtype == np.float64 and not jax.config.jax_enable_x64:
         raise TypeError(
             "config.dtype is float64 but jax_enable_x64 is off; enable it with "

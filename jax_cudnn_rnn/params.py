@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from jax_cudnn_rnn import layout
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import RNNConfig, check_config
 
 __all__ = ["bias_mask", "is_rnn_params", "param_labels"]
 
@@ -35,8 +35,7 @@ class RNNParams:
     __slots__ = ("buffer", "config")
 
     def __init__(self, buffer: Any, config: RNNConfig):
-        if not isinstance(config, RNNConfig):
-            raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
+        check_config(config)
         shape = getattr(buffer, "shape", None)
         if shape is None or not hasattr(buffer, "dtype"):
             raise TypeError(f"buffer must be an array (or jax.ShapeDtypeStruct), got {type(buffer).__name__}")

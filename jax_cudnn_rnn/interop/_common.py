@@ -11,7 +11,7 @@ import numpy as np
 
 from jax_cudnn_rnn import layout
 from jax_cudnn_rnn.cells import activations
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import RNNConfig, check_config
 
 #: ``(weights, biases)``: the canonical lists, as ``layout.params_to_canonical`` returns them, in NumPy.
 Canonical = tuple[list[np.ndarray], list[np.ndarray]]
@@ -49,7 +49,7 @@ def gates(config: RNNConfig, layer: int, direction: int, group: str) -> list[str
 
 def check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -> None:
     """For peers whose LSTM (``lstm_class``) neither projects nor clips."""
-    if config.proj_size:
+    if check_config(config).proj_size:
         raise ValueError(
             f"proj_size={config.proj_size} has no {peer} equivalent ({lstm_class} has no projection); use proj_size=0"
         )
@@ -63,7 +63,7 @@ def check_no_projection_or_clip(config: RNNConfig, peer: str, lstm_class: str) -
 def check_mode(config: RNNConfig, peer: str, modes: Sequence[str], cells: str) -> None:
     """For peers whose cells (``cells``, e.g. "torch.nn.LSTM, GRU and RNN") are ``modes``: the reset-before GRU and
     any other mode by name."""
-    if config.mode not in modes:
+    if check_config(config).mode not in modes:
         hint = (
             " (it applies the reset gate before the recurrent matrix; their GRU applies it after: mode 'gru')"
             if config.mode == "gru_reset_before"

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jax_cudnn_rnn.config import RNNConfig
+from jax_cudnn_rnn.config import RNNConfig, check_config
 from jax_cudnn_rnn.interop import _common as common
 
 # Equinox's cells keep the gates in the canonical order (LSTM i, f, g, o; GRU reset, update, new); equinox.nn has no
@@ -26,7 +26,7 @@ def _import_equinox() -> Any:
 
 
 def _equinox_check(config: RNNConfig) -> None:
-    if config.mode in ("rnn_tanh", "rnn_relu"):
+    if check_config(config).mode in ("rnn_tanh", "rnn_relu"):
         raise ValueError(
             f"mode {config.mode!r} has no Equinox equivalent: equinox.nn has LSTMCell and GRUCell but no "
             "vanilla tanh/relu RNN cell; use mode 'lstm' or 'gru'"

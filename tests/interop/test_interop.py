@@ -226,3 +226,29 @@ def test_flax_errors_name_the_problem():
     flax_params["layer_0"]["cell"]["i"]["bias"] = jnp.full((H,), 0.5)
     with pytest.raises(ValueError, match="layer_0/cell/i/bias is not representable: bias_mode 'none'"):
         interop.flax_to_canonical(flax_params, none)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: interop.torch_module_kwargs(c),
+        lambda c: interop.torch_module_name(c),
+        lambda c: interop.canonical_to_torch([], [], c),
+        lambda c: interop.torch_to_canonical({}, c),
+        lambda c: interop.canonical_to_flax([], [], c),
+        lambda c: interop.flax_to_canonical({}, c),
+        lambda c: interop.flax_stack_kwargs(c),
+        lambda c: interop.canonical_to_keras([], [], c),
+        lambda c: interop.keras_to_canonical([], c),
+        lambda c: interop.keras_layers(c),
+        lambda c: interop.canonical_to_equinox([], [], c),
+        lambda c: interop.equinox_to_canonical([], c),
+    ],
+)
+@pytest.mark.parametrize("config", [None, "lstm"])
+def test_converters_name_a_config_that_is_not_one(call, config):
+    """Every converter checks its config first: a TypeError naming it, not an AttributeError from inside."""
+    # torch_to_canonical takes config=None with a torch module and says so
+    expected = f"config (must be an RNNConfig, got {type(config).__name__}|is None; pass the RNNConfig)"
+    with pytest.raises(TypeError, match=expected):
+        call(config)
