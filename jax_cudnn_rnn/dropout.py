@@ -19,6 +19,26 @@ __all__ = ["RECURRENT_STREAM", "dropout_masks", "recurrent_masks"]
 RECURRENT_STREAM = 2**31 - 1
 
 
+def check_key(key: Any, argument: str = "dropout_key") -> None:
+    """Raises a TypeError or ValueError naming ``argument`` unless ``key`` is one JAX PRNG key: a typed key of shape ()
+    (``jax.random.key(seed)``) or a raw one (``jax.random.PRNGKey(seed)``, uint32 key data)."""
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        typed = key
+    else:
+        try:
+            typed = jax.random.wrap_key_data(key)
+        except (TypeError, ValueError) as e:
+            got = repr(key) if dtype is None else f"an array of shape {tuple(key.shape)} and dtype {dtype}"
+            raise TypeError(
+                f"{argument} must be a JAX PRNG key (jax.random.key(seed), or jax.random.PRNGKey(seed)), got {got}"
+            ) from e
+    if typed.shape != ():
+        raise ValueError(
+            f"{argument} holds keys of shape {typed.shape}; expected one key (shape ()), e.g. one of jax.random.split's"
+        )
+
+
 def compute_dtype(dtype: Any) -> Any:
     """The dtype every implementation computes in, and draws the masks in: float64 stays float64; everything else is
     computed in float32."""

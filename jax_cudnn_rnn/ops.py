@@ -173,6 +173,8 @@ def rnn(
         params, config = params.buffer, params.config
     elif config is None:
         raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
+    if params is None:  # check_inputs skips a None params (a frontend's own buffer): here it is a caller's slip
+        raise TypeError("params must be an array (params_size(config) elements) or an RNNParams, got NoneType")
     if argument_names is None:
         argument_names = RNN_ARGUMENTS
     elif not isinstance(argument_names, ArgumentNames):
@@ -247,6 +249,8 @@ def run_checked(
         raise ValueError(
             f"dropout_key is None; is_training=True with config.{which} needs a JAX PRNG key (jax.random.key(seed))"
         )
+    if apply_dropout or apply_recurrent_dropout:
+        dropout.check_key(dropout_key)
     call = Call(
         config,
         int(x.shape[0]),

@@ -222,6 +222,41 @@ def test_dropout_key_required():
     )
 
 
+@pytest.mark.parametrize(
+    "key, error, message",
+    [
+        (3, TypeError, "dropout_key must be a JAX PRNG key .*, got 3"),
+        ("k", TypeError, "dropout_key must be a JAX PRNG key .*, got 'k'"),
+        (np.zeros(3, np.uint32), TypeError, r"dropout_key must be a JAX PRNG key .*shape \(3,\) and dtype uint32"),
+        (jax.random.split(jax.random.key(0)), ValueError, r"dropout_key holds keys of shape \(2,\); expected one key"),
+        (jax.random.split(jax.random.PRNGKey(0)), ValueError, r"dropout_key holds keys of shape \(2,\)"),
+    ],
+)
+@pytest.mark.parametrize("implementation", [None, "xla"])
+def test_dropout_key_must_be_one_key(key, error, message, implementation):
+    cfg, p, x, h0, c0 = _setup(dropout=0.5)
+    _raises(
+        error,
+        message,
+        lambda: jcr.rnn(p, x, h0, c0, cfg, is_training=True, dropout_key=key, implementation=implementation),
+    )
+
+
+def test_dropout_key_typed_or_raw_draw_the_same_masks():
+    """Both spellings of one key pass the check and draw the same masks, eagerly and under jit."""
+    cfg, p, x, h0, c0 = _setup(dropout=0.5)
+    run = lambda key: jcr.rnn(p, x, h0, c0, cfg, is_training=True, dropout_key=key)[0]  # noqa: E731
+    typed, raw = jax.random.key(7), jax.random.PRNGKey(7)
+    np.testing.assert_array_equal(run(typed), run(raw))
+    np.testing.assert_array_equal(jax.jit(run)(typed), run(raw))
+    assert not np.allclose(run(typed), jcr.rnn(p, x, h0, c0, cfg)[0])  # the masks applied
+
+
+def test_params_none_is_named():
+    cfg, _, x, h0, c0 = _setup()
+    _raises(TypeError, "params must be an array .* got NoneType", lambda: jcr.rnn(None, x, h0, c0, cfg))
+
+
 def test_unknown_implementation():
     cfg, p, x, h0, c0 = _setup()
     _raises(
@@ -241,6 +276,32 @@ def test_cudnn_where_it_cannot_run_is_a_clear_error():
 def test_config_must_be_rnnconfig():
     _, p, x, h0, c0 = _setup()
     _raises(TypeError, "config must be an RNNConfig, got dict", lambda: jcr.rnn(p, x, h0, c0, {"mode": "lstm"}))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: jcr.params_size(c),
+        lambda c: jcr.init_params(jax.random.key(0), c),
+        lambda c: jcr.params_to_canonical(jnp.zeros(3), c),
+        lambda c: jcr.canonical_to_params([], [], c),
+        lambda c: jcr.params_to_tree(jnp.zeros(3), c),
+        lambda c: jcr.tree_to_params({}, c),
+    ],
+)
+@pytest.mark.parametrize("config", [None, "lstm", {"mode": "lstm"}])
+def test_layout_functions_name_a_config_that_is_not_one(call, config):
+    # params_to_canonical and params_to_tree take config=None with an RNNParams and say so
+    expected = f"config (must be an RNNConfig, got {type(config).__name__}|is None; pass an RNNConfig)"
+    _raises(TypeError, expected, lambda: call(config))
+
+
+def test_config_dtype_none_and_state_shape_batch():
+    _raises(TypeError, "dtype is None; expected one of", lambda: jcr.RNNConfig("gru", 1, H, I, dtype=None))
+    cfg = jcr.RNNConfig("lstm", 2, H, I)
+    _raises(ValueError, "batch_size must be >= 0, got -1", lambda: cfg.state_shape(-1))
+    _raises(TypeError, "batch_size must be an int, got float 2.5", lambda: cfg.cell_shape(2.5))
+    assert cfg.state_shape(np.int64(3)) == (2, 3, H) and cfg.cell_shape(0) == (2, 0, H)
 
 
 def test_float64_without_x64():
