@@ -77,7 +77,8 @@ METADATA_KEY = "jax_cudnn_rnn"
 
 
 class CheckpointError(ValueError):
-    """The checkpoint is missing, damaged, or not one this handler wrote."""
+    """The checkpoint is damaged, incomplete (its metadata missing), or not one this handler wrote. (A directory
+    that does not exist is Orbax's ``FileNotFoundError``, raised before the handler is called.)"""
 
 
 def path_str(keypath: tuple[Any, ...]) -> str:
@@ -237,8 +238,15 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             )
         tree = metadata.tree
         recorded = ours.get("buffer_shardings") or {}  # absent in checkpoints written before it was recorded
+        configs = ours.get("rnn_params", {})
+        for name, value in (("rnn_params", configs), ("buffer_shardings", recorded)):
+            if not isinstance(value, Mapping):
+                raise CheckpointError(
+                    f"checkpoint in {directory} is damaged: its jax_cudnn_rnn metadata's {name} is a "
+                    f"{type(value).__name__}; expected a mapping of tree path -> fields"
+                )
         result = {}
-        for path, fields in ours.get("rnn_params", {}).items():
+        for path, fields in configs.items():
             try:
                 config = RNNConfig.from_json(fields)
             except (TypeError, ValueError) as e:

@@ -227,6 +227,13 @@ def test_damaged_checkpoints_raise_clear_errors(tmp_path):
         r"config .* implies \(7, 8\)",
     ):
         _checkpointer().restore(path, args=ckpt.CanonicalRestore(target))
+    for name in ("rnn_params", "buffer_shardings"):  # a field of the wrong type, with a target and without
+        edited = json.loads(original)
+        edited["custom_metadata"]["jax_cudnn_rnn"][name] = "x"
+        meta_file.write_text(json.dumps(edited))
+        for restore in (ckpt.CanonicalRestore(target), ckpt.CanonicalRestore(None)):
+            with pytest.raises(ckpt.CheckpointError, match=f"damaged: its jax_cudnn_rnn metadata's {name} is a str"):
+                _checkpointer().restore(path, args=restore)
     meta["custom_metadata"]["jax_cudnn_rnn"]["format_version"] = 99
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(ckpt.CheckpointError, match="format_version 99; this library reads version 1"):
