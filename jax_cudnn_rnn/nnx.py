@@ -142,8 +142,9 @@ class RNN(nnx.Module):
             )
             self._from_cell(in_features, given, rngs)
             return
-        if rngs is None:
-            raise TypeError(f"{name} needs rngs=nnx.Rngs(...) to initialise its parameters")
+        if not isinstance(rngs, nnx.Rngs):
+            got = "" if rngs is None else f", got {type(rngs).__name__}"
+            raise TypeError(f"{name} needs rngs=nnx.Rngs(...) to initialise its parameters{got}")
         if mode is None:
             mode = self.fixed_mode or "lstm"
         num_units = _flax_core.module_size(
@@ -334,6 +335,9 @@ class RNN(nnx.Module):
                 raise ValueError("cells[0][0] is a SimpleCell with another activation than tanh or relu, or residual")
         if cls.fixed_mode is not None and mode != cls.fixed_mode:
             raise TypeError(f"cells[0][0] is a {kind}, which {cls.__name__} does not take (it holds {cls.fixed_mode})")
+        directions = len(cells[0])
+        if directions not in (1, 2):
+            raise ValueError(f"cells[0] has {directions} cells; expected 1 (forward) or 2 (forward, backward)")
         kwargs.setdefault("rngs", nnx.Rngs(0))
         kwargs.setdefault("param_dtype", first.param_dtype)
         module = cls(
@@ -341,13 +345,13 @@ class RNN(nnx.Module):
             first.hidden_features,
             mode=mode,
             num_layers=len(cells),
-            direction="bidirectional" if len(cells[0]) == 2 else "unidirectional",
+            direction="bidirectional" if directions == 2 else "unidirectional",
             **kwargs,
         )
         values = {}
         for layer, row in enumerate(cells):
             if len(row) != module.config.num_directions:
-                raise ValueError(f"cells[{layer}] has {len(row)} cells; cells[0] has {module.config.num_directions}")
+                raise ValueError(f"cells[{layer}] has {len(row)} cells; expected {directions}, as cells[0]")
             for direction, cell in enumerate(row):
                 values.update(_cell_tensors(cell, f"cells[{layer}][{direction}]", kind, layer, direction, module))
         tree = module.parameters.tree({k: values[k] for k in module.parameters.shapes})
@@ -411,16 +415,25 @@ def _cell_tensors(cell: Any, where: str, kind: str, layer: int, direction: int, 
 
 def _dropout_key(rngs: Any) -> jax.Array:
     """A key for this call's dropout masks from an ``nnx.Rngs`` (its dropout stream), a stream, or a key."""
+    missing = ValueError(
+        "dropout applies (deterministic=False) but the module has no rngs.dropout stream: build it with "
+        "rngs=nnx.Rngs(params=..., dropout=...), pass rngs= to the call, or call model.eval()"
+    )
     if rngs is None:
-        raise ValueError(
-            "dropout applies (deterministic=False) but the module has no rngs.dropout stream: build it with "
-            "rngs=nnx.Rngs(params=..., dropout=...), pass rngs= to the call, or call model.eval()"
-        )
+        raise missing
     if isinstance(rngs, nnx.Rngs):
-        return rngs.dropout()
+        try:
+            stream = rngs.dropout
+        except (AttributeError, KeyError):  # Rngs without a dropout stream (nnx raises either, by version)
+            raise missing from None
+        return stream()
     if isinstance(rngs, jax.Array):
         return rngs
-    return rngs()
+    if isinstance(rngs, nnx.RngStream):
+        return rngs()
+    raise TypeError(
+        f"rngs must be an nnx.Rngs, an nnx.RngStream or a key (as nnx.Dropout's), got {type(rngs).__name__}"
+    )
 
 
 class LSTM(RNN):

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from jax_cudnn_rnn.flax import LSTM, RNN
+from jax_cudnn_rnn.nnx import LSTM as NNXLSTM
 from jax_cudnn_rnn.nnx import RNN as NNXRNN
 
 B, T, I, H = 2, 5, 3, 4
@@ -274,6 +275,25 @@ def test_dropout_without_rng_stream_names_it():
     variables = module.init(jax.random.key(0), jnp.ones((B, T, I)))
     with pytest.raises(flax.errors.InvalidRngError, match="dropout"):
         module.apply(variables, jnp.ones((B, T, I)), deterministic=False)
+
+
+def test_nnx_rngs_name_what_they_must_be():
+    """nnx's own layers fail on such rngs with an AttributeError from inside (nnx.Linear(3, 4, rngs=0)); ours say what
+    rngs must be, and a missing dropout stream (nnx.Dropout: a KeyError at construction) is a ValueError at the call,
+    where the call's own rngs may still supply it."""
+    with pytest.raises(TypeError, match=r"LSTM needs rngs=nnx.Rngs\(\.\.\.\) to initialise its parameters, got int"):
+        NNXLSTM(I, H, rngs=0)
+    model = NNXLSTM(I, H, num_layers=2, dropout=0.5, rngs=nnx.Rngs(params=0))
+    x = jnp.ones((B, T, I))
+    with pytest.raises(
+        ValueError, match=r"dropout applies \(deterministic=False\) but the module has no rngs\.dropout"
+    ):
+        model(x)
+    with pytest.raises(TypeError, match=r"rngs must be an nnx\.Rngs, an nnx\.RngStream or a key .*, got int"):
+        model(x, rngs=3)
+    by_rngs, by_key = model(x, rngs=nnx.Rngs(dropout=1)), model(x, rngs=jax.random.key(1))
+    assert by_rngs.shape == by_key.shape == (B, T, H)
+    assert not np.allclose(by_key, model(x, deterministic=True))  # the masks applied
 
 
 def test_nnx_wrong_feature_size():

@@ -289,5 +289,7 @@ def test_each_frontend_s_bias_argument_and_its_errors():
     with pytest.raises(TypeError, match=r"cells\[0\]\[0\] is a LSTMCell, which GRU does not take"):
         jcr_nnx.GRU.from_cells([[nnx.LSTMCell(I, H, rngs=nnx.Rngs(0))]])
     cells = [[nnx.GRUCell(I, H, rngs=nnx.Rngs(0))], [nnx.GRUCell(H, H, rngs=nnx.Rngs(1))] * 2]
-    with pytest.raises(ValueError, match=r"cells\[1\] has 2 cells; cells\[0\] has 1"):
+    with pytest.raises(ValueError, match=r"cells\[1\] has 2 cells; expected 1, as cells\[0\]"):
         jcr_nnx.GRU.from_cells(cells)
+    with pytest.raises(ValueError, match=r"cells\[0\] has 3 cells; expected 1 \(forward\) or 2 \(forward, backward\)"):
+        jcr_nnx.GRU.from_cells([cells[0] * 3])
