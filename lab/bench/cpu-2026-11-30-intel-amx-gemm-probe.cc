@@ -2,7 +2,7 @@
 // bfloat16 RNN forward could run at on an AMX CPU next to oneDNN 3.2's matmul (issue 61). A probe, not part of the
 // package: lab/bench/cpu-2026-11-30-intel-amx-gemm-probe.md has the numbers and what mattered.
 //
-//   g++ -O2 -std=c++17 -o amx_gemm_probe amx_gemm_probe.cc -lpthread
+//   g++ -O2 -std=c++17 -o amx_gemm_probe cpu-2026-11-30-intel-amx-gemm-probe.cc -lpthread
 //   ./amx_gemm_probe M MC [threads] [repeats]     (K = 1024, N = 4096; M a multiple of 32; MC row blocks per chunk)
 //
 // a is read where it lies (row-major, tile loads at its row stride); b is packed once into 32-column panels, each
