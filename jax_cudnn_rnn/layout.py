@@ -186,7 +186,7 @@ def _buffer_and_config(params: Any, config: RNNConfig | None) -> tuple[Any, RNNC
         return params.buffer, carried
     if config is None:
         raise TypeError("config is None; pass an RNNConfig, or params as an RNNParams that carries one")
-    return params, check_config(config)
+    return params, config
 
 
 def params_to_canonical(params: Any, config: RNNConfig | None = None) -> tuple[list[jax.Array], list[jax.Array]]:

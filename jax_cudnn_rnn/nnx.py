@@ -413,19 +413,21 @@ def _cell_tensors(cell: Any, where: str, kind: str, layer: int, direction: int, 
     return out
 
 
+_NO_DROPOUT_STREAM = (
+    "dropout applies (deterministic=False) but the module has no rngs.dropout stream: build it with "
+    "rngs=nnx.Rngs(params=..., dropout=...), pass rngs= to the call, or call model.eval()"
+)
+
+
 def _dropout_key(rngs: Any) -> jax.Array:
     """A key for this call's dropout masks from an ``nnx.Rngs`` (its dropout stream), a stream, or a key."""
-    missing = ValueError(
-        "dropout applies (deterministic=False) but the module has no rngs.dropout stream: build it with "
-        "rngs=nnx.Rngs(params=..., dropout=...), pass rngs= to the call, or call model.eval()"
-    )
     if rngs is None:
-        raise missing
+        raise ValueError(_NO_DROPOUT_STREAM)
     if isinstance(rngs, nnx.Rngs):
         try:
             stream = rngs.dropout
         except (AttributeError, KeyError):  # Rngs without a dropout stream (nnx raises either, by version)
-            raise missing from None
+            raise ValueError(_NO_DROPOUT_STREAM) from None
         return stream()
     if isinstance(rngs, jax.Array):
         return rngs
