@@ -25,6 +25,9 @@ Decoding (the bench's config G, jax_cudnn_rnn/tools/bench/problems.py): 100 one-
 baseline), ``flax_scan_opt`` (the same with ``nn.OptimizedLSTMCell``), ``named`` (a 2-layer
 ``jax_cudnn_rnn.flax.LSTM`` called per step) and ``rnn`` (``rnn()`` per step, as the bench's contender).
 
+``contender@implementation`` (``dropin@xla``, ``rnn@onednn:gemm``) times one of this package's contenders with that
+``implementation`` rather than the default's choice.
+
 Each (contender, kind) runs in a process of its own; the rounds alternate the contenders and each number is the best
 of its rounds, so that a loaded machine shows ratios it can be trusted with more than its absolute times. Within a
 process each case is built ``--executables`` times (5), each build its own compiled executable over its own arrays,
@@ -33,7 +36,7 @@ step is not a measurement of its program). Records the CPU, its feature flags, o
 version and the threads this process may use.
 
     python benchmarks/one_step.py [--rounds 3] [--executables 5] [--json out.json] [--quick] [--threads 1]
-        [--label "loaded machine"] [--skip-steps | --skip-decode] [--contenders flax_cell,equinox]
+        [--label "loaded machine"] [--skip-steps | --skip-decode] [--contenders flax_cell,equinox,dropin@xla]
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def median_seconds(builds, budget: float) -> float:
 
 
 def _step_functions(contender: str, mode: str, batch: int, hidden: int):
-    """(forward, gradient, args) of one contender's jitted step."""
+    """(forward, gradient, args) of one contender's jitted step; ``contender@implementation`` (``dropin@xla``) runs
+    this package's contender with that ``implementation`` instead of the default's choice."""
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -89,6 +93,10 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
     import jax_cudnn_rnn as jcr
     from jax_cudnn_rnn import flax as jf
 
+    contender, _, implementation = contender.partition("@")
+    if implementation and contender in ("flax_cell", "keras"):
+        raise ValueError(f"{contender} takes no implementation (got {implementation!r})")
+    implementation = implementation or None
     x = jax.random.normal(jax.random.key(0), (batch, hidden))
     cell = (nn.LSTMCell if mode == "lstm" else nn.GRUCell)(hidden)
     carry = cell.initialize_carry(jax.random.key(2), (batch, hidden))
@@ -101,9 +109,11 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
 
     elif contender in ("dropin", "named"):
         module = (
-            jf.RNN(cell)
+            jf.RNN(cell, implementation=implementation)
             if contender == "dropin"
-            else (jf.LSTM if mode == "lstm" else jf.GRU)(hidden)  # its carry is the cell's: (c, h) or h
+            else (jf.LSTM if mode == "lstm" else jf.GRU)(
+                hidden, implementation=implementation
+            )  # its carry is the cell's: (c, h) or h
         )
         variables = module.init(jax.random.key(1), x[:, None])
 
@@ -118,7 +128,7 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
 
         rngs = nnx.Rngs(1)
         nnx_cell = (nnx.LSTMCell if mode == "lstm" else nnx.GRUCell)(hidden, hidden, rngs=rngs)
-        graph, state, rest = nnx.split(jnnx.RNN(nnx_cell), nnx.Param, ...)
+        graph, state, rest = nnx.split(jnnx.RNN(nnx_cell, implementation=implementation), nnx.Param, ...)
         variables, treedef = jax.tree.flatten(state)  # a list: nnx.State's own flattening is Python's
 
         def run(v, c, x):
@@ -131,7 +141,9 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
 
         from jax_cudnn_rnn import equinox as jeqx
 
-        eqx_module = (jeqx.LSTM if mode == "lstm" else jeqx.GRU)(hidden, hidden, key=jax.random.key(1))
+        eqx_module = (jeqx.LSTM if mode == "lstm" else jeqx.GRU)(
+            hidden, hidden, implementation=implementation, key=jax.random.key(1)
+        )
         arrays, static = eqx.partition(eqx_module, eqx.is_array)
         variables, treedef = jax.tree.flatten(arrays)  # a list: a module's own flattening is Python's
         carry = (carry[1][:, None], carry[0][:, None]) if mode == "lstm" else carry[:, None]  # per sequence [1, H]
@@ -161,7 +173,7 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
 
         def run(v, c, x):
             h, c0 = (c[0], c[1]) if mode == "lstm" else (c, None)
-            y, h_n, c_n = jcr.rnn(v, x[None], h, c0, config)
+            y, h_n, c_n = jcr.rnn(v, x[None], h, c0, config, implementation=implementation)
             return ((h_n, c_n) if mode == "lstm" else h_n), y[0]
 
     def loss(v, c, x):
@@ -342,7 +354,9 @@ def _table(best: dict[tuple[str, str], float]) -> list[str]:
         cases = [case for case in dict.fromkeys(c for c, _ in best) if case.startswith("decode") == (kind == "decode")]
         if not cases:
             continue
-        others = [c for c in contenders if c != baseline]
+        present = dict.fromkeys(c for case, c in best if case.startswith("decode") == (kind == "decode"))
+        others = [c for c in contenders if c in present and c != baseline]
+        others += [c for c in present if c not in contenders]  # contender@implementation
         rows += [
             "",
             f"| {kind} | {baseline} ms | " + " | ".join(f"{c} ms | {c} / {baseline}" for c in others) + " |",

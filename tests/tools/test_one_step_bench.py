@@ -1,0 +1,36 @@
+"""benchmarks/one_step.py's contenders (issue 60 item 3): ``contender@implementation`` runs this package's contender
+on that implementation, over the same weights as the contender on the default's choice, so that its step computes the
+same numbers; Flax's cell and Keras's layer take none. Numbers only: the script's timings are benchmarks, not tests."""
+
+import importlib.util
+import os
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("flax")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SPEC = importlib.util.spec_from_file_location("one_step", os.path.join(ROOT, "benchmarks", "one_step.py"))
+one_step = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(one_step)
+
+
+@pytest.mark.parametrize("contender", ["dropin", "named", "rnn"])
+@pytest.mark.parametrize("mode", ["gru", "lstm"])
+def test_a_contender_on_a_named_implementation_computes_the_same_step(contender, mode):
+    forward, gradient, args = one_step._step_functions(contender, mode, 3, 8)
+    forward_xla, gradient_xla, args_xla = one_step._step_functions(f"{contender}@xla", mode, 3, 8)
+    for a, b in zip(jax.tree.leaves(args), jax.tree.leaves(args_xla), strict=True):
+        np.testing.assert_array_equal(a, b)  # the same weights, carry and input
+    for got, want in ((forward_xla(*args), forward(*args)), (gradient_xla(*args), gradient(*args))):
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+def test_the_named_implementation_is_the_one_that_runs():
+    forward, _, args = one_step._step_functions("rnn@xla", "gru", 2, 4)
+    assert "onednn" not in jax.jit(forward).lower(*args).as_text()
+    with pytest.raises(ValueError, match="flax_cell takes no implementation"):
+        one_step._step_functions("flax_cell@xla", "gru", 2, 4)
