@@ -38,12 +38,13 @@ Atomicity is Orbax's: the item is written to a temporary directory (``<step>.orb
 complete, so a save that fails midway leaves no step behind and earlier steps intact. Tested
 (tests/core/test_checkpoint.py) for a process killed while it writes the arrays (the previous step stays
 ``latest_step()`` and restores bit for bit; ``CheckpointManagerOptions(cleanup_tmp_directories=True)`` removes the
-leftover temporary directory on the next start) and for a full disk (the error, Orbax's, names the file it could not
-write under the step's temporary directory; the steps saved before stay, also with ``max_to_keep``). After a failed
-save, the same CheckpointManager's ``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the
-steps it meant to replace from its list when the save starts): call ``manager.reload()``, which reads them from disk
-again. Exception to the atomicity: ``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before*
-writing; use a CheckpointManager (a new directory per step) or a fresh path instead.
+leftover temporary directory on the next start) and for a full disk (the error names the step's temporary directory:
+Orbax's names the file it could not write, or where Orbax's names none, the handler adds the directory; the steps saved
+before stay, also with ``max_to_keep``). After a failed save, the same CheckpointManager's
+``latest_step()``/``all_steps()`` can miss the earlier steps (Orbax 0.12 drops the steps it meant to replace from its
+list when the save starts): call ``manager.reload()``, which reads them from disk again. Exception to the atomicity:
+``Checkpointer.save(path, force=True)`` deletes an existing ``path`` *before* writing; use a CheckpointManager (a new
+directory per step) or a fresh path instead.
 """
 
 from __future__ import annotations
@@ -190,6 +191,31 @@ def _compare(path: str, saved: RNNConfig, target: RNNConfig) -> None:
     raise ValueError(f"RNNParams at {path!r}: the checkpoint's config differs from the target's ({fields}){detail}")
 
 
+def _naming(error: OSError, directory) -> OSError:
+    """``error`` with the checkpoint's ``directory`` in its message where it names no path: Orbax writes some of a
+    step's files with Python's ``write_text``, whose ``OSError`` (a full disk's ``[Errno 28] No space left on device``)
+    says which error but not where."""
+    if str(directory) in str(error):
+        return error
+    return type(error)(error.errno, f"{error.strerror or error} (saving the checkpoint into {directory})")
+
+
+class _NamingFuture:
+    """One of Orbax's commit futures whose ``OSError`` names the checkpoint's directory (``_naming``)."""
+
+    def __init__(self, future, directory):
+        self._future, self._directory = future, directory
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return self._future.result(timeout=timeout)
+        except OSError as e:
+            raise _naming(e, self._directory) from e
+
+    def cancel(self) -> bool | None:
+        return self._future.cancel() if hasattr(self._future, "cancel") else None
+
+
 class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
     """Orbax handler for pytrees containing ``RNNParams``; see the module docstring. Constructor arguments are
     ``ocp.StandardCheckpointHandler``'s."""
@@ -211,7 +237,12 @@ class CanonicalCheckpointHandler(ocp.StandardCheckpointHandler):
             "rnn_params": configs,
             "buffer_shardings": shardings,
         }
-        return await super().async_save(directory, args=ocp.args.StandardSave(converted, custom_metadata=metadata))
+        try:
+            standard = ocp.args.StandardSave(converted, custom_metadata=metadata)
+            futures = await super().async_save(directory, args=standard)
+        except OSError as e:
+            raise _naming(e, directory) from e
+        return [_NamingFuture(f, directory) for f in futures or []]
 
     # -------------------------------------------------------------------------------------------------- reading
     def saved_configs(self, directory) -> dict[str, RNNConfig]:

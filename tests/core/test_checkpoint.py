@@ -2,6 +2,7 @@
 the saving process is killed mid-write or the disk fills up (in a subprocess: ``python tests/core/test_checkpoint.py
 TASK DIRECTORY`` runs its side of those tests)."""
 
+import errno
 import itertools
 import json
 import os
@@ -16,6 +17,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
+from etils import epath
 
 from jax_cudnn_rnn import checkpoint as ckpt
 from jax_cudnn_rnn import layout
@@ -446,6 +448,38 @@ def test_a_full_disk_raises_naming_the_path_and_keeps_what_was_saved(tmp_path, d
             _OPEN.pop().close()
         if disk == "tmpfs":
             subprocess.run(["umount", str(disk_dir)], check=True, timeout=_TIMEOUT)
+
+
+def test_a_failed_write_that_names_no_file_raises_naming_the_step(tmp_path, monkeypatch):
+    """Orbax writes a step's pytree metadata (``_METADATA``) with Python's ``write_text``, whose ``OSError`` on a full
+    disk names no file (``[Errno 28] No space left on device``: CI met it once in the tmpfs case above, where that write
+    met the full disk before the arrays' did). The error the user gets names the step's directory, keeps the errno, and
+    step 1, saved before, stays the only step and restores bit for bit."""
+    directory = tmp_path / "run"
+    manager = _opened(ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=1)))
+    manager.save(1, args=ocp.args.Composite(state=ckpt.CanonicalSave(_state())))
+    manager.wait_until_finished()
+    path_type = type(epath.Path(directory))
+    write_text = path_type.write_text
+
+    def full_disk(self, *args, **kwargs):
+        if self.name == "_METADATA" and "2.orbax-checkpoint-tmp" in str(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, *args, **kwargs)
+
+    def save_step_2():
+        manager.save(2, args=ocp.args.Composite(state=ckpt.CanonicalSave(_state_at(2))))
+        manager.wait_until_finished()
+
+    monkeypatch.setattr(path_type, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        save_step_2()
+    monkeypatch.undo()
+    assert raised.value.errno == errno.ENOSPC
+    assert f"{directory}/2.orbax-checkpoint-tmp" in str(raised.value), raised.value
+    manager.reload()
+    assert manager.all_steps() == [1]
+    _assert_step_restores_exactly(directory, 1, _state())
 
 
 if __name__ == "__main__":
