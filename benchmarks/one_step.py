@@ -108,12 +108,12 @@ def _step_functions(contender: str, mode: str, batch: int, hidden: int):
             return cell.apply(v, c, x)
 
     elif contender in ("dropin", "named"):
+        # either one's carry is the cell's: (c, h) or h
+        named = jf.LSTM if mode == "lstm" else jf.GRU
         module = (
             jf.RNN(cell, implementation=implementation)
             if contender == "dropin"
-            else (jf.LSTM if mode == "lstm" else jf.GRU)(
-                hidden, implementation=implementation
-            )  # its carry is the cell's: (c, h) or h
+            else named(hidden, implementation=implementation)
         )
         variables = module.init(jax.random.key(1), x[:, None])
 
@@ -351,10 +351,11 @@ def _table(best: dict[tuple[str, str], float]) -> list[str]:
         ("step", STEP_CONTENDERS, "flax_cell"),
         ("decode", DECODE_CONTENDERS, "flax_scan"),
     ):
-        cases = [case for case in dict.fromkeys(c for c, _ in best) if case.startswith("decode") == (kind == "decode")]
-        if not cases:
+        measured = [(case, c) for case, c in best if case.startswith("decode") == (kind == "decode")]
+        if not measured:
             continue
-        present = dict.fromkeys(c for case, c in best if case.startswith("decode") == (kind == "decode"))
+        cases = list(dict.fromkeys(case for case, _ in measured))
+        present = dict.fromkeys(c for _, c in measured)
         others = [c for c in contenders if c in present and c != baseline]
         others += [c for c in present if c not in contenders]  # contender@implementation
         rows += [

@@ -4,12 +4,17 @@ same numbers; Flax's cell and Keras's layer take none. Numbers only: the script'
 
 import importlib.util
 import os
+import sys
 
 import jax
 import numpy as np
 import pytest
 
 pytest.importorskip("flax")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import skips
+from support import require_extension
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SPEC = importlib.util.spec_from_file_location("one_step", os.path.join(ROOT, "benchmarks", "one_step.py"))
@@ -34,3 +39,13 @@ def test_the_named_implementation_is_the_one_that_runs():
     assert "onednn" not in jax.jit(forward).lower(*args).as_text()
     with pytest.raises(ValueError, match="flax_cell takes no implementation"):
         one_step._step_functions("flax_cell@xla", "gru", 2, 4)
+
+
+def test_a_named_onednn_implementation_runs_the_extension():
+    """The other side of the test above: ``@onednn:gemm`` lowers to the extension's call (where it is loaded), so that
+    a column of the benchmark named for an implementation times that implementation."""
+    from jax_cudnn_rnn.backends.onednn import extension
+
+    require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
+    forward, _, args = one_step._step_functions("rnn@onednn:gemm", "gru", 4, 8)
+    assert "onednn" in jax.jit(forward).lower(*args).as_text()
