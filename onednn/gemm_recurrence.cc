@@ -20,6 +20,7 @@
 #include "recurrence_operands.h"
 #include "rnn_config.h"
 #include "scratch.h"
+#include "small_products.h"
 #include "threading.h"
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
@@ -75,13 +76,23 @@ ffi::Error TakePieces(OptionalBuffers<ffi::RemainingArgs>& args, const Recurrenc
 }
 
 // Products of so few rows that a oneDNN call per block costs more than the product itself (a frontend's kernels are a
-// block per gate: 8 calls for an LSTM step, each a dispatch to the threads): written by the loops below, every block
-// in one parallel pass, reading each block where it lies. In-process, Intel AMX, 2026-11-30: the named LSTM's step at
-// B=2, H=128 0.077 / 0.249 ms forward / gradient against 0.108 / 0.298 on oneDNN's calls; at B=4, H=512 (GRU) the
-// loops lost (gradient 1.4-2.0x).
-constexpr int64_t kSmallProductRows = 2;
+// block per gate: 6-8 calls for a step, each a dispatch to the threads): written by the handlers' own register-tiled
+// loops (small_products.h), every block in one parallel pass, reading each block where it lies. Up to 2 rows always;
+// up to 16 where the layer's weights fit in 2 MiB (H <= 256). Per step of a lax.scan of 200 one-step calls, ours /
+// Flax's cell, forward, the drop-in and the named modules, GRU and LSTM: at B=4, H=128 2.43-3.76 on oneDNN's products,
+// 1.42-2.15 on these loops; at B=16, H=128 1.87-2.27 and 1.40-1.87; at B=4, H=256 0.86-1.74 and 0.63-1.47. At H=512
+// neither won throughout (the drop-in's GRU forward 0.74-0.82 on oneDNN's products, 1.06-1.21 on the loops, the named
+// modules' the other way), so there oneDNN's products stay (Intel Emerald Rapids, 2 cores, 2026-12-01).
+constexpr int64_t kSmallProductRows = 2, kTiledProductRows = 16;
+constexpr int64_t kTiledProductBytes = int64_t{2} << 20;
 
-bool SmallProducts(const Recurrence& r, int64_t rows) { return r.in_place && rows <= kSmallProductRows; }
+bool SmallProducts(const Recurrence& r, int64_t rows) {
+  if (!r.in_place || rows > kTiledProductRows) return false;
+  if (rows <= kSmallProductRows) return true;
+  int64_t bytes = 0;
+  for (const WeightBlock& block : r.blocks) bytes += r.depth(block) * block.gates * r.units * r.weights_bytes();
+  return bytes <= kTiledProductBytes;
+}
 
 // The forward's products: w_in's over every step's rows (none for skip input), w_rec's over one step's. In place, one
 // per block, each where it lies; else w_in its own argument and w_rec packed.
@@ -129,18 +140,12 @@ void SmallForward(const Recurrence& r, int64_t rows, const void* a, int64_t K, c
       const auto* w = static_cast<const char*>(products[i].b);
       float* rows_out = c + products[i].column;
       if (lo >= hi) continue;
-      // Each of the block's rows (or runs of its columns) read once, for every row of a.
       if (block.columns()) {
-        for (int64_t b = 0; b < rows; ++b) std::fill(rows_out + b * W + lo, rows_out + b * W + hi, 0.0f);
-        for (int64_t k = 0; k < K; ++k) {
-          const char* run = w + (k * block.col_stride + lo) * bytes;
-          for (int64_t b = 0; b < rows; ++b) Axpy(r.bf16(), a_rows[b * K + k], run, rows_out + b * W + lo, hi - lo);
-        }
+        ProductColumns(r.bf16(), a_rows.data(), K, rows, K, w + lo * bytes, block.col_stride, hi - lo, rows_out + lo, W,
+                       false);
       } else {
-        for (int64_t j = lo; j < hi; ++j) {
-          const char* row = w + j * block.row_stride * bytes;
-          for (int64_t b = 0; b < rows; ++b) rows_out[b * W + j] = Dot(r.bf16(), a_rows.data() + b * K, row, K);
-        }
+        ProductRows(r.bf16(), a_rows.data(), K, rows, K, w + lo * block.row_stride * bytes, block.row_stride, hi - lo,
+                    rows_out + lo, W, false);
       }
     }
   });
@@ -409,17 +414,12 @@ void SmallBackward(const Recurrence& r, int64_t rows, const void* d, const std::
       const WeightBlock& block = g->block;
       const auto* w = static_cast<const char*>(g->weights);
       const int64_t n = block.gates * r.units, column = block.gate0 * r.units;
-      // Each of the block's rows (or columns) read once, for every row of d.
-      if (block.columns()) {
-        for (int64_t k = k0; k < k1; ++k) {
-          const char* run = w + k * block.col_stride * bytes;
-          for (int64_t b = 0; b < rows; ++b) out[b * K + k] += Dot(r.bf16(), d_rows.data() + b * W + column, run, n);
-        }
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const char* row = w + (j * block.row_stride + k0) * bytes;
-          for (int64_t b = 0; b < rows; ++b) Axpy(r.bf16(), d_rows[b * W + column + j], row, out + b * K + k0, k1 - k0);
-        }
+      if (block.columns()) {  // out[b, k] += sum_j d[b, column + j] w[k * col_stride + j]
+        ProductRows(r.bf16(), d_rows.data() + column, W, rows, n, w + k0 * block.col_stride * bytes, block.col_stride,
+                    k1 - k0, out + k0, K, true);
+      } else {  // out[b, k] += sum_j d[b, column + j] w[j * row_stride + k]
+        ProductColumns(r.bf16(), d_rows.data() + column, W, rows, n, w + k0 * bytes, block.row_stride, k1 - k0,
+                       out + k0, K, true);
       }
     }
   });

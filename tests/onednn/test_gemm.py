@@ -347,7 +347,8 @@ def test_gemm_under_vmap_matches_each_element(native):
 
 @pytest.mark.parametrize("mode,num_layers,direction,extra", CASES, ids=str)
 @pytest.mark.parametrize("lengths", [None, (1, 0, 1)], ids=("", "lengths"))
-@pytest.mark.parametrize("batch", [2, 3], ids=("2 rows", "3 rows"))  # 2: the handlers' own loops, 3: oneDNN's
+# 2 and 5: the handlers' own loops (small_products.h: the scalar ones at this H), 17: oneDNN's products
+@pytest.mark.parametrize("batch", [2, 5, 17], ids=("2 rows", "5 rows", "17 rows"))
 def test_a_short_call_reads_the_weights_in_place_and_matches_the_oracle(
     native, mode, num_layers, direction, extra, lengths, batch
 ):
@@ -356,7 +357,7 @@ def test_a_short_call_reads_the_weights_in_place_and_matches_the_oracle(
     (the reference's with lengths), the buffer's gradient whole (its weights' parts from the handlers, its biases'
     beside them)."""
     cfg = make_config(mode, num_layers, direction, **extra)
-    lengths = None if lengths is None else np.asarray(lengths[:batch], np.int32)
+    lengths = None if lengths is None else np.resize(np.asarray(lengths, np.int32), batch)
     params, x, h0, c0 = draw_inputs(cfg, np.random.default_rng(11), steps=gemm.IN_PLACE_STEPS, batch=batch)
     outs, grads = _value_and_grads(GEMM, cfg, params, x, h0, c0, lengths)
     assert_outputs_close(outs, oracle(cfg, params, x, h0, c0, seq_lengths=lengths), atol=1e-5, rtol=1e-5)

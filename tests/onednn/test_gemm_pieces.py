@@ -69,14 +69,20 @@ def _assert_runs_in_place(step, *args) -> None:
 LINEN_CELLS = {"LSTMCell": nn.LSTMCell, "GRUCell": nn.GRUCell, "SimpleCell": nn.SimpleCell}
 
 
-@pytest.mark.parametrize("batch", [1, B])  # one row: the handlers' own loops (kSmallProductRows); three: oneDNN's
+# (batch, H, I): the handlers' own loops (small_products.h) up to 16 rows, their vectors where H >= 32 and I >= 16 and
+# their scalar tails elsewhere; oneDNN's products past 16 rows (gemm_recurrence.cc, SmallProducts)
+SHAPES = {"1 row": (1, H, I), "3 rows": (B, H, I), "vectors and tails": (5, 37, 19), "17 rows": (17, H, I)}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(LINEN_CELLS))
-def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(name, dtype, batch):
+def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(name, dtype, shape):
     """``jax_cudnn_rnn.flax.RNN(cell)``'s one step over the cell's own parameters (a kernel per gate, held [in, H]):
     output, carry and the gradient of every parameter, of the carry and of x against Flax's cell."""
     if dtype == "bfloat16":
         require_bfloat16_kernels("onednn:gemm")
+    batch, H, I = SHAPES[shape]  # the module's names, this case's values
     cell = LINEN_CELLS[name](H, dtype=dtype, param_dtype=dtype)
     x = jax.random.normal(jax.random.key(0), (batch, I), dtype)
     carry = jax.tree.map(
@@ -92,8 +98,12 @@ def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(nam
     def ours(v, c, x):
         return drop_in.apply({"params": {"cell": v["params"]}}, x[:, None], initial_carry=c, return_carry=True)
 
+    # The reference: Flax's cell in float32 on the same values (its bfloat16 step rounds each product, and at H=37 its
+    # gradients strayed 2-5x further from the float32 cell's than ours, which accumulate in float32)
+    reference = LINEN_CELLS[name](H)
+
     def theirs(v, c, x):
-        new, y = cell.apply(v, c, x)
+        new, y = reference.apply(*jax.tree.map(lambda a: a.astype(jnp.float32), (v, c, x)))
         return new, y[:, None]
 
     gradient = lambda step: jax.jit(jax.value_and_grad(lambda *a: _sines(step(*a)), argnums=(0, 1, 2)))  # noqa: E731
@@ -102,6 +112,30 @@ def test_the_linen_drop_ins_step_reads_the_cells_kernels_and_equals_the_cell(nam
     _assert_close(gradient(ours)(variables, carry, x), gradient(theirs)(variables, carry, x), tolerance)
     _assert_runs_in_place(jax.jit(ours), variables, carry, x)
     _assert_runs_in_place(gradient(ours), variables, carry, x)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_the_named_modules_step_reads_its_rows_and_equals_the_xla_step(kind, shape):
+    """The named modules hold a tensor per gate as the canonical [H, in] rows (the handlers' rows form, where the
+    drop-in's kernels are columns): the one step on "onednn:gemm" against the same module on the xla implementation,
+    output, carry and every gradient."""
+    batch, H, I = SHAPES[shape]  # the module's names, this case's values
+    x = jax.random.normal(jax.random.key(0), (batch, 1, I))
+    modules = {impl: getattr(jcr_flax, kind)(H, implementation=impl) for impl in ("onednn:gemm", "xla")}
+    variables = modules["xla"].init(jax.random.key(1), x)
+    carry = jax.tree.map(
+        lambda a: jax.random.normal(jax.random.key(2), a.shape),
+        modules["xla"].initialize_carry(jax.random.key(3), x[:, 0].shape),
+    )
+
+    def step(impl):
+        return lambda v, c, x: modules[impl].apply(v, x, initial_carry=c, return_carry=True)
+
+    gradient = lambda f: jax.jit(jax.value_and_grad(lambda *a: _sines(f(*a)), argnums=(0, 1, 2)))  # noqa: E731
+    _assert_close(jax.jit(step("onednn:gemm"))(variables, carry, x), step("xla")(variables, carry, x), 2e-5)
+    _assert_close(gradient(step("onednn:gemm"))(variables, carry, x), gradient(step("xla"))(variables, carry, x), 2e-5)
+    _assert_runs_in_place(jax.jit(step("onednn:gemm")), variables, carry, x)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
