@@ -205,38 +205,4 @@ void LoadRow(bool bf16, const void* src, float* dst, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(in[j]) << 16));
 }
 
-namespace {
-
-template <typename W>
-JCR_INLINE float AsFloat(W value) {
-  if constexpr (sizeof(W) == 2) return BitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(value) << 16));
-  else return value;
-}
-
-template <typename W>
-JCR_INLINE float DotOf(const float* __restrict v, const W* __restrict w, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += v[i] * AsFloat(w[i]);
-  return sum;
-}
-
-template <typename W>
-JCR_INLINE void AxpyOf(float s, const W* __restrict w, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] += s * AsFloat(w[i]);
-}
-
-}  // namespace
-
-// GCC vectorizes a float sum only where it may reassociate it: the order of Dot's sum is the vectorizer's.
-__attribute__((optimize("associative-math", "no-signed-zeros", "no-trapping-math"))) JCR_VECTOR_CLONES float Dot(
-    bool bf16, const float* v, const void* w, int64_t n) {
-  return bf16 ? DotOf(v, static_cast<const uint16_t*>(w), n) : DotOf(v, static_cast<const float*>(w), n);
-}
-
-JCR_VECTOR_CLONES
-void Axpy(bool bf16, float s, const void* w, float* out, int64_t n) {
-  if (bf16) AxpyOf(s, static_cast<const uint16_t*>(w), out, n);
-  else AxpyOf(s, static_cast<const float*>(w), out, n);
-}
-
 }  // namespace jax_cudnn_rnn::onednn

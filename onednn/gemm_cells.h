@@ -36,11 +36,6 @@ void BackwardRow(Mode mode, int64_t units, const float* gates, const float* aux,
 void StoreRow(bool bf16, const float* src, void* dst, int64_t n);
 void LoadRow(bool bf16, const void* src, float* dst, int64_t n);
 
-// The sum of v[i] w[i] over n values, w float32 or (`bf16`) bfloat16 (a product of a few rows: gemm_recurrence.cc).
-float Dot(bool bf16, const float* v, const void* w, int64_t n);
-// out[i] += s w[i] over n values, w as Dot's.
-void Axpy(bool bf16, float s, const void* w, float* out, int64_t n);
-
 }  // namespace jax_cudnn_rnn::onednn
 
 #endif  // JAX_CUDNN_RNN_ONEDNN_GEMM_CELLS_H_
