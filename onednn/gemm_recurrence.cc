@@ -77,18 +77,20 @@ ffi::Error TakePieces(OptionalBuffers<ffi::RemainingArgs>& args, const Recurrenc
 
 // Products of so few rows that a oneDNN call per block costs more than the product itself (a frontend's kernels are a
 // block per gate: 6-8 calls for a step, each a dispatch to the threads): written by the handlers' own register-tiled
-// loops (small_products.h), every block in one parallel pass, reading each block where it lies. Up to 2 rows always;
-// up to 16 where the layer's weights fit in 2 MiB (H <= 256). Per step of a lax.scan of 200 one-step calls, ours /
-// Flax's cell, forward, the drop-in and the named modules, GRU and LSTM: at B=4, H=128 2.43-3.76 on oneDNN's products,
-// 1.42-2.15 on these loops; at B=16, H=128 1.87-2.27 and 1.40-1.87; at B=4, H=256 0.86-1.74 and 0.63-1.47. At H=512
-// neither won throughout (the drop-in's GRU forward 0.74-0.82 on oneDNN's products, 1.06-1.21 on the loops, the named
-// modules' the other way), so there oneDNN's products stay (Intel Emerald Rapids, 2 cores, 2026-12-01).
+// loops (small_products.h), every block in one parallel pass, reading each block where it lies. Up to 2 rows always; up
+// to 16 where the tiles run (AVX-512) and the layer's weights fit in 2 MiB (H <= 256). Per step of a lax.scan of 200
+// one-step calls, ours / Flax's cell, forward, the drop-in and the named modules, GRU and LSTM: at B=4, H=128 2.43-3.76
+// on oneDNN's products, 1.42-2.15 on these loops; at B=16, H=128 1.87-2.27 and 1.40-1.87; at B=4, H=256 0.86-1.74 and
+// 0.63-1.47. At H=512 neither won throughout (the drop-in's GRU forward 0.74-0.82 on oneDNN's products, 1.06-1.21 on
+// the loops, the named modules' the other way), so there oneDNN's products stay (Intel Emerald Rapids, 2 cores,
+// 2026-12-01).
 constexpr int64_t kSmallProductRows = 2, kTiledProductRows = 16;
 constexpr int64_t kTiledProductBytes = int64_t{2} << 20;
 
 bool SmallProducts(const Recurrence& r, int64_t rows) {
   if (!r.in_place || rows > kTiledProductRows) return false;
   if (rows <= kSmallProductRows) return true;
+  if (!TiledProducts()) return false;  // the plain loops, measured only up to 2 rows
   int64_t bytes = 0;
   for (const WeightBlock& block : r.blocks) bytes += r.depth(block) * block.gates * r.units * r.weights_bytes();
   return bytes <= kTiledProductBytes;

@@ -1,15 +1,17 @@
 #include "small_products.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace jax_cudnn_rnn::onednn {
 
 namespace {
 
-#define JCR_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define JCR_INLINE inline __attribute__((always_inline))
 
-// 16 floats: a zmm register under AVX-512, two ymm under AVX2 (GCC's vector extensions, compiled for each clone).
+// 16 floats: a zmm register (GCC's vector extensions). The tiles are compiled for AVX-512 alone: the same source for
+// AVX2 (two ymm a vector) ran 10-40x slower than the AVX-512 tiles and than the plain loops further down, which GCC
+// vectorizes for each instruction set (a C++ micro-benchmark, [4, 128] x [128, 384], 2026-12-01).
 typedef float V __attribute__((vector_size(64)));
 typedef int Lanes __attribute__((vector_size(64)));
 typedef uint16_t Half __attribute__((vector_size(32)));
@@ -152,20 +154,83 @@ JCR_INLINE void Rows(const float* a, int64_t lda, int64_t rows, int64_t K, const
   }
 }
 
-}  // namespace
+// The same products as plain loops, as "onednn:gemm" wrote its products of up to 2 rows before the tiles: a dot product
+// per output (rows form) or a run of outputs per input (columns form), each a call compiled for the instruction set at
+// hand, whose loop GCC vectorizes.
+template <typename W>
+JCR_INLINE float DotOf(const float* __restrict v, const W* __restrict w, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += v[i] * Weight(w + i);
+  return sum;
+}
 
-JCR_VECTOR_CLONES
-void ProductColumns(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw,
-                    int64_t n, float* out, int64_t ldo, bool accumulate) {
+template <typename W>
+JCR_INLINE void AxpyOf(float s, const W* __restrict w, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += s * Weight(w + i);
+}
+
+// GCC vectorizes a float sum only where it may reassociate it: the order of Dot's sum is the vectorizer's.
+__attribute__((optimize("associative-math", "no-signed-zeros", "no-trapping-math")))
+__attribute__((target_clones("avx2", "default"))) float
+Dot(bool bf16, const float* v, const void* w, int64_t n) {
+  return bf16 ? DotOf(v, static_cast<const uint16_t*>(w), n) : DotOf(v, static_cast<const float*>(w), n);
+}
+
+__attribute__((target_clones("avx2", "default"))) void Axpy(bool bf16, float s, const void* w, float* out, int64_t n) {
+  if (bf16) AxpyOf(s, static_cast<const uint16_t*>(w), out, n);
+  else AxpyOf(s, static_cast<const float*>(w), out, n);
+}
+
+void PlainColumns(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw,
+                  int64_t n, float* out, int64_t ldo, bool accumulate) {
+  const size_t bytes = bf16 ? 2 : 4;
+  for (int64_t r = 0; r < rows && !accumulate; ++r) std::fill_n(out + r * ldo, n, 0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    const char* run = static_cast<const char*>(w) + k * ldw * bytes;
+    for (int64_t r = 0; r < rows; ++r) Axpy(bf16, a[r * lda + k], run, out + r * ldo, n);
+  }
+}
+
+void PlainRows(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw, int64_t n,
+               float* out, int64_t ldo, bool accumulate) {
+  const size_t bytes = bf16 ? 2 : 4;
+  for (int64_t j = 0; j < n; ++j) {
+    const char* row = static_cast<const char*>(w) + j * ldw * bytes;
+    for (int64_t r = 0; r < rows; ++r) Put(out + r * ldo + j, Dot(bf16, a + r * lda, row, K), accumulate);
+  }
+}
+
+__attribute__((target("avx512f"))) void TiledColumns(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K,
+                                                     const void* w, int64_t ldw, int64_t n, float* out, int64_t ldo,
+                                                     bool accumulate) {
   if (bf16) Columns(a, lda, rows, K, static_cast<const uint16_t*>(w), ldw, n, out, ldo, accumulate);
   else Columns(a, lda, rows, K, static_cast<const float*>(w), ldw, n, out, ldo, accumulate);
 }
 
-JCR_VECTOR_CLONES
-void ProductRows(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw, int64_t n,
-                 float* out, int64_t ldo, bool accumulate) {
+__attribute__((target("avx512f"))) void TiledRows(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K,
+                                                  const void* w, int64_t ldw, int64_t n, float* out, int64_t ldo,
+                                                  bool accumulate) {
   if (bf16) Rows(a, lda, rows, K, static_cast<const uint16_t*>(w), ldw, n, out, ldo, accumulate);
   else Rows(a, lda, rows, K, static_cast<const float*>(w), ldw, n, out, ldo, accumulate);
+}
+
+}  // namespace
+
+bool TiledProducts() {
+  static const bool tiled = __builtin_cpu_supports("avx512f");
+  return tiled;
+}
+
+void ProductColumns(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw,
+                    int64_t n, float* out, int64_t ldo, bool accumulate) {
+  if (TiledProducts()) TiledColumns(bf16, a, lda, rows, K, w, ldw, n, out, ldo, accumulate);
+  else PlainColumns(bf16, a, lda, rows, K, w, ldw, n, out, ldo, accumulate);
+}
+
+void ProductRows(bool bf16, const float* a, int64_t lda, int64_t rows, int64_t K, const void* w, int64_t ldw, int64_t n,
+                 float* out, int64_t ldo, bool accumulate) {
+  if (TiledProducts()) TiledRows(bf16, a, lda, rows, K, w, ldw, n, out, ldo, accumulate);
+  else PlainRows(bf16, a, lda, rows, K, w, ldw, n, out, ldo, accumulate);
 }
 
 }  // namespace jax_cudnn_rnn::onednn
