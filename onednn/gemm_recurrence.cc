@@ -57,7 +57,22 @@ struct Product {
   const void* b = nullptr;
   int64_t column = 0;
   const WeightBlock* block = nullptr;  // in place: the block b is
+  // The plan writes the product's transpose, b times a's transpose, into scratch ([n, rows]; TransposedBytes): a rows
+  // block read as it lies. As the transposed operand of a b^T oneDNN 3.2's matmul runs its generic "gemm:jit:f32" on
+  // it, as the first operand its brgemm kernels ("brg:avx512_core"): per step of a lax.scan of one-step calls at B=64,
+  // H=512 the named GRU and LSTM and Equinox's LSTM took 1.20-1.23x Flax's cell's forward before, 0.98-1.00x after
+  // (2026-12-01, Emerald Rapids, 2 cores).
+  bool transposed = false;
 };
+
+// Scratch bytes for the transposed products of `products` over `rows` rows.
+size_t TransposedBytes(const std::vector<Product>& products, int64_t rows, int64_t units) {
+  size_t bytes = 0;
+  for (const Product& p : products) {
+    if (p.transposed) bytes = std::max(bytes, static_cast<size_t>(p.block->gates * units * rows * 4));
+  }
+  return bytes;
+}
 
 // The weights operands of a call: `packed`, then the trailing `pieces` (in place), which the blocks index.
 std::vector<const ffi::AnyBuffer*> WeightsOperands(const ffi::AnyBuffer& packed,
@@ -113,13 +128,16 @@ ffi::Error ForwardProducts(const Recurrence& r, const std::vector<const ffi::Any
   for (const WeightBlock& block : r.blocks) {
     const int64_t rows = block.matrix == 0 ? TB : B, K = r.depth(block), n = block.gates * H;
     if (rows == 0) continue;
-    // x W^T or h W^T: the block, [n, K] as it lies, read as its transpose [K, n]; no plan where the handlers' own
-    // loops write the products (SmallProducts)
-    Product product{
-        SmallProducts(r, rows)
-            ? nullptr
-            : StridedProductPlan(rows, K, n, {K, 1}, {block.col_stride, block.row_stride}, {W, 1}, wtype, F32),
-        At(*operands[block.operand], r, block), block.gate0 * H, &block};
+    // x W^T or h W^T: the block, [n, K] as it lies, read as its transpose [K, n] (a columns block), or the product's
+    // transpose W x^T (a rows block); no plan where the handlers' own loops write the products (SmallProducts)
+    Product product{nullptr, At(*operands[block.operand], r, block), block.gate0 * H, &block};
+    if (!SmallProducts(r, rows)) {
+      product.transposed = !block.columns();
+      product.plan =
+          product.transposed
+              ? StridedProductPlan(n, K, rows, {block.row_stride, block.col_stride}, {1, K}, {rows, 1}, wtype, F32)
+              : StridedProductPlan(rows, K, n, {K, 1}, {block.col_stride, block.row_stride}, {W, 1}, wtype, F32);
+    }
     (block.matrix == 0 ? in : rec)->push_back(std::move(product));
   }
   return ffi::Error::Success();
@@ -154,12 +172,27 @@ void SmallForward(const Recurrence& r, int64_t rows, const void* a, int64_t K, c
 }
 
 // c [rows, W] (float32) at each product's columns = a [rows, K] times its weights: the handlers' own loops where the
-// rows are few (SmallProducts), else oneDNN's products, waited for.
+// rows are few (SmallProducts), else oneDNN's products, waited for; a transposed one written into `transposed`
+// (TransposedBytes) and from there into its columns.
 void RunForwardProducts(const Recurrence& r, dnnl::stream& stream, int64_t rows, const void* a, int64_t K,
-                        const std::vector<Product>& products, float* c, void* scratchpad) {
+                        const std::vector<Product>& products, float* c, void* scratchpad, float* transposed) {
   if (SmallProducts(r, rows)) return SmallForward(r, rows, a, K, products, c);
-  for (const Product& product : products)
-    RunMatmul(*product.plan, stream, a, product.b, c + product.column, scratchpad);
+  const int64_t W = r.width();
+  for (const Product& product : products) {
+    if (!product.transposed) {
+      RunMatmul(*product.plan, stream, a, product.b, c + product.column, scratchpad);
+      continue;
+    }
+    RunMatmul(*product.plan, stream, product.b, a, transposed, scratchpad);
+    stream.wait();
+    const int64_t n = product.block->gates * r.units;
+    float* out = c + product.column;
+    ParallelFor(rows, ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < n; ++j) out[i * W + j] = transposed[j * rows + i];
+      }
+    });
+  }
   stream.wait();
 }
 
@@ -220,7 +253,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
                  hp = layout.Add(B * W * 4), state[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  cell[2] = {layout.Add(B * H * 4), layout.Add(B * H * 4)},
                  operand = layout.Add(B * H * r.weights_bytes()), step_gates = layout.Add(B * W * 4),
-                 step_aux = layout.Add(B * H * 4), scratchpad = layout.Add(scratchpad_bytes);
+                 step_aux = layout.Add(B * H * 4), scratchpad = layout.Add(scratchpad_bytes),
+                 transposed = layout.Add(std::max(TransposedBytes(in, T * B, H), TransposedBytes(rec, B, H)));
     ScratchLease lease = TakeScratch(layout.total());
     void* work = lease.data();
     // XLA allocates the outputs anew for every call: huge pages spare a fault per 4 KiB (pages.h).
@@ -238,7 +272,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
       if (!in.empty()) {  // W x for every step at once
         const void* x_rows = InputOperand(r, x, x_operand.in(work), chunks);
         auto* xp_out = reinterpret_cast<float*>(xp.in(work));
-        RunForwardProducts(r, stream, T * B, x_rows, I, in, xp_out, scratchpad.in(work));
+        RunForwardProducts(r, stream, T * B, x_rows, I, in, xp_out, scratchpad.in(work),
+                           reinterpret_cast<float*>(transposed.in(work)));
       } else if (T * B > 0 && r.skip_input) {  // skip input: x itself enters every gate
         ParallelFor(T * B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t row = begin; row < end; ++row) {
@@ -269,7 +304,8 @@ ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuff
           }
         });
         auto* products = reinterpret_cast<float*>(hp.in(work));
-        RunForwardProducts(r, stream, B, rounds ? a : h, H, rec, products, scratchpad.in(work));
+        RunForwardProducts(r, stream, B, rounds ? a : h, H, rec, products, scratchpad.in(work),
+                           reinterpret_cast<float*>(transposed.in(work)));
         ParallelFor(B, chunks, [&](int64_t, int64_t begin, int64_t end) {
           for (int64_t b = begin; b < end; ++b) {
             float* row_gates = training ? Row<float>((*gates)->untyped_data(), r, t, b, W, 4)
