@@ -65,11 +65,11 @@ struct Product {
   bool transposed = false;
 };
 
-// Scratch bytes for the transposed products of `products` over `rows` rows.
+// Scratch bytes for the transposed products of `products` over `rows` rows, one after another.
 size_t TransposedBytes(const std::vector<Product>& products, int64_t rows, int64_t units) {
   size_t bytes = 0;
   for (const Product& p : products) {
-    if (p.transposed) bytes = std::max(bytes, static_cast<size_t>(p.block->gates * units * rows * 4));
+    if (p.transposed) bytes += static_cast<size_t>(p.block->gates * units * rows * 4);
   }
   return bytes;
 }
@@ -172,28 +172,36 @@ void SmallForward(const Recurrence& r, int64_t rows, const void* a, int64_t K, c
 }
 
 // c [rows, W] (float32) at each product's columns = a [rows, K] times its weights: the handlers' own loops where the
-// rows are few (SmallProducts), else oneDNN's products, waited for; a transposed one written into `transposed`
-// (TransposedBytes) and from there into its columns.
+// rows are few (SmallProducts), else oneDNN's products, waited for; the transposed ones written one after another into
+// `transposed` (TransposedBytes) and from there, in one parallel pass, into their columns.
 void RunForwardProducts(const Recurrence& r, dnnl::stream& stream, int64_t rows, const void* a, int64_t K,
                         const std::vector<Product>& products, float* c, void* scratchpad, float* transposed) {
   if (SmallProducts(r, rows)) return SmallForward(r, rows, a, K, products, c);
-  const int64_t W = r.width();
-  for (const Product& product : products) {
+  std::vector<const float*> written(products.size(), nullptr);
+  float* next = transposed;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Product& product = products[i];
     if (!product.transposed) {
       RunMatmul(*product.plan, stream, a, product.b, c + product.column, scratchpad);
       continue;
     }
-    RunMatmul(*product.plan, stream, product.b, a, transposed, scratchpad);
-    stream.wait();
-    const int64_t n = product.block->gates * r.units;
-    float* out = c + product.column;
-    ParallelFor(rows, ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        for (int64_t j = 0; j < n; ++j) out[i * W + j] = transposed[j * rows + i];
-      }
-    });
+    RunMatmul(*product.plan, stream, product.b, a, next, scratchpad);
+    written[i] = next;
+    next += product.block->gates * r.units * rows;
   }
   stream.wait();
+  if (next == transposed) return;
+  const int64_t W = r.width();
+  ParallelFor(rows, ParallelThreads(), [&](int64_t, int64_t begin, int64_t end) {
+    for (size_t p = 0; p < products.size(); ++p) {
+      if (written[p] == nullptr) continue;
+      const int64_t n = products[p].block->gates * r.units;
+      for (int64_t i = begin; i < end; ++i) {
+        float* out = c + i * W + products[p].column;
+        for (int64_t j = 0; j < n; ++j) out[j] = written[p][j * rows + i];
+      }
+    }
+  });
 }
 
 ffi::Error GemmForwardImpl(ffi::AnyBuffer x, ffi::AnyBuffer packed, ffi::AnyBuffer b_in, ffi::AnyBuffer b_rec,
