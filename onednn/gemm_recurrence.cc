@@ -60,10 +60,15 @@ struct Product {
   // The plan writes the product's transpose, b times a's transpose, into scratch ([n, rows]; TransposedBytes): a rows
   // block read as it lies. As the transposed operand of a b^T oneDNN 3.2's matmul runs its generic "gemm:jit:f32" on
   // it, as the first operand its brgemm kernels ("brg:avx512_core"): per step of a lax.scan of one-step calls at B=64,
-  // H=512 the named GRU and LSTM and Equinox's LSTM took 1.20-1.23x Flax's cell's forward before, 0.98-1.00x after
+  // H=512 the named GRU and LSTM and Equinox's took 1.23-1.31x Flax's cell's forward before, 1.02-1.18x after
   // (2026-12-01, Emerald Rapids, 2 cores).
   bool transposed = false;
 };
+
+// From how many rows a rows block's product is transposed: below, the brgemm kernel's few columns and the pass that
+// transposes them cost more than the generic kernel saves (same scan, H=512: at B=4 1.60-1.72x Flax's cell's forward
+// transposed, 1.18-1.24x not; at B=8 1.09-1.25x and 1.07-1.08x; at B=16 0.90x and 1.82-1.84x).
+constexpr int64_t kTransposedProductRows = 16;
 
 // Scratch bytes for the transposed products of `products` over `rows` rows, one after another.
 size_t TransposedBytes(const std::vector<Product>& products, int64_t rows, int64_t units) {
@@ -132,7 +137,7 @@ ffi::Error ForwardProducts(const Recurrence& r, const std::vector<const ffi::Any
     // transpose W x^T (a rows block); no plan where the handlers' own loops write the products (SmallProducts)
     Product product{nullptr, At(*operands[block.operand], r, block), block.gate0 * H, &block};
     if (!SmallProducts(r, rows)) {
-      product.transposed = !block.columns();
+      product.transposed = !block.columns() && rows >= kTransposedProductRows;
       product.plan =
           product.transposed
               ? StridedProductPlan(n, K, rows, {block.row_stride, block.col_stride}, {1, K}, {rows, 1}, wtype, F32)
