@@ -1,7 +1,9 @@
 """``jax-cudnn-rnn`` command line: one subcommand per registered module.
 
 Adding a subcommand is one ``register(name, help, module)`` call below; the module provides ``add_arguments(parser)``
-(its flags) and ``run(args) -> int`` (the work). Building the parser imports every registered module.
+(its flags) and ``run(args) -> int`` (the work). Building the parser imports every registered module; one whose
+import, or whose run, needs a package that is not installed (the demo's Flax, the bench's rich on a plain ``pip install
+jax-cudnn-rnn``) says which package is missing and which extra brings it, and the other subcommands run as usual.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import importlib
 import importlib.metadata
 import sys
 
-_COMMANDS: dict[str, tuple[str, str, str]] = {}
+_COMMANDS: dict[str, tuple[str, str, str, str]] = {}
 
 
-def register(name: str, help: str, module: str, description: str = "") -> None:
-    """Registers subcommand ``name``, implemented by ``module``'s ``add_arguments(parser)`` and ``run(args) -> int``."""
-    _COMMANDS[name] = (help, description or help, module)
+def register(name: str, help: str, module: str, description: str = "", extra: str = "") -> None:
+    """Registers subcommand ``name``, implemented by ``module``'s ``add_arguments(parser)`` and ``run(args) -> int``;
+    ``extra`` is the package's optional extra that installs what ``module`` imports."""
+    _COMMANDS[name] = (help, description or help, module, extra)
 
 
 register(
@@ -32,6 +35,7 @@ register(
     "model (nn.LSTMCell), checks that both give the same logits, and prints generated text. A re-run "
     "into the same folder resumes only with the same settings and a higher --steps, else starts "
     "fresh. Defaults finish in a few minutes on a laptop CPU.",
+    extra="demo",
 )
 register(
     "info",
@@ -54,6 +58,7 @@ register(
     "the median milliseconds and the ratios to PyTorch and Flax as a table, and optionally as JSON, "
     "Markdown and a PNG plot. Contenders that cannot run here are skipped with the reason. --quick "
     "is a CI-sized smoke run.",
+    extra="bench",
 )
 
 register(
@@ -86,21 +91,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"jax-cudnn-rnn {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, description, module) in _COMMANDS.items():
+    for name, (help_text, description, module, extra) in _COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=description)
-        implementation = importlib.import_module(module)
+        try:
+            implementation = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name is None or error.name.partition(".")[0] == "jax_cudnn_rnn":
+                raise  # this package's own module: a broken install, not a missing extra
+            sub.set_defaults(_run=_missing(name, error.name, extra), _any_arguments=True)
+            continue
         implementation.add_arguments(sub)
         sub.set_defaults(_run=implementation.run)
     return parser
 
 
+def _missing(command: str, package: str, extra: str):
+    """The run of a subcommand whose module could not be imported: what is missing and how to install it."""
+    install = f"pip install 'jax-cudnn-rnn[{extra}]'" if extra else f"pip install {package}"
+
+    def run(args: argparse.Namespace) -> int:
+        print(
+            f"jax-cudnn-rnn {command}: needs the package {package!r}, which is not installed; {install} installs it",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if unknown and not getattr(args, "_any_arguments", False):  # as parse_args, but for a subcommand that cannot run
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except ModuleNotFoundError as error:  # one the subcommand imports as it runs (bench's rich)
+        if error.name is None or error.name.partition(".")[0] == "jax_cudnn_rnn":
+            raise
+        return _missing(args.command, error.name, _COMMANDS[args.command][3])(args)
 
 
 if __name__ == "__main__":

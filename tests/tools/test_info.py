@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import sys
+import types
 
 import jax
 import numpy as np
@@ -267,3 +268,47 @@ def test_a_gpu_says_which_measurements_its_costs_come_from(monkeypatch, tmp_path
         assert f"this machine's tuned table {path}, then the shipped measurements" in text
     finally:
         gpu_tuned._read.cache_clear()
+
+
+def test_a_subcommand_whose_extra_is_missing_says_what_to_install_and_the_others_run(monkeypatch, capsys):
+    """A plain ``pip install jax-cudnn-rnn`` has no Flax: the demo's module cannot be imported there. The command line
+    still runs ``info``, and ``demo`` (with its arguments) says which package is missing and which extra brings it."""
+    real_import = cli.importlib.import_module
+
+    def without_flax(name, *args):
+        if name == "jax_cudnn_rnn.tools.demo":
+            raise ModuleNotFoundError("No module named 'flax'", name="flax")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", without_flax)
+    assert cli.main(["demo", "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "jax-cudnn-rnn demo: needs the package 'flax'" in err and "pip install 'jax-cudnn-rnn[demo]'" in err
+    assert "onednn" in _report(capsys).lower()
+
+
+def test_a_missing_module_of_this_package_is_not_taken_for_a_missing_extra(monkeypatch):
+    real_import = cli.importlib.import_module
+
+    def broken(name, *args):
+        if name == "jax_cudnn_rnn.tools.demo":
+            raise ModuleNotFoundError("No module named 'jax_cudnn_rnn.tools.gone'", name="jax_cudnn_rnn.tools.gone")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match=r"jax_cudnn_rnn\.tools\.gone"):
+        cli.main(["info"])
+
+
+def test_a_subcommand_that_imports_a_missing_package_as_it_runs_says_what_to_install(monkeypatch, capsys):
+    """The bench imports rich as it runs: without it the command says so and names the extra, as for an import."""
+
+    def run(args):
+        raise ModuleNotFoundError("No module named 'rich'", name="rich")
+
+    tool = types.SimpleNamespace(add_arguments=lambda parser: None, run=run)
+    monkeypatch.setitem(sys.modules, "jcr_test_tool", tool)
+    monkeypatch.setitem(cli._COMMANDS, "tool", ("a test's", "a test's", "jcr_test_tool", "bench"))
+    assert cli.main(["tool"]) == 2
+    err = capsys.readouterr().err
+    assert "jax-cudnn-rnn tool: needs the package 'rich'" in err and "pip install 'jax-cudnn-rnn[bench]'" in err
