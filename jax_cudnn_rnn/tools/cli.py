@@ -96,13 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             implementation = importlib.import_module(module)
         except ModuleNotFoundError as error:
-            if error.name is None or error.name.partition(".")[0] == "jax_cudnn_rnn":
-                raise  # this package's own module: a broken install, not a missing extra
-            sub.set_defaults(_run=_missing(name, error.name, extra), _any_arguments=True)
+            sub.set_defaults(_run=_missing(name, _package(error), extra), _any_arguments=True)
             continue
         implementation.add_arguments(sub)
         sub.set_defaults(_run=implementation.run)
     return parser
+
+
+def _package(error: ModuleNotFoundError) -> str:
+    """The package whose absence raised ``error``; ``error`` itself where it is this package's own module (a broken
+    install, not a missing extra)."""
+    if error.name is None or error.name.partition(".")[0] == "jax_cudnn_rnn":
+        raise error
+    return error.name
 
 
 def _missing(command: str, package: str, extra: str):
@@ -130,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except ModuleNotFoundError as error:  # one the subcommand imports as it runs (bench's rich)
-        if error.name is None or error.name.partition(".")[0] == "jax_cudnn_rnn":
-            raise
-        return _missing(args.command, error.name, _COMMANDS[args.command][3])(args)
+        return _missing(args.command, _package(error), _COMMANDS[args.command][3])(args)
 
 
 if __name__ == "__main__":

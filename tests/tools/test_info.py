@@ -270,17 +270,21 @@ def test_a_gpu_says_which_measurements_its_costs_come_from(monkeypatch, tmp_path
         gpu_tuned._read.cache_clear()
 
 
+def _demo_import_raises(monkeypatch, error: ModuleNotFoundError) -> None:
+    real_import = cli.importlib.import_module
+
+    def failing(name, *args):
+        if name == "jax_cudnn_rnn.tools.demo":
+            raise error
+        return real_import(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", failing)
+
+
 def test_a_subcommand_whose_extra_is_missing_says_what_to_install_and_the_others_run(monkeypatch, capsys):
     """A plain ``pip install jax-cudnn-rnn`` has no Flax: the demo's module cannot be imported there. The command line
     still runs ``info``, and ``demo`` (with its arguments) says which package is missing and which extra brings it."""
-    real_import = cli.importlib.import_module
-
-    def without_flax(name, *args):
-        if name == "jax_cudnn_rnn.tools.demo":
-            raise ModuleNotFoundError("No module named 'flax'", name="flax")
-        return real_import(name, *args)
-
-    monkeypatch.setattr(cli.importlib, "import_module", without_flax)
+    _demo_import_raises(monkeypatch, ModuleNotFoundError("No module named 'flax'", name="flax"))
     assert cli.main(["demo", "--steps", "5"]) == 2
     err = capsys.readouterr().err
     assert "jax-cudnn-rnn demo: needs the package 'flax'" in err and "pip install 'jax-cudnn-rnn[demo]'" in err
@@ -288,14 +292,8 @@ def test_a_subcommand_whose_extra_is_missing_says_what_to_install_and_the_others
 
 
 def test_a_missing_module_of_this_package_is_not_taken_for_a_missing_extra(monkeypatch):
-    real_import = cli.importlib.import_module
-
-    def broken(name, *args):
-        if name == "jax_cudnn_rnn.tools.demo":
-            raise ModuleNotFoundError("No module named 'jax_cudnn_rnn.tools.gone'", name="jax_cudnn_rnn.tools.gone")
-        return real_import(name, *args)
-
-    monkeypatch.setattr(cli.importlib, "import_module", broken)
+    gone = "jax_cudnn_rnn.tools.gone"
+    _demo_import_raises(monkeypatch, ModuleNotFoundError(f"No module named '{gone}'", name=gone))
     with pytest.raises(ModuleNotFoundError, match=r"jax_cudnn_rnn\.tools\.gone"):
         cli.main(["info"])
 
