@@ -173,7 +173,7 @@ def test_the_nnx_step_reads_the_cells_variables_and_equals_the_cell(kind):
     _assert_runs_in_place(jax.jit(ours), params, carry, x)
 
 
-@pytest.mark.parametrize("batch", [2, B])
+@pytest.mark.parametrize("batch", [2, B, 17])  # 17: the backward's products of a columns block transposed
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "SimpleRNN"])
 def test_the_keras_step_reads_the_layers_kernels_and_equals_keras(kind, batch):
     """A Keras layer's one step (``stateless_call`` at T=1) over its variables as they lie (the kernel [in, G*H] whole;
