@@ -35,6 +35,15 @@ the builds timed in turn, and the process's number is their median (``median_sec
 step is not a measurement of its program). Records the CPU, its feature flags, oneDNN's ISA and kernel class, the jax
 version and the threads this process may use.
 
+Each worker first settles glibc's allocator (``settle_allocator``, ``--allocator fresh`` skips it): a new process that
+has held no array larger than a step's gradients (1 MiB per kernel at H=512) keeps glibc's first thresholds, under
+which the heap that XLA's freed outputs return to shrinks after every call (``madvise(MADV_DONTNEED)``) and the next
+call's outputs fault in anew, a page at a time. One Flax LSTM cell's gradient at B=4, H=512 took 1,212 faults and
+0.70 ms a call in such a process, 3 and 0.45 ms after one 16 MiB array had been allocated and freed; the drop-in's
+1,623 and 1.6-1.9 ms, then 1 and 0.34 (three executables, AMD Zen 5, 2026-12-01). Which contender's process happened
+to free a larger array first (the named modules' initialization does) decided ratios of up to 5x; a program that has
+loaded its data has done so.
+
     python benchmarks/one_step.py [--rounds 3] [--executables 5] [--json out.json] [--quick] [--threads 1]
         [--label "loaded machine"] [--skip-steps | --skip-decode] [--contenders flax_cell,equinox,dropin@xla]
 """
@@ -55,6 +64,15 @@ HIDDENS = (128, 512)
 STEP_CONTENDERS = ("flax_cell", "dropin", "named", "nnx", "equinox", "keras", "rnn")
 DECODE_CONTENDERS = ("flax_scan", "flax_scan_opt", "named", "rnn")
 DECODE = {"layers": 2, "hidden": 512, "time": 100, "batches": (1, 64)}  # config G
+SETTLE_BYTES = 16 << 20  # glibc's dynamic mmap threshold follows the largest freed mapping, up to 32 MiB
+
+
+def settle_allocator() -> None:
+    """Allocates, writes and frees one array of ``SETTLE_BYTES``: glibc then serves the step's buffers from its heap
+    and keeps their pages between calls (the module's docstring), as in a program that has held a larger array."""
+    import numpy as np
+
+    np.ones(SETTLE_BYTES // 4, np.float32)
 
 
 def median_seconds(builds, budget: float) -> float:
@@ -293,10 +311,18 @@ def main() -> None:
         "--executables", type=int, default=5, help="builds of each case per process, their median taken (1: one)"
     )
     parser.add_argument("--label", default="", help='how the machine was, e.g. "loaded machine"')
+    parser.add_argument(
+        "--allocator",
+        choices=("settled", "fresh"),
+        default="settled",
+        help="settled: each worker frees one 16 MiB array before it builds (settle_allocator); fresh: it does not",
+    )
     parser.add_argument("--json")
     parser.add_argument("--worker", nargs=3, metavar=("KIND", "CONTENDER", "MODE"))
     args = parser.parse_args()
     if args.worker:
+        if args.allocator == "settled":
+            settle_allocator()
         print(json.dumps(worker(*args.worker, args.quick, args.executables)))
         return
     if args.threads == 1:
@@ -305,6 +331,7 @@ def main() -> None:
         )
     facts = machine()
     facts["label"] = args.label
+    facts["allocator"] = args.allocator
     facts["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     print(json.dumps(facts), flush=True)
     contenders = args.contenders.split(",")
@@ -317,6 +344,7 @@ def main() -> None:
         for kind, contender, mode in jobs[shift:] + jobs[:shift]:
             quick = ["--quick"] if args.quick else []
             command = [sys.executable, __file__, *quick, "--executables", str(args.executables)]
+            command += ["--allocator", args.allocator]
             command += ["--worker", kind, contender, mode]
             done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "jax"})
             if done.returncode:
@@ -328,7 +356,7 @@ def main() -> None:
     rows = _table(best)
     print(
         f"\n{facts['cpu']}, {facts['threads']} threads, oneDNN ISA {facts['onednn_isa']}, jax {facts['jax']}"
-        f"{', ' + args.label if args.label else ''}"
+        f", allocator {args.allocator}{', ' + args.label if args.label else ''}"
     )
     print("\n".join(rows))
     if args.json:

@@ -49,3 +49,34 @@ def test_a_named_onednn_implementation_runs_the_extension():
     require_extension(extension.EXTENSION, skips.REQUIRE_ONEDNN)
     forward, _, args = one_step._step_functions("rnn@onednn:gemm", "gru", 4, 8)
     assert "onednn" in jax.jit(forward).lower(*args).as_text()
+
+
+def test_settling_the_allocator_keeps_freed_pages_between_calls():
+    """The benchmark's workers settle glibc's allocator first (``settle_allocator``): in a new process, eight 1 MiB
+    arrays written and freed per round (a step's gradients at H=512) fault every page in anew each round; after one
+    16 MiB array was freed, no page."""
+    if sys.platform != "linux" or not os.confstr("CS_GNU_LIBC_VERSION"):
+        pytest.skip("glibc's allocator")
+    program = f"""
+import importlib.util, resource, numpy as np
+spec = importlib.util.spec_from_file_location("one_step", {os.path.join(ROOT, "benchmarks", "one_step.py")!r})
+one_step = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(one_step)
+
+def faults_per_round():
+    for _ in range(3):
+        [np.ones(1 << 18, np.float32) for _ in range(8)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        [np.ones(1 << 18, np.float32) for _ in range(8)]
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10
+
+fresh = faults_per_round()
+one_step.settle_allocator()
+print(fresh, faults_per_round())
+"""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
+    fresh, settled = (float(v) for v in done.stdout.split())
+    assert fresh > 1000 and settled < 50, (fresh, settled)  # 8 MiB is 2,048 pages of 4 KiB
