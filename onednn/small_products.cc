@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "oneapi/dnnl/dnnl.h"
+
 namespace jax_cudnn_rnn::onednn {
 
 namespace {
@@ -217,7 +219,10 @@ __attribute__((target("avx512f"))) void TiledRows(bool bf16, const float* a, int
 }  // namespace
 
 bool TiledProducts() {
-  static const bool tiled = __builtin_cpu_supports("avx512f");
+  // The CPU's AVX-512, and oneDNN's kernels on it: ONEDNN_MAX_CPU_ISA=AVX2 (.ci/onednn_caps) runs the AVX2 class's
+  // products throughout, as on a CPU of that class
+  static const bool tiled = __builtin_cpu_supports("avx512f") &&
+                            (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
   return tiled;
 }
 

@@ -11,7 +11,8 @@
 
 namespace jax_cudnn_rnn::onednn {
 
-// Whether the products below run register tiles (the CPU has AVX-512), not plain loops.
+// Whether the products below run register tiles (the CPU has AVX-512 and oneDNN's kernels are not capped below it),
+// not plain loops.
 bool TiledProducts();
 
 // out[r * ldo + j] (+)= sum_k a[r * lda + k] w[k * ldw + j] for r < rows, j < n, k < K: weights stored [K, n] (a

@@ -28,7 +28,7 @@ from jax_cudnn_rnn.backends.onednn import extension, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import skips
-from support import import_or_skip, require_bfloat16_kernels, require_extension
+from support import import_or_skip, require_bfloat16_kernels, require_extension, run_package_child
 
 B, I, H = 3, 6, 5
 GEMM_TARGETS = (extension.GEMM_FORWARD_TARGET, extension.GEMM_BACKWARD_TARGET)
@@ -300,3 +300,30 @@ def test_the_backward_refuses_a_kernel_its_blocks_do_not_cover():
         jax.block_until_ready(
             kernels.gemm_backward(x, kernel, y, h_n, None, None, None, saved, params_gradient=(None, None), **common)
         )
+
+
+_FOUR_ROW_STEP = """
+import jax, flax.linen as nn
+from jax_cudnn_rnn import flax as jcr_flax
+module = jcr_flax.RNN(nn.LSTMCell(128))
+x = jax.random.normal(jax.random.key(0), (4, 1, 128))
+variables = module.init(jax.random.key(1), x)
+jax.block_until_ready(jax.jit(module.apply)(variables, x))
+print("stepped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("cap", ["", "AVX2"])
+def test_a_cap_below_avx512_reaches_the_handlers_tiles(cap, tmp_path):
+    """The handlers' AVX-512 tiles (small_products.h) run where oneDNN's kernels do, so that ONEDNN_MAX_CPU_ISA=AVX2
+    (.ci/onednn_caps) tests the AVX2 class's products: a step of 4 rows calls oneDNN's matmul under the cap, none
+    without it."""
+    from jax_cudnn_rnn import onednn
+
+    if not onednn.effective_cpu_isa().startswith("avx512"):
+        pytest.skip("the tiles run on AVX-512 only")
+    env = {"ONEDNN_VERBOSE": "1", **({"ONEDNN_MAX_CPU_ISA": cap} if cap else {})}
+    done = run_package_child(_FOUR_ROW_STEP, tmp_path, **env)
+    assert "stepped" in done.stdout, done.stderr[-3000:]
+    matmuls = done.stdout.count("exec,cpu,matmul")  # oneDNN's verbose lines go to stdout
+    assert (matmuls > 0) == (cap == "AVX2"), f"{matmuls} matmul calls with the cap {cap!r}"
